@@ -1,0 +1,1 @@
+"""Cassandra: schema migrations, the projector and the read API. Imports ``schemas`` only."""

@@ -1,0 +1,56 @@
+"""The wire contract of distill: every record that crosses a stage boundary.
+
+This package imports nothing of ours. Producers in other languages validate
+against the JSON Schemas exported by ``distill schema``.
+"""
+
+from schemas.base import SCHEMA_VERSION, ContractModel, ProducerModel, SessionKey, SessionRecord
+from schemas.commands import DeleteSession, Summarize, SummarizeSync
+from schemas.dead_letter import DeadLetter
+from schemas.events import ErrorInfo, FunctionCall, Message, SessionEvent, ToolCall, Usage
+from schemas.jobs import JobBoundary, SummaryJob
+from schemas.records import EventRecord, EventTopicRecord, RecordDecodeError, parse_event_record
+from schemas.summaries import (
+    CallMode,
+    CallReport,
+    SessionSummary,
+    SummaryBoundary,
+    SummaryFailure,
+    SummaryReport,
+    SummaryStats,
+    TriggerName,
+    TriggerReport,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CallMode",
+    "CallReport",
+    "ContractModel",
+    "DeadLetter",
+    "DeleteSession",
+    "ErrorInfo",
+    "EventRecord",
+    "EventTopicRecord",
+    "FunctionCall",
+    "JobBoundary",
+    "Message",
+    "ProducerModel",
+    "RecordDecodeError",
+    "SessionEvent",
+    "SessionKey",
+    "SessionRecord",
+    "SessionSummary",
+    "Summarize",
+    "SummarizeSync",
+    "SummaryBoundary",
+    "SummaryFailure",
+    "SummaryJob",
+    "SummaryReport",
+    "SummaryStats",
+    "ToolCall",
+    "TriggerName",
+    "TriggerReport",
+    "Usage",
+    "parse_event_record",
+]

@@ -1,0 +1,70 @@
+"""Base classes shared by every record."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+"""Current version of every record's ``schema_version`` field."""
+
+
+class ContractModel(BaseModel):
+    """A record distill itself writes: frozen, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProducerModel(BaseModel):
+    """A record written by producers we do not control.
+
+    Unknown fields are kept (in ``model_extra``) and written back on
+    serialization, so a newer producer never breaks an older worker.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _require_mapping(cls, data: Any) -> Any:
+        if not isinstance(data, dict | BaseModel):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        return data
+
+
+def as_utc(value: datetime) -> datetime:
+    """Naive timestamps are taken as UTC; aware ones are converted to UTC."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+class SessionKey(NamedTuple):
+    """The identity of a session, and the partitioning key of its records."""
+
+    app_name: str
+    user_id: str
+    session_id: str
+
+    def kafka_key(self) -> bytes:
+        """The Kafka record key: ``app_name/user_id/session_id`` in UTF-8.
+
+        Every record of a session (events and commands) uses this key, so
+        they land on one partition and stay ordered.
+        """
+        return f"{self.app_name}/{self.user_id}/{self.session_id}".encode()
+
+
+class SessionRecord(ProducerModel):
+    """Fields every record of the events topic carries."""
+
+    schema_version: int = SCHEMA_VERSION
+    app_name: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+
+    @property
+    def session_key(self) -> SessionKey:
+        return SessionKey(self.app_name, self.user_id, self.session_id)

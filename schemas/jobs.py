@@ -1,0 +1,52 @@
+"""Summary jobs: emitted by the track agent, consumed by the summarize agent."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from schemas.base import SCHEMA_VERSION, ContractModel, SessionKey
+from schemas.summaries import SummaryBoundary, TriggerReport
+
+
+class JobBoundary(ContractModel):
+    """The furthest point a job may advance the boundary to."""
+
+    last_event_id: str
+    cutoff_at: datetime
+    offset: int | None = None
+
+
+class SummaryJob(ContractModel):
+    """A request to summarize one ``(session, filter key)``.
+
+    ``job_id`` is deterministic (session, key, ``from_version``, target
+    boundary), so a re-emitted job is recognisably the same job and can never
+    produce a second summary for the same boundary.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    job_id: str
+    app_name: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    filter_key: str = ""
+    cascade_full_session: bool = False
+    from_version: int = 0
+    previous_boundary: SummaryBoundary | None = None
+    upto: JobBoundary
+    trigger: TriggerReport
+    force: bool = False
+    origin: Literal["trigger", "command", "idle_sweep", "retry", "replay"] = "trigger"
+    reply_to: str | None = None
+    model_request: dict[str, Any] | None = None
+    context_window: int | None = None
+    model_hint: str | None = None
+    attempt: int = 0
+    created_at: datetime
+
+    @property
+    def session_key(self) -> SessionKey:
+        return SessionKey(self.app_name, self.user_id, self.session_id)

@@ -1,0 +1,42 @@
+"""The union of every record type on the events topic, and its parser."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from schemas.commands import DeleteSession, Summarize, SummarizeSync
+from schemas.events import SessionEvent
+
+EventTopicRecord = SessionEvent | Summarize | SummarizeSync | DeleteSession
+
+EventRecord = Annotated[EventTopicRecord, Field(discriminator="type")]
+"""Any record of the events topic, discriminated by ``type`` (default ``"event"``)."""
+
+_ADAPTER: TypeAdapter[EventTopicRecord] = TypeAdapter(EventRecord)
+
+
+class RecordDecodeError(ValueError):
+    """The bytes are not a JSON object: the reason names what is wrong."""
+
+
+def parse_event_record(raw: bytes | str) -> EventTopicRecord:
+    """Validate one JSON record of the events topic.
+
+    A missing ``type`` means ``"event"``. Raises ``RecordDecodeError`` for
+    bytes that are not a JSON object and ``pydantic.ValidationError`` (which
+    names the field and the problem) for a record that breaks the schema.
+    """
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordDecodeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RecordDecodeError(f"expected a JSON object, got {type(data).__name__}")
+    data.setdefault("type", "event")
+    return _ADAPTER.validate_python(data)
+
+
+__all__ = ["EventRecord", "EventTopicRecord", "RecordDecodeError", "ValidationError", "parse_event_record"]

@@ -1,0 +1,249 @@
+"""The one settings object of distill (pydantic-settings, ``DISTILL_`` prefix).
+
+Nothing else in the project reads the environment. Nested sections use ``__``:
+``DISTILL_KAFKA__BOOTSTRAP_SERVERS``, ``DISTILL_LLM__API_KEY``. A TOML file
+named by ``DISTILL_CONFIG_FILE`` (or passed to :func:`load_settings`) may set
+the same fields, plus per-app summary overrides under ``[summary.apps.<app>]``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_KAFKA_PORT = 19092
+DEFAULT_KAFKA_CONTROLLER_PORT = 19093
+DEFAULT_CASSANDRA_PORT = 19042
+DEFAULT_CASSANDRA_STORAGE_PORT = 17010
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """How to reach Kafka."""
+
+    bootstrap_servers: str = f"127.0.0.1:{DEFAULT_KAFKA_PORT}"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    client_id: str = "distill"
+    max_record_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    request_timeout_s: float = Field(default=30.0, gt=0)
+
+    @property
+    def bootstrap_list(self) -> list[str]:
+        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+
+
+class CassandraSettings(_Section):
+    """How to reach Cassandra and where distill keeps its tables."""
+
+    contact_points: str = "127.0.0.1"
+    port: int = Field(default=DEFAULT_CASSANDRA_PORT, gt=0, lt=65536)
+    keyspace: str = Field(default="distill", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+    replication: dict[str, Any] = Field(
+        default_factory=lambda: {"class": "SimpleStrategy", "replication_factor": 1}
+    )
+    username: str | None = None
+    password: SecretStr | None = None
+    local_datacenter: str = "datacenter1"
+    request_timeout_s: float = Field(default=10.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+
+    @property
+    def contact_list(self) -> list[str]:
+        return [s.strip() for s in self.contact_points.split(",") if s.strip()]
+
+
+class TopicSettings(_Section):
+    """Topic names and the partition count ``distill init`` creates them with."""
+
+    events: str = "distill.session-events"
+    jobs: str = "distill.summary-jobs"
+    summaries: str = "distill.summaries"
+    dead_letters: str = "distill.dead-letters"
+    partitions: int = Field(default=4, gt=0)
+    replication_factor: int = Field(default=1, gt=0)
+
+
+class LLMSettings(_Section):
+    """The OpenAI-compatible endpoint the summarizer calls.
+
+    With neither ``api_key`` nor ``base_url`` set, the embedded extractive
+    summarizer answers (no network, no key).
+    """
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    context_window: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = None
+
+    @property
+    def configured(self) -> bool:
+        return self.base_url is not None or self.api_key is not None
+
+
+class EmbedderSettings(_Section):
+    """Optional embeddings endpoint for semantic ``session_search``."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "text-embedding-3-small"
+    dimensions: int = Field(default=384, gt=0, le=8192)
+
+    @property
+    def configured(self) -> bool:
+        return self.base_url is not None or self.api_key is not None
+
+
+class SummarySettings(_Section):
+    """Trigger and summarizer configuration (see ``streams.rules.policy``).
+
+    ``None`` for a threshold means "not configured". When no check is
+    configured at all, the worker uses the Go guide's main example: any of
+    more than 20 events, more than 4000 tokens, or an idle gap of more than
+    5 minutes; summaries of at most 200 words.
+    """
+
+    event_threshold: int | None = Field(default=None, ge=0)
+    token_threshold: int | None = Field(default=None, ge=0)
+    time_threshold_s: float | None = Field(default=None, ge=0)
+    context_threshold: bool = False
+    context_ratio: float = Field(default=0.5, gt=0, le=1)
+    context_min_tokens: int = Field(default=2000, ge=0)
+    context_fallback_window: int = Field(default=8192, gt=0)
+    conversation_threshold: int | None = Field(default=None, ge=0)
+    important_keywords: list[str] | None = None
+    composition: Literal["any", "all"] = "any"
+    filter_key_allowlist: list[str] | None = None
+    cascade_full_session: bool = True
+    token_counter: Literal["simple", "tiktoken"] = "simple"
+    approx_runes_per_token: float = Field(default=4.0, gt=0)
+    tiktoken_default_encoding: str = "o200k_base"
+    max_summary_words: int | None = Field(default=200, ge=0)
+    max_summary_length: int | None = Field(default=None, ge=0)
+    prompt: str | None = None
+    system_prompt: str | None = None
+    skip_recent_events: int = Field(default=0, ge=0)
+    keep_recent_rounds: int = Field(default=0, ge=0)
+    async_summary_num: int = Field(default=4, gt=0)
+    job_timeout_s: float = Field(default=120.0, gt=0)
+    idle_summary_after_s: float | None = Field(default=None, gt=0)
+    apps: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class ServicesSettings(_Section):
+    """The local JVM services started by ``distill services``."""
+
+    home: Path = Path.home() / ".cache" / "distill"
+    data_dir: Path | None = None
+    kafka_port: int = DEFAULT_KAFKA_PORT
+    kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
+    cassandra_port: int = DEFAULT_CASSANDRA_PORT
+    cassandra_storage_port: int = DEFAULT_CASSANDRA_STORAGE_PORT
+    kafka_heap_mb: int = 512
+    cassandra_heap_mb: int = 1024
+    kafka_start_timeout_s: float = 90.0
+    cassandra_start_timeout_s: float = 180.0
+    java: str = "java"
+    mvn: str = "mvn"
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        return self.data_dir if self.data_dir is not None else self.home / "data"
+
+
+class WorkerSettings(_Section):
+    """The Faust worker."""
+
+    app_id: str = "distill"
+    store: str = "memory://"
+    web_port: int = 6066
+    metrics_port: int | None = None
+    log_level: str = "INFO"
+    log_json: bool = True
+
+
+class Settings(BaseSettings):
+    """Every setting of distill. Build it once (``load_settings``) and pass it down."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DISTILL_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=False,
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    cassandra: CassandraSettings = CassandraSettings()
+    topics: TopicSettings = TopicSettings()
+    llm: LLMSettings = LLMSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    summary: SummarySettings = SummarySettings()
+    services: ServicesSettings = ServicesSettings()
+    worker: WorkerSettings = WorkerSettings()
+    config_file: Path | None = None
+
+    @field_validator("config_file")
+    @classmethod
+    def _exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"config file {value} does not exist")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Environment, then the TOML file (lower priority), then ``overrides``.
+
+    The TOML file is ``config_file`` or ``DISTILL_CONFIG_FILE``.
+    """
+    env_only = Settings(**overrides)
+    path = config_file or env_only.config_file
+    if path is None:
+        return env_only
+    with path.open("rb") as fh:
+        file_values = tomllib.load(fh)
+    merged = _deep_merge(file_values, _explicit(env_only))
+    merged = _deep_merge(merged, overrides)
+    merged["config_file"] = path
+    return Settings(**merged)
+
+
+def _explicit(settings: BaseModel) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in settings.model_fields_set:
+        value = getattr(settings, name)
+        out[name] = _explicit(value) if isinstance(value, BaseModel) else value
+    return out
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

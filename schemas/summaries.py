@@ -1,0 +1,144 @@
+"""Summary records: what the summarize agent publishes on the summaries topic."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from schemas.base import SCHEMA_VERSION, ContractModel, SessionKey, as_utc
+
+TriggerName = Literal[
+    "event_threshold",
+    "token_threshold",
+    "time_threshold",
+    "context_threshold",
+    "conversation_threshold",
+    "important_content",
+    "custom",
+    "always",
+    "force",
+    "manual",
+    "idle_sweep",
+]
+"""Which check fired. Names follow the Go guide; ``conversation_threshold`` and
+``important_content`` are the Python guide's checks, ``always`` an empty check list."""
+
+CallMode = Literal["standalone", "cache_safe_fork", "custom_response"]
+
+
+class SummaryBoundary(ContractModel):
+    """The point up to which a summary covers its branch.
+
+    ``last_event_id`` is exact; with only ``cutoff_at`` the delta keeps events
+    at the same timestamp (the guide's rule).
+    """
+
+    cutoff_at: datetime
+    last_event_id: str | None = None
+    version: int = 1
+
+    @field_validator("cutoff_at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return as_utc(value)
+
+
+class TriggerReport(ContractModel):
+    """The check that fired: its value and threshold in ``unit``."""
+
+    name: TriggerName
+    value: float = 0
+    threshold: float = 0
+    unit: Literal["events", "tokens", "ms", "rounds", "matches", ""] = ""
+    window: int | None = None
+    ratio: float | None = None
+    detail: str = ""
+
+
+class CallReport(ContractModel):
+    """One attempt at producing the summary text."""
+
+    mode: CallMode
+    model: str
+    estimated_prompt_tokens: int = 0
+    budget_tokens: int | None = None
+    provider_prompt_tokens: int | None = None
+    provider_cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float | None = None
+    outcome: Literal["ok", "retried", "failed"] = "ok"
+    error: str | None = None
+
+
+class SummaryReport(ContractModel):
+    """Why and how a summary was produced."""
+
+    trigger: TriggerReport
+    calls: tuple[CallReport, ...] = ()
+    passes: int = 1
+    truncated_previous_summary: bool = False
+    partial_prefix: bool = False
+
+
+class SummaryStats(ContractModel):
+    """Compression statistics (the Python guide's, and the same in tokens)."""
+
+    original_event_count: int = 0
+    compressed_event_count: int = 1
+    compression_ratio: float = 0.0
+    original_tokens: int = 0
+    summary_tokens: int = 0
+    token_compression_ratio: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class SessionSummary(ContractModel):
+    """A summary of one ``(session, filter key)`` at one boundary.
+
+    ``version`` is 1 for the first summary of a key and grows by one with each
+    next summary; ``previous_boundary`` marks where the covered window starts
+    (``None`` for the first summary), ``boundary`` where it ends.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    type: Literal["summary"] = "summary"
+    app_name: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    filter_key: str = ""
+    summary: str
+    version: int = Field(ge=1)
+    previous_version: int | None = None
+    boundary: SummaryBoundary
+    previous_boundary: SummaryBoundary | None = None
+    model: str
+    prompt_version: str
+    created_at: datetime
+    stats: SummaryStats = SummaryStats()
+    report: SummaryReport
+    job_id: str
+    reply_to: str | None = None
+    caught_up: bool = True
+
+    @property
+    def session_key(self) -> SessionKey:
+        return SessionKey(self.app_name, self.user_id, self.session_id)
+
+
+class SummaryFailure(ContractModel):
+    """Published instead of a summary when a ``summarize_sync`` cannot be answered."""
+
+    schema_version: int = SCHEMA_VERSION
+    type: Literal["summary_failure"] = "summary_failure"
+    app_name: str
+    user_id: str
+    session_id: str
+    filter_key: str = ""
+    job_id: str
+    reply_to: str | None = None
+    error_class: str
+    reason: str
+    created_at: datetime

@@ -1,0 +1,1 @@
+"""distill's stream side: rules, summarizer, context assembly, Faust app, client and CLI."""

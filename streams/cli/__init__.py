@@ -1,0 +1,1 @@
+"""The ``distill`` command line."""

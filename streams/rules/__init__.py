@@ -1,0 +1,1 @@
+"""Pure rules: no Kafka, Cassandra, Faust or OpenAI imports in this package."""
