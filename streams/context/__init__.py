@@ -1,0 +1,35 @@
+"""Agent-side context assembly: from stored events and summaries to the next model request.
+
+Pure code: no Kafka, Cassandra, Faust or OpenAI imports anywhere in this package.
+"""
+
+from streams.context.assembly import AssembledRequest, AssemblyOptions, AssemblyReport, assemble
+from streams.context.compaction import CompactionConfig, CompactionStats
+from streams.context.injection import InjectionMode, SummaryFormatter
+from streams.context.recall_tools import (
+    RecallCapabilities,
+    RecallExecutor,
+    RecallReader,
+    recall_tools,
+    usage_note,
+)
+from streams.context.validity import InvalidMessages, assert_valid, find_violations
+
+__all__ = [
+    "AssembledRequest",
+    "AssemblyOptions",
+    "AssemblyReport",
+    "CompactionConfig",
+    "CompactionStats",
+    "InjectionMode",
+    "InvalidMessages",
+    "RecallCapabilities",
+    "RecallExecutor",
+    "RecallReader",
+    "SummaryFormatter",
+    "assemble",
+    "assert_valid",
+    "find_violations",
+    "recall_tools",
+    "usage_note",
+]

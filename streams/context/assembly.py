@@ -1,0 +1,225 @@
+"""The entry point: build the next chat-completions request from what the read side holds.
+
+Order of the steps (each in its own module):
+
+1. visibility: events of the agent's filter key, minus streaming chunks and
+   system events (:mod:`.history`);
+2. history: the cutoff at the summary boundary with its restorations and the
+   resume tail, or the last ``max_history_runs`` runs without summaries;
+3. compaction of tool results (:mod:`.compaction`), off by default;
+4. pairing repair (:mod:`.pairing`): every call answered right after it;
+5. summary injection (:mod:`.injection`) and the recall usage note;
+6. token tailoring (:mod:`.tailoring`) as the last guard;
+7. a final validity check (:mod:`.validity`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import Message, SessionEvent, SessionSummary
+from streams.context.boundary import matches_filter_key
+from streams.context.compaction import CompactionConfig, CompactionStats, compact, compact_resume_tail
+from streams.context.history import event_message, project_history, select_runs
+from streams.context.injection import (
+    InjectionMode,
+    SummaryFormatter,
+    format_summary,
+    merge_into_system,
+    place_in_user_turn,
+)
+from streams.context.items import HistoryItem, to_chat_message
+from streams.context.pairing import PairingReport, repair_pairing
+from streams.context.recall_tools import (
+    SESSION_LOAD,
+    SESSION_SEARCH,
+    USAGE_NOTE_MARK,
+    RecallCapabilities,
+    recall_tools,
+    usage_note,
+)
+from streams.context.tailoring import tailor
+from streams.context.validity import assert_valid
+from streams.rules.tokens import TokenCounter, get_token_counter
+
+NEW_TURN_UNIT = "current:new"
+"""Unit key of a current user message that is not (yet) a stored event."""
+
+
+@dataclass(frozen=True)
+class AssemblyOptions:
+    """How the request is built. Defaults follow the guide.
+
+    ``max_history_runs`` applies only when ``add_session_summary`` is off
+    (0 = all runs). ``token_budget`` (``None`` = no tailoring) covers the
+    messages and the tool declarations. ``token_counter`` should be the one
+    the model layer uses; ``None`` means the process-wide counter.
+    ``prefix_messages`` (few-shot examples, injected context) sit between the
+    system message and the history and are never tailored away.
+    """
+
+    add_session_summary: bool = False
+    injection_mode: InjectionMode = "system"
+    summary_formatter: SummaryFormatter | None = None
+    max_history_runs: int = 0
+    filter_key: str = ""
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    token_budget: int | None = None
+    token_counter: TokenCounter | None = None
+    recall: RecallCapabilities = field(default_factory=RecallCapabilities)
+    prefix_messages: tuple[Message, ...] = ()
+    include_reasoning: bool = False
+
+
+@dataclass(frozen=True)
+class AssemblyReport:
+    """What the assembly did, for logs and metrics."""
+
+    history_messages: int
+    covered_events: int
+    restored_events: int
+    resume_events: int
+    compaction: CompactionStats
+    pairing: PairingReport
+    tailored_messages: int
+    prompt_tokens: int
+    over_budget: bool
+    summary_injected: bool
+
+
+@dataclass(frozen=True)
+class AssembledRequest:
+    """The ``messages`` and ``tools`` to send, and the report."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    report: AssemblyReport
+
+
+CurrentMessage = SessionEvent | Message | str | None
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    function = tool.get("function")
+    return str(function.get("name", "")) if isinstance(function, Mapping) else ""
+
+
+def _tools(tools: Sequence[Mapping[str, Any]], caps: RecallCapabilities) -> list[dict[str, Any]]:
+    out = [dict(t) for t in tools]
+    names = {_tool_name(t) for t in out}
+    out.extend(t for t in recall_tools(caps) if _tool_name(t) not in names)
+    return out
+
+
+def _locate_current(
+    events: list[SessionEvent], current: CurrentMessage
+) -> tuple[int | None, HistoryItem | None, str | None]:
+    """Index of the current user event, or an extra item for a new message, and the current unit."""
+    if isinstance(current, SessionEvent):
+        ids = [event.event_id for event in events]
+        if current.event_id not in ids:
+            events.append(current)
+            ids.append(current.event_id)
+        index = ids.index(current.event_id)
+        return index, None, _unit_of(events[index])
+    if isinstance(current, str | Message):
+        msg = current if isinstance(current, Message) else Message(role="user", content=current)
+        return None, HistoryItem(msg, origin="current"), NEW_TURN_UNIT
+    for i in range(len(events) - 1, -1, -1):
+        msg = event_message(events[i])
+        if msg is not None and msg.role == "user":
+            return i, None, _unit_of(events[i])
+    return None, None, None
+
+
+def _unit_of(event: SessionEvent) -> str | None:
+    return HistoryItem(event.message, event.event_id, event.request_id, event.invocation_id).unit_key
+
+
+def _head(system_prompt: str, prefix: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    system_parts = [system_prompt] if system_prompt else []
+    system_parts += [m.content for m in prefix if m.role == "system" and m.content]
+    head = [Message(role="system", content="\n\n".join(system_parts))] if system_parts else []
+    return head, [m for m in prefix if m.role != "system"]
+
+
+def assemble(
+    system_prompt: str,
+    summary: SessionSummary | None,
+    events: Sequence[SessionEvent],
+    current_user_message: CurrentMessage = None,
+    tools: Sequence[Mapping[str, Any]] = (),
+    options: AssemblyOptions | None = None,
+) -> AssembledRequest:
+    """Build the request for the next model call.
+
+    ``events`` are the session's stored events in order; events after the
+    summary boundary are enough, and events before it may be included (they
+    are cut, and used only to restore calls, the resume tail and turn anchors).
+    ``current_user_message`` is the turn being answered: a stored event (kept
+    in place, even when the boundary covers it), a new message not yet stored
+    (appended), or ``None`` for the latest user event. The result always
+    passes :func:`streams.context.validity.find_violations`.
+    """
+    opts = options or AssemblyOptions()
+    counter = opts.token_counter or get_token_counter()
+    tool_list = _tools(tools, opts.recall)
+    names = {_tool_name(t) for t in tool_list}
+    visible = [e for e in events if matches_filter_key(e.filter_key, opts.filter_key)]
+    current_index, extra, current_unit = _locate_current(visible, current_user_message)
+
+    text = summary.summary.strip() if summary is not None else ""
+    use_summary = opts.add_session_summary and bool(text)
+    boundary = summary.boundary if use_summary and summary is not None else None
+    projection = project_history(visible, boundary, current_index)
+    items = projection.items + ([extra] if extra is not None else [])
+    if not opts.add_session_summary:
+        items = select_runs(items, opts.max_history_runs)
+
+    session_load = SESSION_LOAD in names
+    items, resume_stats = compact_resume_tail(items, opts.compaction, counter, session_load=session_load)
+    items, stats = compact(
+        items, opts.compaction, counter, current_unit=current_unit, session_load=session_load
+    )
+    stats.placeholders += resume_stats.placeholders
+    stats.arguments_elided += resume_stats.arguments_elided
+    stats.tokens_saved += resume_stats.tokens_saved
+    items, pairing = repair_pairing(items)
+
+    head, prefix = _head(system_prompt, opts.prefix_messages)
+    if use_summary:
+        block = format_summary(text, opts.injection_mode, opts.summary_formatter)
+        if opts.injection_mode == "user":
+            prefix, items = place_in_user_turn(prefix, items, block)
+        else:
+            head = merge_into_system(head, block)
+    offered = RecallCapabilities(
+        search=opts.recall.search and SESSION_SEARCH in names, load=opts.recall.load and session_load
+    )
+    note = usage_note(offered)
+    if note and not any(m.role == "system" and USAGE_NOTE_MARK in (m.content or "") for m in head):
+        head = merge_into_system(head, note)
+
+    overhead = sum(counter.count_text(json.dumps(t, separators=(",", ":"))) for t in tool_list)
+    body = [item.message for item in items]
+    tailored = tailor([*head, *prefix], body, opts.token_budget, counter, overhead=overhead)
+    messages = [to_chat_message(m, include_reasoning=opts.include_reasoning) for m in tailored.messages]
+    if not messages:
+        raise ValueError("nothing to send: no system prompt, no history and no current user message")
+    assert_valid(messages)
+    report = AssemblyReport(
+        history_messages=len(body),
+        covered_events=projection.covered_events,
+        restored_events=projection.restored_events,
+        resume_events=projection.resume_events,
+        compaction=stats,
+        pairing=pairing,
+        tailored_messages=tailored.dropped,
+        prompt_tokens=tailored.tokens,
+        over_budget=tailored.over_budget,
+        summary_injected=use_summary,
+    )
+    return AssembledRequest(messages, tool_list, report)

@@ -1,0 +1,383 @@
+"""Tool-result compaction: shrink tool outputs inside messages, never drop messages.
+
+Three passes over the projected history, all off unless ``enabled``:
+
+- Pass 0 replaces results of ``force_clean_tool_names`` tools outside the
+  protected units with a short policy placeholder (no recovery hints);
+- Pass 1 replaces historical results above ``tool_result_max_tokens`` with a
+  placeholder that says the call succeeded and how to recover the output;
+- Pass 2 cuts the middle out of any result above
+  ``oversized_tool_result_max_tokens`` (0 = off), current request included.
+
+Ids, names and the call/result pairing are never touched, and a replacement is
+used only when it is smaller than what it replaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from schemas import Message, ToolCall
+from streams.context.items import HistoryItem
+from streams.rules.tokens import TokenCounter
+
+SESSION_LOAD = "session_load"
+PLACEHOLDER_MARK = "[distill:"
+"""Every placeholder starts with this, so no pass rewrites another's output."""
+
+ARGUMENTS_PLACEHOLDER = '{"_distill_context_note":"arguments omitted; the call completed before the summary"}'
+
+_ELIDED_HISTORICAL = (
+    "[distill: tool output elided] This tool call already ran and succeeded; its output was read "
+    "earlier in the conversation and has been dropped from the context to save space. Use the "
+    "conversation summary or the recovery details below before anything else. Do not repeat tools "
+    "that change state; run a read-only tool again only if its exact output is truly needed."
+)
+_ELIDED_CURRENT = (
+    "[distill: tool output elided] This call is part of the current task and already succeeded; its "
+    "output is covered by the summary and was removed from the raw history. Use the summary or the "
+    "recovery details below first, and do not repeat tools that change state."
+)
+_POLICY = (
+    "[distill: tool output removed by policy] This tool call completed; "
+    "its output is not kept in the context."
+)
+_LOAD_HINT = (
+    "To read the original output, call session_load with this event_id; for a large output pass "
+    "content_offset and content_limit to read it in slices."
+)
+_NO_LOAD_HINT = (
+    "The original output cannot be fetched with the tools available here. Rely on the summary, and "
+    "re-run a tool only if it is read-only."
+)
+
+
+def _non_negative(value: int) -> int:
+    return max(0, value)
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    """Compaction settings (the guide's defaults). Negative numbers are read as 0.
+
+    ``skip_recent`` protects the units owning the last N history items, in
+    addition to the ``keep_recent_requests`` newest completed units.
+    ``keep_tool_names`` wins over ``force_clean_tool_names``.
+    """
+
+    enabled: bool = False
+    keep_recent_requests: int = 1
+    tool_result_max_tokens: int = 1024
+    oversized_tool_result_max_tokens: int = 0
+    force_clean_tool_names: frozenset[str] = field(default_factory=frozenset)
+    keep_tool_names: frozenset[str] = field(default_factory=frozenset)
+    skip_recent: int = 0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "keep_recent_requests",
+            "tool_result_max_tokens",
+            "oversized_tool_result_max_tokens",
+            "skip_recent",
+        ):
+            object.__setattr__(self, name, _non_negative(getattr(self, name)))
+        object.__setattr__(self, "force_clean_tool_names", frozenset(self.force_clean_tool_names))
+        object.__setattr__(self, "keep_tool_names", frozenset(self.keep_tool_names))
+
+
+RECOMMENDED_OVERSIZED_MAX_TOKENS = 8192
+
+
+@dataclass(slots=True)
+class CompactionStats:
+    """What compaction changed; ``tokens_saved`` is estimated with the configured counter."""
+
+    policy_cleaned: int = 0
+    placeholders: int = 0
+    truncated: int = 0
+    arguments_elided: int = 0
+    tokens_saved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryHint:
+    """How the model can get an elided output back."""
+
+    event_id: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    reason: str
+
+    @property
+    def has_ids(self) -> bool:
+        return bool(self.event_id or self.tool_call_id)
+
+
+def historical_placeholder(hint: RecoveryHint, *, session_load: bool, current: bool = False) -> str:
+    """The Pass 1 (or resume-tail, ``current=True``) replacement text.
+
+    The recovery lines appear when the event or call id is known; the
+    session_load hint only when that tool is offered and the event id is known.
+    """
+    text = _ELIDED_CURRENT if current else _ELIDED_HISTORICAL
+    if not hint.has_ids:
+        return text
+    lines = [text]
+    if hint.event_id:
+        lines.append(f"event_id: {hint.event_id}")
+    if hint.tool_call_id:
+        lines.append(f"tool_call_id: {hint.tool_call_id}")
+    if hint.tool_name:
+        lines.append(f"tool_name: {hint.tool_name}")
+    lines.append(f"reason: {hint.reason}")
+    lines.append(_LOAD_HINT if session_load and hint.event_id else _NO_LOAD_HINT)
+    return "\n".join(lines)
+
+
+def policy_placeholder() -> str:
+    """The Pass 0 replacement text (deliberately without recovery hints)."""
+    return _POLICY
+
+
+def _marker(removed: int, hint: RecoveryHint | None, session_load: bool) -> str:
+    if hint is None or not hint.has_ids:
+        return f"\n\n[distill: {removed} characters truncated from the middle]\n\n"
+    tail = "session_load can return the full text" if session_load else "re-run only read-only tools"
+    return (
+        f"\n\n[distill: {removed} characters truncated from the middle of this tool result; "
+        f"event_id={hint.event_id or ''}; tool_call_id={hint.tool_call_id or ''}; "
+        f"tool_name={hint.tool_name or ''}; {tail}]\n\n"
+    )
+
+
+def _compact_marker(hint: RecoveryHint, session_load: bool) -> str:
+    last = SESSION_LOAD if session_load else "compacted"
+    return (
+        f"\n\n[distill: event_id={hint.event_id or ''}; tool_call_id={hint.tool_call_id or ''}; {last}]\n\n"
+    )
+
+
+def truncate_middle(
+    text: str, budget: int, hint: RecoveryHint | None = None, *, session_load: bool = False
+) -> str:
+    """Keep the head and tail of ``text`` within ``budget`` characters, with a marker in between.
+
+    The marker says how many characters were cut (and, with a hint, where the
+    full text lives). When the budget cannot hold the marker plus two
+    characters, a shorter marker is tried (with ids), then the marker alone
+    (with ids) or just the first ``budget`` characters (without).
+    """
+    if budget >= len(text):
+        return text
+    budget = max(0, budget)
+    marker = _marker(len(text) - budget, hint, session_load)
+    avail = budget - len(marker)
+    if avail < 2 and hint is not None and hint.has_ids:
+        marker = _compact_marker(hint, session_load)
+        avail = budget - len(marker)
+        if avail < 2:
+            return marker
+    if avail < 2:
+        return text[:budget]
+    half = avail // 2
+    return text[:half] + marker + text[len(text) - half :]
+
+
+def _tool_names(items: Sequence[HistoryItem]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for item in items:
+        for call in item.message.tool_calls:
+            names[call.id] = call.function.name
+    return names
+
+
+def _result_name(item: HistoryItem, names: dict[str, str]) -> str | None:
+    return item.message.name or names.get(item.message.tool_call_id or "")
+
+
+def _is_placeholder(content: str | None) -> bool:
+    return content is not None and content.startswith(PLACEHOLDER_MARK)
+
+
+def protected_units(
+    items: Sequence[HistoryItem], config: CompactionConfig, current_unit: str | None
+) -> set[str]:
+    """The current unit, the units of the last ``skip_recent`` items, the newest completed units."""
+    protected: set[str] = set()
+    if current_unit:
+        protected.add(current_unit)
+    if config.skip_recent:
+        protected.update(k for item in items[-config.skip_recent :] if (k := item.unit_key))
+    completed: set[str] = set()
+    for item in items:
+        msg = item.message
+        key = item.unit_key
+        if key and msg.role == "assistant" and msg.content and not msg.tool_calls:
+            completed.add(key)
+    kept = 0
+    seen: set[str] = set()
+    for item in reversed(items):
+        if kept >= config.keep_recent_requests:
+            break
+        key = item.unit_key
+        if key is None or key in seen or key == current_unit:
+            continue
+        seen.add(key)
+        if key in completed:
+            protected.add(key)
+            kept += 1
+    return protected
+
+
+class _Sizer:
+    """Token counts of tool contents, as the counter sees a tool message."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+
+    def tool(self, message: Message, content: str) -> int:
+        return self.counter.count_message(message.model_copy(update={"content": content}))
+
+
+def compact(
+    items: Sequence[HistoryItem],
+    config: CompactionConfig,
+    counter: TokenCounter,
+    *,
+    current_unit: str | None,
+    session_load: bool = False,
+) -> tuple[list[HistoryItem], CompactionStats]:
+    """Run Passes 0, 1 and 2 over ``items`` and return the rewritten list.
+
+    ``current_unit`` is the unit key of the request being answered; without
+    it Pass 1 has no notion of "historical" and is skipped. ``session_load``
+    says whether that tool is offered, which decides the recovery hint.
+    """
+    stats = CompactionStats()
+    out = list(items)
+    if not config.enabled:
+        return out, stats
+    names = _tool_names(items)
+    protected = protected_units(items, config, current_unit)
+    sizer = _Sizer(counter)
+    keep = config.keep_tool_names
+    force = config.force_clean_tool_names - keep
+    p1_max = config.tool_result_max_tokens if current_unit else 0
+    p2_max = config.oversized_tool_result_max_tokens
+    for i, item in enumerate(out):
+        msg = item.message
+        if msg.role != "tool" or not msg.tool_call_id:
+            continue
+        name = _result_name(item, names)
+        if name is not None and name in keep:
+            continue
+        content = msg.content or ""
+        unit = item.unit_key
+        historical = unit not in protected if unit else False
+        original = counter.count_message(msg)
+        if force and name in force and (unit is None or unit not in protected):
+            new = policy_placeholder()
+            stats.policy_cleaned += 1
+            stats.tokens_saved += original - sizer.tool(msg, new)
+            out[i] = item.with_message(msg.model_copy(update={"content": new}))
+            continue
+        if _is_placeholder(content):
+            continue
+        if p1_max and historical and original > p1_max:
+            hint = RecoveryHint(item.event_id, msg.tool_call_id, name, "historical_compaction")
+            new = historical_placeholder(hint, session_load=session_load)
+            new_tokens = sizer.tool(msg, new)
+            if new_tokens < original:
+                stats.placeholders += 1
+                stats.tokens_saved += original - new_tokens
+                out[i] = item.with_message(msg.model_copy(update={"content": new}))
+                continue
+        if p2_max and name != SESSION_LOAD and original > p2_max:
+            hint = RecoveryHint(item.event_id, msg.tool_call_id, name, "oversized")
+            load = session_load and bool(item.event_id)
+            new = _fit_truncation(content, p2_max, partial(sizer.tool, msg), hint, load)
+            new_tokens = sizer.tool(msg, new)
+            if new_tokens < original and len(new) < len(content):
+                stats.truncated += 1
+                stats.tokens_saved += original - new_tokens
+                out[i] = item.with_message(msg.model_copy(update={"content": new}))
+    return out, stats
+
+
+def _fit_truncation(
+    text: str, max_tokens: int, size: Callable[[str], int], hint: RecoveryHint, session_load: bool
+) -> str:
+    """The longest head+tail truncation of ``text`` whose token count is at most ``max_tokens``."""
+    lo, hi = 0, len(text) - 1
+    best = truncate_middle(text, 0, hint, session_load=session_load)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        candidate = truncate_middle(text, mid, hint, session_load=session_load)
+        if size(candidate) <= max_tokens:
+            best, lo = candidate, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def compact_resume_tail(
+    items: Sequence[HistoryItem],
+    config: CompactionConfig,
+    counter: TokenCounter,
+    *,
+    session_load: bool = False,
+) -> tuple[list[HistoryItem], CompactionStats]:
+    """Shrink oversized payloads of the resume tail (items with origin ``resume``).
+
+    Each call's arguments and each result (unless its tool is in
+    ``keep_tool_names``) is compared on its own with ``tool_result_max_tokens``;
+    only the ones above it are replaced. Off when compaction is off.
+    """
+    stats = CompactionStats()
+    out = list(items)
+    limit = config.tool_result_max_tokens
+    if not config.enabled or not limit:
+        return out, stats
+    names = _tool_names(items)
+    for i, item in enumerate(out):
+        if item.origin != "resume":
+            continue
+        msg = item.message
+        if msg.role == "assistant" and msg.tool_calls:
+            calls, changed = _elide_arguments(msg.tool_calls, limit, counter)
+            if changed:
+                stats.arguments_elided += changed
+                out[i] = item.with_message(msg.model_copy(update={"tool_calls": calls}))
+        elif msg.role == "tool":
+            name = _result_name(item, names)
+            if name in config.keep_tool_names or _is_placeholder(msg.content):
+                continue
+            original = counter.count_message(msg)
+            if original <= limit:
+                continue
+            hint = RecoveryHint(item.event_id, msg.tool_call_id, name, "current_invocation_summary")
+            new = historical_placeholder(hint, session_load=session_load, current=True)
+            new_msg = msg.model_copy(update={"content": new})
+            new_tokens = counter.count_message(new_msg)
+            if new_tokens < original:
+                stats.placeholders += 1
+                stats.tokens_saved += original - new_tokens
+                out[i] = item.with_message(new_msg)
+    return out, stats
+
+
+def _elide_arguments(
+    calls: Iterable[ToolCall], limit: int, counter: TokenCounter
+) -> tuple[tuple[ToolCall, ...], int]:
+    changed = 0
+    result: list[ToolCall] = []
+    for call in calls:
+        size = counter.count_message(Message(role="user", content=call.function.arguments))
+        if size > limit:
+            function = call.function.model_copy(update={"arguments": ARGUMENTS_PLACEHOLDER})
+            call = call.model_copy(update={"function": function})
+            changed += 1
+        result.append(call)
+    return tuple(result), changed

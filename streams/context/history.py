@@ -1,0 +1,176 @@
+"""From stored events to the history the model sees: visibility, cutoff, restorations, runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas import Message, SessionEvent, SummaryBoundary
+from streams.context.boundary import covered_mask
+from streams.context.items import HistoryItem, Origin
+from streams.context.resume import ResumeRound, latest_complete_round
+
+
+def event_message(event: SessionEvent) -> Message | None:
+    """The message an event contributes to a prompt, or ``None`` when it contributes none.
+
+    Streaming chunks (``partial``) and system events never reach the prompt
+    (the request has exactly one system message, built by the assembly). An
+    error event with no text gets ``type: <t>, message: <m>`` as its content.
+    Assistant turns with neither text nor calls, user turns without text and
+    tool results without a ``tool_call_id`` are dropped: the API rejects them.
+    """
+    if event.partial:
+        return None
+    msg = event.message
+    if msg.role == "system":
+        return None
+    if not msg.content and event.error is not None:
+        msg = msg.model_copy(update={"content": f"type: {event.error.type}, message: {event.error.message}"})
+    if msg.role == "tool":
+        if not msg.tool_call_id:
+            return None
+        return msg if msg.content is not None else msg.model_copy(update={"content": ""})
+    if msg.role == "assistant" and (msg.content or msg.tool_calls):
+        return msg
+    if msg.role == "user" and msg.content:
+        return msg
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """The projected history and what the cutoff did to it."""
+
+    items: list[HistoryItem]
+    covered_events: int = 0
+    restored_events: int = 0
+    resume_events: int = 0
+
+
+def _item(event: SessionEvent, message: Message, origin: Origin) -> HistoryItem:
+    return HistoryItem(message, event.event_id, event.request_id, event.invocation_id, origin)
+
+
+def project_history(
+    events: Sequence[SessionEvent],
+    boundary: SummaryBoundary | None,
+    current_index: int | None = None,
+) -> Projection:
+    """Apply the summary cutoff to ``events`` (already filtered to the agent's key).
+
+    Kept: events after the boundary and the current user message (always).
+    Brought back from the covered part, at their original positions:
+
+    - a tool-call event whose result is retained, reduced to the needed calls;
+    - the resume tail of the current invocation (see :mod:`.resume`);
+    - a covered user message of a turn whose retained part starts with an
+      assistant or tool message, so the turn keeps its question.
+    """
+    messages = [event_message(e) for e in events]
+    covered = covered_mask(events, boundary)
+    chosen: dict[int, HistoryItem] = {}
+    for i, (event, msg) in enumerate(zip(events, messages, strict=True)):
+        if msg is None:
+            continue
+        if i == current_index:
+            chosen[i] = _item(event, msg, "current")
+        elif not covered[i]:
+            chosen[i] = _item(event, msg, "history")
+    n_covered = sum(1 for i, c in enumerate(covered) if c and messages[i] is not None and i != current_index)
+    if not n_covered:
+        return Projection([chosen[i] for i in sorted(chosen)])
+
+    needed_calls = _calls_for_retained_results(messages, covered, chosen)
+    resume = latest_complete_round(events, messages, covered, current_index)
+    resume_indices: set[int] = set()
+    if resume is not None:
+        needed_calls.setdefault(resume.call_index, set()).update(resume.call_ids)
+        resume_indices = {resume.call_index, *resume.result_indices}
+    restored = 0
+    for j, ids in needed_calls.items():
+        msg = messages[j]
+        assert msg is not None
+        calls = tuple(call for call in msg.tool_calls if call.id in ids)
+        reduced = msg.model_copy(update={"tool_calls": calls, "content": None, "reasoning_content": None})
+        chosen[j] = _item(events[j], reduced, "resume" if j in resume_indices else "restored")
+        restored += j not in resume_indices
+    for r in _result_indices(resume):
+        msg = messages[r]
+        assert msg is not None
+        chosen[r] = _item(events[r], msg, "resume")
+    restored += _restore_user_anchors(events, messages, covered, chosen)
+    return Projection(
+        [chosen[i] for i in sorted(chosen)],
+        covered_events=n_covered,
+        restored_events=restored,
+        resume_events=len(resume_indices),
+    )
+
+
+def _result_indices(resume: ResumeRound | None) -> tuple[int, ...]:
+    return () if resume is None else resume.result_indices
+
+
+def _calls_for_retained_results(
+    messages: Sequence[Message | None], covered: Sequence[bool], chosen: dict[int, HistoryItem]
+) -> dict[int, set[str]]:
+    """Covered call events (index → call ids) that retained tool results answer."""
+    latest_covered_call: dict[str, int] = {}
+    retained_calls: set[str] = set()
+    needed: dict[int, set[str]] = {}
+    for i, msg in enumerate(messages):
+        if msg is None:
+            continue
+        if msg.role == "assistant" and msg.tool_calls:
+            for call in msg.tool_calls:
+                if i in chosen:
+                    retained_calls.add(call.id)
+                    latest_covered_call.pop(call.id, None)
+                elif covered[i]:
+                    latest_covered_call[call.id] = i
+        elif msg.role == "tool" and i in chosen and msg.tool_call_id not in retained_calls:
+            j = latest_covered_call.get(msg.tool_call_id or "")
+            if j is not None:
+                needed.setdefault(j, set()).add(msg.tool_call_id or "")
+    return needed
+
+
+def _restore_user_anchors(
+    events: Sequence[SessionEvent],
+    messages: Sequence[Message | None],
+    covered: Sequence[bool],
+    chosen: dict[int, HistoryItem],
+) -> int:
+    seen_turns: set[tuple[str, str]] = set()
+    restored = 0
+    for i in sorted(chosen):
+        event = events[i]
+        turn = (event.request_id, event.invocation_id)
+        if turn == ("", "") or turn in seen_turns:
+            continue
+        seen_turns.add(turn)
+        if chosen[i].message.role == "user":
+            continue
+        for j in range(i - 1, -1, -1):
+            msg = messages[j]
+            if (
+                covered[j]
+                and msg is not None
+                and msg.role == "user"
+                and (events[j].request_id, events[j].invocation_id) == turn
+            ):
+                chosen[j] = _item(events[j], msg, "restored")
+                restored += 1
+                break
+    return restored
+
+
+def select_runs(items: Sequence[HistoryItem], max_runs: int) -> list[HistoryItem]:
+    """The last ``max_runs`` runs (a run starts at a user message); 0 keeps everything."""
+    if max_runs <= 0:
+        return list(items)
+    starts = [i for i, item in enumerate(items) if item.message.role == "user"]
+    if len(starts) <= max_runs:
+        return list(items)
+    return list(items[starts[-max_runs] :])

@@ -1,0 +1,77 @@
+"""Token tailoring, the last guard: fit a budget by dropping whole rounds, oldest first.
+
+A round starts at a user message and runs to the next one, so a tool call and
+its results (which the pairing repair placed right after the call) always
+leave together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas import Message
+from streams.rules.tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class TailoringResult:
+    """The kept messages (head first), how many were dropped, and the final count."""
+
+    messages: list[Message]
+    dropped: int
+    tokens: int
+    over_budget: bool
+
+
+def round_starts(body: Sequence[Message]) -> list[int]:
+    """Indices where a round begins: 0 and every user message after it."""
+    return [0, *(i for i, m in enumerate(body) if m.role == "user" and i > 0)] if body else []
+
+
+def _unit_starts(body: Sequence[Message], start: int) -> list[int]:
+    return [i for i in range(start, len(body)) if body[i].role != "tool"]
+
+
+def tailor(
+    head: Sequence[Message],
+    body: Sequence[Message],
+    budget: int | None,
+    counter: TokenCounter,
+    *,
+    overhead: int = 0,
+) -> TailoringResult:
+    """Keep ``head`` (the system message and fixed prefix) and as much of ``body`` as fits.
+
+    ``overhead`` is counted against the budget but not sent as a message (the
+    tool declarations). Oldest rounds go first; the latest round always stays.
+    If that is still too much, its oldest steps (an assistant message with its
+    tool results) go, keeping the round's opening user message and its last
+    step. What remains may still exceed the budget: ``over_budget`` says so.
+    """
+    head_tokens = overhead + sum(counter.count_message(m) for m in head)
+    costs = [counter.count_message(m) for m in body]
+    total = head_tokens + sum(costs)
+    if budget is None or total <= budget:
+        return TailoringResult([*head, *body], 0, total, False)
+    starts = round_starts(body)
+    first = 0
+    for r in range(1, len(starts)):
+        if total <= budget:
+            break
+        total -= sum(costs[starts[r - 1] : starts[r]])
+        first = starts[r]
+    kept = list(range(first, len(body)))
+    if total > budget and kept:
+        anchor = first if body[first].role == "user" else None
+        units = _unit_starts(body, first + (anchor is not None))
+        drop: set[int] = set()
+        for u in range(len(units) - 1):
+            if total <= budget:
+                break
+            end = units[u + 1]
+            drop.update(range(units[u], end))
+            total -= sum(costs[units[u] : end])
+        kept = [i for i in kept if i not in drop]
+    messages = [*head, *(body[i] for i in kept)]
+    return TailoringResult(messages, len(body) - len(kept), total, total > budget)
