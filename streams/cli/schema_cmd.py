@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 from pydantic import BaseModel, TypeAdapter
@@ -10,7 +11,7 @@ from pydantic import BaseModel, TypeAdapter
 from schemas import DeadLetter, EventRecord, SessionSummary, SummaryJob
 from schemas.summaries import SummaryFailure
 
-_RECORDS: dict[str, object] = {
+_RECORDS: dict[str, Any] = {
     "event-record": EventRecord,
     "session-summary": SessionSummary,
     "summary-failure": SummaryFailure,

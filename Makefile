@@ -1,0 +1,47 @@
+# distill — the commands a newcomer runs. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+OWNER := .distill/services-owned.json
+
+.PHONY: venv test unit lint typecheck demo services-up services-down clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+# Installs everything, starts (or reuses) Kafka and Cassandra, runs `distill init` and the whole
+# suite (unit + integration against the real services), and stops what it started.
+test: venv
+	@mkdir -p .distill
+	$(BIN)/distill services up --owner-file $(OWNER)
+	@set -e; rc=0; \
+	  $(BIN)/distill init || rc=$$?; \
+	  if [ $$rc -eq 0 ]; then $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; fi; \
+	  $(BIN)/distill services down --owner-file $(OWNER); \
+	  exit $$rc
+
+unit: venv
+	$(BIN)/pytest -q -m "not integration" $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check schemas projections streams tests benchmarks
+	$(BIN)/mypy
+
+demo: venv
+	$(BIN)/distill demo
+
+services-up: venv
+	$(BIN)/distill services up
+
+services-down: venv
+	$(BIN)/distill services down
+
+clean:
+	rm -rf $(VENV) .distill .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,80 @@
+"""Versioned CQL migrations: ``projections/cql/NNN_name.cql``, applied in order, once.
+
+Each file holds statements separated by ``;`` lines. The applied versions are
+recorded in ``<keyspace>.schema_migrations``; every statement must be
+idempotent (``IF NOT EXISTS``) so a migration interrupted half-way can be
+re-run safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from cassandra.cluster import Session
+
+from schemas.settings import CassandraSettings
+
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.cql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One CQL file: its version, name, statements and checksum."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    checksum: str
+
+
+def load_migrations(keyspace: str) -> list[Migration]:
+    """Every migration shipped with the package, in version order, for ``keyspace``."""
+    out = []
+    for entry in importlib.resources.files("projections").joinpath("cql").iterdir():
+        match = _NAME.match(entry.name)
+        if match is None:
+            continue
+        text = entry.read_text(encoding="utf-8").replace("{keyspace}", keyspace)
+        statements = tuple(s.strip() for s in _split(text) if s.strip())
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        out.append(Migration(int(match.group(1)), match.group(2), statements, digest))
+    return sorted(out, key=lambda m: m.version)
+
+
+def _split(text: str) -> list[str]:
+    lines = [ln for ln in text.splitlines() if not ln.strip().startswith("--")]
+    return "\n".join(lines).split(";")
+
+
+def _replication_cql(replication: dict[str, object]) -> str:
+    items = ", ".join(f"'{k}': {v!r}" if isinstance(v, str) else f"'{k}': {v}" for k, v in replication.items())
+    return "{" + items.replace('"', "'") + "}"
+
+
+def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migration]:
+    """Create the keyspace and apply every migration not yet recorded. Returns those applied."""
+    ks = settings.keyspace
+    session.execute(
+        f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {_replication_cql(settings.replication)}"
+    )
+    session.execute(
+        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
+        "version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
+    )
+    done = {row.version for row in session.execute(f"SELECT version FROM {ks}.schema_migrations")}
+    applied = []
+    for migration in load_migrations(ks):
+        if migration.version in done:
+            continue
+        for statement in migration.statements:
+            session.execute(statement, timeout=60)
+        session.execute(
+            f"INSERT INTO {ks}.schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
+            (migration.version, migration.name, migration.checksum, datetime.now(UTC)),
+        )
+        applied.append(migration)
+    return applied

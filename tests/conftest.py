@@ -1,0 +1,64 @@
+"""Shared fixtures. Integration fixtures start the real services when they are not running.
+
+Where the services come from (``DISTILL_TEST_SERVICES``):
+- ``auto`` (default): reuse running local services, else testcontainers when a
+  Docker engine answers, else start the local JVM services;
+- ``local``: always the local JVM services (``distill services``);
+- ``docker``: testcontainers (needs a Docker engine);
+- ``external``: use the endpoints in the ``DISTILL_*`` settings as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from schemas.settings import Settings, load_settings
+
+
+def _docker_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def service_settings() -> Iterator[Settings]:
+    """Settings pointing at a running Kafka and Cassandra, started here if needed."""
+    mode = os.environ.get("DISTILL_TEST_SERVICES", "auto")
+    settings = load_settings()
+    if mode == "external":
+        yield settings
+        return
+    from streams.services.manager import LocalServices
+
+    local = LocalServices(settings)
+    running = local.kafka.pid() is not None and local.cassandra.pid() is not None
+    if mode == "docker" or (mode == "auto" and not running and _docker_answers()):
+        from tests.support.containers import docker_services
+
+        with docker_services(settings) as docker_settings:
+            yield docker_settings
+        return
+    started = local.up(lambda line: None)
+    try:
+        yield settings
+    finally:
+        local.down(lambda line: None, only={name for name, now in started.items() if now})
+
+
+@pytest.fixture()
+def isolated_settings(service_settings: Settings) -> Settings:
+    """Service settings with a fresh keyspace and fresh topic names, for one test."""
+    suffix = uuid.uuid4().hex[:8]
+    data = service_settings.model_dump()
+    data["cassandra"]["keyspace"] = f"t_{suffix}"
+    for name in ("events", "jobs", "summaries", "dead_letters"):
+        data["topics"][name] = f"t-{suffix}.{name}"
+    data["topics"]["partitions"] = 2
+    return Settings(**data)
