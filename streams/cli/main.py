@@ -15,10 +15,16 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from streams.cli import init_cmd, schema_cmd, services_cmd
+    """Add the ``command`` of every ``streams/cli/*_cmd.py`` module (one module per command)."""
+    import importlib
+    import pkgutil
 
-    for module in (services_cmd, init_cmd, schema_cmd):
-        cli.add_command(module.command)
+    import streams.cli
+
+    for info in sorted(pkgutil.iter_modules(streams.cli.__path__), key=lambda i: i.name):
+        if info.name.endswith("_cmd"):
+            module = importlib.import_module(f"streams.cli.{info.name}")
+            cli.add_command(module.command)
 
 
 _register()
