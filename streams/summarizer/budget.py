@@ -1,0 +1,107 @@
+"""Input budgets, previous-summary truncation and safe prefixes of a delta.
+
+The conversation after the boundary is never cut: when it does not fit,
+only a complete prefix of it is summarized and the rest waits for the next
+pass. Only the previous summary may be shortened (head and tail kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from schemas import SessionEvent
+from streams.rules.context_windows import lookup_context_window
+from streams.summarizer.conversation import ConversationFormatter, is_tool_result
+
+DEFAULT_CONTEXT_WINDOW = 8192
+BUDGET_RATIO = 0.7
+TRUNCATION_MARKER = "\n[... part of the previous summary left out to fit the summary request ...]\n"
+
+
+def resolve_context_window(configured: int | None, model: str | None, backend: int | None = None) -> int:
+    """Settings first, then what the backend knows, then the registry, else 8192."""
+    for window in (configured, backend, lookup_context_window(model)):
+        if window is not None and window > 0:
+            return window
+    return DEFAULT_CONTEXT_WINDOW
+
+
+def input_budget(context_window: int, provider_budget: int | None = None) -> int:
+    """``min(provider budget, 70 % of the window)``, at least 1 token."""
+    budget = int(context_window * BUDGET_RATIO)
+    if provider_budget is not None and 0 < provider_budget < budget:
+        budget = provider_budget
+    return max(budget, 1)
+
+
+def halve(budget: int) -> int:
+    """The budget of the one retry after a context-length error or an empty answer."""
+    return max(int(budget * 0.5), 1)
+
+
+def truncate_middle(text: str, keep: int) -> str:
+    """Keep ``keep`` characters: ``ceil(keep/2)`` from the head, the rest from the tail."""
+    if keep >= len(text):
+        return text
+    if keep <= 0:
+        return ""
+    head = (keep + 1) // 2
+    tail = keep - head
+    return text[:head] + TRUNCATION_MARKER + (text[len(text) - tail :] if tail else "")
+
+
+def largest_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest ``n`` in ``[lo, hi]`` with ``fits(n)``, assuming ``fits`` is monotone."""
+    if hi < lo or not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def safe_prefix_ends(events: Sequence[SessionEvent], formatter: ConversationFormatter) -> list[int]:
+    """Prefix lengths ``k < len(events)`` a pass may stop at, smallest first.
+
+    A prefix may end after event ``i`` when every tool call so far has its
+    result, no call so far lacked an id or reused one, event ``i`` is a
+    complete non-user, non-system event without tool calls, the next event is
+    not a further piece of the same response (``response_id`` in the event's
+    extra fields), and the prefix adds text since the previous end.
+    """
+    ends: list[int] = []
+    open_calls: set[str] = set()
+    seen_ids: set[str] = set()
+    poisoned = False
+    text_since_end = False
+    for i, event in enumerate(events[:-1]):
+        message = event.message
+        for call in message.tool_calls:
+            if not call.id or call.id in seen_ids:
+                poisoned = True
+            seen_ids.add(call.id)
+            open_calls.add(call.id)
+        if is_tool_result(message) and message.tool_call_id:
+            open_calls.discard(message.tool_call_id)
+        if formatter.event_text(event):
+            text_since_end = True
+        if poisoned:
+            break
+        if open_calls or not text_since_end or event.partial:
+            continue
+        if message.role in ("user", "system") or event.author in ("user", "system") or message.tool_calls:
+            continue
+        if _same_response(event, events[i + 1]):
+            continue
+        ends.append(i + 1)
+        text_since_end = False
+    return ends
+
+
+def _same_response(a: SessionEvent, b: SessionEvent) -> bool:
+    ra = (a.model_extra or {}).get("response_id")
+    rb = (b.model_extra or {}).get("response_id")
+    return bool(ra) and ra == rb

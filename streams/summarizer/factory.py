@@ -1,0 +1,66 @@
+"""Building the configured summarizer from settings.
+
+With an API key or a base URL configured (``DISTILL_LLM__API_KEY`` /
+``DISTILL_LLM__BASE_URL``) the OpenAI-compatible endpoint answers;
+otherwise the embedded extractive summarizer does, with no network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.settings import LLMSettings, Settings, SummarySettings
+from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
+from streams.summarizer.extractive import ExtractiveModel
+from streams.summarizer.hooks import SummaryHooks
+from streams.summarizer.model import SummaryModel
+from streams.summarizer.selection import combine_skips, keep_recent_rounds, skip_last
+from streams.summarizer.summarizer import Summarizer
+
+
+def build_model(llm: LLMSettings) -> SummaryModel:
+    """The OpenAI adapter when an endpoint is configured, else the extractive model."""
+    if llm.configured:
+        # Imported here so that only a configured endpoint pulls in the openai SDK.
+        from streams.summarizer.openai_adapter import OpenAIChatModel
+
+        return OpenAIChatModel(llm)
+    return ExtractiveModel()
+
+
+def summary_settings_for(settings: Settings, app_name: str | None) -> SummarySettings:
+    """``settings.summary`` with the ``[summary.apps.<app_name>]`` overrides applied."""
+    overrides: dict[str, Any] = settings.summary.apps.get(app_name or "", {}) if app_name else {}
+    if not overrides:
+        return settings.summary
+    merged = {**settings.summary.model_dump(), **overrides}
+    return SummarySettings.model_validate(merged)
+
+
+def build_summarizer(
+    settings: Settings,
+    *,
+    app_name: str | None = None,
+    model: SummaryModel | None = None,
+    hooks: SummaryHooks | None = None,
+    formatter: ConversationFormatter = DEFAULT_FORMATTER,
+) -> Summarizer:
+    """The summarizer the worker runs for ``app_name`` (prompts validated here)."""
+    summary = summary_settings_for(settings, app_name)
+    skip = combine_skips(
+        skip_last(summary.skip_recent_events) if summary.skip_recent_events else None,
+        keep_recent_rounds(summary.keep_recent_rounds) if summary.keep_recent_rounds else None,
+    )
+    chosen = model or build_model(settings.llm)
+    return Summarizer(
+        chosen,
+        prompt=summary.prompt,
+        system_prompt=summary.system_prompt,
+        max_summary_words=summary.max_summary_words,
+        max_summary_length=summary.max_summary_length,
+        formatter=formatter,
+        skip_recent=skip,
+        hooks=hooks,
+        context_window=settings.llm.context_window if settings.llm.configured else None,
+        name=app_name or "default",
+    )

@@ -1,0 +1,123 @@
+"""Cache-safe forking: summarize with a clone of the caller's own model request.
+
+The clone keeps the caller's prefix byte for byte (messages, tools,
+generation settings) so a provider's prompt cache can serve it; only the
+summary instruction is appended. Fitting edits the clone, never the caller's
+request, and never drops a conversation turn.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from streams.errors import PermanentError
+from streams.rules.tokens import TokenCounter
+from streams.summarizer.request import ChatRequest, as_message, count_request
+
+_DROPPED_PARAMS = ("stream", "stream_options", "response_format", "model", "n")
+TOOL_ARGS_OMITTED = json.dumps({"_distill_note": "tool arguments left out to fit the summary request"})
+
+
+def tool_result_omitted(name: str, call_id: str) -> str:
+    """The text that stands in for a tool result left out of a fork."""
+    return (
+        f"[Tool result left out to fit the summary request; tool_name={json.dumps(name)}, "
+        f"tool_call_id={json.dumps(call_id)}. The call had completed.]"
+    )
+
+
+def fork_request(parent: Mapping[str, Any], fork_prompt: str) -> ChatRequest:
+    """Clone ``parent`` (a chat-completions request body) and append ``fork_prompt``.
+
+    Streaming and structured output are turned off; tools are kept because
+    they are part of the cached prefix. A parent with no conversation
+    content is refused.
+    """
+    body = copy.deepcopy(dict(parent))
+    messages = body.pop("messages", None)
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise PermanentError("cache-safe summary request has no messages list")
+    if not any(_has_conversation(m) for m in messages):
+        raise PermanentError("cache-safe summary request has no conversation content")
+    tools = body.pop("tools", None) or []
+    for key in _DROPPED_PARAMS:
+        body.pop(key, None)
+    body["stream"] = False
+    messages.append({"role": "user", "content": fork_prompt})
+    return ChatRequest(messages=messages, tools=list(tools), params=body)
+
+
+def _has_conversation(message: Mapping[str, Any]) -> bool:
+    if message.get("role") in ("system", "developer"):
+        return False
+    return bool(message.get("content") or message.get("tool_calls"))
+
+
+def fit_fork(request: ChatRequest, budget: int, counter: TokenCounter) -> ChatRequest | None:
+    """A copy of ``request`` within ``budget``, or ``None`` when no edit is enough.
+
+    First the tool schemas go; then the largest tool payloads (results, then
+    call arguments, by tokens saved) are replaced by explicit markers, one at
+    a time, until the request fits.
+    """
+    if count_request(request, counter) <= budget:
+        return request
+    fitted = request.clone()
+    fitted.tools = []
+    fitted.params.pop("tool_choice", None)
+    fitted.params.pop("parallel_tool_calls", None)
+    if count_request(fitted, counter) <= budget:
+        return fitted
+    for index, replacement in _payload_candidates(fitted, counter):
+        fitted.messages[index] = replacement
+        if count_request(fitted, counter) <= budget:
+            return fitted
+    return None
+
+
+def _payload_candidates(request: ChatRequest, counter: TokenCounter) -> list[tuple[int, dict[str, Any]]]:
+    names: dict[str, str] = {}
+    for message in request.messages:
+        for call in message.get("tool_calls") or []:
+            names[str(call.get("id", ""))] = str((call.get("function") or {}).get("name", ""))
+    scored: list[tuple[int, int, dict[str, Any]]] = []
+    last = len(request.messages) - 1
+    for index, message in enumerate(request.messages[:last]):
+        slim = _slimmed(message, names)
+        if slim is None:
+            continue
+        saved = counter.count_message(as_message(message)) - counter.count_message(as_message(slim))
+        if saved > 0:
+            scored.append((saved, index, slim))
+    scored.sort(key=lambda item: -item[0])
+    return [(index, slim) for _, index, slim in scored]
+
+
+def _slimmed(message: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any] | None:
+    if message.get("role") == "tool":
+        call_id = str(message.get("tool_call_id", ""))
+        slim = {k: v for k, v in message.items() if k not in ("reasoning_content",)}
+        slim["content"] = tool_result_omitted(names.get(call_id, str(message.get("name") or "tool")), call_id)
+        return slim
+    calls = message.get("tool_calls")
+    if message.get("role") == "assistant" and calls:
+        new_calls = []
+        for call in calls:
+            function = dict(call.get("function") or {})
+            if function.get("arguments"):
+                function["arguments"] = TOOL_ARGS_OMITTED
+            new_calls.append({**call, "function": function})
+        return {**message, "tool_calls": new_calls}
+    return None
+
+
+def skip_cascade_after_fork(trigger_filter_key: str, fork_used: bool) -> bool:
+    """A branch pass that forked the caller's request skips the cascaded full-session target.
+
+    The caller's request shows the branch's view, so it cannot stand in for
+    the whole session; a full-session summary needs its own trigger.
+    """
+    return fork_used and trigger_filter_key != ""

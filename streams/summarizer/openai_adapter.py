@@ -1,0 +1,124 @@
+"""The LLM adapter: the ``openai`` async client against any OpenAI-compatible endpoint.
+
+The only module of distill that imports ``openai``. Transient failures (429,
+408/409, 5xx, timeouts, dropped connections) are retried by the client itself
+with exponential backoff that honours ``Retry-After``; what is still failing
+afterwards becomes :class:`~streams.errors.RetryableError` (carrying the
+server's ``Retry-After``), a context-length refusal becomes
+:class:`~streams.summarizer.model.ContextLengthError`, anything else
+:class:`~streams.errors.PermanentError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from schemas.settings import LLMSettings
+from streams.errors import PermanentError, RetryableError
+from streams.summarizer.model import (
+    ContextLengthError,
+    ModelResponse,
+    ModelUsage,
+    looks_like_context_overflow,
+)
+from streams.summarizer.request import ChatRequest
+
+_PLACEHOLDER_KEY = "not-needed"
+
+
+@cache
+def _create_parameters() -> frozenset[str]:
+    from openai.resources.chat.completions import AsyncCompletions
+
+    return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self"}
+
+
+class OpenAIChatModel:
+    """A :class:`~streams.summarizer.model.SummaryModel` backed by chat completions."""
+
+    provider_budget: int | None = None
+
+    def __init__(self, settings: LLMSettings, *, client: AsyncOpenAI | None = None) -> None:
+        self.settings = settings
+        self.name = settings.model
+        self.context_window = settings.context_window
+        api_key = settings.api_key.get_secret_value() if settings.api_key is not None else _PLACEHOLDER_KEY
+        self.client = client or AsyncOpenAI(
+            api_key=api_key,
+            base_url=settings.base_url,
+            timeout=settings.timeout_s,
+            max_retries=settings.max_retries,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self.client.close()
+
+    def _arguments(self, request: ChatRequest) -> dict[str, Any]:
+        wire = request.to_openai()
+        wire["stream"] = False
+        if self.settings.temperature is not None:
+            wire.setdefault("temperature", self.settings.temperature)
+        if self.settings.max_output_tokens is not None:
+            wire.setdefault("max_tokens", self.settings.max_output_tokens)
+        known = _create_parameters()
+        args = {k: v for k, v in wire.items() if k in known}
+        extra = {k: v for k, v in wire.items() if k not in known}
+        if extra:
+            args["extra_body"] = extra
+        args["model"] = self.name
+        return args
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        """Send ``request``; an empty answer comes back as empty text."""
+        try:
+            completion = await self.client.chat.completions.create(**self._arguments(request))
+        except openai.APIStatusError as exc:
+            raise _translate_status(exc) from exc
+        except openai.APITimeoutError as exc:
+            raise RetryableError(f"LLM request timed out after {self.settings.timeout_s}s") from exc
+        except openai.APIConnectionError as exc:
+            raise RetryableError(f"LLM endpoint unreachable: {exc}") from exc
+        except openai.OpenAIError as exc:
+            raise PermanentError(f"LLM call failed: {type(exc).__name__}: {exc}") from exc
+        choices = completion.choices or []
+        text = (choices[0].message.content or "") if choices else ""
+        usage = completion.usage
+        details = usage.prompt_tokens_details if usage is not None else None
+        return ModelResponse(
+            text=text,
+            model=completion.model or self.name,
+            usage=ModelUsage(
+                prompt_tokens=usage.prompt_tokens if usage is not None else None,
+                cached_tokens=details.cached_tokens if details is not None else None,
+                completion_tokens=usage.completion_tokens if usage is not None else None,
+            ),
+        )
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    headers = exc.response.headers
+    for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            return max(float(value) * scale, 0.0)
+        except ValueError:
+            continue
+    return None
+
+
+def _translate_status(exc: openai.APIStatusError) -> Exception:
+    status = exc.status_code
+    detail = f"LLM endpoint answered HTTP {status}: {exc.message}"
+    if looks_like_context_overflow(exc.code, exc.type, exc.message, exc.body):
+        return ContextLengthError(detail)
+    if status in (408, 409, 429) or status >= 500:
+        return RetryableError(detail, retry_after=_retry_after(exc))
+    return PermanentError(detail)

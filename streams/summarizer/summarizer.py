@@ -1,0 +1,483 @@
+"""The summarizer: previous summary + delta events + trigger -> the next summary.
+
+One call runs as many passes as needed to cover the selected delta (each
+pass covers a complete prefix and rolls its summary into the next), up to
+``max_passes``. It stores nothing: on any failure or cancellation the caller
+keeps its boundary, and a result exists only when every step succeeded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from schemas import (
+    CallReport,
+    SessionEvent,
+    SessionKey,
+    SummaryBoundary,
+    SummaryReport,
+    SummaryStats,
+    TriggerReport,
+)
+from streams.errors import DistillError, PermanentError
+from streams.rules.tokens import TokenCounter, get_token_counter
+from streams.summarizer.budget import halve, input_budget, resolve_context_window
+from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
+from streams.summarizer.fork import fit_fork, fork_request
+from streams.summarizer.hooks import (
+    AfterModelArgs,
+    BeforeModelArgs,
+    PostSummaryContext,
+    PreSummaryContext,
+    SummaryHooks,
+    resolve,
+    run_after_model,
+    run_before_model,
+)
+from streams.summarizer.length import cap_length
+from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
+from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
+from streams.summarizer.prompts import PromptSet, build_prompts
+from streams.summarizer.report import MANUAL_TRIGGER, compression_stats, emit_report
+from streams.summarizer.request import ChatRequest, count_request
+from streams.summarizer.selection import SkipRecent, select_events
+
+
+class SummarySkipped(DistillError):
+    """There is nothing to summarize (or no summarizer applies): no summary, no retry."""
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    """A produced summary and the boundary it reaches.
+
+    ``last_event`` is the last delta event the summary covers (``None`` when
+    a forced pass only rewrote the previous summary: the boundary stays).
+    ``remaining_events`` selected events are left for a later summary when
+    ``max_passes`` ran out (``caught_up`` is then false).
+    """
+
+    text: str
+    last_event: SessionEvent | None
+    covered_events: int
+    remaining_events: int
+    held_back_events: int
+    passes: int
+    model: str
+    prompt_version: str
+    fork_used: bool
+    stats: SummaryStats
+    report: SummaryReport
+
+    @property
+    def caught_up(self) -> bool:
+        return self.remaining_events == 0
+
+    def boundary(self, version: int, previous: SummaryBoundary | None = None) -> SummaryBoundary:
+        """The new boundary at ``version`` (``previous``'s position when no event was covered)."""
+        if self.last_event is None:
+            if previous is None:
+                raise PermanentError("a summary that covers no event needs the previous boundary")
+            return previous.model_copy(update={"version": version})
+        return SummaryBoundary(
+            cutoff_at=self.last_event.timestamp, last_event_id=self.last_event.event_id, version=version
+        )
+
+
+class SummarizerLike(Protocol):
+    """What the summarize agent calls: a :class:`Summarizer` or a dynamic one."""
+
+    async def summarize(
+        self,
+        previous_summary: str,
+        events: Sequence[SessionEvent],
+        trigger: TriggerReport | None = None,
+        *,
+        session: SessionKey | None = None,
+        filter_key: str = "",
+        model_request: Mapping[str, Any] | None = None,
+        force: bool = False,
+        context: Mapping[str, Any] | None = None,
+    ) -> SummaryResult: ...
+
+    def metadata(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class _Attempt:
+    """Mutable bookkeeping of one ``summarize`` call."""
+
+    trigger: TriggerReport
+    calls: list[CallReport] = field(default_factory=list)
+    passes: int = 0
+    truncated: bool = False
+    partial: bool = False
+    fork_used: bool = False
+
+    def report(self) -> SummaryReport:
+        return SummaryReport(
+            trigger=self.trigger,
+            calls=tuple(self.calls),
+            passes=max(self.passes, 1),
+            truncated_previous_summary=self.truncated,
+            partial_prefix=self.partial,
+        )
+
+
+class Summarizer:
+    """Builds summary requests, calls its model, and rolls summaries forward.
+
+    ``context_window`` overrides the model's window (settings'
+    ``DISTILL_LLM__CONTEXT_WINDOW``); ``token_counter`` defaults to the
+    process-wide counter at call time. Prompts are validated here, so a bad
+    prompt fails at configuration with the rule it breaks.
+    """
+
+    def __init__(
+        self,
+        model: SummaryModel,
+        *,
+        prompt: str | None = None,
+        system_prompt: str | None = None,
+        fork_prompt: str | None = None,
+        max_summary_words: int | None = None,
+        max_summary_length: int | None = None,
+        formatter: ConversationFormatter = DEFAULT_FORMATTER,
+        skip_recent: SkipRecent | None = None,
+        hooks: SummaryHooks | None = None,
+        cache_safe_forking: bool = True,
+        context_window: int | None = None,
+        token_counter: TokenCounter | None = None,
+        max_passes: int = 8,
+        name: str = "default",
+    ) -> None:
+        if max_passes < 1:
+            raise ValueError("max_passes must be >= 1")
+        self.model = model
+        self.prompts: PromptSet = build_prompts(prompt, system_prompt, fork_prompt, max_summary_words)
+        self.max_summary_length = max_summary_length or None
+        self.formatter = formatter
+        self.skip_recent = skip_recent
+        self.hooks = hooks or SummaryHooks()
+        self.cache_safe_forking = cache_safe_forking
+        self.context_window = context_window
+        self.token_counter = token_counter
+        self.max_passes = max_passes
+        self.name = name
+
+    def set_prompt(self, prompt: str) -> None:
+        """Replace the user prompt (``""`` is ignored); an invalid prompt raises ``PromptError``."""
+        self.prompts = self.prompts.with_changes(prompt=prompt)
+
+    def set_system_prompt(self, system_prompt: str) -> None:
+        """Replace the system prompt (``""`` is ignored); validated like :meth:`set_prompt`."""
+        self.prompts = self.prompts.with_changes(system_prompt=system_prompt)
+
+    def set_model(self, model: SummaryModel | None) -> None:
+        """Use another model from now on (``None`` is ignored)."""
+        if model is not None:
+            self.model = model
+
+    def counter(self) -> TokenCounter:
+        return self.token_counter or get_token_counter()
+
+    def input_budget(self) -> int:
+        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``."""
+        window = resolve_context_window(self.context_window, self.model.name, self.model.context_window)
+        return input_budget(window, self.model.provider_budget)
+
+    def metadata(self) -> dict[str, Any]:
+        """The configuration, for logs and ``distill demo``."""
+        return {
+            "summarizer_name": self.name,
+            "model_name": self.model.name,
+            "model_available": True,
+            "max_summary_words": self.prompts.max_summary_words or 0,
+            "max_summary_length": self.max_summary_length or 0,
+            "skip_recent_enabled": self.skip_recent is not None,
+            "cache_safe_forking": self.cache_safe_forking,
+            "prompt_version": self.prompts.version,
+            "input_budget": self.input_budget(),
+            "token_counter": self.counter().name,
+        }
+
+    async def summarize(
+        self,
+        previous_summary: str,
+        events: Sequence[SessionEvent],
+        trigger: TriggerReport | None = None,
+        *,
+        session: SessionKey | None = None,
+        filter_key: str = "",
+        model_request: Mapping[str, Any] | None = None,
+        force: bool = False,
+        context: Mapping[str, Any] | None = None,
+    ) -> SummaryResult:
+        """Summarize ``events`` (the delta after the boundary, in order) on top of ``previous_summary``.
+
+        Raises :class:`SummarySkipped` when nothing is left to summarize,
+        :class:`~streams.errors.RetryableError` for transient model failures
+        and :class:`~streams.errors.PermanentError` otherwise. The report
+        hook sees every attempt, failed ones included.
+        """
+        attempt = _Attempt(trigger or MANUAL_TRIGGER)
+        try:
+            result = await self._summarize(
+                previous_summary,
+                events,
+                attempt,
+                session,
+                filter_key,
+                model_request,
+                force,
+                dict(context or {}),
+            )
+        except BaseException as exc:
+            await emit_report(self.hooks.report, attempt.report(), exc)
+            raise
+        await emit_report(self.hooks.report, result.report, None)
+        return result
+
+    async def _summarize(
+        self,
+        previous: str,
+        events: Sequence[SessionEvent],
+        attempt: _Attempt,
+        session: SessionKey | None,
+        filter_key: str,
+        model_request: Mapping[str, Any] | None,
+        force: bool,
+        context: dict[str, Any],
+    ) -> SummaryResult:
+        counter = self.counter()
+        sid = session.session_id if session else "?"
+        previous = previous.strip()
+        selected, held_back = select_events(
+            events, self.skip_recent, has_previous_summary=bool(previous), formatter=self.formatter
+        )
+        rewrite_only = force and bool(previous) and self.prompts.separate_previous_summary
+        if not selected and not rewrite_only:
+            raise SummarySkipped(f"no events to summarize for session {sid} (events={len(events)})")
+        if not self.formatter.conversation_text(selected) and not rewrite_only:
+            raise SummarySkipped(f"no conversation text extracted for session {sid} (events={len(selected)})")
+
+        summary, remaining, covered = previous, list(selected), 0
+        last_event: SessionEvent | None = None
+        while True:
+            attempt.passes += 1
+            fork_parent = model_request if attempt.passes == 1 and self.cache_safe_forking else None
+            text, pass_events = await self._pass(
+                summary, remaining, attempt, session, filter_key, fork_parent, context
+            )
+            summary = text
+            covered += len(pass_events)
+            if pass_events:
+                last_event = pass_events[-1]
+            remaining = remaining[len(pass_events) :]
+            if not remaining or attempt.passes >= self.max_passes:
+                break
+
+        summary = await self._post_hook(summary, last_event, session, filter_key, context)
+        original_tokens = sum(counter.count_message(e.message) for e in selected[:covered])
+        original_tokens += counter.count_text(previous)
+        report = attempt.report()
+        stats = compression_stats(
+            covered_events=covered,
+            kept_recent_events=held_back + len(remaining),
+            had_previous_summary=bool(previous),
+            original_tokens=original_tokens,
+            summary_tokens=counter.count_text(summary),
+            calls=report.calls,
+        )
+        return SummaryResult(
+            text=summary,
+            last_event=last_event,
+            covered_events=covered,
+            remaining_events=len(remaining),
+            held_back_events=held_back,
+            passes=attempt.passes,
+            model=self.model.name,
+            prompt_version=self.prompts.version,
+            fork_used=attempt.fork_used,
+            stats=stats,
+            report=report,
+        )
+
+    async def _pass(
+        self,
+        previous: str,
+        events: list[SessionEvent],
+        attempt: _Attempt,
+        session: SessionKey | None,
+        filter_key: str,
+        fork_parent: Mapping[str, Any] | None,
+        context: dict[str, Any],
+    ) -> tuple[str, list[SessionEvent]]:
+        """One request (plus at most one retry) covering a prefix of ``events``."""
+        budget = self.input_budget()
+        builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
+        plan = plan_pass(events, previous, budget, builder, self.formatter)
+        plan, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context)
+        request, mode = plan.request, "standalone"
+        if fork_parent is not None and not plan.partial_prefix:
+            forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
+            if forked is not None:
+                request, mode = forked, "cache_safe_fork"
+        response = await self._call(request, mode, budget, attempt, context, retry_follows=True)
+        if response is not None and response.text.strip():
+            self._note_plan(attempt, plan, mode)
+            return response.text.strip(), plan.events
+        retry_budget = halve(budget)
+        builder = replace(builder, fork_fallback=fork_parent is not None)
+        if hooked is not None:
+            request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
+            plan = replace(plan, request=request, truncated_previous=truncated)
+        else:
+            plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
+        response = await self._call(
+            plan.request, "standalone", retry_budget, attempt, context, retry_follows=False
+        )
+        if response is None or not response.text.strip():
+            chars = len(plan.text.encode()) + len(previous.encode())
+            raise PermanentError(f"generated empty summary (input_chars={chars})")
+        self._note_plan(attempt, plan, "standalone")
+        return response.text.strip(), plan.events
+
+    @staticmethod
+    def _note_plan(attempt: _Attempt, plan: PassPlan, mode: str) -> None:
+        attempt.truncated = attempt.truncated or (plan.truncated_previous and mode != "cache_safe_fork")
+        attempt.partial = attempt.partial or plan.partial_prefix
+        attempt.fork_used = attempt.fork_used or mode == "cache_safe_fork"
+
+    async def _call(
+        self,
+        request: ChatRequest,
+        mode: str,
+        budget: int,
+        attempt: _Attempt,
+        context: dict[str, Any],
+        *,
+        retry_follows: bool,
+    ) -> ModelResponse | None:
+        """Callbacks, the model call, its report. ``None`` asks for the half-budget retry."""
+        model = self.model.name
+        custom = await run_before_model(self.hooks.before_model, BeforeModelArgs(request, model, context))
+        if custom is not None:
+            attempt.calls.append(CallReport(mode="custom_response", model=model, budget_tokens=budget))
+            return ModelResponse(text=custom.custom_response, model=model)
+        estimated = count_request(request, self.counter())
+        if estimated > budget:
+            raise PermanentError(
+                f"summary request no longer fits after before-model callbacks: "
+                f"{estimated} tokens, input budget {budget}"
+            )
+        call = CallReport(mode=mode, model=model, estimated_prompt_tokens=estimated, budget_tokens=budget)
+        started = time.monotonic()
+        try:
+            response = await self.model.complete(request)
+        except ContextLengthError as exc:
+            if not retry_follows:
+                attempt.calls.append(_finished(call, started, None, "failed", exc))
+                raise
+            attempt.calls.append(_finished(call, started, None, "retried", exc))
+            return None
+        except BaseException as exc:
+            attempt.calls.append(_finished(call, started, None, "failed", exc))
+            raise
+        response = await run_after_model(self.hooks.after_model, AfterModelArgs(request, response, context))
+        empty = not response.text.strip()
+        outcome = "retried" if empty and retry_follows else ("failed" if empty else "ok")
+        attempt.calls.append(_finished(call, started, response, outcome, None))
+        return None if empty and retry_follows else response
+
+    async def _pre_hook(
+        self,
+        plan: PassPlan,
+        previous: str,
+        budget: int,
+        builder: RequestBuilder,
+        session: SessionKey | None,
+        filter_key: str,
+        context: dict[str, Any],
+    ) -> tuple[PassPlan, _Hooked | None]:
+        """Let the pre-summary hook edit the pass input, then re-bound the request."""
+        hook = self.hooks.pre_summary
+        if hook is None:
+            return plan, None
+        ctx = PreSummaryContext(session, filter_key, list(plan.events), plan.text, previous, context)
+        try:
+            await resolve(hook(ctx))
+        except Exception as exc:
+            if self.hooks.abort_on_error:
+                raise PermanentError(f"pre-summary hook failed: {exc}") from exc
+            return plan, None
+        if ctx.text != plan.text:
+            text = ctx.text
+        elif ctx.events != plan.events:
+            text = self.formatter.conversation_text(ctx.events)
+        else:
+            text = plan.text
+        hooked = _Hooked(text, ctx.previous_summary.strip())
+        try:
+            request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
+        except SourceTooLargeError as exc:
+            raise PermanentError(f"after the pre-summary hook: {exc}") from exc
+        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated), hooked
+
+    async def _post_hook(
+        self,
+        summary: str,
+        last_event: SessionEvent | None,
+        session: SessionKey | None,
+        filter_key: str,
+        context: dict[str, Any],
+    ) -> str:
+        summary = cap_length(summary, self.max_summary_length)
+        hook = self.hooks.post_summary
+        if hook is None:
+            return summary
+        ctx = PostSummaryContext(
+            session,
+            filter_key,
+            summary,
+            last_event.event_id if last_event else "",
+            last_event.timestamp if last_event else datetime.min,
+            context,
+        )
+        try:
+            await resolve(hook(ctx))
+        except Exception as exc:
+            if self.hooks.abort_on_error:
+                raise PermanentError(f"post-summary hook failed: {exc}") from exc
+            return summary
+        return ctx.summary.strip() or summary
+
+
+@dataclass(frozen=True)
+class _Hooked:
+    text: str
+    previous: str
+
+
+def _finished(
+    call: CallReport,
+    started: float,
+    response: ModelResponse | None,
+    outcome: str,
+    error: BaseException | None,
+) -> CallReport:
+    usage = response.usage if response is not None else None
+    return call.model_copy(
+        update={
+            "latency_ms": round((time.monotonic() - started) * 1000, 3),
+            "provider_prompt_tokens": usage.prompt_tokens if usage else None,
+            "provider_cached_tokens": usage.cached_tokens if usage else None,
+            "completion_tokens": usage.completion_tokens if usage else None,
+            "outcome": outcome,
+            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+        }
+    )
