@@ -125,6 +125,7 @@ class SummarySettings(_Section):
     context_fallback_window: int = Field(default=8192, gt=0)
     conversation_threshold: int | None = Field(default=None, ge=0)
     important_keywords: list[str] | None = None
+    important_content_threshold: int | None = Field(default=None, ge=0)
     composition: Literal["any", "all"] = "any"
     filter_key_allowlist: list[str] | None = None
     cascade_full_session: bool = True

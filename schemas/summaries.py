@@ -51,7 +51,7 @@ class TriggerReport(ContractModel):
     name: TriggerName
     value: float = 0
     threshold: float = 0
-    unit: Literal["events", "tokens", "ms", "rounds", "matches", ""] = ""
+    unit: Literal["events", "tokens", "ms", "rounds", "matches", "chars", ""] = ""
     window: int | None = None
     ratio: float | None = None
     detail: str = ""

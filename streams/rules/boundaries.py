@@ -1,0 +1,82 @@
+"""Summary boundaries and the delta after them (the Go ``filterDeltaEvents`` rule).
+
+* An event-id boundary is exact: the delta is what follows that event.
+* If the id is absent or unknown, the timestamp decides, and events *at* the
+  cutoff are kept (a timestamp alone cannot tell same-instant events apart).
+* A cutoff in the future gives an empty delta; an unparsable cutoff gives
+  every event (the boundary is treated as missing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from schemas import SessionEvent, SummaryBoundary
+
+T = TypeVar("T")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def to_micros(value: datetime) -> int:
+    """Exact microseconds since the epoch (naive values are taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    """The inverse of :func:`to_micros`, in UTC."""
+    return EPOCH + timedelta(microseconds=value)
+
+
+def parse_cutoff(value: datetime | str | None) -> datetime | None:
+    """A cutoff from a record or a legacy state string; ``None`` if missing or invalid."""
+    if value is None or isinstance(value, datetime):
+        return value
+    if not value.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def delta_after(
+    items: Sequence[T],
+    last_event_id: str | None,
+    cutoff: datetime | str | None,
+    *,
+    id_of: Callable[[T], str],
+    micros_of: Callable[[T], int],
+) -> list[T]:
+    """The items (in arrival order) after a boundary ``(last_event_id, cutoff)``.
+
+    See the module docstring for the rules.
+    """
+    if last_event_id:
+        for i in range(len(items) - 1, -1, -1):
+            if id_of(items[i]) == last_event_id:
+                return list(items[i + 1 :])
+    parsed = parse_cutoff(cutoff)
+    if parsed is None:
+        return list(items)
+    limit = to_micros(parsed)
+    return [item for item in items if micros_of(item) >= limit]
+
+
+def events_after(events: Sequence[SessionEvent], boundary: SummaryBoundary | None) -> list[SessionEvent]:
+    """The delta of stored events (in log order) after ``boundary`` (``None`` → all)."""
+    if boundary is None:
+        return list(events)
+    return delta_after(
+        events,
+        boundary.last_event_id,
+        boundary.cutoff_at,
+        id_of=lambda e: e.event_id,
+        micros_of=lambda e: to_micros(e.timestamp),
+    )

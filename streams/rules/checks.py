@@ -1,0 +1,251 @@
+"""Trigger checks: thresholds over the delta, composable with ``AllOf`` / ``AnyOf``.
+
+Every threshold is strict (``value > threshold``: equal does not fire) and is
+evaluated on the delta after the boundary, through a :class:`TriggerView`.
+Composites short-circuit (``AllOf`` stops at the first failure, ``AnyOf`` at the
+first pass). A top-level tuple of checks is an implicit ``AllOf``; an explicitly
+empty one means "fire whenever there is summarizable content" (``always``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from schemas import SessionEvent, TriggerName, TriggerReport
+from streams.rules.context_windows import DEFAULT_FALLBACK_WINDOW, resolve_context_window
+from streams.rules.counters import Activity, Counters
+
+MICROS_PER_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerView:
+    """What a check sees: the counters and activity of the checked scope.
+
+    ``state`` is the :class:`~streams.rules.trigger_state.SessionTriggerState`
+    being decided (for custom checks); ``filter_key`` the target being decided,
+    ``trigger_key`` the key whose event triggered it (a full-session target
+    triggered by a branch is checked on that branch's scope of the full delta).
+    """
+
+    filter_key: str
+    trigger_key: str
+    app_name: str
+    counters: Counters
+    activity: Activity
+    state: Any
+    event: SessionEvent | None = None
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+
+class CheckOutcome(NamedTuple):
+    """One evaluated check."""
+
+    name: TriggerName
+    passed: bool
+    value: float
+    threshold: float
+    unit: str
+    window: int | None = None
+    ratio: float | None = None
+
+    def report(self, detail: str = "") -> TriggerReport:
+        return TriggerReport(
+            name=self.name,
+            value=self.value,
+            threshold=self.threshold,
+            unit=self.unit,
+            window=self.window,
+            ratio=self.ratio,
+            detail=detail,
+        )
+
+
+Evaluation = tuple[bool, tuple[CheckOutcome, ...]]
+
+
+class Check(Protocol):
+    """A trigger condition."""
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        """Whether it passes, and every leaf outcome evaluated on the way."""
+        ...
+
+
+def _leaf(name: TriggerName, value: float, threshold: float, unit: str, **extra: Any) -> Evaluation:
+    outcome = CheckOutcome(name, value > threshold, value, threshold, unit, **extra)
+    return outcome.passed, (outcome,)
+
+
+@dataclass(frozen=True, slots=True)
+class EventThreshold:
+    """More than ``events`` counted events in the delta."""
+
+    events: int
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        return _leaf("event_threshold", view.counters.events, self.events, "events")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenThreshold:
+    """More than ``tokens`` estimated tokens of delta text (not provider usage)."""
+
+    tokens: int
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        return _leaf("token_threshold", view.counters.tokens, self.tokens, "tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class TimeThreshold:
+    """An idle gap of more than ``seconds`` before the current top-level request.
+
+    Computed from event timestamps; an unavailable gap fails with value 0 (never
+    the wall clock), and a gap a summary already covered is unavailable.
+    """
+
+    seconds: float
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        gap = view.activity.gap
+        value = gap // MICROS_PER_MS if gap is not None else 0
+        threshold_ms = self.seconds * 1000
+        outcome = CheckOutcome("time_threshold", gap is not None and value > threshold_ms, value, threshold_ms, "ms")
+        return outcome.passed, (outcome,)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextThreshold:
+    """Delta tokens above ``max(int(window × ratio), min_tokens)``.
+
+    The window is the scope's explicit ``context_window`` (latest event that had
+    one), else the registry entry of its latest ``model``, else ``fallback_window``.
+    """
+
+    ratio: float = 0.5
+    min_tokens: int = 2000
+    fallback_window: int = DEFAULT_FALLBACK_WINDOW
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio <= 1:
+            raise ValueError("context ratio must be in (0, 1]")
+        if self.min_tokens < 0 or self.fallback_window <= 0:
+            raise ValueError("min_tokens must be >= 0 and fallback_window > 0")
+
+    def threshold_for(self, window: int) -> int:
+        return max(int(window * self.ratio), self.min_tokens)
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        activity = view.activity
+        window = resolve_context_window(activity.context_window, activity.model, self.fallback_window)
+        return _leaf(
+            "context_threshold",
+            view.counters.tokens,
+            self.threshold_for(window),
+            "tokens",
+            window=window,
+            ratio=self.ratio,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationThreshold:
+    """More than ``rounds`` user messages in the delta (the Python guide's check,
+    counted from the delta rather than with a mutable counter)."""
+
+    rounds: int
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        return _leaf("conversation_threshold", view.counters.rounds, self.rounds, "rounds")
+
+
+@dataclass(frozen=True, slots=True)
+class ImportantContent:
+    """Some text part of the delta longer than ``chars`` once stripped (Python guide; default 10)."""
+
+    chars: int = 10
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        return _leaf("important_content", view.counters.max_text_len, self.chars, "chars")
+
+
+CustomFn = Callable[[TriggerView, Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class CustomCheck:
+    """A user callable ``fn(view, context) -> bool``; ``context`` is ``view.context``.
+
+    It must be deterministic in its inputs (no wall clock) to keep replay exact.
+    """
+
+    fn: CustomFn
+    label: str = "custom"
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        passed = bool(self.fn(view, view.context))
+        return passed, (CheckOutcome("custom", passed, float(passed), 0, ""),)
+
+
+@dataclass(frozen=True, slots=True)
+class AllOf:
+    """Every check passes (stops at the first failure)."""
+
+    checks: tuple[Check, ...]
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        return evaluate_all(self.checks, view)
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    """Some check passes (stops at the first pass)."""
+
+    checks: tuple[Check, ...]
+
+    def evaluate(self, view: TriggerView) -> Evaluation:
+        outcomes: list[CheckOutcome] = []
+        for check in self.checks:
+            passed, seen = check.evaluate(view)
+            outcomes.extend(seen)
+            if passed:
+                return True, tuple(outcomes)
+        return False, tuple(outcomes)
+
+
+def checks_all(*checks: Check) -> AllOf:
+    return AllOf(tuple(checks))
+
+
+def checks_any(*checks: Check) -> AnyOf:
+    return AnyOf(tuple(checks))
+
+
+def evaluate_all(checks: Sequence[Check], view: TriggerView) -> Evaluation:
+    """AND over ``checks``, stopping at the first failure; an empty sequence passes."""
+    outcomes: list[CheckOutcome] = []
+    for check in checks:
+        passed, seen = check.evaluate(view)
+        outcomes.extend(seen)
+        if not passed:
+            return False, tuple(outcomes)
+    return True, tuple(outcomes)
+
+
+_PREFERRED: tuple[TriggerName, ...] = ("context_threshold", "token_threshold", "event_threshold", "time_threshold")
+
+
+def preferred_outcome(outcomes: Sequence[CheckOutcome]) -> CheckOutcome | None:
+    """The outcome to report: the first passing context, token, event, then time
+    check; else the first passing one; else the last evaluated (Go's order)."""
+    passing = [o for o in outcomes if o.passed]
+    for name in _PREFERRED:
+        for outcome in passing:
+            if outcome.name == name:
+                return outcome
+    if passing:
+        return passing[0]
+    return outcomes[-1] if outcomes else None

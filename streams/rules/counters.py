@@ -1,0 +1,86 @@
+"""What the trigger state remembers about one scope: delta counters and activity.
+
+``PendingEvent`` is one entry of the pending-event index (no content). ``Counters``
+are a pure function of the pending entries that count toward the scope, so they
+can always be recomputed after a boundary moves. ``Activity`` follows the scope's
+timeline across boundaries (last event, current top-level request and the idle
+gap before it, open tool calls, model in use) and is never recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+F_USER = 1
+"""The event is a user message (a conversation round)."""
+F_CONTENT = 2
+"""The event has summarizable text."""
+
+
+class PendingEvent(NamedTuple):
+    """One event after the boundary: ids, timestamp, tokens, key, flags — never content."""
+
+    event_id: str
+    ts: int
+    """Microseconds since the epoch (UTC)."""
+    tokens: int
+    filter_key: str
+    flags: int
+    text_len: int
+    """Longest stripped text part (content or reasoning), for the important-content check."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Counts over the events of the delta that count toward a scope."""
+
+    events: int = 0
+    tokens: int = 0
+    rounds: int = 0
+    max_text_len: int = 0
+
+    def add(self, entry: PendingEvent) -> Counters:
+        return Counters(
+            self.events + 1,
+            self.tokens + entry.tokens,
+            self.rounds + (entry.flags & F_USER),
+            entry.text_len if entry.text_len > self.max_text_len else self.max_text_len,
+        )
+
+    @classmethod
+    def of(cls, entries: Iterable[PendingEvent]) -> Counters:
+        """Recompute from scratch."""
+        events = tokens = rounds = longest = 0
+        for entry in entries:
+            events += 1
+            tokens += entry.tokens
+            rounds += entry.flags & F_USER
+            longest = max(longest, entry.text_len)
+        return cls(events, tokens, rounds, longest)
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """The scope's timeline, independent of the boundary.
+
+    ``gap`` is the idle time (µs) between the previous event of the scope and the
+    first event of the current top-level request; ``None`` when unavailable (no
+    previous event, no request id, non-positive gap) or already consumed by a
+    summary whose cutoff reaches the request start (a gap fires once).
+    """
+
+    last_ts: int | None = None
+    last_request_id: str = ""
+    request_id: str = ""
+    request_started: int | None = None
+    gap: int | None = None
+    open_calls: tuple[str, ...] = ()
+    model: str | None = None
+    context_window: int | None = None
+
+    def consume_gap(self, cutoff: int) -> Activity:
+        if self.gap is not None and self.request_started is not None and cutoff >= self.request_started:
+            return replace(self, gap=None)
+        return self

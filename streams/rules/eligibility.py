@@ -1,0 +1,60 @@
+"""Which events count, and which events may trigger a summary check.
+
+* ``partial`` (streaming chunks) and ``skip_summarization`` events are stored but
+  never counted nor summarized: they do not enter the trigger state at all.
+* Every other event counts toward the thresholds of the keys it belongs to.
+* Only completed model output may *trigger* a check: not a user message, not a
+  response carrying tool calls (its round is open by definition), not an event
+  with an error or without content, and not a tool result while another call of
+  its round is still waiting for its result (see :func:`may_trigger`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from schemas import Message, SessionEvent
+
+
+def is_counted(event: SessionEvent) -> bool:
+    """Whether the event enters the trigger state (counted and summarizable)."""
+    return not event.partial and not event.skip_summarization
+
+
+def has_valid_content(message: Message) -> bool:
+    """Any payload: text, reasoning, tool calls or a tool result."""
+    return bool(
+        (message.content and message.content.strip())
+        or (message.reasoning_content and message.reasoning_content.strip())
+        or message.tool_calls
+        or message.tool_call_id
+    )
+
+
+def is_user_message(event: SessionEvent) -> bool:
+    return event.message.role == "user" or event.author == "user"
+
+
+def is_model_output(event: SessionEvent) -> bool:
+    """Completed output that may trigger, before looking at its tool round."""
+    message = event.message
+    return (
+        is_counted(event)
+        and event.error is None
+        and message.role in ("assistant", "tool")
+        and not is_user_message(event)
+        and not message.tool_calls
+        and has_valid_content(message)
+    )
+
+
+def may_trigger(event: SessionEvent, open_calls_after: Collection[str]) -> bool:
+    """Whether ``event`` may trigger a check.
+
+    ``open_calls_after`` are the tool call ids of the event's scope still waiting
+    for a result once this event is applied; a tool result may trigger only
+    when its round is complete (none left).
+    """
+    if not is_model_output(event):
+        return False
+    return not (event.message.tool_call_id and open_calls_after)

@@ -1,0 +1,208 @@
+"""What the track agent calls: which states an event touches, and which jobs to emit.
+
+Per event::
+
+    full = table[(session, "")]                        # may be None
+    keys = affected_keys(event, policy, full)
+    states = {k: table.get((session, k)) for k in keys}
+    outcome = apply_event(event, policy, states, offset=offset)
+    for key, state in outcome.states.items(): table[(session, key)] = state
+    for job in outcome.jobs: await jobs_topic.send(key=..., value=job)
+
+On a ``SessionSummary``: ``table[(session, key)] = on_summary(state, summary)``.
+All functions here are pure; job ids and timestamps come from the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from schemas import JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryJob
+from streams.rules.boundaries import from_micros, to_micros
+from streams.rules.event_facts import EventFacts, event_facts
+from streams.rules.filter_keys import FULL_SESSION, ancestors
+from streams.rules.policy import SummaryPolicy
+from streams.rules.trigger_state import (
+    SessionTriggerState,
+    TriggerDecision,
+    decide,
+    evolve,
+    mark_emitted,
+    new_state,
+    seed_branch_state,
+)
+
+States = Mapping[str, SessionTriggerState | None]
+Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """States to write back (by filter key), every decision taken, jobs to emit."""
+
+    states: dict[str, SessionTriggerState] = field(default_factory=dict)
+    decisions: tuple[TriggerDecision, ...] = ()
+    jobs: tuple[SummaryJob, ...] = ()
+
+
+def affected_keys(
+    event: SessionEvent | EventFacts, policy: SummaryPolicy, full: SessionTriggerState | None
+) -> tuple[str, ...]:
+    """The filter keys whose state ``event`` changes, ``""`` first.
+
+    The full session always; the event's own key if the allowlist allows it;
+    and every allowed branch key already known in the session (from ``full``)
+    whose summary input holds the event: its ancestors, or all of them for a
+    keyless event.
+    """
+    key = event.entry.filter_key if isinstance(event, EventFacts) else event.filter_key
+    known = full.scopes.keys() if full is not None else ()
+    if not key:
+        branches = [k for k in known if policy.allows(k)]
+    else:
+        branches = [k for k in ancestors(key) if (k == key or k in known) and policy.allows(k)]
+    return (FULL_SESSION, *branches)
+
+
+def _state(states: States, key: str, full: SessionTriggerState) -> SessionTriggerState:
+    if key == FULL_SESSION:
+        return full
+    found = states.get(key)
+    return found if found is not None else seed_branch_state(full, key)
+
+
+def apply_event(
+    event: SessionEvent,
+    policy: SummaryPolicy,
+    states: States,
+    *,
+    offset: int | None = None,
+    facts: EventFacts | None = None,
+) -> Outcome:
+    """Fold ``event`` into the states of :func:`affected_keys` and decide its targets.
+
+    ``states`` maps those keys to their stored state (``None``/absent: new). New
+    branch states are seeded from the full-session state. A fired target gets a
+    job and is marked in flight.
+    """
+    facts = facts or event_facts(event, policy.counter, offset)
+    full = states.get(FULL_SESSION) or new_state(event.app_name, event.user_id, event.session_id)
+    updated = {k: evolve(_state(states, k, full), facts) for k in affected_keys(facts, policy, full)}
+    if not (facts.counted and facts.model_output):
+        return Outcome(updated)
+    decisions: list[TriggerDecision] = []
+    jobs: list[SummaryJob] = []
+    trigger_key = facts.entry.filter_key
+    for target in policy.targets(trigger_key):
+        state = updated.get(target) or _state(states, target, full)
+        decision = decide(state, policy, facts, trigger_key=trigger_key)
+        decisions.append(decision)
+        if decision.fire:
+            job = build_job(
+                state,
+                decision,
+                created_at=event.timestamp,
+                offset=offset if decision.upto and decision.upto.event_id == event.event_id else None,
+            )
+            jobs.append(job)
+            updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt)
+    return Outcome(updated, tuple(decisions), tuple(jobs))
+
+
+def apply_command(
+    command: Summarize | SummarizeSync,
+    policy: SummaryPolicy,
+    states: States,
+    *,
+    at: datetime,
+) -> Outcome:
+    """Decide a ``summarize`` / ``summarize_sync`` command for its targets.
+
+    ``at`` is the command record's log timestamp (it becomes the job's
+    ``created_at``, keeping replay deterministic). ``force`` skips the checks and
+    in-flight guard but never an empty delta: a sync command that emits no job
+    gets a non-firing decision, which the caller answers with a failure record.
+    """
+    full = states.get(FULL_SESSION) or new_state(command.app_name, command.user_id, command.session_id)
+    updated: dict[str, SessionTriggerState] = {}
+    decisions: list[TriggerDecision] = []
+    jobs: list[SummaryJob] = []
+    for target in policy.targets(command.filter_key):
+        state = _state(states, target, full)
+        decision = decide(state, policy, None, trigger_key=command.filter_key, force=command.force)
+        decisions.append(decision)
+        if decision.fire:
+            job = build_job(
+                state,
+                decision,
+                created_at=at,
+                origin="command",
+                reply_to=command.reply_to if isinstance(command, SummarizeSync) else None,
+                model_request=command.model_request if isinstance(command, SummarizeSync) else None,
+            )
+            jobs.append(job)
+            updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt)
+        elif states.get(target) is None:
+            updated[target] = state
+    return Outcome(updated, tuple(decisions), tuple(jobs))
+
+
+def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tuple[str, ...]:
+    """Every key that may hold state for the session (for ``delete_session``)."""
+    if full is None:
+        return (FULL_SESSION,)
+    return (FULL_SESSION, *(k for k in full.scopes if policy.allows(k)))
+
+
+def job_id_for(state: SessionTriggerState, upto_event_id: str) -> str:
+    """Deterministic: session, key, the version it builds on and the target boundary."""
+    raw = "\x1f".join(
+        (state.app_name, state.user_id, state.session_id, state.filter_key, str(state.version), upto_event_id)
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def build_job(
+    state: SessionTriggerState,
+    decision: TriggerDecision,
+    *,
+    created_at: datetime,
+    offset: int | None = None,
+    origin: Origin = "trigger",
+    reply_to: str | None = None,
+    model_request: dict[str, object] | None = None,
+) -> SummaryJob:
+    """The ``SummaryJob`` for a fired decision on ``state``."""
+    if not decision.fire or decision.upto is None or decision.report is None:
+        raise ValueError("only a fired decision with a pending event makes a job")
+    upto = decision.upto
+    retry = decision.retry_of
+    scope = state.scope_for(decision.trigger_key)
+    report = decision.report
+    cascaded = state.filter_key == FULL_SESSION and decision.trigger_key != FULL_SESSION
+    if cascaded:
+        report = report.model_copy(update={"detail": f"trigger_key={decision.trigger_key}"})
+    return SummaryJob(
+        job_id=job_id_for(state, upto.event_id),
+        app_name=state.app_name,
+        user_id=state.user_id,
+        session_id=state.session_id,
+        filter_key=state.filter_key,
+        cascade_full_session=cascaded,
+        from_version=state.version,
+        previous_boundary=state.boundary,
+        upto=JobBoundary(last_event_id=upto.event_id, cutoff_at=from_micros(upto.ts), offset=offset),
+        trigger=report,
+        force=decision.force,
+        origin="retry" if retry is not None and origin == "trigger" else origin,
+        reply_to=reply_to,
+        model_request=model_request,
+        context_window=scope.activity.context_window,
+        model_hint=scope.activity.model,
+        attempt=retry.attempt + 1 if retry is not None else 0,
+        created_at=created_at,
+    )

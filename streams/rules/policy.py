@@ -1,0 +1,163 @@
+"""``SummaryPolicy``: the checks, targets and counter the trigger engine applies.
+
+Build it from settings (``summary`` section, TOML per-app overrides under
+``[summary.apps.<app>]``) with :func:`policies_from_settings`, or directly in
+Python (custom callables, nested ``checks_any`` / ``checks_all``). When no check
+is configured the Go guide's main example applies (:func:`default_checks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.settings import SummarySettings
+from streams.rules.checks import (
+    AllOf,
+    AnyOf,
+    Check,
+    ContextThreshold,
+    ConversationThreshold,
+    EventThreshold,
+    ImportantContent,
+    TimeThreshold,
+    TokenThreshold,
+)
+from streams.rules.targets import Allowlist, allows_filter_key, normalize_allowlist, summary_targets
+from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter, TokenCounter
+
+DEFAULT_EVENT_THRESHOLD = 20
+DEFAULT_TOKEN_THRESHOLD = 4000
+DEFAULT_TIME_THRESHOLD_S = 300.0
+DEFAULT_MAX_SUMMARY_WORDS = 200
+
+CHECK_FIELDS = frozenset(
+    {
+        "event_threshold",
+        "token_threshold",
+        "time_threshold_s",
+        "context_threshold",
+        "conversation_threshold",
+        "important_content_threshold",
+        "composition",
+    }
+)
+"""Settings fields that define the checks."""
+
+
+def default_checks() -> tuple[Check, ...]:
+    """Any of: more than 20 events, more than 4000 tokens, an idle gap over 5 minutes."""
+    return (
+        AnyOf(
+            (
+                EventThreshold(DEFAULT_EVENT_THRESHOLD),
+                TokenThreshold(DEFAULT_TOKEN_THRESHOLD),
+                TimeThreshold(DEFAULT_TIME_THRESHOLD_S),
+            )
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class SummaryPolicy:
+    """How one app's sessions are triggered.
+
+    ``checks`` are ANDed at the top level; ``()`` fires whenever there is
+    summarizable content. ``counter`` ``None`` means the process-wide counter.
+    ``context`` is merged into the context dict custom checks receive.
+    """
+
+    checks: tuple[Check, ...] = field(default_factory=default_checks)
+    allowlist: Allowlist = None
+    cascade_full_session: bool = True
+    counter: TokenCounter | None = None
+    max_summary_words: int | None = DEFAULT_MAX_SUMMARY_WORDS
+    job_timeout_s: float = 120.0
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def job_timeout_us(self) -> int:
+        return int(self.job_timeout_s * 1_000_000)
+
+    def targets(self, filter_key: str) -> tuple[str, ...]:
+        """``summary_targets`` with this policy's allowlist and cascade."""
+        return summary_targets(filter_key, self.allowlist, self.cascade_full_session)
+
+    def allows(self, filter_key: str) -> bool:
+        return allows_filter_key(filter_key, self.allowlist)
+
+
+def checks_from_settings(settings: SummarySettings) -> tuple[Check, ...]:
+    """The configured thresholds, combined by ``composition``; the default when none is set."""
+    checks: list[Check] = []
+    if settings.event_threshold is not None:
+        checks.append(EventThreshold(settings.event_threshold))
+    if settings.token_threshold is not None:
+        checks.append(TokenThreshold(settings.token_threshold))
+    if settings.time_threshold_s is not None:
+        checks.append(TimeThreshold(settings.time_threshold_s))
+    if settings.context_threshold:
+        checks.append(
+            ContextThreshold(settings.context_ratio, settings.context_min_tokens, settings.context_fallback_window)
+        )
+    if settings.conversation_threshold is not None:
+        checks.append(ConversationThreshold(settings.conversation_threshold))
+    if settings.important_content_threshold is not None:
+        checks.append(ImportantContent(settings.important_content_threshold))
+    if not checks:
+        return default_checks()
+    if len(checks) == 1:
+        return (checks[0],)
+    return (AnyOf(tuple(checks)) if settings.composition == "any" else AllOf(tuple(checks)),)
+
+
+def counter_from_settings(settings: SummarySettings) -> TokenCounter:
+    if settings.token_counter == "tiktoken":
+        return TiktokenCounter(None, settings.tiktoken_default_encoding)
+    return SimpleTokenCounter(settings.approx_runes_per_token)
+
+
+def policy_from_settings(settings: SummarySettings, **python_overrides: Any) -> SummaryPolicy:
+    """One policy from a settings section; keyword overrides (e.g. custom ``checks``) win."""
+    values: dict[str, Any] = {
+        "checks": checks_from_settings(settings),
+        "allowlist": normalize_allowlist(settings.filter_key_allowlist),
+        "cascade_full_session": settings.cascade_full_session,
+        "counter": counter_from_settings(settings),
+        "max_summary_words": settings.max_summary_words or None,
+        "job_timeout_s": settings.job_timeout_s,
+    }
+    values.update(python_overrides)
+    return SummaryPolicy(**values)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """The default policy plus per-app policies; :meth:`for_app` picks one."""
+
+    default: SummaryPolicy = field(default_factory=SummaryPolicy)
+    apps: Mapping[str, SummaryPolicy] = field(default_factory=dict)
+
+    def for_app(self, app_name: str) -> SummaryPolicy:
+        return self.apps.get(app_name, self.default)
+
+
+def policies_from_settings(settings: SummarySettings) -> PolicySet:
+    """Default policy from ``settings``; each ``apps.<app>`` table overrides its fields.
+
+    An app table that sets any check field (:data:`CHECK_FIELDS`) replaces the
+    base's checks as a whole rather than adding to them.
+
+    An app table is merged over the base section, then validated as a ``SummarySettings``, so a typo is an error.
+    """
+    base = settings.model_dump(exclude={"apps"}, exclude_unset=True)
+    apps: dict[str, SummaryPolicy] = {}
+    for app, overrides in settings.apps.items():
+        merged = dict(base)
+        if CHECK_FIELDS & overrides.keys():
+            for name in CHECK_FIELDS:
+                merged.pop(name, None)
+        merged.update(overrides)
+        apps[app] = policy_from_settings(SummarySettings.model_validate(merged))
+    return PolicySet(policy_from_settings(settings), apps)
