@@ -129,8 +129,8 @@ def _locate_current(
         msg = current if isinstance(current, Message) else Message(role="user", content=current)
         return None, HistoryItem(msg, origin="current"), NEW_TURN_UNIT
     for i in range(len(events) - 1, -1, -1):
-        msg = event_message(events[i])
-        if msg is not None and msg.role == "user":
+        found = event_message(events[i])
+        if found is not None and found.role == "user":
             return i, None, _unit_of(events[i])
     return None, None, None
 

@@ -17,6 +17,7 @@ def event_message(event: SessionEvent) -> Message | None:
     Streaming chunks (``partial``) and system events never reach the prompt
     (the request has exactly one system message, built by the assembly). An
     error event with no text gets ``type: <t>, message: <m>`` as its content.
+    Calls without a function name are dropped (their results become orphans).
     Assistant turns with neither text nor calls, user turns without text and
     tool results without a ``tool_call_id`` are dropped: the API rejects them.
     """
@@ -31,8 +32,11 @@ def event_message(event: SessionEvent) -> Message | None:
         if not msg.tool_call_id:
             return None
         return msg if msg.content is not None else msg.model_copy(update={"content": ""})
-    if msg.role == "assistant" and (msg.content or msg.tool_calls):
-        return msg
+    if msg.role == "assistant":
+        calls = tuple(call for call in msg.tool_calls if call.function.name)
+        if len(calls) != len(msg.tool_calls):
+            msg = msg.model_copy(update={"tool_calls": calls})
+        return msg if msg.content or msg.tool_calls else None
     if msg.role == "user" and msg.content:
         return msg
     return None
