@@ -164,7 +164,7 @@ def truncate_middle(
 ) -> str:
     """Keep the head and tail of ``text`` within ``budget`` characters, with a marker in between.
 
-    The marker says how many characters were cut (and, with a hint, where the
+    The marker says exactly how many characters were cut (and, with a hint, where the
     full text lives). When the budget cannot hold the marker plus two
     characters, a shorter marker is tried (with ids), then the marker alone
     (with ids) or just the first ``budget`` characters (without).
@@ -172,16 +172,19 @@ def truncate_middle(
     if budget >= len(text):
         return text
     budget = max(0, budget)
-    marker = _marker(len(text) - budget, hint, session_load)
-    avail = budget - len(marker)
+    # Size the marker for the largest possible count so the exact one never overflows the budget.
+    avail = budget - len(_marker(len(text), hint, session_load))
     if avail < 2 and hint is not None and hint.has_ids:
         marker = _compact_marker(hint, session_load)
         avail = budget - len(marker)
         if avail < 2:
             return marker
+        half = avail // 2
+        return text[:half] + marker + text[len(text) - half :]
     if avail < 2:
         return text[:budget]
     half = avail // 2
+    marker = _marker(len(text) - 2 * half, hint, session_load)
     return text[:half] + marker + text[len(text) - half :]
 
 
