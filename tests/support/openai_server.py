@@ -1,0 +1,247 @@
+"""A real HTTP server speaking the OpenAI chat-completions API, with scripted replies.
+
+Tests and benchmarks point the real ``openai`` client at ``server.base_url``.
+The server runs its own event loop in a background thread, so it serves
+sync tests, async tests and other processes' loops alike.
+
+Replies are consumed in order from :meth:`OpenAIServer.script`; when the
+script is empty the ``default`` reply answers (the zero-latency echo summary
+unless told otherwise). Every request body is recorded in ``requests``.
+
+    with OpenAIServer() as server:
+        server.script(rate_limited(retry_after=0.2), answer("ok"))
+        ...  # AsyncOpenAI(base_url=server.base_url, api_key="k")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted reply: an HTTP status, a JSON body, headers and a delay before answering."""
+
+    status: int = 200
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    text: str | None = None
+    usage: dict[str, int] | None = None
+
+
+Behaviour = Callable[[dict[str, Any]], Reply]
+"""Builds a reply from the request body (used for the default reply)."""
+
+
+def answer(
+    text: str,
+    *,
+    prompt_tokens: int | None = None,
+    cached_tokens: int = 0,
+    completion_tokens: int | None = None,
+    delay_s: float = 0.0,
+) -> Reply:
+    """A normal completion with usage (computed from the texts when not given)."""
+    usage = {"cached_tokens": cached_tokens}
+    if prompt_tokens is not None:
+        usage["prompt_tokens"] = prompt_tokens
+    if completion_tokens is not None:
+        usage["completion_tokens"] = completion_tokens
+    return Reply(text=text, usage=usage, delay_s=delay_s)
+
+
+def empty_answer() -> Reply:
+    """A completion whose content is empty."""
+    return Reply(text="", usage={})
+
+
+def slow(delay_s: float, text: str = "late summary") -> Reply:
+    """A normal completion that only starts after ``delay_s`` seconds."""
+    return answer(text, delay_s=delay_s)
+
+
+def _error(status: int, message: str, type_: str, code: str | None, headers: dict[str, str] | None = None) -> Reply:
+    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return Reply(status=status, body=body, headers=headers or {})
+
+
+def context_length_exceeded(tokens: int = 200_000, limit: int = 128_000) -> Reply:
+    """HTTP 400 with OpenAI's ``context_length_exceeded`` code and wording."""
+    return _error(
+        400,
+        f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+        f"{tokens} tokens. Please reduce the length of the messages.",
+        "invalid_request_error",
+        "context_length_exceeded",
+    )
+
+
+def rate_limited(retry_after: float = 0.2) -> Reply:
+    """HTTP 429 with a ``Retry-After`` header (seconds)."""
+    return _error(
+        429,
+        "Rate limit reached for requests",
+        "requests",
+        "rate_limit_exceeded",
+        {"Retry-After": f"{retry_after:g}"},
+    )
+
+
+def server_error(status: int = 500) -> Reply:
+    """An HTTP 5xx."""
+    return _error(status, "The server had an error while processing your request.", "server_error", None)
+
+
+def bad_request(message: str = "Invalid value for 'messages'.") -> Reply:
+    """A plain HTTP 400 that is not about the context length."""
+    return _error(400, message, "invalid_request_error", "invalid_value")
+
+
+def echo_summary(request: dict[str, Any]) -> Reply:
+    """Zero-latency deterministic answer: the first words of the last user message.
+
+    Good enough for pipeline tests and benchmarks that need an answer, not a
+    good summary.
+    """
+    users = [m for m in request.get("messages", []) if m.get("role") == "user"]
+    content = users[-1].get("content") if users else ""
+    words = str(content or "").split()
+    return answer("summary: " + " ".join(words[:40]))
+
+
+def _approx_tokens(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+@dataclass
+class Received:
+    """A request the server received."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float
+
+
+class OpenAIServer:
+    """``POST /v1/chat/completions`` on 127.0.0.1 with an ephemeral port."""
+
+    def __init__(self, default: Behaviour = echo_summary, model: str = "scripted-model") -> None:
+        self.default = default
+        self.model = model
+        self.requests: list[Received] = []
+        self._script: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies for the next requests, in order."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def pending(self) -> int:
+        """Scripted replies not consumed yet."""
+        with self._lock:
+            return len(self._script)
+
+    def _next(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        return self.default(body)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        with self._lock:
+            self.requests.append(Received(body, dict(request.headers), time.monotonic()))
+        reply = self._next(body)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.text is None:
+            return web.json_response(reply.body or {}, status=reply.status, headers=reply.headers)
+        return web.json_response(self._completion(body, reply), status=reply.status, headers=reply.headers)
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        text = reply.text or ""
+        usage = dict(reply.usage or {})
+        prompt_text = json.dumps(body.get("messages", []))
+        prompt_tokens = usage.get("prompt_tokens", _approx_tokens(prompt_text))
+        completion_tokens = usage.get("completion_tokens", _approx_tokens(text))
+        return {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
+            },
+        }
+
+    def start(self) -> OpenAIServer:
+        """Start serving in a background thread; returns once the port is bound."""
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            app = web.Application()
+            app.router.add_post("/v1/chat/completions", self._handle)
+            runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            server = site._server
+            assert server is not None
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self._runner = runner
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="openai-test-server", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the scripted OpenAI server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the thread."""
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop = None
+        self._thread = None
+
+    def __enter__(self) -> OpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
