@@ -43,6 +43,7 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
     report = PairingReport()
     order: list[_Slot | HistoryItem] = []
     open_calls: dict[str, _Slot] = {}
+    answered: set[str] = set()
     for item in items:
         msg = item.message
         if msg.role == "assistant" and msg.tool_calls:
@@ -53,14 +54,14 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             order.append(slot)
         elif msg.role == "tool":
             call_id = msg.tool_call_id or ""
-            owner = open_calls.get(call_id)
-            if owner is None:
-                report.orphan_results += 1
-            elif call_id in owner.results:
+            owner = open_calls.pop(call_id, None)
+            if owner is not None:
+                owner.results[call_id] = item
+                answered.add(call_id)
+            elif call_id in answered:
                 report.duplicate_results += 1
             else:
-                owner.results[call_id] = item
-                del open_calls[call_id]
+                report.orphan_results += 1
         else:
             order.append(item)
     out: list[HistoryItem] = []
@@ -68,10 +69,10 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
         if isinstance(entry, HistoryItem):
             out.append(entry)
             continue
-        answered = [cid for cid in entry.call_ids if cid in entry.results]
-        report.unanswered_calls += len(entry.call_ids) - len(answered)
+        answered_ids = [cid for cid in entry.call_ids if cid in entry.results]
+        report.unanswered_calls += len(entry.call_ids) - len(answered_ids)
         msg = entry.item.message
-        if len(answered) != len(msg.tool_calls):
+        if len(answered_ids) != len(msg.tool_calls):
             seen: set[str] = set()
             calls = []
             for call in msg.tool_calls:

@@ -1,0 +1,93 @@
+"""Token tailoring: oldest rounds go first, the system message and latest round stay."""
+
+from __future__ import annotations
+
+from schemas import Message
+from streams.context import AssemblyOptions, assemble
+from streams.context.tailoring import round_starts, tailor
+from streams.rules.tokens import SimpleTokenCounter
+from tests.unit.context.sessions import Session, summary_at
+
+COUNTER = SimpleTokenCounter()
+
+
+def m(role: str, text: str = "", **kw: object) -> Message:
+    return Message.model_validate({"role": role, "content": text or None, **kw})
+
+
+def _body() -> list[Message]:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    return [
+        m("user", "u" * 400),  # 100 tokens
+        m("assistant", "a" * 400),
+        m("user", "v" * 400),
+        m("assistant", tool_calls=[call]),
+        m("tool", "t" * 400, tool_call_id="c1"),
+        m("assistant", "b" * 400),
+    ]
+
+
+def test_round_starts_at_user_messages() -> None:
+    assert round_starts(_body()) == [0, 2]
+    assert round_starts([]) == []
+
+
+def test_no_budget_or_fitting_budget_keeps_everything() -> None:
+    head = [m("system", "s" * 40)]
+    assert tailor(head, _body(), None, COUNTER).dropped == 0
+    fits = tailor(head, _body(), 10_000, COUNTER)
+    assert fits.dropped == 0 and not fits.over_budget
+
+
+def test_drops_oldest_round_first_keeping_the_system_message() -> None:
+    head = [m("system", "s" * 40)]
+    out = tailor(head, _body(), 450, COUNTER)
+    assert [x.role for x in out.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert out.dropped == 2 and out.tokens <= 450 and not out.over_budget
+
+
+def test_latest_round_sheds_oldest_steps_but_keeps_its_question_and_last_step() -> None:
+    head = [m("system", "s" * 40)]
+    out = tailor(head, _body(), 250, COUNTER)
+    assert [x.role for x in out.messages] == ["system", "user", "assistant"]
+    assert out.messages[-1].content == "b" * 400
+    assert not out.over_budget
+
+
+def test_reports_over_budget_when_the_minimum_does_not_fit() -> None:
+    out = tailor([m("system", "s" * 400)], _body(), 50, COUNTER)
+    assert out.over_budget
+    assert [x.role for x in out.messages] == ["system", "user", "assistant"]
+
+
+def test_overhead_counts_against_the_budget() -> None:
+    head = [m("system", "s" * 40)]
+    assert tailor(head, _body(), 610, COUNTER).dropped == 0
+    assert tailor(head, _body(), 610, COUNTER, overhead=100).dropped == 2
+
+
+def _long_session() -> Session:
+    s = Session()
+    for n in range(6):
+        s.turn(f"r{n}").user(f"question {n} " + "q" * 400)
+        s.answer(f"answer {n} " + "a" * 400)
+    return s
+
+
+def test_system_mode_summary_survives_tailoring_user_mode_summary_can_go() -> None:
+    s = _long_session()
+    summary = summary_at(s.events[1], "SUMMARY-TEXT")
+    sys_req = assemble(
+        "sys", summary, s.events, "now", options=AssemblyOptions(add_session_summary=True, token_budget=300)
+    )
+    assert "SUMMARY-TEXT" in sys_req.messages[0]["content"]
+    assert sys_req.report.prompt_tokens <= 300
+    user_req = assemble(
+        "sys",
+        summary,
+        s.events,
+        "now",
+        options=AssemblyOptions(add_session_summary=True, injection_mode="user", token_budget=300),
+    )
+    assert all("SUMMARY-TEXT" not in str(x["content"]) for x in user_req.messages)
+    assert user_req.messages[-1] == {"role": "user", "content": "now"}

@@ -1,0 +1,104 @@
+"""The validity checker catches each rule, and the pairing repair restores it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schemas import Message
+from streams.context.items import HistoryItem, to_chat_message
+from streams.context.pairing import repair_pairing
+from streams.context.validity import InvalidMessages, assert_valid, find_violations
+
+
+def call(*ids: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids],
+    }
+
+
+def result(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": "r"}
+
+
+SYS = {"role": "system", "content": "s"}
+USER = {"role": "user", "content": "u"}
+
+
+def test_valid_list_has_no_violations() -> None:
+    assert (
+        find_violations([SYS, USER, call("a", "b"), result("b"), result("a"), {"role": "assistant", "content": "x"}])
+        == []
+    )
+    assert find_violations([USER]) == []
+
+
+@pytest.mark.parametrize(
+    ("messages", "fragment"),
+    [
+        ([], "empty"),
+        ([USER, SYS], "not first"),
+        ([SYS, SYS, USER], "2 system messages"),
+        ([USER, result("a")], "does not follow an assistant call"),
+        ([USER, call("a"), USER], "have no result before"),
+        ([USER, call("a")], "have no result at the end"),
+        ([USER, call("a"), result("b")], "does not answer an open call"),
+        ([USER, call("a"), result("a"), result("a")], "does not answer an open call"),
+        ([USER, {"role": "assistant", "content": ""}], "empty assistant turn"),
+        ([USER, call("a", "a"), result("a")], "duplicate tool call ids"),
+        ([USER, {"role": "bot", "content": "x"}], "unknown role"),
+    ],
+)
+def test_each_rule_is_detected(messages: list[dict[str, Any]], fragment: str) -> None:
+    problems = find_violations(messages)
+    assert any(fragment in p for p in problems), problems
+    with pytest.raises(InvalidMessages):
+        assert_valid(messages)
+
+
+def test_require_system() -> None:
+    assert find_violations([USER], require_system=True) == ["no system message"]
+
+
+def _item(msg: dict[str, Any]) -> HistoryItem:
+    return HistoryItem(Message.model_validate(msg))
+
+
+def _repair(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out, _ = repair_pairing([_item(x) for x in messages])
+    return [to_chat_message(i.message) for i in out]
+
+
+def test_repair_moves_late_results_next_to_their_call() -> None:
+    fixed = _repair([USER, call("a", "b"), result("a"), USER, result("b")])
+    assert [x["role"] for x in fixed] == ["user", "assistant", "tool", "tool", "user"]
+    assert find_violations(fixed) == []
+
+
+def test_repair_strips_pending_calls_and_drops_emptied_turns() -> None:
+    out, report = repair_pairing([_item(USER), _item(call("a", "b")), _item(result("a")), _item(call("p"))])
+    fixed = [to_chat_message(i.message) for i in out]
+    assert [c["id"] for c in fixed[1]["tool_calls"]] == ["a"]
+    assert len(fixed) == 3
+    assert (report.unanswered_calls, report.emptied_assistant_turns) == (2, 1)
+
+
+def test_repair_keeps_assistant_text_when_its_calls_are_pending() -> None:
+    msg = call("p") | {"content": "let me check"}
+    fixed = _repair([USER, msg])
+    assert fixed[-1] == {"role": "assistant", "content": "let me check"}
+
+
+def test_repair_drops_orphans_and_duplicates() -> None:
+    out, report = repair_pairing([_item(x) for x in [USER, result("z"), call("a"), result("a"), result("a")]])
+    assert len(out) == 3
+    assert (report.orphan_results, report.duplicate_results) == (1, 1)
+
+
+def test_reused_call_id_pairs_with_the_latest_open_call() -> None:
+    fixed = _repair([USER, call("a"), USER, call("a"), result("a")])
+    assert [x["role"] for x in fixed] == ["user", "user", "assistant", "tool"]
+    assert find_violations(fixed) == []
