@@ -84,5 +84,5 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             report.emptied_assistant_turns += 1
             continue
         out.append(entry.item.with_message(msg))
-        out.extend(entry.results[cid] for cid in answered)
+        out.extend(entry.results[cid] for cid in answered_ids)
     return out, report
