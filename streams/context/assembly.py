@@ -205,6 +205,9 @@ def assemble(
 
     overhead = sum(counter.count_text(json.dumps(t, separators=(",", ":"))) for t in tool_list)
     body = [item.message for item in items]
+    if not opts.include_reasoning:
+        # Count what is sent: reasoning stays out of the request unless asked for.
+        body = [m.model_copy(update={"reasoning_content": None}) if m.reasoning_content else m for m in body]
     tailored = tailor([*head, *prefix], body, opts.token_budget, counter, overhead=overhead)
     messages = [to_chat_message(m, include_reasoning=opts.include_reasoning) for m in tailored.messages]
     if not messages:
