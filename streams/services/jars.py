@@ -19,9 +19,9 @@ POM_ROOT = Path(__file__).resolve().parents[2] / "services"
 _COMPLETE = ".complete"
 
 
-def pom_path(name: str) -> Path:
+def pom_path(name: str, root: Path = POM_ROOT) -> Path:
     """The pom of service ``name`` (``kafka`` or ``cassandra``)."""
-    path = POM_ROOT / name / "pom.xml"
+    path = root / name / "pom.xml"
     if not path.is_file():
         raise ServiceError(f"{name}: recipe {path} is missing (distill must run from its source checkout)")
     return path
@@ -39,14 +39,16 @@ def corrupt_jars(directory: Path) -> list[Path]:
     return bad
 
 
-def resolve_classpath(name: str, home: Path, mvn: str = "mvn", log: Path | None = None) -> Path:
+def resolve_classpath(
+    name: str, home: Path, mvn: str = "mvn", log: Path | None = None, pom_root: Path = POM_ROOT
+) -> Path:
     """Return the directory holding every runtime jar of service ``name``.
 
     Runs Maven only when the cache is missing or corrupted. Raises
     ``ServiceError`` naming the cause (no ``mvn``, download failed,
     corrupted artifacts that a re-download did not fix).
     """
-    pom = pom_path(name)
+    pom = pom_path(name, pom_root)
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
     target = home / "jars" / f"{name}-{digest}"
     if (target / _COMPLETE).exists():

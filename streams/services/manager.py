@@ -62,11 +62,14 @@ class LocalServices:
         started: dict[str, bool] = {}
         try:
             started["kafka"] = self._launch_kafka(say)
+            kafka_t0 = time.monotonic()
             started["cassandra"] = self._launch_cassandra(say)
-            self._await("kafka", self.kafka, self._kafka_ready, self.services.kafka_start_timeout_s, say)
+            cassandra_t0 = time.monotonic()
+            self._await("kafka", self.kafka, self._kafka_ready, self.services.kafka_start_timeout_s, say, kafka_t0)
             self._await(
-                "cassandra", self.cassandra, self._cassandra_ready, self.services.cassandra_start_timeout_s, say
-            )
+                "cassandra", self.cassandra, self._cassandra_ready, self.services.cassandra_start_timeout_s,
+                say, cassandra_t0,
+            )  # fmt: skip
         except BaseException:
             for name, now in started.items():
                 if now:
@@ -133,9 +136,8 @@ class LocalServices:
         return True
 
     def _await(
-        self, name: str, proc: ManagedProcess, ready: Callable[[], bool], timeout_s: float, say: Say
+        self, name: str, proc: ManagedProcess, ready: Callable[[], bool], timeout_s: float, say: Say, t0: float
     ) -> None:
-        t0 = time.monotonic()
         log = proc.pid_file.parent / f"{name}.out"
         while not ready():
             pid = proc.pid()
@@ -147,7 +149,7 @@ class LocalServices:
                     f"{name.upper()}_START_TIMEOUT_S); log tail: {log_tail(log)}"
                 )
             time.sleep(0.5)
-        say(f"{name}: ready in {time.monotonic() - t0:.1f} s")
+        say(f"{name}: ready in {time.monotonic() - t0:.1f} s after launch")
 
     def _kafka_ready(self) -> bool:
         return kafka.answers_metadata(self.kafka_address, timeout_s=3.0)

@@ -131,3 +131,12 @@ def test_missing_maven_with_empty_cache_says_so(tmp_path: Path) -> None:
     with pytest.raises(ServiceError, match="'/nonexistent/mvn' not found on PATH: install Maven"):
         resolve_classpath("cassandra", settings.services.home, settings.services.mvn)
     assert LocalServices(settings).status()[0].running is False
+
+
+def test_failed_download_names_the_artifact(tmp_path: Path) -> None:
+    pom = (Path(__file__).parents[2] / "services" / "kafka" / "pom.xml").read_text()
+    broken = pom.replace("<artifactId>kafka_2.13</artifactId>", "<artifactId>no-such-kafka-artifact</artifactId>")
+    (tmp_path / "recipes" / "kafka").mkdir(parents=True)
+    (tmp_path / "recipes" / "kafka" / "pom.xml").write_text(broken)
+    with pytest.raises(ServiceError, match=r"downloading jars for kafka failed: .*no-such-kafka-artifact"):
+        resolve_classpath("kafka", tmp_path / "home", pom_root=tmp_path / "recipes")

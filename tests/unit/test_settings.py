@@ -10,6 +10,16 @@ from pydantic import ValidationError
 from schemas.settings import Settings, load_settings
 
 
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about defaults and sources: the caller's DISTILL_* variables must not leak in."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("DISTILL_"):
+            monkeypatch.delenv(name)
+
+
 def test_defaults_point_at_the_local_services() -> None:
     s = Settings()
     assert s.kafka.bootstrap_list == ["127.0.0.1:19092"]
