@@ -1,0 +1,108 @@
+"""An in-memory implementation of the recall read protocol, for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schemas import SessionEvent, SessionSummary
+from streams.context.boundary import covered_mask
+from streams.context.recall_tools import SearchHit, SearchQuery, WindowEvent, WindowQuery
+
+
+def _text(event: SessionEvent) -> str:
+    return event.message.content or ""
+
+
+def _eligible(event: SessionEvent) -> bool:
+    msg = event.message
+    return (
+        not event.partial
+        and not msg.tool_calls
+        and msg.role in ("user", "assistant", "tool")
+        and bool(_text(event).strip())
+    )
+
+
+class InMemoryReadAPI:
+    """Events and latest summaries held in lists; lexical search by term overlap."""
+
+    def __init__(self, events: Sequence[SessionEvent], summaries: Sequence[SessionSummary] = ()) -> None:
+        self.events = list(events)
+        self.summaries = {(s.app_name, s.user_id, s.session_id, s.filter_key): s for s in summaries}
+        self.search_calls = 0
+
+    def _session(self, app: str, user: str, session: str) -> list[SessionEvent]:
+        return [e for e in self.events if (e.app_name, e.user_id, e.session_id) == (app, user, session)]
+
+    def _hidden(self, query: SearchQuery) -> list[SessionEvent]:
+        summary = self.summaries.get((query.app_name, query.user_id, query.session_id, query.filter_key))
+        if summary is None:
+            return []
+        events = self._session(query.app_name, query.user_id, query.session_id)
+        return [e for e, covered in zip(events, covered_mask(events, summary.boundary), strict=True) if covered]
+
+    def _others(self, query: SearchQuery) -> list[SessionEvent]:
+        return [
+            e
+            for e in self.events
+            if (e.app_name, e.user_id) == (query.app_name, query.user_id) and e.session_id != query.session_id
+        ]
+
+    async def search(self, query: SearchQuery) -> Sequence[SearchHit]:
+        self.search_calls += 1
+        pools = {
+            "current_hidden": [("current_hidden", e) for e in self._hidden(query)],
+            "current_session": [
+                ("current_session", e) for e in self._session(query.app_name, query.user_id, query.session_id)
+            ],
+            "other_sessions": [("other_sessions", e) for e in self._others(query)],
+        }
+        pools["all_sessions"] = pools["current_hidden"] + pools["other_sessions"]
+        terms = query.query.lower().split()
+        hits = []
+        for scope, event in pools[query.scope]:
+            if not _eligible(event):
+                continue
+            text = _text(event).lower()
+            score = sum(t in text for t in terms) / len(terms)
+            if score > 0 and score >= query.min_score:
+                hits.append(
+                    SearchHit(
+                        scope=scope,  # type: ignore[arg-type]
+                        session_id=event.session_id,
+                        event_id=event.event_id,
+                        role=event.message.role,
+                        text=_text(event),
+                        score=score,
+                        created_at=event.timestamp,
+                        tool_call_id=event.message.tool_call_id,
+                        tool_name=event.message.name,
+                    )
+                )
+        hits.sort(key=lambda h: -h.score)
+        return hits[: query.top_k]
+
+    async def load_window(self, query: WindowQuery) -> Sequence[WindowEvent] | None:
+        events = [e for e in self._session(query.app_name, query.user_id, query.session_id) if _eligible(e)]
+        index = next((i for i, e in enumerate(events) if e.event_id == query.anchor_event_id), None)
+        if index is None:
+            return None
+        window = events[max(0, index - query.before) : index + query.after + 1]
+        return [
+            WindowEvent(
+                event_id=e.event_id,
+                role=e.message.role,
+                content=_text(e),
+                created_at=e.timestamp,
+                tool_call_id=e.message.tool_call_id,
+                tool_name=e.message.name,
+                anchor=e.event_id == query.anchor_event_id,
+            )
+            for e in window
+        ]
+
+    async def find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:
+        for event in reversed(self._session(app_name, user_id, session_id)):
+            if event.message.role == "tool" and event.message.tool_call_id == tool_call_id:
+                return event.event_id
+        return None

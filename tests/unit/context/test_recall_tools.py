@@ -1,0 +1,189 @@
+"""Recall tools: schemas by capability, the usage note, and the executor over the read protocol."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from schemas import FunctionCall, ToolCall
+from streams.context import AssemblyOptions, assemble
+from streams.context.recall_tools import (
+    DEFAULT_CONTENT_LIMIT,
+    HISTORICAL_NOTE,
+    MAX_CONTENT_LIMIT,
+    USAGE_NOTE_MARK,
+    RecallCapabilities,
+    RecallExecutor,
+    RecallReader,
+    normalize_content_window,
+    normalize_window,
+    recall_tools,
+    slice_utf8,
+    usage_note,
+)
+from tests.unit.context.memory_reader import InMemoryReadAPI
+from tests.unit.context.sessions import Session, summary_at
+
+BOTH = RecallCapabilities(search=True, load=True)
+
+
+def _names(caps: RecallCapabilities) -> list[str]:
+    return [t["function"]["name"] for t in recall_tools(caps)]
+
+
+def test_tools_are_offered_by_capability() -> None:
+    assert _names(RecallCapabilities()) == []
+    assert _names(RecallCapabilities(search=True)) == ["session_search"]
+    assert _names(RecallCapabilities(load=True)) == ["session_load"]
+    assert _names(BOTH) == ["session_search", "session_load"]
+    load = recall_tools(RecallCapabilities(load=True))[0]["function"]["parameters"]["properties"]
+    assert {"event_id", "tool_call_id", "before", "after", "content_offset", "content_limit"} <= set(load)
+
+
+def test_usage_note_variants() -> None:
+    assert usage_note(RecallCapabilities()) is None
+    search_only = usage_note(RecallCapabilities(search=True)) or ""
+    load_only = usage_note(RecallCapabilities(load=True)) or ""
+    both = usage_note(BOTH) or ""
+    assert "session_search" in search_only and "session_load" not in search_only
+    assert "session_load" in load_only and "session_search" not in load_only
+    assert "session_search" in both and "session_load" in both
+    assert all(n.startswith(USAGE_NOTE_MARK) and "not instructions" in n for n in (search_only, load_only, both))
+
+
+def test_assembly_adds_tools_and_note_once() -> None:
+    s = Session()
+    s.user("hi")
+    own = [{"type": "function", "function": {"name": "session_load", "parameters": {}}}]
+    req = assemble("sys", None, s.events, "q", own, AssemblyOptions(recall=BOTH))
+    assert [t["function"]["name"] for t in req.tools] == ["session_load", "session_search"]
+    assert req.messages[0]["content"].count(USAGE_NOTE_MARK) == 1
+    again = assemble(req.messages[0]["content"], None, s.events, "q", own, AssemblyOptions(recall=BOTH))
+    assert again.messages[0]["content"].count(USAGE_NOTE_MARK) == 1
+
+
+def _history() -> tuple[Session, InMemoryReadAPI]:
+    s = Session()
+    s.turn("r1").user("please look up the invoice for ACME")
+    s.call(("c1", "lookup"))
+    s.result("c1", "invoice ACME-42 total 1200 EUR " + "detail " * 50, name="lookup")
+    s.answer("The ACME invoice is ACME-42.")
+    s.turn("r2").user("and the weather in Paris?")
+    s.answer("Sunny in Paris.")
+    other = Session("s2")
+    other.user("ACME contract renewal discussed")
+    stranger = Session("s3")
+    stranger.user("ACME secret of another user")
+    stranger.events = [e.model_copy(update={"user_id": "someone-else"}) for e in stranger.events]
+    api = InMemoryReadAPI(s.events + other.events + stranger.events, [summary_at(s.events[3])])
+    return s, api
+
+
+def _executor(api: RecallReader, caps: RecallCapabilities = BOTH) -> RecallExecutor:
+    return RecallExecutor(api, app_name="app", user_id="u1", session_id="s1", capabilities=caps)
+
+
+async def _call(executor: RecallExecutor, name: str, **args: Any) -> dict[str, Any]:
+    msg = await executor.execute(ToolCall(id="t1", function=FunctionCall(name=name, arguments=json.dumps(args))))
+    assert msg.role == "tool" and msg.tool_call_id == "t1" and msg.name == name
+    return dict(json.loads(msg.content or "{}"))
+
+
+async def test_search_current_hidden_only_sees_covered_history_and_is_marked_historical() -> None:
+    _, api = _history()
+    out = await _call(_executor(api), "session_search", query="ACME invoice")
+    assert out["historical_context"] is True and out["note"] == HISTORICAL_NOTE
+    assert out["scope"] == "current_hidden"
+    assert {r["event_id"] for r in out["results"]} == {"e1", "e3", "e4"}
+    assert all(len(r["snippet"]) <= 280 for r in out["results"])
+    paris = await _call(_executor(api), "session_search", query="Paris", scope="current_hidden")
+    assert paris["results"] == []
+
+
+async def test_search_scopes_never_cross_users() -> None:
+    _, api = _history()
+    others = await _call(_executor(api), "session_search", query="ACME", scope="other_sessions")
+    assert [r["session_id"] for r in others["results"]] == ["s2"]
+    everything = await _call(_executor(api), "session_search", query="ACME", scope="all_sessions")
+    assert "s3" not in {r["session_id"] for r in everything["results"]}
+    whole = await _call(_executor(api), "session_search", query="Paris", scope="current_session")
+    assert {r["event_id"] for r in whole["results"]} == {"e5", "e6"}
+
+
+async def test_search_normalizes_arguments() -> None:
+    _, api = _history()
+    blank = await _call(_executor(api), "session_search", query="   ")
+    assert blank["results"] == [] and api.search_calls == 0
+    odd = await _call(_executor(api), "session_search", query="ACME", scope="everywhere", top_k=1)
+    assert odd["scope"] == "current_hidden" and len(odd["results"]) == 1
+
+
+async def test_load_by_event_id_returns_a_window() -> None:
+    _, api = _history()
+    out = await _call(_executor(api), "session_load", event_id="e3", before=1, after=1)
+    assert out["historical_context"] is True
+    assert [m["event_id"] for m in out["messages"]] == ["e1", "e3", "e4"]  # the call event is not eligible
+    anchor = out["messages"][1]
+    assert anchor["anchor"] and anchor["tool_call_id"] == "c1" and anchor["tool_name"] == "lookup"
+    assert not anchor["content_truncated"]
+
+
+async def test_load_by_tool_call_id_slices_the_anchor() -> None:
+    _, api = _history()
+    out = await _call(_executor(api), "session_load", tool_call_id="c1", content_offset=8, content_limit=10)
+    assert out["anchor_event_id"] == "e3"
+    anchor = next(m for m in out["messages"] if m["anchor"])
+    assert anchor["content"] == "ACME-42 to"
+    assert (anchor["content_offset"], anchor["returned_bytes"], anchor["content_truncated"]) == (8, 10, True)
+    neighbour = next(m for m in out["messages"] if not m["anchor"])
+    assert neighbour["content_offset"] == 0 and neighbour["returned_bytes"] <= 10
+
+
+async def test_load_falls_back_to_tool_call_id_for_a_stale_event_id() -> None:
+    _, api = _history()
+    out = await _call(_executor(api), "session_load", event_id="gone", tool_call_id="c1")
+    assert out["anchor_event_id"] == "e3"
+    stale = await _call(_executor(api), "session_load", event_id="gone")
+    assert stale == {"error": "anchor event not found: gone"}
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({}, "event_id is required unless tool_call_id is provided"),
+        ({"tool_call_id": "zz"}, "tool_call_id 'zz' not found in session 's1'"),
+        ({"event_id": "e3", "before": "many"}, "before must be an integer"),
+    ],
+)
+async def test_load_errors_are_answered_not_raised(args: dict[str, Any], error: str) -> None:
+    _, api = _history()
+    assert await _call(_executor(api), "session_load", **args) == {"error": error}
+
+
+async def test_bad_arguments_and_unoffered_tools_are_errors() -> None:
+    _, api = _history()
+    executor = _executor(api, RecallCapabilities(search=True))
+    msg = await executor.execute(ToolCall(id="t", function=FunctionCall(name="session_search", arguments="{oops")))
+    assert json.loads(msg.content or "")["error"].startswith("arguments are not valid JSON")
+    assert await _call(executor, "session_load", event_id="e3") == {"error": "tool 'session_load' is not available"}
+    assert executor.handles("session_search") and not executor.handles("session_load")
+
+
+def test_window_and_content_normalization() -> None:
+    assert normalize_window(0, 0) == (1, 1)
+    assert normalize_window(-3, 2) == (0, 2)
+    assert normalize_window(0, 9) == (0, 4)
+    assert normalize_window(5, 5) == (2, 2)
+    assert normalize_window(3, 2) == (2, 2)
+    assert normalize_content_window(-5, 0) == (0, DEFAULT_CONTENT_LIMIT)
+    assert normalize_content_window(3, 10**9) == (3, MAX_CONTENT_LIMIT)
+
+
+def test_utf8_slices_snap_to_character_starts() -> None:
+    text = "aé中b"  # bytes: a(1) é(2) 中(3) b(1)
+    assert slice_utf8(text, 2, 3) == ("中", 3, 3)  # start moves forward out of é
+    assert slice_utf8(text, 1, 3) == ("é", 1, 2)  # end moves back out of 中
+    assert slice_utf8(text, 0, 2) == ("a", 0, 1)
+    assert slice_utf8(text, 100, 5) == ("", 7, 0)
