@@ -1,0 +1,27 @@
+"""Which events belong to a filter key (pure; mirrors ``streams.rules.filter_keys``).
+
+``projections`` may not import ``streams``, so the one rule the read side
+needs is restated here. ``tests/unit/projections/test_filter_keys.py`` checks
+it against the streams implementation so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+FULL_SESSION = ""
+SEPARATOR = "/"
+
+
+def is_within(key: str, scope: str) -> bool:
+    """``key`` equals ``scope`` or is one of its descendants (whole segments)."""
+    return key == scope or key.startswith(scope + SEPARATOR)
+
+
+def in_summary_input(event_key: str, target: str) -> bool:
+    """Whether an event with ``event_key`` belongs to what ``target``'s summary covers.
+
+    The full session takes every event. A branch takes its subtree plus the
+    events without a key; its ancestors' and siblings' events are excluded.
+    """
+    if target == FULL_SESSION or event_key == FULL_SESSION:
+        return True
+    return is_within(event_key, target)

@@ -1,0 +1,177 @@
+"""Lexical recall (pure): tokenizing documents, planning broadened queries, scoring hits.
+
+Cassandra 5.0's SAI has no text analyzers, so documents are tokenized here
+and their token set is indexed (``recall_docs.tokens``). The same normalizer
+runs over queries. Scoring and broadening follow the Go recall tool: a hit
+scores ``matched / len(keywords)`` + 0.75 when the whole normalized query
+occurs in the text + 0.15 when at least ``min(2, len(keywords))`` keywords
+match; hits under 0.45 are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIN_SCORE = 0.45
+MAX_DOC_TOKENS = 4000
+MAX_FALLBACKS = 4
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_CLAUSE_SPLIT = re.compile(r"\s*(?:[,;，；]|\band\b|\bor\b)\s*", re.IGNORECASE)
+_LEAD_INS = (
+    "summarize the discussion about",
+    "summarize the discussion of",
+    "what did we say about",
+    "what did we decide about",
+    "what did the user say about",
+    "what did",
+    "what was",
+    "what were",
+    "what is",
+    "tell me about",
+    "remind me about",
+    "do you remember",
+    "how did",
+    "how do",
+)
+_STOP_TEXT = (
+    "a an the and or but of to in on at by for with from about into over after before is are was were be been "
+    "being do does did done have has had i you he she it we they me my your our their this that these those what "
+    "which who whom when where why how can could should would will shall may might must not no yes please tell "
+    "remind say said discuss discussed discussion summarize summary again there here then than so as if"
+)
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(token: str) -> str:
+    for suffix in _SUFFIXES:
+        if token.endswith(suffix) and len(token) - len(suffix) >= 3 and not token.isdigit():
+            return token[: -len(suffix)]
+    return token
+
+
+def _split_words(text: str) -> list[str]:
+    out: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if _CJK.search(word):
+            # CJK has no spaces: index character bigrams (and single characters for 1-char runs).
+            chars = list(word)
+            out.extend(chars[i] + chars[i + 1] for i in range(len(chars) - 1))
+            if len(chars) == 1:
+                out.append(chars[0])
+        else:
+            out.append(word)
+    return out
+
+
+def doc_tokens(text: str) -> set[str]:
+    """The normalized token set stored for a document (capped at ``MAX_DOC_TOKENS``)."""
+    tokens: set[str] = set()
+    for word in _split_words(text):
+        tokens.add(_stem(word))
+        if len(tokens) >= MAX_DOC_TOKENS:
+            break
+    return tokens
+
+
+def normalize_query(query: str) -> str:
+    """Lower-cased with whitespace collapsed."""
+    return " ".join(query.lower().split())
+
+
+def keywords(text: str) -> tuple[str, ...]:
+    """Content words of ``text``: stop words removed, words under 3 characters dropped unless they hold a digit."""
+    seen: dict[str, None] = {}
+    for word in _split_words(text):
+        if word in STOP_WORDS:
+            continue
+        if len(word) < 3 and not any(c.isdigit() for c in word) and not _CJK.search(word):
+            continue
+        seen.setdefault(word, None)
+    return tuple(seen)
+
+
+@dataclass(frozen=True)
+class LexicalQuery:
+    """One query of a broadening plan: its text (for the substring bonus) and keywords."""
+
+    text: str
+    keywords: tuple[str, ...]
+
+    @property
+    def index_terms(self) -> tuple[str, ...]:
+        """The stemmed terms looked up in the token index (all must occur)."""
+        return tuple(dict.fromkeys(_stem(k) for k in self.keywords))
+
+
+def _strip_lead_in(clause: str) -> str:
+    for lead in _LEAD_INS:
+        if clause.startswith(lead + " "):
+            return clause[len(lead) + 1 :]
+    return clause
+
+
+def is_compound(query: str) -> bool:
+    """A question with several parts (clauses joined by ``,`` ``;`` ``and`` ``or``)."""
+    return len([c for c in _CLAUSE_SPLIT.split(normalize_query(query)) if keywords(c)]) > 1
+
+
+def plan(query: str) -> list[LexicalQuery]:
+    """The broadening plan, strictest first: the whole query, its clauses, its keywords, keyword windows.
+
+    Empty for a blank query. Duplicates (same keyword set) are removed.
+    """
+    primary = normalize_query(query)
+    if not primary:
+        return []
+    out: list[LexicalQuery] = []
+    seen: set[tuple[str, ...]] = set()
+
+    def add(text: str, kws: tuple[str, ...]) -> None:
+        if kws and kws not in seen:
+            seen.add(kws)
+            out.append(LexicalQuery(text, kws))
+
+    all_keywords = keywords(primary)
+    add(primary, all_keywords)
+    for clause in _CLAUSE_SPLIT.split(primary):
+        clause = _strip_lead_in(clause.strip())
+        add(clause, keywords(clause))
+    fallbacks: list[tuple[str, ...]] = []
+    if len(all_keywords) > 8:
+        fallbacks.append(all_keywords[:4] + all_keywords[-4:])
+    size = 4 if len(all_keywords) >= 5 else 3
+    if len(all_keywords) > size:
+        for i in range(len(all_keywords) - size + 1):
+            fallbacks.append(all_keywords[i : i + size])
+    for kws in fallbacks[:MAX_FALLBACKS]:
+        add(" ".join(kws), kws)
+    return out
+
+
+def score(query: LexicalQuery, text: str) -> float:
+    """The Go lexical score of ``text`` for ``query`` (0 when no keyword matches)."""
+    if not query.keywords:
+        return 0.0
+    lowered = text.lower()
+    tokens = doc_tokens(lowered) if len(lowered) < 200_000 else set()
+    matched = sum(1 for k in query.keywords if k in lowered or _stem(k) in tokens)
+    if matched == 0:
+        return 0.0
+    value = matched / len(query.keywords)
+    if query.text and query.text in " ".join(lowered.split()):
+        value += 0.75
+    if matched >= min(2, len(query.keywords)):
+        value += 0.15
+    return value
+
+
+def compact(text: str, limit: int = 280) -> str:
+    """``text`` on one line, at most ``limit`` characters (``...`` marks a cut); ``<empty>`` when blank."""
+    flat = " ".join(text.split())
+    if not flat:
+        return "<empty>"
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

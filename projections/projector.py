@@ -1,0 +1,390 @@
+"""The projector: Kafka records in, Cassandra rows out, offsets stored after the rows.
+
+Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
+
+* **Idempotent rows.** Every write is an upsert keyed by a natural id (event
+  id, tool call id, summary version, session) or a version-guarded LWT, so
+  applying a record twice leaves the same rows as applying it once.
+* **Offsets after rows.** ``project`` stores ``next_offset`` per partition in
+  ``projector_offsets`` only after every row of the batch is durable. A crash
+  (even SIGKILL) before that re-delivers the batch, which changes nothing
+  (idempotence); a crash after it skips the batch, which was fully written.
+  A logged multi-partition batch would give the same outcome at a higher
+  price (batchlog, batch-size limits that 50 KB tool results would break),
+  so the rows go out as concurrent single-partition writes instead.
+* **Order where it matters.** ``delete_session`` is a barrier: the writes
+  before it complete, then the session is deleted, then later writes run.
+  Summaries never go backwards: ``summaries_latest`` is only written with
+  ``IF NOT EXISTS`` / ``IF version < ?`` (see ``_write_latest``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra import DriverException, InvalidRequest, RequestExecutionException
+from cassandra.cluster import NoHostAvailable, Session
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from pydantic import ValidationError
+
+from projections import statements as q
+from projections.cassandra_session import aexecute
+from projections.embedding import MAX_EMBED_CHARS, Embedder
+from projections.errors import StoreUnavailable
+from projections.rows import (
+    TokenCounter,
+    estimate_tokens,
+    event_rows,
+    summary_history_row,
+    summary_latest_values,
+)
+from schemas import DeadLetter, DeleteSession, SessionEvent, SessionSummary, parse_event_record
+from schemas.records import RecordDecodeError
+
+log = logging.getLogger("distill.projector")
+
+STAGE = "project"
+_TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One consumed Kafka record, as the adapter hands it over."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int = 0
+
+
+@dataclass
+class BatchOutcome:
+    """What one ``project`` call did (for logs, metrics and tests)."""
+
+    events: int = 0
+    summaries: int = 0
+    stale_summaries: int = 0
+    deletes: int = 0
+    ignored: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Event:
+    record: SourceRecord
+    event: SessionEvent
+
+
+@dataclass(frozen=True)
+class _Delete:
+    record: SourceRecord
+    command: DeleteSession
+
+
+DeadLetterSink = Callable[[DeadLetter], Awaitable[None]]
+
+
+def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = None) -> DeadLetter:
+    """A ``DeadLetter`` for ``record`` rejected with ``exc``."""
+    return DeadLetter(
+        source_topic=record.topic,
+        source_partition=record.partition,
+        source_offset=record.offset,
+        key_b64=base64.b64encode(record.key).decode() if record.key is not None else None,
+        value_b64=base64.b64encode(record.value or b"").decode(),
+        error_class=type(exc).__name__,
+        reason=(reason or str(exc))[:2000],
+        stage=STAGE,
+        failed_at=datetime.now(UTC),
+    )
+
+
+def parse_summary_record(raw: bytes | None) -> SessionSummary | None:
+    """A summary, or ``None`` for other records of the summaries topic (``summary_failure``)."""
+    if raw is None:
+        raise RecordDecodeError("empty record value")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordDecodeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RecordDecodeError(f"expected a JSON object, got {type(data).__name__}")
+    kind = data.get("type", "summary")
+    if kind == "summary_failure":
+        return None
+    if kind != "summary":
+        raise RecordDecodeError(f"unknown record type {kind!r} on the summaries topic")
+    return SessionSummary.model_validate(data)
+
+
+class Projector:
+    """Applies batches of consumed records to Cassandra. One instance per process; not thread-safe.
+
+    ``count_tokens`` is injected by the composition root (projections may not
+    import the token counter of ``streams``); ``embedder``, when given, adds a
+    vector per recall document for semantic search.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        keyspace: str,
+        *,
+        events_topic: str,
+        summaries_topic: str,
+        consumer_group: str,
+        count_tokens: TokenCounter | None = None,
+        embedder: Embedder | None = None,
+        concurrency: int = 128,
+    ) -> None:
+        self._session = session
+        self._ks = keyspace
+        self.events_topic = events_topic
+        self.summaries_topic = summaries_topic
+        self.consumer_group = consumer_group
+        self._count = count_tokens or estimate_tokens
+        self._embedder = embedder
+        self._concurrency = concurrency
+        self._p = self._prepare()
+
+    def _prepare(self) -> dict[str, PreparedStatement]:
+        names = {
+            "event": q.INSERT_EVENT, "event_id": q.INSERT_EVENT_ID, "tool_call": q.UPSERT_TOOL_CALL,
+            "tool_result": q.UPSERT_TOOL_RESULT, "recall": q.INSERT_RECALL, "history": q.INSERT_SUMMARY_HISTORY,
+            "latest_insert": q.INSERT_SUMMARY_LATEST, "latest_update": q.UPDATE_SUMMARY_LATEST,
+            "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED,
+            "save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS,
+        }  # fmt: skip
+        out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
+        for table in q.SESSION_TABLES:
+            out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
+        out["delete_recall"] = self._session.prepare(
+            f"DELETE FROM {self._ks}.recall_docs WHERE app_name = ? AND user_id = ? AND session_id = ?"
+        )
+        if self._embedder is not None:
+            dims = self._embedder.dimensions
+            for ddl in q.vector_ddl(self._ks, dims):
+                self._session.execute(ddl, timeout=60)
+            out["vector"] = self._session.prepare(q.insert_vector(self._ks, dims))
+            out["delete_vectors"] = self._session.prepare(
+                f"DELETE FROM {self._ks}.{q.vector_table(dims)} WHERE app_name = ? AND user_id = ? AND session_id = ?"
+            )
+        return out
+
+    # -- offsets ---------------------------------------------------------------------------------------------
+
+    async def load_offsets(self) -> dict[tuple[str, int], int]:
+        """The stored ``next_offset`` of every ``(topic, partition)`` of this consumer group."""
+        rows = await self._run(self._p["load_offsets"], (self.consumer_group,))
+        return {(r.topic, r.partition): r.next_offset for r in rows}
+
+    async def _save_offsets(self, offsets: dict[tuple[str, int], int]) -> None:
+        # One partition (the consumer group): a logged batch here is cheap and atomic.
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for (topic, partition), offset in sorted(offsets.items()):
+            batch.add(self._p["save_offset"], (self.consumer_group, topic, partition, offset))
+        await self._run(batch, None)
+
+    # -- the batch -------------------------------------------------------------------------------------------
+
+    async def project(
+        self,
+        records: Sequence[SourceRecord],
+        dead_letters: DeadLetterSink,
+        *,
+        save_offsets: Callable[[tuple[str, int]], bool] = lambda tp: True,
+    ) -> BatchOutcome:
+        """Write ``records`` (in consumed order), publish rejects to ``dead_letters``, then store offsets.
+
+        ``save_offsets`` filters which partitions' offsets are stored (the
+        adapter passes "still assigned to me"). Raises ``StoreUnavailable``
+        when Cassandra fails; nothing is then stored for the batch, so it can
+        simply be retried.
+        """
+        outcome = BatchOutcome()
+        segment: list[_Event | SessionSummary] = []
+        for record in records:
+            key = (record.topic, record.partition)
+            outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
+            try:
+                item = self._parse(record)
+            except (RecordDecodeError, ValidationError) as exc:
+                outcome.dead_letters.append(dead_letter(record, exc))
+                continue
+            if item is None:
+                outcome.ignored += 1
+            elif isinstance(item, _Delete):
+                await self._flush(segment, outcome)
+                segment = []
+                await self._delete(item)
+                outcome.deletes += 1
+            else:
+                segment.append(item)
+        await self._flush(segment, outcome)
+        for letter in outcome.dead_letters:
+            await dead_letters(letter)
+        kept = {tp: off for tp, off in outcome.offsets.items() if save_offsets(tp)}
+        if kept:
+            await self._save_offsets(kept)
+        return outcome
+
+    def _parse(self, record: SourceRecord) -> _Event | _Delete | SessionSummary | None:
+        if record.topic == self.summaries_topic:
+            return parse_summary_record(record.value)
+        if record.value is None:
+            raise RecordDecodeError("empty record value")
+        parsed = parse_event_record(record.value)
+        if isinstance(parsed, SessionEvent):
+            return _Event(record, parsed)
+        if isinstance(parsed, DeleteSession):
+            return _Delete(record, parsed)
+        return None  # summarize commands are the worker's business
+
+    async def _flush(self, items: list[_Event | SessionSummary], outcome: BatchOutcome) -> None:
+        events = [i for i in items if isinstance(i, _Event)]
+        summaries = [i for i in items if isinstance(i, SessionSummary)]
+        if events:
+            await self._write_events(events, outcome)
+        if summaries:
+            await self._write_summaries(summaries, outcome)
+
+    async def _write_events(self, items: list[_Event], outcome: BatchOutcome) -> None:
+        work: list[tuple[Any, Any]] = []
+        owner: list[int] = []
+        vectors: list[tuple[tuple[object, ...], str]] = []
+        for index, item in enumerate(items):
+            rows = event_rows(item.event, item.record.offset, self._count)
+            stmts: list[tuple[Any, Any]] = [(self._p["event"], rows.event), (self._p["event_id"], rows.event_id)]
+            stmts += [(self._p["tool_call"], (r[4], r[5], r[0], r[1], r[2], r[3])) for r in rows.tool_calls]
+            if rows.tool_result is not None:
+                r = rows.tool_result
+                stmts.append((self._p["tool_result"], (r[4], r[5], r[0], r[1], r[2], r[3])))
+            if rows.recall is not None:
+                stmts.append((self._p["recall"], rows.recall))
+                if rows.recall_text is not None:
+                    vectors.append((rows.recall[:5], rows.recall_text))
+            work += stmts
+            owner += [index] * len(stmts)
+        failed = await self._run_concurrent(work)
+        rejected: dict[int, BaseException] = {}
+        for position, exc in failed:
+            if not isinstance(exc, InvalidRequest):
+                raise StoreUnavailable(f"cassandra write failed: {type(exc).__name__}: {exc}") from exc
+            rejected.setdefault(owner[position], exc)
+        for index, exc in rejected.items():
+            outcome.dead_letters.append(dead_letter(items[index].record, exc, f"cassandra rejected the event: {exc}"))
+        outcome.events += len(items) - len(rejected)
+        if vectors and self._embedder is not None:
+            await self._write_vectors(vectors)
+
+    async def _write_vectors(self, docs: list[tuple[tuple[object, ...], str]]) -> None:
+        assert self._embedder is not None
+        try:
+            embeddings = await self._embedder.embed([text[:MAX_EMBED_CHARS] for _, text in docs])
+        except Exception as exc:  # an embedder outage must not stall projection: lexical search still works
+            log.warning("embedder failed, %d documents stored without vectors: %s", len(docs), exc)
+            return
+        work = [(self._p["vector"], (*key, vec)) for (key, _), vec in zip(docs, embeddings, strict=True)]
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra vector write failed: {failed[0][1]}")
+
+    async def _write_summaries(self, summaries: list[SessionSummary], outcome: BatchOutcome) -> None:
+        by_key: dict[tuple[str, str, str, str], list[SessionSummary]] = {}
+        for s in summaries:
+            by_key.setdefault((s.app_name, s.user_id, s.session_id, s.filter_key), []).append(s)
+
+        async def one_key(items: list[SessionSummary]) -> None:
+            for s in items:  # sequential per key, so two versions of one key never race each other
+                if await self._deleted_after(s):
+                    outcome.stale_summaries += 1
+                    continue
+                await self._run(self._p["history"], summary_history_row(s))
+                if await self._write_latest(s):
+                    outcome.summaries += 1
+                else:
+                    outcome.stale_summaries += 1
+
+        await asyncio.gather(*(one_key(v) for v in by_key.values()))
+
+    async def _deleted_after(self, s: SessionSummary) -> bool:
+        rows = await self._run(self._p["select_deleted"], (s.app_name, s.user_id, s.session_id))
+        row = next(iter(rows), None)
+        if row is None or row.deleted_at is None:
+            return False
+        deleted_at = row.deleted_at.replace(tzinfo=UTC)
+        return bool(s.created_at <= deleted_at)
+
+    async def _write_latest(self, s: SessionSummary) -> bool:
+        """Make ``s`` the latest summary of its key unless an equal or newer version is there.
+
+        LWT, not read-then-write: during a rebalance two projectors may briefly
+        both hold a partition, and Paxos makes the version comparison atomic.
+        Summaries are rare (one per many events), so its extra round trips are
+        affordable. Returns whether ``s`` became the latest.
+        """
+        key = (s.app_name, s.user_id, s.session_id, s.filter_key)
+        values = summary_latest_values(s)
+        for _ in range(8):
+            rows = await self._run(self._p["latest_insert"], (*key, *values))
+            row = next(iter(rows))
+            if row.applied:
+                return True
+            if row.version is not None and row.version >= s.version:
+                return False
+            rows = await self._run(self._p["latest_update"], (*values, *key, s.version))
+            row = next(iter(rows))
+            if row.applied:
+                return True
+            if row.version is not None and row.version >= s.version:
+                return False
+        raise StoreUnavailable(f"summaries_latest for {key} kept changing under the projector")
+
+    async def _delete(self, item: _Delete) -> None:
+        c = item.command
+        pk = (c.app_name, c.user_id, c.session_id)
+        deleted_at = datetime.fromtimestamp(item.record.timestamp_ms / 1000, UTC) if item.record.timestamp_ms else (
+            datetime.now(UTC)
+        )
+        await self._run(self._p["insert_deleted"], (*pk, deleted_at))
+        work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]
+        work.append((self._p["delete_recall"], pk))
+        if "delete_vectors" in self._p:
+            work.append((self._p["delete_vectors"], pk))
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+
+    # -- driver bridge ---------------------------------------------------------------------------------------
+
+    async def _run(self, statement: Any, params: Any) -> Any:
+        try:
+            return await aexecute(self._session, statement, params)
+        except _TRANSIENT as exc:
+            raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
+        except DriverException as exc:
+            raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
+
+    async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
+        """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``."""
+        items = list(work)
+        if not items:
+            return []
+        try:
+            future = self._session.execute_concurrent_async(
+                items, concurrency=self._concurrency, raise_on_first_error=False
+            )
+            results = await asyncio.wrap_future(future)
+        except _TRANSIENT as exc:
+            raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
+        return [(i, r.result_or_exc) for i, r in enumerate(results) if not r.success]

@@ -1,0 +1,117 @@
+"""Turning records into table rows (pure: no driver code).
+
+Each row is a plain tuple in the column order of the matching statement in
+``projections.statements``; the same record always yields the same row, which
+is what makes re-delivery harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from projections.lexical import doc_tokens
+from schemas import Message, SessionEvent, SessionSummary
+
+TokenCounter = Callable[[Message], int]
+"""Counts the tokens of one message; injected by the composition root."""
+
+RECALL_ROLES = frozenset({"user", "assistant", "tool"})
+MAX_INDEXED_CHARS = 64 * 1024
+"""Only the first 64 Ki characters of a document are tokenized (bounded index size)."""
+
+
+def estimate_tokens(message: Message) -> int:
+    """Fallback counter (4 characters per token) for callers that inject none."""
+    text = (message.content or "") + (message.reasoning_content or "")
+    text += "".join(tc.function.name + tc.function.arguments for tc in message.tool_calls)
+    return (len(text) + 3) // 4
+
+
+def message_text(message: Message) -> str:
+    """The text a reader sees: the content (list-of-parts content is already flattened)."""
+    return message.content or ""
+
+
+def recall_eligible(event: SessionEvent) -> bool:
+    """Searchable/loadable: complete, no tool calls, a user/assistant/tool role and non-empty text (Go rule)."""
+    msg = event.message
+    return (
+        not event.partial
+        and not msg.tool_calls
+        and msg.role in RECALL_ROLES
+        and bool(message_text(msg).strip())
+    )
+
+
+@dataclass(frozen=True)
+class EventRows:
+    """Every row one event produces."""
+
+    event: tuple[object, ...]
+    event_id: tuple[object, ...]
+    tool_calls: tuple[tuple[object, ...], ...]
+    tool_result: tuple[object, ...] | None
+    recall: tuple[object, ...] | None
+    recall_text: str | None
+
+
+def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> EventRows:
+    """The rows of ``event``, the ``seq`` (Kafka offset) orders same-timestamp events of its session."""
+    msg = event.message
+    app, user, sid = event.app_name, event.user_id, event.session_id
+    text = message_text(msg)
+    size = len(text.encode("utf-8"))
+    call_ids = [tc.id for tc in msg.tool_calls]
+    event_row: tuple[object, ...] = (
+        app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, event.author, msg.role,
+        event.request_id, event.invocation_id, text, msg.tool_call_id, msg.name, call_ids or None,
+        bool(call_ids), event.partial, event.skip_summarization, count_tokens(msg), size,
+        event.model_dump_json(),
+    )  # fmt: skip
+    calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id) for tc in msg.tool_calls)
+    result = None
+    if msg.role == "tool" and msg.tool_call_id and not event.partial:
+        result = (app, user, sid, msg.tool_call_id, event.event_id, event.timestamp)
+    recall = None
+    recall_text = None
+    if recall_eligible(event):
+        recall_text = text
+        tokens = doc_tokens(text[:MAX_INDEXED_CHARS])
+        recall = (
+            app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, text,
+            msg.tool_call_id, msg.name, size, tokens or None,
+        )  # fmt: skip
+    return EventRows(
+        event=event_row,
+        event_id=(app, user, sid, event.event_id, event.timestamp, seq),
+        tool_calls=calls,
+        tool_result=result,
+        recall=recall,
+        recall_text=recall_text,
+    )
+
+
+def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:
+    """The ``summaries_history`` row: the summary and the window it covers."""
+    prev = summary.previous_boundary
+    return (
+        summary.app_name, summary.user_id, summary.session_id, summary.filter_key, summary.version,
+        summary.summary, summary.boundary.cutoff_at, summary.boundary.last_event_id,
+        prev.cutoff_at if prev else None, prev.last_event_id if prev else None, summary.created_at,
+        summary.model_dump_json(),
+    )  # fmt: skip
+
+
+def summary_latest_values(summary: SessionSummary) -> tuple[object, ...]:
+    """The non-key values of ``summaries_latest`` for ``summary``."""
+    return (
+        summary.version, summary.summary, summary.boundary.cutoff_at, summary.boundary.last_event_id,
+        summary.created_at, summary.model_dump_json(),
+    )  # fmt: skip
+
+
+def millis(dt: datetime) -> int:
+    """Milliseconds since the epoch (Cassandra ``timestamp`` precision)."""
+    return int(dt.timestamp() * 1000)

@@ -1,0 +1,73 @@
+"""The CQL the projector writes with (one place, so column orders match ``projections.rows``)."""
+
+from __future__ import annotations
+
+INSERT_EVENT = (
+    "INSERT INTO {ks}.events_by_session (app_name, user_id, session_id, ts, event_id, seq, filter_key, author, "
+    "role, request_id, invocation_id, text, tool_call_id, tool_name, tool_call_ids, has_tool_calls, partial, "
+    "skip_summarization, token_count, content_size, event_json) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_EVENT_ID = (
+    "INSERT INTO {ks}.event_ids (app_name, user_id, session_id, event_id, ts, seq) VALUES (?, ?, ?, ?, ?, ?)"
+)
+UPSERT_TOOL_CALL = (
+    "UPDATE {ks}.tool_calls SET tool_name = ?, call_event_id = ? "
+    "WHERE app_name = ? AND user_id = ? AND session_id = ? AND tool_call_id = ?"
+)
+UPSERT_TOOL_RESULT = (
+    "UPDATE {ks}.tool_calls SET result_event_id = ?, result_ts = ? "
+    "WHERE app_name = ? AND user_id = ? AND session_id = ? AND tool_call_id = ?"
+)
+INSERT_RECALL = (
+    "INSERT INTO {ks}.recall_docs (app_name, user_id, session_id, ts, event_id, seq, filter_key, role, text, "
+    "tool_call_id, tool_name, content_bytes, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_SUMMARY_HISTORY = (
+    "INSERT INTO {ks}.summaries_history (app_name, user_id, session_id, filter_key, version, summary, cutoff_at, "
+    "last_event_id, prev_cutoff_at, prev_last_event_id, created_at, summary_json) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_SUMMARY_LATEST = (
+    "INSERT INTO {ks}.summaries_latest (app_name, user_id, session_id, filter_key, version, summary, cutoff_at, "
+    "last_event_id, created_at, summary_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+)
+UPDATE_SUMMARY_LATEST = (
+    "UPDATE {ks}.summaries_latest SET version = ?, summary = ?, cutoff_at = ?, last_event_id = ?, created_at = ?, "
+    "summary_json = ? WHERE app_name = ? AND user_id = ? AND session_id = ? AND filter_key = ? IF version < ?"
+)
+SELECT_DELETED = "SELECT deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
+INSERT_DELETED = (
+    "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at) VALUES (?, ?, ?, ?)"
+)
+SESSION_TABLES = ("events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history")
+DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
+SAVE_OFFSET = (
+    "INSERT INTO {ks}.projector_offsets (consumer_group, topic, partition, next_offset, updated_at) "
+    "VALUES (?, ?, ?, ?, toTimestamp(now()))"
+)
+LOAD_OFFSETS = "SELECT topic, partition, next_offset FROM {ks}.projector_offsets WHERE consumer_group = ?"
+
+
+def vector_table(dimensions: int) -> str:
+    """The vector table for an embedder of ``dimensions`` (a new size gets a new table)."""
+    return f"recall_vectors_d{dimensions}"
+
+
+def vector_ddl(ks: str, dimensions: int) -> tuple[str, str]:
+    """``CREATE TABLE`` and its ANN index for ``dimensions``-sized embeddings (idempotent)."""
+    table = vector_table(dimensions)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {ks}.{table} (app_name text, user_id text, session_id text, ts timestamp, "
+        f"event_id text, embedding vector<float, {dimensions}>, "
+        "PRIMARY KEY ((app_name, user_id), session_id, ts, event_id))",
+        f"CREATE CUSTOM INDEX IF NOT EXISTS {table}_ann ON {ks}.{table} (embedding) "
+        "USING 'StorageAttachedIndex' WITH OPTIONS = {'similarity_function': 'COSINE'}",
+    )
+
+
+def insert_vector(ks: str, dimensions: int) -> str:
+    return (
+        f"INSERT INTO {ks}.{vector_table(dimensions)} (app_name, user_id, session_id, ts, event_id, embedding) "
+        "VALUES (?, ?, ?, ?, ?, ?)"
+    )
