@@ -34,7 +34,20 @@ _CUES: tuple[tuple[int, tuple[str, ...]], ...] = (
     (2, ("todo", "next", "need to", "pending", "remaining", "later", "follow up", "open question", "plan")),
     (2, ("want", "goal", "trying to", "please", "help me", "i need", "we need")),
 )
-_FILLER = ("sure", "of course", "happy to help", "you're welcome", "thanks", "thank you", "ok", "okay")
+_FILLER = (
+    "sure",
+    "of course",
+    "happy to help",
+    "you're welcome",
+    "thanks",
+    "thank you",
+    "ok",
+    "okay",
+    "hi",
+    "hello",
+    "there",
+)
+_PUNCTUATION = re.compile(r"[^\w\s']+")
 
 
 @dataclass(frozen=True)
@@ -62,9 +75,16 @@ def _score(author: str, sentence: str, is_tool: bool) -> int:
     if "?" in sentence and author == "user":
         score += 1
     short = len(sentence.split()) < 3 and not _IDENTIFIER.search(sentence)
-    if short or lower.strip(" .!") in _FILLER:
+    if short or _is_filler(lower):
         score -= 3
     return score
+
+
+def _is_filler(lower: str) -> bool:
+    rest = f" {_PUNCTUATION.sub(' ', lower)} "
+    for phrase in _FILLER:
+        rest = rest.replace(f" {phrase} ", " ")
+    return not rest.strip()
 
 
 def _conversation_items(conversation: str, start: int) -> list[_Item]:
@@ -116,7 +136,9 @@ def summarize_extractive(conversation: str, previous_summary: str = "", max_word
     """
     limit = max_words if max_words and max_words > 0 else DEFAULT_WORD_LIMIT
     previous = _previous_items(previous_summary)
-    items = _dedupe(previous + _conversation_items(conversation, len(previous)))
+    candidates = _conversation_items(conversation, len(previous))
+    fresh = [it for it in candidates if it.score > 0] or ([] if previous else candidates)
+    items = _dedupe(previous + fresh)
     ranked = sorted(items, key=lambda it: (-it.score, -it.order))
     chosen: list[_Item] = []
     used = 0

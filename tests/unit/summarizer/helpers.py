@@ -30,7 +30,9 @@ def event(
     message: dict[str, Any] = {
         "role": role or ("user" if author == "user" else "tool" if tool_call_id else "assistant"),
         "content": content,
-        "tool_calls": [{"id": c, "type": "function", "function": {"name": n, "arguments": a}} for c, n, a in tool_calls],
+        "tool_calls": [
+            {"id": c, "type": "function", "function": {"name": n, "arguments": a}} for c, n, a in tool_calls
+        ],
     }
     if tool_call_id:
         message["tool_call_id"] = tool_call_id
@@ -78,14 +80,14 @@ class ScriptedModel:
         context_window: int | None = 1000,
         provider_budget: int | None = None,
         default: str = "a summary",
-        usage: ModelUsage = ModelUsage(),
+        usage: ModelUsage | None = None,
     ) -> None:
         self.name = name
         self.context_window = context_window
         self.provider_budget = provider_budget
         self.replies: deque[str | BaseException] = deque(replies)
         self.default = default
-        self.usage = usage
+        self.usage = usage or ModelUsage()
         self.requests: list[ChatRequest] = []
 
     async def complete(self, request: ChatRequest) -> ModelResponse:

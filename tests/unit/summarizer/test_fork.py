@@ -26,7 +26,11 @@ def parent(result_size: int = 40) -> dict:  # type: ignore[type-arg]
                 "role": "assistant",
                 "content": None,
                 "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "' + "r" * 200 + '"}'}}
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": '{"q": "' + "r" * 200 + '"}'},
+                    }
                 ],
             },
             {"role": "tool", "tool_call_id": "c1", "content": "x" * result_size},

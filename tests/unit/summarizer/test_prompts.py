@@ -133,7 +133,9 @@ CONVERSATIONS = {
     "tools": [
         event(1, "user", "Why is build #4812 red?"),
         event(2, "agent", None, tool_calls=[("c1", "ci_log", '{"build": 4812}')]),
-        event(3, "agent", "ERROR test_payment_refund: timeout after 30s (log truncated)", tool_call_id="c1", name="ci_log"),
+        event(
+            3, "agent", "ERROR test_payment_refund: timeout after 30s (log truncated)", tool_call_id="c1", name="ci_log"
+        ),
         event(4, "agent", "The refund test timed out; the log was truncated.", reasoning_content="hidden"),
         event(5, "agent", "partial chunk", partial=True),
     ],

@@ -315,9 +315,7 @@ async def test_post_hook_edits_and_errors() -> None:
     kept = await make(ScriptedModel("orig"), hooks=SummaryHooks(post_summary=fail)).summarize("", rounds(1))
     assert kept.text == "orig"
     with pytest.raises(PermanentError, match="post-summary hook failed"):
-        await make(ScriptedModel(), hooks=SummaryHooks(post_summary=fail, abort_on_error=True)).summarize(
-            "", rounds(1)
-        )
+        await make(ScriptedModel(), hooks=SummaryHooks(post_summary=fail, abort_on_error=True)).summarize("", rounds(1))
 
 
 async def test_before_model_callback_edits_the_final_request() -> None:

@@ -1,0 +1,174 @@
+"""The LLM path through the real ``openai`` client against a real local HTTP server."""
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from pydantic import SecretStr
+
+from schemas.settings import LLMSettings
+from streams.errors import PermanentError, RetryableError
+from streams.summarizer.model import ContextLengthError
+from streams.summarizer.openai_adapter import OpenAIChatModel
+from streams.summarizer.request import standalone_request
+from streams.summarizer.summarizer import Summarizer
+from tests.support.openai_server import (
+    OpenAIServer,
+    answer,
+    bad_request,
+    context_length_exceeded,
+    empty_answer,
+    rate_limited,
+    server_error,
+    slow,
+)
+
+from .helpers import SESSION, rounds
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def fresh(server: OpenAIServer) -> OpenAIServer:
+    server.requests.clear()
+    assert server.pending() == 0
+    return server
+
+
+def model_for(server: OpenAIServer, **kw: object) -> OpenAIChatModel:
+    settings = LLMSettings(
+        base_url=server.base_url,
+        api_key=SecretStr("test-key"),
+        model="summary-model",
+        context_window=4000,
+        **kw,  # type: ignore[arg-type]
+    )
+    return OpenAIChatModel(settings)
+
+
+async def test_normal_answer_with_usage(fresh: OpenAIServer) -> None:
+    fresh.script(answer("  The user wants X.  ", prompt_tokens=321, cached_tokens=256, completion_tokens=7))
+    model = model_for(fresh, temperature=0.0, max_output_tokens=300)
+    summarizer = Summarizer(model, max_summary_words=80)
+    result = await summarizer.summarize("", rounds(2), session=SESSION)
+    assert result.text == "The user wants X."
+    (call,) = result.report.calls
+    assert (call.provider_prompt_tokens, call.provider_cached_tokens, call.completion_tokens) == (321, 256, 7)
+    body = fresh.requests[0].body
+    assert body["model"] == "summary-model"
+    assert body["stream"] is False
+    assert body["temperature"] == 0.0 and body["max_tokens"] == 300
+    assert "question 1" in body["messages"][-1]["content"]
+    assert fresh.requests[0].headers["Authorization"] == "Bearer test-key"
+    await model.aclose()
+
+
+async def test_context_length_error_is_recognised_and_retried_at_half_budget(fresh: OpenAIServer) -> None:
+    fresh.script(context_length_exceeded(), answer("fits now"))
+    model = model_for(fresh)
+    result = await Summarizer(model).summarize("", rounds(2), session=SESSION)
+    assert result.text == "fits now"
+    assert len(fresh.requests) == 2
+    first, second = result.report.calls
+    assert first.outcome == "retried" and "ContextLengthError" in (first.error or "")
+    assert second.budget_tokens == first.budget_tokens // 2  # type: ignore[operator]
+    await model.aclose()
+
+
+async def test_context_length_error_translation(fresh: OpenAIServer) -> None:
+    fresh.script(context_length_exceeded())
+    model = model_for(fresh)
+    with pytest.raises(ContextLengthError):
+        await model.complete(standalone_request("hi"))
+    await model.aclose()
+
+
+async def test_empty_answer_is_retried_once_then_fails(fresh: OpenAIServer) -> None:
+    fresh.script(empty_answer(), empty_answer())
+    model = model_for(fresh)
+    with pytest.raises(PermanentError, match="generated empty summary"):
+        await Summarizer(model).summarize("", rounds(1), session=SESSION)
+    assert len(fresh.requests) == 2
+    await model.aclose()
+
+
+async def test_rate_limit_honours_retry_after(fresh: OpenAIServer) -> None:
+    fresh.script(rate_limited(retry_after=0.4), answer("after the wait"))
+    model = model_for(fresh, max_retries=2)
+    started = time.monotonic()
+    response = await model.complete(standalone_request("hi"))
+    assert response.text == "after the wait"
+    gap = fresh.requests[1].at - fresh.requests[0].at
+    assert gap >= 0.38, gap
+    assert time.monotonic() - started < 5
+    await model.aclose()
+
+
+async def test_rate_limit_exhausted_is_retryable_with_retry_after(fresh: OpenAIServer) -> None:
+    fresh.script(rate_limited(0.05), rate_limited(0.05))
+    model = model_for(fresh, max_retries=1)
+    with pytest.raises(RetryableError) as info:
+        await model.complete(standalone_request("hi"))
+    assert info.value.retry_after == pytest.approx(0.05)
+    assert len(fresh.requests) == 2
+    await model.aclose()
+
+
+async def test_server_error_is_retried_by_the_client(fresh: OpenAIServer) -> None:
+    fresh.script(server_error(500), answer("recovered"))
+    model = model_for(fresh, max_retries=2)
+    assert (await model.complete(standalone_request("hi"))).text == "recovered"
+    assert len(fresh.requests) == 2
+    await model.aclose()
+
+
+async def test_server_error_exhausted_is_retryable(fresh: OpenAIServer) -> None:
+    fresh.script(server_error(502))
+    model = model_for(fresh, max_retries=0)
+    with pytest.raises(RetryableError, match="HTTP 502"):
+        await model.complete(standalone_request("hi"))
+    await model.aclose()
+
+
+async def test_slow_answer_past_the_timeout_is_retryable(fresh: OpenAIServer) -> None:
+    fresh.script(slow(2.0), slow(2.0))
+    model = model_for(fresh, timeout_s=0.3, max_retries=1)
+    started = time.monotonic()
+    with pytest.raises(RetryableError, match="timed out"):
+        await model.complete(standalone_request("hi"))
+    assert time.monotonic() - started < 2.5
+    assert len(fresh.requests) == 2
+    await model.aclose()
+
+
+async def test_other_client_errors_are_permanent_and_not_retried(fresh: OpenAIServer) -> None:
+    fresh.script(bad_request())
+    model = model_for(fresh, max_retries=3)
+    with pytest.raises(PermanentError, match="HTTP 400") as info:
+        await model.complete(standalone_request("hi"))
+    assert not isinstance(info.value, ContextLengthError)
+    assert len(fresh.requests) == 1
+    await model.aclose()
+
+
+async def test_forked_request_keeps_tools_and_extra_params(fresh: OpenAIServer) -> None:
+    parent = {
+        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}],
+        "top_p": 0.5,
+        "vendor_option": {"x": 1},
+        "response_format": {"type": "json_object"},
+    }
+    model = model_for(fresh)
+    result = await Summarizer(model).summarize("", rounds(1), model_request=parent, session=SESSION)
+    body = fresh.requests[0].body
+    assert result.fork_used
+    assert body["tools"] == parent["tools"]
+    assert body["top_p"] == 0.5 and body["vendor_option"] == {"x": 1}
+    assert "response_format" not in body
+    assert body["messages"][:2] == parent["messages"]
+    await model.aclose()
