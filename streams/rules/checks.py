@@ -10,7 +10,8 @@ empty one means "fire whenever there is summarizable content" (``always``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from schemas import SessionEvent, TriggerName, TriggerReport
@@ -20,8 +21,7 @@ from streams.rules.counters import Activity, Counters
 MICROS_PER_MS = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class TriggerView:
+class TriggerView(NamedTuple):
     """What a check sees: the counters and activity of the checked scope.
 
     ``state`` is the :class:`~streams.rules.trigger_state.SessionTriggerState`
@@ -37,7 +37,7 @@ class TriggerView:
     activity: Activity
     state: Any
     event: SessionEvent | None = None
-    context: Mapping[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] = MappingProxyType({})
 
 
 class CheckOutcome(NamedTuple):

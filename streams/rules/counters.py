@@ -10,7 +10,6 @@ gap before it, open tool calls, model in use) and is never recomputed.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 F_USER = 1
@@ -32,8 +31,7 @@ class PendingEvent(NamedTuple):
     """Longest stripped text part (content or reasoning), for the important-content check."""
 
 
-@dataclass(frozen=True, slots=True)
-class Counters:
+class Counters(NamedTuple):
     """Counts over the events of the delta that count toward a scope."""
 
     events: int = 0
@@ -61,8 +59,7 @@ class Counters:
         return cls(events, tokens, rounds, longest)
 
 
-@dataclass(frozen=True, slots=True)
-class Activity:
+class Activity(NamedTuple):
     """The scope's timeline, independent of the boundary.
 
     ``gap`` is the idle time (µs) between the previous event of the scope and the
@@ -82,5 +79,5 @@ class Activity:
 
     def consume_gap(self, cutoff: int) -> Activity:
         if self.gap is not None and self.request_started is not None and cutoff >= self.request_started:
-            return replace(self, gap=None)
+            return self._replace(gap=None)
         return self

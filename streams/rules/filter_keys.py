@@ -7,6 +7,8 @@ and unrelated to ``app/toolbox``.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 FULL_SESSION = ""
 SEPARATOR = "/"
 
@@ -51,6 +53,7 @@ def counts_toward(event_key: str, target: str, app_name: str) -> bool:
     return is_within(event_key, target)
 
 
+@lru_cache(maxsize=4096)
 def ancestors(key: str) -> tuple[str, ...]:
     """The non-empty prefixes of ``key`` by whole segments, shortest first, ``key`` included."""
     if not key:

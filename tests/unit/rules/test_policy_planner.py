@@ -1,0 +1,106 @@
+from schemas import SessionEvent, Summarize, SummarizeSync
+from schemas.settings import SummarySettings
+from streams.rules.checks import AllOf, AnyOf, ConversationThreshold, EventThreshold, TimeThreshold, TokenThreshold
+from streams.rules.planner import affected_keys, apply_command, apply_event, job_id_for, session_keys
+from streams.rules.policy import SummaryPolicy, checks_from_settings, default_checks, policies_from_settings
+from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
+from streams.rules.trigger_state import SessionTriggerState
+
+from .factory import at, ev
+
+SIMPLE = SimpleTokenCounter()
+
+
+def test_default_policy_is_the_go_guide_example() -> None:
+    policy = SummaryPolicy()
+    assert policy.checks == default_checks()
+    (any_of,) = policy.checks
+    assert isinstance(any_of, AnyOf)
+    assert any_of.checks == (EventThreshold(20), TokenThreshold(4000), TimeThreshold(300))
+    assert policy.max_summary_words == 200 and policy.cascade_full_session and policy.allowlist is None
+
+
+def test_settings_build_checks_with_composition() -> None:
+    assert checks_from_settings(SummarySettings()) == default_checks()
+    assert checks_from_settings(SummarySettings(event_threshold=5)) == (EventThreshold(5),)
+    both = checks_from_settings(SummarySettings(event_threshold=5, token_threshold=10, composition="all"))
+    assert both == (AllOf((EventThreshold(5), TokenThreshold(10))),)
+
+
+def test_per_app_overrides_replace_checks_and_keep_the_rest() -> None:
+    settings = SummarySettings(
+        event_threshold=20,
+        filter_key_allowlist=["a/x"],
+        token_counter="tiktoken",
+        apps={"chat": {"conversation_threshold": 3}, "quiet": {"cascade_full_session": False}},
+    )
+    policies = policies_from_settings(settings)
+    assert policies.for_app("other").checks == (EventThreshold(20),)
+    chat = policies.for_app("chat")
+    assert chat.checks == (ConversationThreshold(3),)
+    assert chat.allowlist == frozenset({"a/x"}) and isinstance(chat.counter, TiktokenCounter)
+    quiet = policies.for_app("quiet")
+    assert quiet.checks == (EventThreshold(20),) and not quiet.cascade_full_session
+
+
+def run(events: list[SessionEvent], policy: SummaryPolicy) -> tuple[dict[str, SessionTriggerState], list[object]]:
+    table: dict[str, SessionTriggerState] = {}
+    jobs: list[object] = []
+    for offset, event in enumerate(events):
+        keys = affected_keys(event, policy, table.get(""))
+        outcome = apply_event(event, policy, {k: table.get(k) for k in keys}, offset=offset)
+        assert set(outcome.states) == set(keys)
+        table.update(outcome.states)
+        jobs.extend(outcome.jobs)
+    return table, jobs
+
+
+def test_affected_keys_cover_ancestors_known_and_keyless() -> None:
+    policy = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("a", 1, key="app/a"), ev("b", 2, key="app/a/x"), ev("c", 3, key="app/b")], policy)
+    assert set(table) == {"", "app/a", "app/a/x", "app/b"}
+    assert affected_keys(ev("d", 4, key="app/a/x/y"), policy, table[""]) == ("", "app/a", "app/a/x", "app/a/x/y")
+    assert set(affected_keys(ev("e", 5), policy, table[""])) == {"", "app/a", "app/a/x", "app/b"}
+    blocked = SummaryPolicy(counter=SIMPLE, allowlist=frozenset())
+    assert affected_keys(ev("f", 6, key="app/a"), blocked, table[""]) == ("",)
+    assert set(session_keys(table[""], policy)) == {"", "app/a", "app/a/x", "app/b"}
+
+
+def test_branch_trigger_cascades_to_the_full_session() -> None:
+    policy = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(2),))
+    events = [ev("u", 0, role="user")] + [ev(f"a{i}", i + 1, key="app/sub") for i in range(2)]
+    table, jobs = run(events, policy)
+    assert [j.filter_key for j in jobs] == ["app/sub", ""]  # type: ignore[attr-defined]
+    branch_job, full_job = jobs
+    assert full_job.cascade_full_session and full_job.trigger.detail == "trigger_key=app/sub"  # type: ignore[attr-defined]
+    assert branch_job.upto.last_event_id == "a1" and branch_job.upto.offset == 2  # type: ignore[attr-defined]
+    assert branch_job.trigger.name == "event_threshold" and branch_job.trigger.value == 3  # type: ignore[attr-defined]
+    assert table["app/sub"].in_flight is not None and table[""].in_flight is not None
+    assert table[""].counters.events == 1  # the full session's own count ignores the child branch
+    assert branch_job.job_id == job_id_for(table["app/sub"], "a1")  # type: ignore[attr-defined]
+
+
+def test_no_cascade_and_disallowed_branch_emit_nothing() -> None:
+    policy = SummaryPolicy(counter=SIMPLE, checks=(), allowlist=frozenset(), cascade_full_session=False)
+    _, jobs = run([ev("a", 1, key="app/sub")], policy)
+    assert jobs == []
+
+
+def test_user_messages_never_emit_jobs() -> None:
+    _, jobs = run([ev("u", 0, role="user")], SummaryPolicy(counter=SIMPLE, checks=()))
+    assert jobs == []
+
+
+def test_commands() -> None:
+    policy = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("u", 0, role="user"), ev("a", 1)], policy)
+    base = {"app_name": "app", "user_id": "u", "session_id": "s", "command_id": "c1"}
+    lazy = apply_command(Summarize(**base), policy, table, at=at(5))
+    assert not lazy.jobs and lazy.decisions[0].reason == "checks_failed"
+    forced = apply_command(Summarize(**base, force=True), policy, table, at=at(5))
+    (job,) = forced.jobs
+    assert job.trigger.name == "force" and job.origin == "command" and job.force and job.created_at == at(5)
+    sync = apply_command(SummarizeSync(**base, reply_to="corr-1"), policy, table, at=at(6))
+    assert sync.jobs[0].reply_to == "corr-1"
+    empty = apply_command(SummarizeSync(**base, reply_to="corr-2"), policy, {}, at=at(6))
+    assert not empty.jobs and empty.decisions[0].reason == "empty_delta"
