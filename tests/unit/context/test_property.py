@@ -17,8 +17,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import ErrorInfo, SessionEvent, SessionSummary
+from schemas import ErrorInfo, Message, SessionEvent, SessionSummary
 from streams.context import AssemblyOptions, CompactionConfig, RecallCapabilities, assemble, find_violations
+from streams.context.history import event_message
 from streams.rules.tokens import SimpleTokenCounter
 from tests.unit.context.sessions import T0, summary_at
 
@@ -108,7 +109,7 @@ def sessions(draw: st.DrawFn) -> list[SessionEvent]:
                         g.add("tool", request, invocation, tool_call_id=call_id, content=content)
                     if fate == "late":
                         late.append((call_id, name, request, invocation))
-        while late and draw(st.booleans()):
+        while late and bool(draw(st.booleans())):
             call_id, name, request_l, inv_l = late.pop(0)
             g.add("tool", request_l, inv_l, tool_call_id=call_id, content=draw(TEXTS), name=name)
     if draw(st.integers(0, 10)) == 0:
@@ -183,12 +184,15 @@ def test_assembled_requests_are_always_valid(data: st.DataObject) -> None:
     names = [t["function"]["name"] for t in req.tools]
     assert len(names) == len(set(names))
     overhead = sum(COUNTER.count_text(json.dumps(t, separators=(",", ":"))) for t in req.tools)
-    from schemas import Message
-
     total = overhead + sum(COUNTER.count_message(Message.model_validate(m)) for m in req.messages)
     assert total == req.report.prompt_tokens
     if opts.token_budget is not None:
         assert total <= opts.token_budget or (req.report.over_budget and _budget_shape_ok(req.messages))
+    if not opts.compaction.enabled:
+        sendable = [m for e in events if (m := event_message(e)) is not None and m.role == "tool"]
+        originals = {(m.tool_call_id, m.content) for m in sendable}
+        sent = {(m["tool_call_id"], m["content"]) for m in req.messages if m["role"] == "tool"}
+        assert sent <= originals  # compaction off: tool results reach the model unchanged
     if current_choice == "str":
         last = req.messages[-1]
         assert last["role"] == "user" and str(last["content"]).endswith("the new question")
