@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from schemas import JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryJob
+from schemas import SCHEMA_VERSION, JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryJob
 from streams.rules.boundaries import from_micros, to_micros
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
@@ -186,7 +186,10 @@ def build_job(
     cascaded = state.filter_key == FULL_SESSION and decision.trigger_key != FULL_SESSION
     if cascaded:
         report = report.model_copy(update={"detail": f"trigger_key={decision.trigger_key}"})
-    return SummaryJob(
+    # Every field is built here from validated records, so validation is skipped
+    # (this runs on the hot path of the track agent).
+    return SummaryJob.model_construct(
+        schema_version=SCHEMA_VERSION,
         job_id=job_id_for(state, upto.event_id),
         app_name=state.app_name,
         user_id=state.user_id,

@@ -306,6 +306,8 @@ class TriggerDecision:
     ``reason`` is ``fired``, ``force``, ``checks_failed``, ``not_triggering`` (the
     event may not trigger), ``in_flight``, ``empty_delta`` or ``no_content``.
     ``upto`` is the last pending event: the furthest the job may advance to.
+    ``report`` is set when the decision fires; ``outcomes`` always lists the
+    checks evaluated.
     """
 
     fire: bool
@@ -379,7 +381,8 @@ def decide(
         {**policy.context, **context} if context else policy.context,
     )
     passed, outcomes = evaluate_all(policy.checks, view)
-    best = preferred_outcome(outcomes)
+    # The report is only built for a firing decision: most decisions do not fire.
+    best = preferred_outcome(outcomes) if passed else None
     report = best.report() if best is not None else None
     reason = "fired" if passed else "checks_failed"
     return TriggerDecision(passed, key, tk, reason, report, outcomes, upto, False, retry)
