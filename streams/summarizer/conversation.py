@@ -80,4 +80,3 @@ class ConversationFormatter:
 
 
 DEFAULT_FORMATTER = ConversationFormatter()
-

@@ -24,9 +24,7 @@ class DynamicSummarizer:
     def __init__(self, resolver: Resolver) -> None:
         self.resolver = resolver
 
-    async def resolve(
-        self, context: Mapping[str, Any] | None, session: SessionKey | None
-    ) -> SummarizerLike | None:
+    async def resolve(self, context: Mapping[str, Any] | None, session: SessionKey | None) -> SummarizerLike | None:
         """The summarizer for this call, or ``None``."""
         target: SummarizerLike | None = await resolve(self.resolver(context or {}, session))
         if target is self:

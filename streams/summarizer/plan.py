@@ -47,9 +47,7 @@ class RequestBuilder:
         if self.prompts.separate_previous_summary:
             user = self.prompts.render_prompt(text, previous)
         else:
-            merged = "\n".join(
-                p for p in (f"system: {previous.strip()}" if previous.strip() else "", text) if p
-            )
+            merged = "\n".join(p for p in (f"system: {previous.strip()}" if previous.strip() else "", text) if p)
             user = self.prompts.render_prompt(merged)
         if self.fork_fallback:
             user = user.rstrip("\n") + "\n\n" + SOURCE_BOUNDARY + "\n\n" + self.prompts.render_fork()
@@ -72,9 +70,7 @@ class RequestBuilder:
             raise SourceTooLargeError(source_only, budget)
         if not previous:
             return self.request(text, ""), False
-        keep = largest_fitting(
-            1, len(previous), lambda r: self.tokens(text, truncate_middle(previous, r)) <= budget
-        )
+        keep = largest_fitting(1, len(previous), lambda r: self.tokens(text, truncate_middle(previous, r)) <= budget)
         return self.request(text, truncate_middle(previous, keep or 0)), True
 
 
@@ -111,9 +107,7 @@ def plan_pass(
         return plan(n, full_request, False)
     ends = safe_prefix_ends(events, formatter)
     if previous:
-        best = largest_fitting(
-            0, len(ends) - 1, lambda i: builder.tokens(text_of(ends[i]), previous) <= budget
-        )
+        best = largest_fitting(0, len(ends) - 1, lambda i: builder.tokens(text_of(ends[i]), previous) <= budget)
         if best is not None:
             k = ends[best]
             return plan(k, builder.request(text_of(k), previous), False)
@@ -122,9 +116,7 @@ def plan_pass(
         request, truncated = builder.bounded(text_of(n), previous, budget)
         return plan(n, request, truncated)
     if not ends:
-        raise SourceTooLargeError(
-            source_tokens, budget, "the delta has no complete prefix to summarize first"
-        )
+        raise SourceTooLargeError(source_tokens, budget, "the delta has no complete prefix to summarize first")
     smallest = builder.tokens(text_of(ends[0]), "")
     if smallest > budget:
         raise SourceTooLargeError(

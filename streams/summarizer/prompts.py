@@ -159,15 +159,12 @@ class PromptSet:
     def validate(self) -> PromptSet:
         """Raise :class:`PromptError` naming the first broken rule; else return ``self``."""
         if not has_placeholder(self.prompt, CONVERSATION_TEXT):
-            raise PromptError(
-                "prompt.conversation_text_required", "the prompt must contain {conversation_text}"
-            )
+            raise PromptError("prompt.conversation_text_required", "the prompt must contain {conversation_text}")
         _check_known(self.prompt, "prompt", KNOWN_PLACEHOLDERS)
         _check_known(self.system_prompt, "system_prompt", frozenset({MAX_SUMMARY_WORDS}))
         _check_known(self.fork_prompt, "fork_prompt", frozenset({MAX_SUMMARY_WORDS}))
         if self.max_summary_words and not (
-            has_placeholder(self.prompt, MAX_SUMMARY_WORDS)
-            or has_placeholder(self.system_prompt, MAX_SUMMARY_WORDS)
+            has_placeholder(self.prompt, MAX_SUMMARY_WORDS) or has_placeholder(self.system_prompt, MAX_SUMMARY_WORDS)
         ):
             raise PromptError(
                 "prompt.max_summary_words_required",

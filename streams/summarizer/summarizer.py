@@ -270,9 +270,7 @@ class Summarizer:
         while True:
             attempt.passes += 1
             fork_parent = model_request if attempt.passes == 1 and self.cache_safe_forking else None
-            text, pass_events = await self._pass(
-                summary, remaining, attempt, session, filter_key, fork_parent, context
-            )
+            text, pass_events = await self._pass(summary, remaining, attempt, session, filter_key, fork_parent, context)
             summary = text
             covered += len(pass_events)
             if pass_events:
@@ -320,27 +318,30 @@ class Summarizer:
         """One request (plus at most one retry) covering a prefix of ``events``."""
         budget = self.input_budget()
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
-        plan = plan_pass(events, previous, budget, builder, self.formatter)
-        plan, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context)
-        request, mode = plan.request, "standalone"
-        if fork_parent is not None and not plan.partial_prefix:
+        forked = None
+        if fork_parent is not None:
             forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
-            if forked is not None:
-                request, mode = forked, "cache_safe_fork"
+        if forked is not None:
+            # The caller's request already holds the conversation: hook edits cannot reach it.
+            text = self.formatter.conversation_text(events)
+            plan = PassPlan(list(events), text, forked, False, False)
+            await self._pre_hook(plan, previous, budget, builder, session, filter_key, context, apply=False)
+            request, mode, hooked = forked, "cache_safe_fork", None
+        else:
+            plan = plan_pass(events, previous, budget, builder, self.formatter)
+            plan, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context)
+            request, mode = plan.request, "standalone"
         response = await self._call(request, mode, budget, attempt, context, retry_follows=True)
         if response is not None and response.text.strip():
             self._note_plan(attempt, plan, mode)
             return response.text.strip(), plan.events
         retry_budget = halve(budget)
-        builder = replace(builder, fork_fallback=fork_parent is not None)
         if hooked is not None:
             request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
             plan = replace(plan, request=request, truncated_previous=truncated)
         else:
             plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
-        response = await self._call(
-            plan.request, "standalone", retry_budget, attempt, context, retry_follows=False
-        )
+        response = await self._call(plan.request, "standalone", retry_budget, attempt, context, retry_follows=False)
         if response is None or not response.text.strip():
             chars = len(plan.text.encode()) + len(previous.encode())
             raise PermanentError(f"generated empty summary (input_chars={chars})")
@@ -403,8 +404,14 @@ class Summarizer:
         session: SessionKey | None,
         filter_key: str,
         context: dict[str, Any],
+        *,
+        apply: bool = True,
     ) -> tuple[PassPlan, _Hooked | None]:
-        """Let the pre-summary hook edit the pass input, then re-bound the request."""
+        """Let the pre-summary hook edit the pass input, then re-bound the request.
+
+        With ``apply=False`` (a forked request) the hook runs for its side
+        effects only.
+        """
         hook = self.hooks.pre_summary
         if hook is None:
             return plan, None
@@ -414,6 +421,8 @@ class Summarizer:
         except Exception as exc:
             if self.hooks.abort_on_error:
                 raise PermanentError(f"pre-summary hook failed: {exc}") from exc
+            return plan, None
+        if not apply:
             return plan, None
         if ctx.text != plan.text:
             text = ctx.text

@@ -219,7 +219,7 @@ class OpenAIServer:
             loop.run_until_complete(site.start())
             server = site._server
             assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
             self._runner = runner
             ready.set()
             loop.run_forever()

@@ -362,3 +362,21 @@ async def test_report_hook_failure_is_swallowed() -> None:
 
     result = await make(ScriptedModel("S"), hooks=SummaryHooks(report=broken)).summarize("", rounds(1))
     assert result.text == "S"
+
+
+async def test_fork_is_tried_before_standalone_prefixing() -> None:
+    # The standalone source would not fit, but the caller's (already compact) request does.
+    model = ScriptedModel(context_window=100)
+    events = [event(1, "user", "w " * 400), event(2, "agent", "ok")]
+    compact = {"messages": [{"role": "user", "content": "compacted view"}, {"role": "assistant", "content": "ok"}]}
+    seen: list[str] = []
+
+    def note(ctx: PreSummaryContext) -> None:
+        seen.append(ctx.text)
+        ctx.text = "ignored in fork mode"
+
+    s = make(model, hooks=SummaryHooks(pre_summary=note))
+    result = await s.summarize("", events, model_request=compact, session=SESSION)
+    assert result.fork_used and result.covered_events == 2
+    assert model.requests[0].messages[0]["content"] == "compacted view"
+    assert seen and seen[0].startswith("user: w")
