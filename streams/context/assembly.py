@@ -181,9 +181,7 @@ def assemble(
 
     session_load = SESSION_LOAD in names
     items, resume_stats = compact_resume_tail(items, opts.compaction, counter, session_load=session_load)
-    items, stats = compact(
-        items, opts.compaction, counter, current_unit=current_unit, session_load=session_load
-    )
+    items, stats = compact(items, opts.compaction, counter, current_unit=current_unit, session_load=session_load)
     stats.placeholders += resume_stats.placeholders
     stats.arguments_elided += resume_stats.arguments_elided
     stats.tokens_saved += resume_stats.tokens_saved

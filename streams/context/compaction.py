@@ -10,7 +10,8 @@ Three passes over the projected history, all off unless ``enabled``:
   ``oversized_tool_result_max_tokens`` (0 = off), current request included.
 
 Ids, names and the call/result pairing are never touched, and a replacement is
-used only when it is smaller than what it replaces.
+used only when it is smaller than what it replaces (Pass 0 included: a result
+already shorter than the policy placeholder stays as it is).
 """
 
 from __future__ import annotations
@@ -40,10 +41,7 @@ _ELIDED_CURRENT = (
     "output is covered by the summary and was removed from the raw history. Use the summary or the "
     "recovery details below first, and do not repeat tools that change state."
 )
-_POLICY = (
-    "[distill: tool output removed by policy] This tool call completed; "
-    "its output is not kept in the context."
-)
+_POLICY = "[distill: tool output removed by policy] This tool call completed; its output is not kept in the context."
 _LOAD_HINT = (
     "To read the original output, call session_load with this event_id; for a large output pass "
     "content_offset and content_limit to read it in slices."
@@ -154,14 +152,10 @@ def _marker(removed: int, hint: RecoveryHint | None, session_load: bool) -> str:
 
 def _compact_marker(hint: RecoveryHint, session_load: bool) -> str:
     last = SESSION_LOAD if session_load else "compacted"
-    return (
-        f"\n\n[distill: event_id={hint.event_id or ''}; tool_call_id={hint.tool_call_id or ''}; {last}]\n\n"
-    )
+    return f"\n\n[distill: event_id={hint.event_id or ''}; tool_call_id={hint.tool_call_id or ''}; {last}]\n\n"
 
 
-def truncate_middle(
-    text: str, budget: int, hint: RecoveryHint | None = None, *, session_load: bool = False
-) -> str:
+def truncate_middle(text: str, budget: int, hint: RecoveryHint | None = None, *, session_load: bool = False) -> str:
     """Keep the head and tail of ``text`` within ``budget`` characters, with a marker in between.
 
     The marker says exactly how many characters were cut (and, with a hint, where the
@@ -204,9 +198,7 @@ def _is_placeholder(content: str | None) -> bool:
     return content is not None and content.startswith(PLACEHOLDER_MARK)
 
 
-def protected_units(
-    items: Sequence[HistoryItem], config: CompactionConfig, current_unit: str | None
-) -> set[str]:
+def protected_units(items: Sequence[HistoryItem], config: CompactionConfig, current_unit: str | None) -> set[str]:
     """The current unit, the units of the last ``skip_recent`` items, the newest completed units."""
     protected: set[str] = set()
     if current_unit:
@@ -282,9 +274,11 @@ def compact(
         original = counter.count_message(msg)
         if force and name in force and (unit is None or unit not in protected):
             new = policy_placeholder()
-            stats.policy_cleaned += 1
-            stats.tokens_saved += original - sizer.tool(msg, new)
-            out[i] = item.with_message(msg.model_copy(update={"content": new}))
+            new_tokens = sizer.tool(msg, new)
+            if new_tokens < original:
+                stats.policy_cleaned += 1
+                stats.tokens_saved += original - new_tokens
+                out[i] = item.with_message(msg.model_copy(update={"content": new}))
             continue
         if _is_placeholder(content):
             continue
@@ -371,9 +365,7 @@ def compact_resume_tail(
     return out, stats
 
 
-def _elide_arguments(
-    calls: Iterable[ToolCall], limit: int, counter: TokenCounter
-) -> tuple[tuple[ToolCall, ...], int]:
+def _elide_arguments(calls: Iterable[ToolCall], limit: int, counter: TokenCounter) -> tuple[tuple[ToolCall, ...], int]:
     changed = 0
     result: list[ToolCall] = []
     for call in calls:

@@ -205,9 +205,7 @@ class RecallReader(Protocol):
         """The window in chronological order, the anchor marked; ``None`` when the anchor is unknown."""
         ...
 
-    async def find_tool_result(
-        self, app_name: str, user_id: str, session_id: str, tool_call_id: str
-    ) -> str | None:
+    async def find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:
         """The event id of the newest tool result answering ``tool_call_id``, if any."""
         ...
 
@@ -362,18 +360,14 @@ class RecallExecutor:
         event_id = str(args.get("event_id") or "").strip()
         tool_call_id = str(args.get("tool_call_id") or "").strip()
         before, after = normalize_window(_int(args, "before", 0), _int(args, "after", 0))
-        offset, limit = normalize_content_window(
-            _int(args, "content_offset", 0), _int(args, "content_limit", 0)
-        )
+        offset, limit = normalize_content_window(_int(args, "content_offset", 0), _int(args, "content_limit", 0))
         if not event_id and not tool_call_id:
             raise RecallError("event_id is required unless tool_call_id is provided")
         window = None
         if event_id:
             window = await self._window(session_id, event_id, before, after)
         if window is None and tool_call_id:
-            resolved = await self.reader.find_tool_result(
-                self.app_name, self.user_id, session_id, tool_call_id
-            )
+            resolved = await self.reader.find_tool_result(self.app_name, self.user_id, session_id, tool_call_id)
             if resolved is None:
                 raise RecallError(f"tool_call_id {tool_call_id!r} not found in session {session_id!r}")
             event_id = resolved
@@ -388,9 +382,7 @@ class RecallExecutor:
             "messages": [self._window_message(e, offset, limit) for e in window],
         }
 
-    async def _window(
-        self, session_id: str, event_id: str, before: int, after: int
-    ) -> Sequence[WindowEvent] | None:
+    async def _window(self, session_id: str, event_id: str, before: int, after: int) -> Sequence[WindowEvent] | None:
         query = WindowQuery(self.app_name, self.user_id, session_id, event_id, before, after)
         return await self.reader.load_window(query)
 

@@ -136,10 +136,10 @@ def test_placeholder_not_applied_when_not_smaller() -> None:
 
 def test_force_clean_only_unprotected_named_tools_and_keep_wins() -> None:
     s = Session()
-    for n, name in enumerate(["shell", "grep", "shell"]):
+    for n, name in enumerate(["shell", "grep", "shell", "shell"]):
         s.turn(f"r{n}").user(f"q{n}")
         s.call((f"c{n}", name))
-        s.result(f"c{n}", "tiny", name=name)
+        s.result(f"c{n}", "tiny" if n == 0 else "noise " * 100, name=name)
         s.answer(f"a{n}")
     config = CompactionConfig(
         enabled=True,
@@ -147,11 +147,12 @@ def test_force_clean_only_unprotected_named_tools_and_keep_wins() -> None:
         force_clean_tool_names=frozenset({"shell", "grep"}),
         keep_tool_names=frozenset({"grep"}),
     )
-    shell0, grep1, shell2 = _results(_run(s, config))
-    assert shell0 == policy_placeholder()
-    assert "event_id" not in shell0  # no recovery hints in Pass 0
-    assert grep1 == "tiny"
-    assert shell2 == "tiny"  # current request
+    shell0, grep1, shell2, shell3 = _results(_run(s, config, current="req:r3"))
+    assert shell0 == "tiny"  # already smaller than the placeholder
+    assert shell2 == policy_placeholder()
+    assert "event_id" not in shell2  # no recovery hints in Pass 0
+    assert grep1 == "noise " * 100  # keep wins
+    assert shell3 == "noise " * 100  # current request
 
 
 def test_session_load_hint_follows_offered_tools() -> None:
