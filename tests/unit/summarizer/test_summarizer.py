@@ -366,7 +366,7 @@ async def test_report_hook_failure_is_swallowed() -> None:
 
 async def test_fork_is_tried_before_standalone_prefixing() -> None:
     # The standalone source would not fit, but the caller's (already compact) request does.
-    model = ScriptedModel(context_window=100)
+    model = ScriptedModel(context_window=300)
     events = [event(1, "user", "w " * 400), event(2, "agent", "ok")]
     compact = {"messages": [{"role": "user", "content": "compacted view"}, {"role": "assistant", "content": "ok"}]}
     seen: list[str] = []
