@@ -1,0 +1,178 @@
+"""Read rules against the real Cassandra: summaries, delta after a boundary, session_load, session_search."""
+
+from __future__ import annotations
+
+import pytest
+
+from projections.errors import AnchorNotFound, InvalidRequest
+from schemas import SessionKey
+from tests.integration.test_projections_support import (
+    Store,
+    event,
+    key,
+    store,
+    summary,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+__all__ = ["key", "store"]
+
+
+async def test_summary_fallback_order(store: Store, key: SessionKey) -> None:
+    assert await store.reader.get_summary_text(key) is None
+    await store.summaries(summary(key, 1, text="branch b", cutoff=5, last_event_id=None, filter_key="app/b"))
+    # Nothing for "" or "app/a": any available summary is returned (the guide's last fallback).
+    assert await store.reader.get_summary_text(key) == "branch b"
+    assert await store.reader.get_summary_text(key, "app/a") == "branch b"
+    await store.summaries(summary(key, 1, text="full", cutoff=3, last_event_id=None))
+    assert await store.reader.get_summary_text(key, "app/a") == "full"
+    assert await store.reader.get_summary_text(key, "app/b") == "branch b"
+    assert await store.reader.get_summary_text(key) == "full"
+
+
+async def test_newer_summary_never_overwritten_by_older(store: Store, key: SessionKey) -> None:
+    s1 = summary(key, 1, text="v1", cutoff=1, last_event_id=None)
+    s2 = summary(key, 2, text="v2", cutoff=2, last_event_id=None, prev=(1, None))
+    await store.summaries(s2)
+    await store.summaries(s1)
+    await store.summaries(s2)
+    latest = await store.reader.latest_summary(key)
+    assert latest is not None and (latest.version, latest.summary) == (2, "v2")
+    history = await store.reader.summary_history(key, "")
+    assert [h.version for h in history] == [2, 1]
+
+
+async def test_events_after_event_id_boundary_is_exact(store: Store, key: SessionKey) -> None:
+    # e2 and e3 share a timestamp; the boundary is e2 (arrival order), so e3 is after it.
+    await store.events(event(key, "e1", at=1), event(key, "e2", at=2), event(key, "e3", at=2), event(key, "e4", at=3))
+    await store.summaries(summary(key, 1, text="s", cutoff=2, last_event_id="e2"))
+    after = await store.reader.events_after_boundary(key)
+    assert [e.event_id for e in after] == ["e3", "e4"]
+
+
+async def test_events_after_timestamp_only_boundary_keeps_same_timestamp(store: Store, key: SessionKey) -> None:
+    await store.events(event(key, "e1", at=1), event(key, "e2", at=2), event(key, "e3", at=2), event(key, "e4", at=3))
+    await store.summaries(summary(key, 1, text="s", cutoff=2, last_event_id=None))
+    after = await store.reader.events_after_boundary(key)
+    assert [e.event_id for e in after] == ["e2", "e3", "e4"]
+    # An unknown last_event_id degrades to the timestamp rule too.
+    await store.summaries(summary(key, 2, text="s2", cutoff=2, last_event_id="nope"))
+    assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e2", "e3", "e4"]
+
+
+async def test_events_after_boundary_for_branch_key(store: Store, key: SessionKey) -> None:
+    await store.events(
+        event(key, "root", at=1, filter_key="app"),
+        event(key, "plain", at=2),
+        event(key, "b", at=3, filter_key="app/b"),
+        event(key, "b-sub", at=4, filter_key="app/b/x"),
+        event(key, "c", at=5, filter_key="app/c"),
+        event(key, "b-partial", at=6, filter_key="app/b", partial=True),
+    )
+    after = await store.reader.events_after_boundary(key, "app/b")
+    assert [e.event_id for e in after] == ["plain", "b", "b-sub"]
+    full = await store.reader.events_after_boundary(key, "")
+    assert [e.event_id for e in full] == ["root", "plain", "b", "b-sub", "c"]
+    await store.summaries(summary(key, 1, text="s", cutoff=3, last_event_id="b", filter_key="app/b"))
+    assert [e.event_id for e in await store.reader.events_after_boundary(key, "app/b")] == ["b-sub"]
+
+
+def _call(call_id: str, name: str) -> list[dict[str, object]]:
+    return [{"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]
+
+
+async def _conversation(store: Store, key: SessionKey, big: str) -> None:
+    await store.events(
+        event(key, "u1", at=1, content="please look up the weather"),
+        event(key, "a1", at=2, role="assistant", content=None, tool_calls=_call("call-1", "weather")),
+        event(key, "t1", at=3, role="tool", content=big, tool_call_id="call-1"),
+        event(key, "a2", at=4, role="assistant", content="It is sunny."),
+        event(key, "p1", at=5, role="assistant", content="partial chunk", partial=True),
+        event(key, "u2", at=6, content="thanks"),
+        event(key, "a3", at=7, role="assistant", content="you are welcome"),
+    )
+
+
+async def test_session_load_window_and_anchor_errors(store: Store, key: SessionKey) -> None:
+    await _conversation(store, key, "rain" * 10)
+    r = await store.reader.session_load(key, event_id="a2")
+    assert [m.event_id for m in r.messages] == ["t1", "a2", "u2"]  # a1 (tool call) and p1 (partial) skipped
+    r = await store.reader.session_load(key, event_id="a2", before=0, after=2)
+    assert (r.before, r.after) == (0, 2) and [m.event_id for m in r.messages] == ["a2", "u2", "a3"]
+    r = await store.reader.session_load(key, event_id="u2", before=5, after=5)
+    assert (r.before, r.after) == (2, 2)
+    r = await store.reader.session_load(key, event_id="a2", before=0, after=0)
+    assert (r.before, r.after) == (1, 1)
+    r = await store.reader.session_load(key, tool_call_id="call-1", before=0, after=0)
+    assert r.anchor_event_id == "t1"
+    assert r.messages[1].tool_name == "weather" and r.messages[1].text.startswith("weather: rain")
+    with pytest.raises(AnchorNotFound, match="anchor event not found: nope"):
+        await store.reader.session_load(key, event_id="nope")
+    with pytest.raises(AnchorNotFound, match="anchor event not found: a1"):
+        await store.reader.session_load(key, event_id="a1")
+    with pytest.raises(AnchorNotFound, match='tool_call_id "call-9" not found in session "s1"'):
+        await store.reader.session_load(key, tool_call_id="call-9")
+    with pytest.raises(InvalidRequest, match="event_id is required unless tool_call_id is provided"):
+        await store.reader.session_load(key)
+    # A stale event id falls back to the tool call id when both are given.
+    r = await store.reader.session_load(key, event_id="gone", tool_call_id="call-1")
+    assert r.anchor_event_id == "t1"
+
+
+async def test_session_load_content_window_utf8(store: Store, key: SessionKey) -> None:
+    big = "é" * 50_000  # 100 000 bytes, every character 2 bytes
+    await _conversation(store, key, big)
+    r = await store.reader.session_load(key, tool_call_id="call-1", after=0, before=1)
+    anchor = next(m for m in r.messages if m.is_anchor)
+    assert anchor.content_bytes == 100_000 and anchor.returned_bytes == 16 * 1024 and anchor.content_truncated
+    r = await store.reader.session_load(key, tool_call_id="call-1", content_offset=1001, content_limit=1_000_000)
+    anchor = next(m for m in r.messages if m.is_anchor)
+    assert anchor.content_offset == 1000 and anchor.returned_bytes == 64 * 1024
+    assert anchor.text == "é" * (32 * 1024)
+    r = await store.reader.session_load(key, event_id="u1", before=0, after=2, content_limit=11)
+    neighbour = next(m for m in r.messages if m.event_id == "t1")
+    assert neighbour.returned_bytes == 10 and neighbour.content_truncated
+
+
+async def test_session_search_scopes(store: Store, key: SessionKey) -> None:
+    other = SessionKey(key.app_name, key.user_id, "s2")
+    stranger = SessionKey(key.app_name, "u2", "s1")
+    await store.events(
+        event(key, "h1", at=1, content="We chose PostgreSQL for the billing database"),
+        event(key, "h2", at=2, role="assistant", content=None, tool_calls=_call("c1", "db")),
+        event(key, "h3", at=3, role="tool", content="postgresql 16 cluster ready", tool_call_id="c1"),
+        event(key, "v1", at=10, content="the billing database migration is still pending"),
+        event(other, "o1", at=1, content="billing database moved to PostgreSQL in session two"),
+        event(stranger, "x1", at=1, content="billing database PostgreSQL secret of another user"),
+    )
+    # No summary yet: nothing is hidden.
+    assert await store.reader.session_search(key, "billing database", "current_hidden") == []
+    await store.summaries(summary(key, 1, text="s", cutoff=3, last_event_id="h3"))
+    hidden = await store.reader.session_search(key, "billing database", "current_hidden")
+    assert [h.event_id for h in hidden] == ["h1"]
+    assert "[match] user: We chose PostgreSQL" in hidden[0].context
+    session = await store.reader.session_search(key, "billing database", "current_session")
+    assert {h.event_id for h in session} == {"h1", "v1"}
+    tool = await store.reader.session_search(key, "postgresql cluster", "current_session")
+    assert tool[0].event_id == "h3" and tool[0].role == "tool"
+    others = await store.reader.session_search(key, "billing database", "other_sessions")
+    assert [(h.session_id, h.event_id) for h in others] == [("s2", "o1")]
+    everything = await store.reader.session_search(key, "billing database", "all_sessions")
+    assert {(h.scope, h.event_id) for h in everything} == {("current_hidden", "h1"), ("other_sessions", "o1")}
+    assert await store.reader.session_search(key, "   ", "all_sessions") == []
+    unknown = await store.reader.session_search(key, "billing database", "bogus")
+    assert [h.event_id for h in unknown] == ["h1"]
+
+
+async def test_session_search_broadens_compound_questions(store: Store, key: SessionKey) -> None:
+    await store.events(
+        event(key, "d1", at=1, content="deployment to kubernetes failed twice"),
+        event(key, "d2", at=2, role="assistant", content="the invoice total was 420 euros"),
+        event(key, "d3", at=3, content="unrelated chatter about lunch"),
+    )
+    hits = await store.reader.session_search(
+        key, "what did we decide about the kubernetes deployment, and the invoice total?", "current_session"
+    )
+    assert {h.event_id for h in hits} == {"d1", "d2"}
+    assert all(h.score >= 0.45 for h in hits)
+    assert len(await store.reader.session_search(key, "lunch", "current_session", top_k=50)) == 1

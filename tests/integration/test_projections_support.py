@@ -1,0 +1,115 @@
+"""Builders and fixtures shared by the projections integration tests (no tests of its own)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from cassandra.cluster import Cluster, Session
+
+from projections.cassandra_session import connect
+from projections.migrations import apply_migrations
+from projections.projector import Projector, SourceRecord
+from projections.read_api import SessionReader
+from schemas import DeadLetter, SessionKey
+from schemas.settings import Settings
+
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+EVENTS = "events"
+SUMMARIES = "summaries"
+_offsets = itertools.count(1)
+
+
+def event(key: SessionKey, event_id: str, *, at: float, role: str = "user", content: str | None = "hello",
+          filter_key: str = "", tool_calls: list[dict[str, Any]] | None = None, tool_call_id: str | None = None,
+          name: str | None = None, partial: bool = False) -> dict[str, Any]:  # fmt: skip
+    message: dict[str, Any] = {"role": role, "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    if name:
+        message["name"] = name
+    return {
+        "type": "event", "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+        "event_id": event_id, "timestamp": (T0 + timedelta(seconds=at)).isoformat(), "author": "user" if role == "user"
+        else "agent", "filter_key": filter_key, "message": message, "partial": partial,
+    }  # fmt: skip
+
+
+def summary(key: SessionKey, version: int, *, text: str, cutoff: float, last_event_id: str | None,
+            filter_key: str = "", prev: tuple[float, str | None] | None = None,
+            created: datetime | None = None) -> dict[str, Any]:  # fmt: skip
+    return {
+        "type": "summary", "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+        "filter_key": filter_key, "summary": text, "version": version,
+        "previous_version": version - 1 if version > 1 else None,
+        "boundary": {"cutoff_at": (T0 + timedelta(seconds=cutoff)).isoformat(), "last_event_id": last_event_id},
+        "previous_boundary": None if prev is None else {
+            "cutoff_at": (T0 + timedelta(seconds=prev[0])).isoformat(), "last_event_id": prev[1]},
+        "model": "m", "prompt_version": "p1", "created_at": (created or datetime.now(UTC)).isoformat(),
+        "report": {"trigger": {"name": "manual"}}, "job_id": f"job-{version}",
+    }  # fmt: skip
+
+
+def record(topic: str, value: dict[str, Any] | bytes, *, partition: int = 0, offset: int | None = None,
+           timestamp_ms: int = 0) -> SourceRecord:  # fmt: skip
+    import json
+
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return SourceRecord(topic, partition, next(_offsets) if offset is None else offset, b"k", raw, timestamp_ms)
+
+
+@dataclass
+class Store:
+    settings: Settings
+    cluster: Cluster
+    session: Session
+    projector: Projector
+    reader: SessionReader
+    dead: list[DeadLetter]
+
+    async def apply(self, *records: SourceRecord) -> Any:
+        async def sink(letter: DeadLetter) -> None:
+            self.dead.append(letter)
+
+        return await self.projector.project(list(records), sink)
+
+    async def events(self, *values: dict[str, Any]) -> Any:
+        return await self.apply(*(record(EVENTS, v) for v in values))
+
+    async def summaries(self, *values: dict[str, Any]) -> Any:
+        return await self.apply(*(record(SUMMARIES, v) for v in values))
+
+
+def open_store(settings: Settings, embedder: Any = None) -> Store:
+    cluster, session = connect(settings.cassandra)
+    apply_migrations(session, settings.cassandra)
+    ks = settings.cassandra.keyspace
+    projector = Projector(session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g",
+                          embedder=embedder)  # fmt: skip
+    return Store(settings, cluster, session, projector, SessionReader(session, ks, embedder=embedder), [])
+
+
+def close_store(store: Store) -> None:
+    store.session.execute(f"DROP KEYSPACE IF EXISTS {store.settings.cassandra.keyspace}", timeout=60)
+    store.cluster.shutdown()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def store(isolated_settings: Settings) -> AsyncIterator[Store]:
+    s = open_store(isolated_settings)
+    try:
+        yield s
+    finally:
+        close_store(s)
+
+
+@pytest.fixture()
+def key() -> Iterator[SessionKey]:
+    yield SessionKey("app", "u1", "s1")
