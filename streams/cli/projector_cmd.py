@@ -1,0 +1,71 @@
+"""``distill projector``: materialize events and summaries into Cassandra (its own process, scalable by group)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import click
+
+from projections.embedding import Embedder
+from schemas.settings import Settings, load_settings
+from streams.errors import ServiceError
+
+
+def _build_embedder(settings: Settings) -> Embedder | None:
+    if not settings.embedder.configured:
+        return None
+    from streams.embedder_openai import OpenAIEmbedder
+
+    return OpenAIEmbedder(settings.embedder)
+
+
+async def _run(settings: Settings, group: str, max_batch: int) -> None:
+    from cassandra.cluster import NoHostAvailable
+
+    from projections.cassandra_session import connect
+    from projections.kafka_runner import ProjectorRunner
+    from projections.projector import Projector
+    from streams.kafka_config import consumer_kwargs, producer_kwargs
+    from streams.rules.tokens import get_token_counter
+
+    try:
+        cluster, session = connect(settings.cassandra)
+    except NoHostAvailable as exc:
+        raise ServiceError(
+            f"cassandra at {settings.cassandra.contact_points}:{settings.cassandra.port} is not reachable"
+        ) from exc
+    try:
+        projector = Projector(
+            session,
+            settings.cassandra.keyspace,
+            events_topic=settings.topics.events,
+            summaries_topic=settings.topics.summaries,
+            consumer_group=group,
+            count_tokens=get_token_counter().count_message,
+            embedder=_build_embedder(settings),
+        )
+        runner = ProjectorRunner(
+            projector,
+            dead_letter_topic=settings.topics.dead_letters,
+            consumer_kwargs=consumer_kwargs(settings.kafka),
+            producer_kwargs=producer_kwargs(settings.kafka),
+            max_batch=max_batch,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, runner.stop)
+        await runner.run()
+    finally:
+        cluster.shutdown()
+
+
+@click.command("projector")
+@click.option("--group", default=None, help="Consumer group (default: <worker.app_id>-projector).")
+@click.option("--max-batch", default=2000, show_default=True, help="Records per projected batch.")
+def command(group: str | None, max_batch: int) -> None:
+    """Consume the events and summaries topics and write them to Cassandra, exactly once in effect."""
+    settings = load_settings()
+    logging.basicConfig(level=settings.worker.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(_run(settings, group or f"{settings.worker.app_id}-projector", max_batch))
