@@ -129,8 +129,12 @@ async def test_sigkill_mid_batch_resumes_without_loss_or_duplicates(isolated_set
         assert count() == len(expected)  # no duplicates in the lookup table either
         summaries = list(session.execute(f"SELECT session_id, version FROM {ks}.summaries_latest"))
         assert len(summaries) == len(sessions) and {r.version for r in summaries} == {1}
-        offsets = {(r.topic, r.partition): r.next_offset for r in session.execute(
-            f"SELECT topic, partition, next_offset FROM {ks}.projector_offsets WHERE consumer_group = 'g-kill'")}
+        offsets = {
+            (r.topic, r.partition): r.next_offset
+            for r in session.execute(
+                f"SELECT topic, partition, next_offset FROM {ks}.projector_offsets WHERE consumer_group = 'g-kill'"
+            )
+        }
         assert sum(v for (t, _), v in offsets.items() if t == settings.topics.events) == len(values) - len(sessions)
         letters = await _dead_letters(settings, 1)
         assert letters and letters[0]["error_class"] == "RecordDecodeError"
