@@ -353,8 +353,10 @@ class Projector:
     async def _delete(self, item: _Delete) -> None:
         c = item.command
         pk = (c.app_name, c.user_id, c.session_id)
-        deleted_at = datetime.fromtimestamp(item.record.timestamp_ms / 1000, UTC) if item.record.timestamp_ms else (
-            datetime.now(UTC)
+        deleted_at = (
+            datetime.fromtimestamp(item.record.timestamp_ms / 1000, UTC)
+            if item.record.timestamp_ms
+            else (datetime.now(UTC))
         )
         await self._run(self._p["insert_deleted"], (*pk, deleted_at))
         work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]

@@ -409,10 +409,18 @@ class SessionReader:
                 text = f"{name}: {text}"
             messages.append(
                 LoadedMessage(
-                    event_id=ev.event_id, created=ev.ts, role=ev.role, author=ev.author, text=text,
-                    is_anchor=is_anchor, tool_call_id=ev.tool_call_id, tool_name=name,
-                    content_bytes=part.content_bytes, content_offset=part.content_offset,
-                    returned_bytes=part.returned_bytes, content_truncated=part.truncated,
+                    event_id=ev.event_id,
+                    created=ev.ts,
+                    role=ev.role,
+                    author=ev.author,
+                    text=text,
+                    is_anchor=is_anchor,
+                    tool_call_id=ev.tool_call_id,
+                    tool_name=name,
+                    content_bytes=part.content_bytes,
+                    content_offset=part.content_offset,
+                    returned_bytes=part.returned_bytes,
+                    content_truncated=part.truncated,
                 )
             )
         return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages))
@@ -475,9 +483,18 @@ class SessionReader:
             snippet = ctx or lexical.compact(d.text)
             hits.append(
                 SearchHit(
-                    scope=label, session_id=d.session_id, event_id=d.event_id, created=d.ts, role=d.role,
-                    score=round(d.score, 4), snippet=snippet, context=ctx, filter_key=d.filter_key,
-                    tool_call_id=d.tool_call_id, tool_name=d.tool_name, content_bytes=d.content_bytes,
+                    scope=label,
+                    session_id=d.session_id,
+                    event_id=d.event_id,
+                    created=d.ts,
+                    role=d.role,
+                    score=round(d.score, 4),
+                    snippet=snippet,
+                    context=ctx,
+                    filter_key=d.filter_key,
+                    tool_call_id=d.tool_call_id,
+                    tool_name=d.tool_name,
+                    content_bytes=d.content_bytes,
                     content_truncated=len(" ".join(d.text.split())) > 280,
                 )
             )

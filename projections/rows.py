@@ -37,12 +37,7 @@ def message_text(message: Message) -> str:
 def recall_eligible(event: SessionEvent) -> bool:
     """Searchable/loadable: complete, no tool calls, a user/assistant/tool role and non-empty text (Go rule)."""
     msg = event.message
-    return (
-        not event.partial
-        and not msg.tool_calls
-        and msg.role in RECALL_ROLES
-        and bool(message_text(msg).strip())
-    )
+    return not event.partial and not msg.tool_calls and msg.role in RECALL_ROLES and bool(message_text(msg).strip())
 
 
 @dataclass(frozen=True)

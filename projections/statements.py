@@ -37,9 +37,7 @@ UPDATE_SUMMARY_LATEST = (
     "summary_json = ? WHERE app_name = ? AND user_id = ? AND session_id = ? AND filter_key = ? IF version < ?"
 )
 SELECT_DELETED = "SELECT deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
-INSERT_DELETED = (
-    "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at) VALUES (?, ?, ?, ?)"
-)
+INSERT_DELETED = "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at) VALUES (?, ?, ?, ?)"
 SESSION_TABLES = ("events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history")
 DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 SAVE_OFFSET = (
