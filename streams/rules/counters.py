@@ -5,11 +5,17 @@ are a pure function of the pending entries that count toward the scope, so they
 can always be recomputed after a boundary moves. ``Activity`` follows the scope's
 timeline across boundaries (last event, current top-level request and the idle
 gap before it, open tool calls, model in use) and is never recomputed.
+
+``Counters`` and ``Activity`` are small mutable records: the fold updates them in
+place (one event touches several scopes, and rebuilding them per event was the
+main cost of the trigger engine). Use :meth:`Counters.copy` /
+:meth:`Activity.copy` to keep a snapshot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 F_USER = 1
@@ -31,8 +37,9 @@ class PendingEvent(NamedTuple):
     """Longest stripped text part (content or reasoning), for the important-content check."""
 
 
-class Counters(NamedTuple):
-    """Counts over the events of the delta that count toward a scope."""
+@dataclass(slots=True)
+class Counters:
+    """Counts over the events of the delta that count toward a scope (mutable)."""
 
     events: int = 0
     tokens: int = 0
@@ -40,12 +47,20 @@ class Counters(NamedTuple):
     max_text_len: int = 0
 
     def add(self, entry: PendingEvent) -> Counters:
-        return Counters(
-            self.events + 1,
-            self.tokens + entry.tokens,
-            self.rounds + (entry.flags & F_USER),
-            entry.text_len if entry.text_len > self.max_text_len else self.max_text_len,
-        )
+        """A new ``Counters`` with ``entry`` added (``self`` is unchanged)."""
+        out = self.copy()
+        out.add_in_place(entry)
+        return out
+
+    def add_in_place(self, entry: PendingEvent) -> None:
+        self.events += 1
+        self.tokens += entry.tokens
+        self.rounds += entry.flags & F_USER
+        if entry.text_len > self.max_text_len:
+            self.max_text_len = entry.text_len
+
+    def copy(self) -> Counters:
+        return Counters(self.events, self.tokens, self.rounds, self.max_text_len)
 
     @classmethod
     def of(cls, entries: Iterable[PendingEvent]) -> Counters:
@@ -55,12 +70,14 @@ class Counters(NamedTuple):
             events += 1
             tokens += entry.tokens
             rounds += entry.flags & F_USER
-            longest = max(longest, entry.text_len)
+            if entry.text_len > longest:
+                longest = entry.text_len
         return cls(events, tokens, rounds, longest)
 
 
-class Activity(NamedTuple):
-    """The scope's timeline, independent of the boundary.
+@dataclass(slots=True)
+class Activity:
+    """The scope's timeline, independent of the boundary (mutable).
 
     ``gap`` is the idle time (µs) between the previous event of the scope and the
     first event of the current top-level request; ``None`` when unavailable (no
@@ -77,7 +94,21 @@ class Activity(NamedTuple):
     model: str | None = None
     context_window: int | None = None
 
+    def copy(self) -> Activity:
+        return Activity(
+            self.last_ts,
+            self.last_request_id,
+            self.request_id,
+            self.request_started,
+            self.gap,
+            self.open_calls,
+            self.model,
+            self.context_window,
+        )
+
     def consume_gap(self, cutoff: int) -> Activity:
-        if self.gap is not None and self.request_started is not None and cutoff >= self.request_started:
-            return self._replace(gap=None)
-        return self
+        """A copy whose gap is dropped if ``cutoff`` reaches the current request's start."""
+        out = self.copy()
+        if out.gap is not None and out.request_started is not None and cutoff >= out.request_started:
+            out.gap = None
+        return out

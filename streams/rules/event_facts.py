@@ -11,9 +11,8 @@ from typing import NamedTuple
 from schemas import SessionEvent
 from streams.rules.boundaries import to_micros
 from streams.rules.counters import F_CONTENT, F_USER, PendingEvent
-from streams.rules.eligibility import is_counted, is_model_output, is_user_message
-from streams.rules.threshold_text import conversation_lines, reasoning_text
-from streams.rules.tokens import TokenCounter, get_token_counter
+from streams.rules.threshold_text import conversation_length, conversation_lines
+from streams.rules.tokens import SimpleTokenCounter, TokenCounter, get_token_counter
 
 
 class EventFacts(NamedTuple):
@@ -47,30 +46,67 @@ class EventFacts(NamedTuple):
 
 def threshold_tokens(event: SessionEvent, counter: TokenCounter) -> tuple[int, int]:
     """Tokens of the event's threshold text (conversation lines + reasoning) and its
-    longest stripped text part."""
-    text = conversation_lines(event)
-    reasoning = reasoning_text(event)
-    tokens = counter.count_text(text) if text else 0
-    if reasoning:
-        tokens += counter.count_text(reasoning)
-    content = (event.message.content or "").strip()
-    return tokens, max(len(content), len(reasoning))
+    longest stripped text part.
+
+    The conversation text is only built for counters that read it: the simple
+    counter needs its length alone (:func:`conversation_length`).
+    """
+    message = event.message
+    reasoning = message.reasoning_content
+    reasoning = reasoning.strip() if reasoning else ""
+    content = message.content
+    content_len = len(content.strip()) if content else 0
+    if type(counter) is SimpleTokenCounter:
+        tokens = counter.count_length(conversation_length(event))
+        if reasoning:
+            tokens += counter.count_length(len(reasoning))
+    else:
+        text = conversation_lines(event)
+        tokens = counter.count_text(text) if text else 0
+        if reasoning:
+            tokens += counter.count_text(reasoning)
+    return tokens, max(content_len, len(reasoning))
 
 
 def event_facts(event: SessionEvent, counter: TokenCounter | None = None, offset: int | None = None) -> EventFacts:
-    """The facts of ``event``; tokens with ``counter`` (default: the process-wide one)."""
-    counted = is_counted(event)
-    tokens, text_len = threshold_tokens(event, counter or get_token_counter()) if counted else (0, 0)
-    flags = (F_USER if is_user_message(event) else 0) | (F_CONTENT if tokens else 0)
+    """The facts of ``event``; tokens with ``counter`` (default: the process-wide one).
+
+    Inlines the rules of ``eligibility`` (``is_counted``, ``is_user_message``,
+    ``is_model_output``): this runs once per event on the hot path.
+    """
     message = event.message
+    counted = not event.partial and not event.skip_summarization
+    tokens, text_len = threshold_tokens(event, counter or get_token_counter()) if counted else (0, 0)
+    role = message.role
+    user = role == "user" or event.author == "user"
+    tool_calls = message.tool_calls
+    model_output = (
+        counted
+        and not user
+        and not tool_calls
+        and event.error is None
+        and (role == "assistant" or role == "tool")
+        and bool(
+            (message.content and message.content.strip())
+            or (message.reasoning_content and message.reasoning_content.strip())
+            or message.tool_call_id
+        )
+    )
     return EventFacts(
-        PendingEvent(event.event_id, to_micros(event.timestamp), tokens, event.filter_key, flags, text_len),
+        PendingEvent(
+            event.event_id,
+            to_micros(event.timestamp),
+            tokens,
+            event.filter_key,
+            (F_USER if user else 0) | (F_CONTENT if tokens else 0),
+            text_len,
+        ),
         event.app_name,
         event.request_id,
         counted,
-        is_model_output(event),
+        model_output,
         message.tool_call_id,
-        tuple(call.id for call in message.tool_calls),
+        tuple(call.id for call in tool_calls) if tool_calls else (),
         event.model,
         event.context_window,
         offset,

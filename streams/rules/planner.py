@@ -27,6 +27,7 @@ from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
 from streams.rules.policy import SummaryPolicy
 from streams.rules.trigger_state import (
+    InFlight,
     SessionTriggerState,
     TriggerDecision,
     decide,
@@ -88,10 +89,17 @@ def apply_event(
     ``states`` maps those keys to their stored state (``None``/absent: new). New
     branch states are seeded from the full-session state. A fired target gets a
     job and is marked in flight.
+
+    The given states are evolved **in place** (see ``evolve``): ``Outcome.states``
+    holds those same objects (plus the new ones), to be written back.
     """
     facts = facts or event_facts(event, policy.counter, offset)
     full = states.get(FULL_SESSION) or new_state(event.app_name, event.user_id, event.session_id)
-    updated = {k: evolve(_state(states, k, full), facts) for k in affected_keys(facts, policy, full)}
+    # Every state is looked up (new branches seeded from ``full``) before any is
+    # evolved: evolving mutates, and a seed must not see the event already.
+    updated = {k: _state(states, k, full) for k in affected_keys(facts, policy, full)}
+    for state in updated.values():
+        evolve(state, facts)
     if not (facts.counted and facts.model_output):
         return Outcome(updated)
     decisions: list[TriggerDecision] = []
@@ -109,7 +117,10 @@ def apply_event(
                 offset=offset if decision.upto and decision.upto.event_id == event.event_id else None,
             )
             jobs.append(job)
-            updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt)
+            if target in updated:  # already this call's to change
+                state.in_flight = InFlight(job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt)
+            else:
+                updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt)
     return Outcome(updated, tuple(decisions), tuple(jobs))
 
 

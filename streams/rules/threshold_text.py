@@ -56,3 +56,29 @@ def conversation_lines(event: SessionEvent) -> str:
 def reasoning_text(event: SessionEvent) -> str:
     """The event's reasoning content, stripped."""
     return (event.message.reasoning_content or "").strip()
+
+
+def conversation_length(event: SessionEvent) -> int:
+    """``len(conversation_lines(event))`` without building the text.
+
+    Length-only counters (the simple counter) need nothing else, and a long tool
+    result would otherwise be copied twice per event just to be measured.
+    """
+    message = event.message
+    prefix = len(event.author or "unknown") + 2  # "<author>: "
+    total = 0
+    lines = 0
+    for call in message.tool_calls:
+        size = len(format_tool_call(call))
+        if size:
+            total += prefix + size
+            lines += 1
+    content = message.content
+    if content:
+        size = len(content.strip())
+        if size:
+            if message.tool_call_id:
+                size += len(message.name or "tool") + 13  # "[" NAME " returned: " CONTENT "]"
+            total += prefix + size
+            lines += 1
+    return total + lines - 1 if lines else 0

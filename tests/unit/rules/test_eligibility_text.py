@@ -1,9 +1,12 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import ErrorInfo
-from streams.rules.eligibility import has_valid_content, is_counted, is_model_output, may_trigger
-from streams.rules.event_facts import event_facts
-from streams.rules.threshold_text import conversation_lines, reasoning_text
+from streams.rules.counters import F_USER
+from streams.rules.eligibility import has_valid_content, is_counted, is_model_output, is_user_message, may_trigger
+from streams.rules.event_facts import event_facts, threshold_tokens
+from streams.rules.threshold_text import conversation_length, conversation_lines, reasoning_text
 from streams.rules.tokens import SimpleTokenCounter
 
 from .factory import ev
@@ -66,3 +69,40 @@ def test_tool_result_triggers_only_when_its_round_is_complete() -> None:
     assert not may_trigger(result, ["c2"])
     assert may_trigger(result, [])
     assert not has_valid_content(ev("a", content=None).message)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.one_of(st.none(), st.text(max_size=30)),
+    reasoning=st.one_of(st.none(), st.text(max_size=10)),
+    calls=st.lists(st.tuples(st.text(max_size=6), st.sampled_from(["", "{}", " {} ", '{"a": 1}'])), max_size=3),
+    result_of=st.one_of(st.none(), st.just("c0")),
+    name=st.one_of(st.none(), st.text(max_size=5)),
+    author=st.sampled_from(["agent", "user", "a-much-longer-author"]),
+)
+def test_conversation_length_matches_the_text(
+    content: str | None,
+    reasoning: str | None,
+    calls: list[tuple[str, str]],
+    result_of: str | None,
+    name: str | None,
+    author: str,
+) -> None:
+    event = ev(
+        "e",
+        content=content,
+        role="tool" if result_of else "assistant",
+        tool_calls=[(f"c{i}", fn, args) for i, (fn, args) in enumerate(calls)] if not result_of else None,
+        tool_call_id=result_of,
+        name=name,
+        author=author,
+        reasoning_content=reasoning,
+    )
+    assert conversation_length(event) == len(conversation_lines(event))
+    for counter in (SimpleTokenCounter(), SimpleTokenCounter(2.5)):
+        expected = counter.count_text(conversation_lines(event)) + counter.count_text(reasoning_text(event))
+        assert threshold_tokens(event, counter)[0] == expected
+    # event_facts inlines the eligibility rules
+    facts = event_facts(event, SimpleTokenCounter())
+    assert facts.model_output == is_model_output(event)
+    assert bool(facts.entry.flags & F_USER) == is_user_message(event)

@@ -52,7 +52,7 @@ def test_timestamp_only_boundary_keeps_same_timestamp_events() -> None:
 
 def test_future_boundary_empties_the_delta() -> None:
     state = on_summary(fold(FOUR), summary(1, None, 100))
-    assert state.pending == () and state.counters.events == 0
+    assert not state.pending and state.counters.events == 0
     assert decide(state, policy(), ev("e5", 101)).reason == "empty_delta"
 
 
