@@ -39,6 +39,7 @@ from schemas import (
     SummaryBoundary,
     SummaryReport,
     SummaryStats,
+    TriggerReport,
 )
 from streams.rules.boundaries import from_micros
 from streams.rules.checks import EventThreshold
@@ -156,7 +157,7 @@ def generate(n_events: int, sessions: int = 50, seed: int = 7) -> list[SessionEv
     return events[:n_events]
 
 
-_REPORT = SummaryReport.model_construct()
+_REPORT = SummaryReport(trigger=TriggerReport(name="manual"))
 _STATS = SummaryStats()
 
 
