@@ -74,9 +74,13 @@ class Check(Protocol):
         ...
 
 
-def _leaf(name: TriggerName, value: float, threshold: float, unit: str, **extra: Any) -> Evaluation:
-    outcome = CheckOutcome(name, value > threshold, value, threshold, unit, **extra)
-    return outcome.passed, (outcome,)
+_new_outcome = tuple.__new__
+"""``CheckOutcome`` without the named tuple's Python-level ``__new__`` (hot path)."""
+
+
+def _leaf(name: TriggerName, value: float, threshold: float, unit: str) -> Evaluation:
+    passed = value > threshold
+    return passed, (_new_outcome(CheckOutcome, (name, passed, value, threshold, unit, None, None)),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +115,11 @@ class TimeThreshold:
 
     def evaluate(self, view: TriggerView) -> Evaluation:
         gap = view.activity.gap
-        value = gap // MICROS_PER_MS if gap is not None else 0
-        threshold_ms = self.seconds * 1000
-        outcome = CheckOutcome("time_threshold", gap is not None and value > threshold_ms, value, threshold_ms, "ms")
-        return outcome.passed, (outcome,)
+        if gap is None:
+            return False, (
+                _new_outcome(CheckOutcome, ("time_threshold", False, 0, self.seconds * 1000, "ms", None, None)),
+            )
+        return _leaf("time_threshold", gap // MICROS_PER_MS, self.seconds * 1000, "ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,14 +146,9 @@ class ContextThreshold:
     def evaluate(self, view: TriggerView) -> Evaluation:
         activity = view.activity
         window = resolve_context_window(activity.context_window, activity.model, self.fallback_window)
-        return _leaf(
-            "context_threshold",
-            view.counters.tokens,
-            self.threshold_for(window),
-            "tokens",
-            window=window,
-            ratio=self.ratio,
-        )
+        value, threshold = view.counters.tokens, self.threshold_for(window)
+        outcome = CheckOutcome("context_threshold", value > threshold, value, threshold, "tokens", window, self.ratio)
+        return outcome.passed, (outcome,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,13 +207,13 @@ class AnyOf:
     checks: tuple[Check, ...]
 
     def evaluate(self, view: TriggerView) -> Evaluation:
-        outcomes: list[CheckOutcome] = []
+        outcomes: tuple[CheckOutcome, ...] = ()
         for check in self.checks:
             passed, seen = check.evaluate(view)
-            outcomes.extend(seen)
+            outcomes += seen
             if passed:
-                return True, tuple(outcomes)
-        return False, tuple(outcomes)
+                return True, outcomes
+        return False, outcomes
 
 
 def checks_all(*checks: Check) -> AllOf:
@@ -226,13 +226,15 @@ def checks_any(*checks: Check) -> AnyOf:
 
 def evaluate_all(checks: Sequence[Check], view: TriggerView) -> Evaluation:
     """AND over ``checks``, stopping at the first failure; an empty sequence passes."""
-    outcomes: list[CheckOutcome] = []
+    if len(checks) == 1:
+        return checks[0].evaluate(view)
+    outcomes: tuple[CheckOutcome, ...] = ()
     for check in checks:
         passed, seen = check.evaluate(view)
-        outcomes.extend(seen)
+        outcomes += seen
         if not passed:
-            return False, tuple(outcomes)
-    return True, tuple(outcomes)
+            return False, outcomes
+    return True, outcomes
 
 
 _PREFERRED: tuple[TriggerName, ...] = ("context_threshold", "token_threshold", "event_threshold", "time_threshold")

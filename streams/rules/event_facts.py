@@ -11,7 +11,7 @@ from typing import NamedTuple
 from schemas import SessionEvent
 from streams.rules.boundaries import to_micros
 from streams.rules.counters import F_CONTENT, F_USER, PendingEvent
-from streams.rules.threshold_text import conversation_length, conversation_lines
+from streams.rules.threshold_text import conversation_length, conversation_lines, format_tool_call
 from streams.rules.tokens import SimpleTokenCounter, TokenCounter, get_token_counter
 
 
@@ -72,42 +72,82 @@ def event_facts(event: SessionEvent, counter: TokenCounter | None = None, offset
     """The facts of ``event``; tokens with ``counter`` (default: the process-wide one).
 
     Inlines the rules of ``eligibility`` (``is_counted``, ``is_user_message``,
-    ``is_model_output``): this runs once per event on the hot path.
+    ``is_model_output``) and, for the simple counter, of
+    :func:`threshold_tokens`: this runs once per event on the hot path.
     """
     message = event.message
     counted = not event.partial and not event.skip_summarization
-    tokens, text_len = threshold_tokens(event, counter or get_token_counter()) if counted else (0, 0)
-    role = message.role
-    user = role == "user" or event.author == "user"
+    content = message.content
+    content = content.strip() if content else ""
+    reasoning = message.reasoning_content
+    reasoning = reasoning.strip() if reasoning else ""
     tool_calls = message.tool_calls
+    result_id = message.tool_call_id
+    role = message.role
+    author = event.author
+    user = role == "user" or author == "user"
+    if not counted:
+        tokens = text_len = 0
+    else:
+        if counter is None:
+            counter = get_token_counter()
+        if type(counter) is SimpleTokenCounter:
+            # conversation_length, inlined
+            prefix = len(author or "unknown") + 2
+            size = lines = 0
+            for call in tool_calls:
+                line = len(format_tool_call(call))
+                if line:
+                    size += prefix + line
+                    lines += 1
+            if content:
+                size += prefix + len(content) + (len(message.name or "tool") + 13 if result_id else 0)
+                lines += 1
+            if lines:
+                size += lines - 1
+            rate = counter.approx_runes_per_token
+            tokens = (max(1, int(size / rate)) if size else 0) + (
+                max(1, int(len(reasoning) / rate)) if reasoning else 0
+            )
+        else:
+            text = conversation_lines(event)
+            tokens = counter.count_text(text) if text else 0
+            if reasoning:
+                tokens += counter.count_text(reasoning)
+        text_len = len(content) if len(content) > len(reasoning) else len(reasoning)
     model_output = (
         counted
         and not user
         and not tool_calls
         and event.error is None
         and (role == "assistant" or role == "tool")
-        and bool(
-            (message.content and message.content.strip())
-            or (message.reasoning_content and message.reasoning_content.strip())
-            or message.tool_call_id
-        )
+        and bool(content or reasoning or result_id)
     )
-    return EventFacts(
-        PendingEvent(
-            event.event_id,
-            to_micros(event.timestamp),
-            tokens,
-            event.filter_key,
-            (F_USER if user else 0) | (F_CONTENT if tokens else 0),
-            text_len,
+    return _new_tuple(
+        EventFacts,
+        (
+            _new_tuple(
+                PendingEvent,
+                (
+                    event.event_id,
+                    to_micros(event.timestamp),
+                    tokens,
+                    event.filter_key,
+                    (F_USER if user else 0) | (F_CONTENT if tokens else 0),
+                    text_len,
+                ),
+            ),
+            event.app_name,
+            event.request_id,
+            counted,
+            model_output,
+            result_id,
+            tuple([call.id for call in tool_calls]) if tool_calls else (),
+            event.model,
+            event.context_window,
+            offset,
         ),
-        event.app_name,
-        event.request_id,
-        counted,
-        model_output,
-        message.tool_call_id,
-        tuple(call.id for call in tool_calls) if tool_calls else (),
-        event.model,
-        event.context_window,
-        offset,
     )
+
+
+_new_tuple = tuple.__new__

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from schemas import SCHEMA_VERSION, JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryJob
+from schemas import SCHEMA_VERSION, JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryBoundary, SummaryJob
 from streams.rules.boundaries import from_micros, to_micros
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
@@ -38,6 +38,8 @@ from streams.rules.trigger_state import (
 )
 
 States = Mapping[str, SessionTriggerState | None]
+_FULL_ONLY = (FULL_SESSION,)
+_NO_SCOPES: Mapping[str, object] = {}
 Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
 
 
@@ -61,11 +63,22 @@ def affected_keys(
     keyless event.
     """
     key = event.entry.filter_key if isinstance(event, EventFacts) else event.filter_key
-    known = full.scopes.keys() if full is not None else ()
+    open_to_all = policy.allowlist is None
     if not key:
-        branches = [k for k in known if policy.allows(k)]
+        if full is None or not full.scopes:
+            return _FULL_ONLY
+        if open_to_all:
+            return (FULL_SESSION, *full.scopes)
+        return (FULL_SESSION, *[k for k in full.scopes if policy.allows(k)])
+    lineage = ancestors(key)
+    branches: tuple[str, ...]
+    if len(lineage) == 1:
+        branches = lineage
     else:
-        branches = [k for k in ancestors(key) if (k == key or k in known) and policy.allows(k)]
+        known = full.scopes if full is not None else _NO_SCOPES
+        branches = tuple(k for k in lineage if k == key or k in known)
+    if not open_to_all:
+        branches = tuple(k for k in branches if policy.allows(k))
     return (FULL_SESSION, *branches)
 
 
@@ -197,6 +210,13 @@ def build_job(
     cascaded = state.filter_key == FULL_SESSION and decision.trigger_key != FULL_SESSION
     if cascaded:
         report = report.model_copy(update={"detail": f"trigger_key={decision.trigger_key}"})
+    previous = (
+        None
+        if state.boundary_ts is None
+        else SummaryBoundary.model_construct(
+            cutoff_at=from_micros(state.boundary_ts), last_event_id=state.boundary_event_id, version=1
+        )
+    )
     # Every field is built here from validated records, so validation is skipped
     # (this runs on the hot path of the track agent).
     return SummaryJob.model_construct(
@@ -208,8 +228,8 @@ def build_job(
         filter_key=state.filter_key,
         cascade_full_session=cascaded,
         from_version=state.version,
-        previous_boundary=state.boundary,
-        upto=JobBoundary(last_event_id=upto.event_id, cutoff_at=from_micros(upto.ts), offset=offset),
+        previous_boundary=previous,
+        upto=JobBoundary.model_construct(last_event_id=upto.event_id, cutoff_at=from_micros(upto.ts), offset=offset),
         trigger=report,
         force=decision.force,
         origin="retry" if retry is not None and origin == "trigger" else origin,

@@ -363,15 +363,14 @@ def on_job_failed(state: SessionTriggerState, job_id: str) -> SessionTriggerStat
     return state
 
 
-@dataclass(frozen=True, slots=True)
-class TriggerDecision:
-    """Whether to summarize ``filter_key`` now, and why.
+class TriggerDecision(NamedTuple):
+    """Whether to summarize ``filter_key`` now, and why (immutable).
 
     ``reason`` is ``fired``, ``force``, ``checks_failed``, ``not_triggering`` (the
     event may not trigger), ``in_flight``, ``empty_delta`` or ``no_content``.
     ``upto`` is the last pending event: the furthest the job may advance to.
     ``report`` is set when the decision fires; ``outcomes`` always lists the
-    checks evaluated.
+    checks evaluated. A named tuple: one is made per decided target per event.
     """
 
     fire: bool
@@ -383,6 +382,13 @@ class TriggerDecision:
     upto: PendingEvent | None = None
     force: bool = False
     retry_of: InFlight | None = None
+
+
+_new_tuple = tuple.__new__
+
+
+def _no(key: str, trigger_key: str, reason: str) -> TriggerDecision:
+    return _new_tuple(TriggerDecision, (False, key, trigger_key, reason, None, (), None, False, None))
 
 
 def decide(
@@ -400,56 +406,63 @@ def decide(
     that may trigger (see ``eligibility``). ``trigger_key`` defaults to the
     event's key; for the full-session state a branch trigger key selects that
     branch's scope of the full delta. ``force`` skips the checks and the event
-    rule but never an empty delta.
+    rule but never an empty delta. Reads ``state``, never changes it.
     """
     key = state.filter_key
     facts: EventFacts | None = None
     if now is not None:
         facts = now if isinstance(now, EventFacts) else event_facts(now, policy.counter)
     tk = trigger_key if trigger_key is not None else (facts.entry.filter_key if facts is not None else key)
-    scope = state.scope_for(tk)
-
-    def no(reason: str) -> TriggerDecision:
-        return TriggerDecision(False, key, tk, reason)
-
+    if key or not tk:
+        scope = state.own
+    else:
+        found = state.scopes.get(tk)
+        scope = found if found is not None else _seed_scope(state, tk)
     if (
         facts is not None
         and not force
         and (not facts.model_output or (facts.tool_result_id and scope.activity.open_calls))
     ):
-        return no("not_triggering")
+        return _no(key, tk, "not_triggering")
     retry: InFlight | None = None
-    if state.in_flight is not None and not force:
-        if facts is None or facts.entry.ts - state.in_flight.emitted_at <= policy.job_timeout_us:
-            return no("in_flight")
-        retry = state.in_flight
-    if not state.pending:
-        return no("empty_delta")
-    upto = state.pending[-1]
+    in_flight = state.in_flight
+    if in_flight is not None and not force:
+        if facts is None or facts.entry.ts - in_flight.emitted_at <= policy.job_timeout_us:
+            return _no(key, tk, "in_flight")
+        retry = in_flight
+    pending = state.pending
+    if not pending:
+        return _no(key, tk, "empty_delta")
+    upto = pending[-1]
     if force:
         outcome = CheckOutcome("force", True, scope.counters.events, 0, "events")
         return TriggerDecision(True, key, tk, "force", outcome.report(), (outcome,), upto, True, retry)
     if not state.content:
-        return no("no_content")
-    if not policy.checks:
+        return _no(key, tk, "no_content")
+    checks = policy.checks
+    if not checks:
         outcome = CheckOutcome("always", True, scope.counters.events, 0, "events")
         return TriggerDecision(True, key, tk, "fired", outcome.report(), (outcome,), upto, False, retry)
-    view = TriggerView(
-        key,
-        tk,
-        state.app_name,
-        scope.counters,
-        scope.activity,
-        state,
-        now if isinstance(now, SessionEvent) else None,
-        {**policy.context, **context} if context else policy.context,
+    view = _new_tuple(
+        TriggerView,
+        (
+            key,
+            tk,
+            state.app_name,
+            scope.counters,
+            scope.activity,
+            state,
+            now if isinstance(now, SessionEvent) else None,
+            {**policy.context, **context} if context else policy.context,
+        ),
     )
-    passed, outcomes = evaluate_all(policy.checks, view)
+    passed, outcomes = evaluate_all(checks, view)
+    if not passed:
+        return _new_tuple(TriggerDecision, (False, key, tk, "checks_failed", None, outcomes, upto, False, retry))
     # The report is only built for a firing decision: most decisions do not fire.
-    best = preferred_outcome(outcomes) if passed else None
+    best = preferred_outcome(outcomes)
     report = best.report() if best is not None else None
-    reason = "fired" if passed else "checks_failed"
-    return TriggerDecision(passed, key, tk, reason, report, outcomes, upto, False, retry)
+    return TriggerDecision(True, key, tk, "fired", report, outcomes, upto, False, retry)
 
 
 def to_dict(state: SessionTriggerState) -> dict[str, Any]:

@@ -103,6 +103,8 @@ def test_conversation_length_matches_the_text(
         expected = counter.count_text(conversation_lines(event)) + counter.count_text(reasoning_text(event))
         assert threshold_tokens(event, counter)[0] == expected
     # event_facts inlines the eligibility rules
-    facts = event_facts(event, SimpleTokenCounter())
+    for counter in (SimpleTokenCounter(), SimpleTokenCounter(3)):
+        facts = event_facts(event, counter)
+        assert (facts.entry.tokens, facts.entry.text_len) == threshold_tokens(event, counter)
     assert facts.model_output == is_model_output(event)
     assert bool(facts.entry.flags & F_USER) == is_user_message(event)
