@@ -12,7 +12,7 @@ from schemas import SessionEvent
 from streams.rules.boundaries import to_micros
 from streams.rules.counters import F_CONTENT, F_USER, PendingEvent
 from streams.rules.threshold_text import conversation_length, conversation_lines, format_tool_call
-from streams.rules.tokens import SimpleTokenCounter, TokenCounter, get_token_counter
+from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter, TokenCounter, get_token_counter
 
 
 class EventFacts(NamedTuple):
@@ -110,10 +110,22 @@ def event_facts(event: SessionEvent, counter: TokenCounter | None = None, offset
                 max(1, int(len(reasoning) / rate)) if reasoning else 0
             )
         else:
-            text = conversation_lines(event)
-            tokens = counter.count_text(text) if text else 0
-            if reasoning:
-                tokens += counter.count_text(reasoning)
+            # conversation_lines, inlined for the common one-line event
+            if tool_calls:
+                text = conversation_lines(event)
+            elif not content:
+                text = ""
+            elif result_id:
+                text = f"{author or 'unknown'}: [{message.name or 'tool'} returned: {content}]"
+            else:
+                text = f"{author or 'unknown'}: {content}"
+            if type(counter) is TiktokenCounter:
+                encode = counter.encode_ordinary
+                tokens = (len(encode(text)) if text else 0) + (len(encode(reasoning)) if reasoning else 0)
+            else:
+                tokens = counter.count_text(text) if text else 0
+                if reasoning:
+                    tokens += counter.count_text(reasoning)
         text_len = len(content) if len(content) > len(reasoning) else len(reasoning)
     model_output = (
         counted

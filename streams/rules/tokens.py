@@ -12,7 +12,7 @@ import importlib.resources
 import os
 import shutil
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -143,6 +143,8 @@ class TiktokenCounter:
     def __init__(self, model: str | None = None, default_encoding: str = "o200k_base") -> None:
         self.encoding_name = encoding_name_for_model(model, default_encoding)
         self._encoding = _encoding(self.encoding_name)
+        self.encode_ordinary: Callable[[str], list[int]] = self._encoding.encode_ordinary
+        """The encoding's ``encode_ordinary`` (bound once: the trigger engine calls it per event)."""
         self.name = f"tiktoken:{self.encoding_name}"
 
     def count_text(self, text: str) -> int:

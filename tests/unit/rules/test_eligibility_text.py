@@ -7,9 +7,11 @@ from streams.rules.counters import F_USER
 from streams.rules.eligibility import has_valid_content, is_counted, is_model_output, is_user_message, may_trigger
 from streams.rules.event_facts import event_facts, threshold_tokens
 from streams.rules.threshold_text import conversation_length, conversation_lines, reasoning_text
-from streams.rules.tokens import SimpleTokenCounter
+from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
 
 from .factory import ev
+
+TIKTOKEN = TiktokenCounter("gpt-4o")
 
 
 def test_conversation_lines_follow_the_default_formatters() -> None:
@@ -103,7 +105,7 @@ def test_conversation_length_matches_the_text(
         expected = counter.count_text(conversation_lines(event)) + counter.count_text(reasoning_text(event))
         assert threshold_tokens(event, counter)[0] == expected
     # event_facts inlines the eligibility rules
-    for counter in (SimpleTokenCounter(), SimpleTokenCounter(3)):
+    for counter in (SimpleTokenCounter(), SimpleTokenCounter(3), TIKTOKEN):
         facts = event_facts(event, counter)
         assert (facts.entry.tokens, facts.entry.text_len) == threshold_tokens(event, counter)
     assert facts.model_output == is_model_output(event)
