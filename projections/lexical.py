@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 MIN_SCORE = 0.45
-MAX_DOC_TOKENS = 4000
+MAX_DOC_TOKENS = 1000
 MAX_FALLBACKS = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)

@@ -145,7 +145,7 @@ class Projector:
         consumer_group: str,
         count_tokens: TokenCounter | None = None,
         embedder: Embedder | None = None,
-        concurrency: int = 128,
+        concurrency: int = 32,
     ) -> None:
         self._session = session
         self._ks = keyspace

@@ -18,8 +18,8 @@ TokenCounter = Callable[[Message], int]
 """Counts the tokens of one message; injected by the composition root."""
 
 RECALL_ROLES = frozenset({"user", "assistant", "tool"})
-MAX_INDEXED_CHARS = 64 * 1024
-"""Only the first 64 Ki characters of a document are tokenized (bounded index size)."""
+MAX_INDEXED_CHARS = 8 * 1024
+"""Only the first 8 Ki characters of a document are tokenized: SAI keeps memtable indexes on heap."""
 
 
 def estimate_tokens(message: Message) -> int:

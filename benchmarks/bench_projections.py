@@ -1,0 +1,168 @@
+"""Projector throughput and read latency against the local Cassandra (loopback only, bounded run time).
+
+    .venv/bin/python benchmarks/bench_projections.py [--events 100000] [--sessions 200]
+
+Builds a fresh keyspace, projects ``--events`` realistic events straight
+through ``Projector.project`` (Kafka is not in the measured path: this is the
+Cassandra write side), then measures ``session_search`` and ``session_load``
+latency (p50/p99) over the stored events, and drops the keyspace.
+Event mix: 45% user (40-400 chars), 35% assistant (200-2000 chars), 10%
+assistant tool calls, 10% tool results of which a quarter are 50 KB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from projections.cassandra_session import connect
+from projections.migrations import apply_migrations
+from projections.projector import Projector, SourceRecord
+from projections.read_api import SessionReader
+from schemas import DeadLetter, SessionKey
+from schemas.settings import load_settings
+
+WORDS = (
+    "deploy kubernetes cluster invoice billing database postgres migration schema latency cache redis queue "
+    "kafka consumer offset retry timeout token summary budget report customer order refund shipping address "
+    "weather forecast flight hotel booking payment card error stack trace python function test coverage"
+).split()
+
+
+def _text(rng: random.Random, chars: int) -> str:
+    out: list[str] = []
+    n = 0
+    while n < chars:
+        w = rng.choice(WORDS) if rng.random() < 0.6 else f"w{rng.randrange(50_000)}"
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)[:chars]
+
+
+def make_events(n: int, sessions: int, seed: int = 7) -> tuple[list[SourceRecord], list[SessionKey], list[str]]:
+    rng = random.Random(seed)
+    keys = [SessionKey("bench", f"user{i % 20}", f"s{i}") for i in range(sessions)]
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
+    records: list[SourceRecord] = []
+    call_ids: list[str] = []
+    pending: dict[SessionKey, str] = {}
+    for i in range(n):
+        key = keys[i % sessions]
+        base = {"app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+                "event_id": f"e{i}", "timestamp": (t0 + timedelta(milliseconds=i * 10)).isoformat(),
+                "author": "agent"}  # fmt: skip
+        r = rng.random()
+        if key in pending:
+            call_id = pending.pop(key)
+            size = 50_000 if rng.random() < 0.25 else rng.randrange(200, 4000)
+            msg: dict[str, Any] = {"role": "tool", "content": _text(rng, size), "tool_call_id": call_id, "name": "t"}
+            call_ids.append(f"{key.session_id}|{call_id}")
+        elif r < 0.45:
+            msg = {"role": "user", "content": _text(rng, rng.randrange(40, 400))}
+            base["author"] = "user"
+        elif r < 0.8:
+            msg = {"role": "assistant", "content": _text(rng, rng.randrange(200, 2000))}
+        else:
+            call_id = f"c{i}"
+            pending[key] = call_id
+            msg = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "t", "arguments": '{"q": "x"}'}}]}  # fmt: skip
+        base["message"] = msg
+        records.append(SourceRecord("events", 0, i, key.kafka_key(), json.dumps(base).encode(), 0))
+    return records, keys, call_ids
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=100_000)  # needs a Cassandra heap > 1 GB: see the report
+    ap.add_argument("--sessions", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--time-budget", type=float, default=240.0, help="stop projecting after this many seconds")
+    args = ap.parse_args()
+    settings = load_settings()
+    settings.cassandra.keyspace = f"bench_{uuid.uuid4().hex[:8]}"
+    cluster, session = connect(settings.cassandra)
+    apply_migrations(session, settings.cassandra)
+    ks = settings.cassandra.keyspace
+    try:
+        records, keys, call_ids = make_events(args.events, args.sessions)
+        total_bytes = sum(len(r.value or b"") for r in records)
+        projector = Projector(session, ks, events_topic="events", summaries_topic="summaries", consumer_group="b", concurrency=args.concurrency)
+
+        async def sink(_: DeadLetter) -> None:
+            raise AssertionError("no dead letters expected")
+
+        t = time.perf_counter()
+        done = 0
+        for i in range(0, len(records), args.batch):
+            await projector.project(records[i : i + args.batch], sink)
+            done = min(len(records), i + args.batch)
+            if time.perf_counter() - t > args.time_budget:
+                break
+        took = time.perf_counter() - t
+        print(f"projected {done} events ({total_bytes * done / len(records) / 1e6:.1f} MB JSON) in {took:.1f}s: "
+              f"{done / took:,.0f} events/s, {total_bytes * done / len(records) / took / 1e6:.1f} MB/s")  # fmt: skip
+
+        reader = SessionReader(session, ks)
+        rng = random.Random(3)
+        # Every session gets a summary halfway, so current_hidden has something to search.
+        summaries: list[SourceRecord] = []
+        for key in keys:
+            rows = list(session.execute(
+                f"SELECT ts, event_id FROM {ks}.events_by_session WHERE app_name=%s AND user_id=%s AND session_id=%s "
+                "LIMIT 250", tuple(key)))  # fmt: skip
+            if rows:
+                mid = rows[len(rows) // 2]
+                summ = {"app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+                        "summary": "s", "version": 1, "boundary": {"cutoff_at": mid.ts.isoformat() + "Z",
+                        "last_event_id": mid.event_id}, "model": "m", "prompt_version": "p",
+                        "created_at": datetime.now(UTC).isoformat(), "report": {"trigger": {"name": "manual"}},
+                        "job_id": "j"}  # fmt: skip
+                summaries.append(SourceRecord("summaries", 0, len(summaries), None, json.dumps(summ).encode()))
+        await projector.project(summaries, sink)
+        queries = ["kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the kafka "
+                   "consumer offset?", "postgres migration schema", "flight hotel booking"]  # fmt: skip
+        scopes = ["current_session", "current_hidden", "other_sessions", "all_sessions"]
+        search_ms: dict[str, list[float]] = {s: [] for s in scopes}
+        for i in range(args.queries):
+            key = rng.choice(keys[: min(len(keys), max(1, done // 500))])
+            scope = scopes[i % len(scopes)]
+            t = time.perf_counter()
+            await reader.session_search(key, rng.choice(queries), scope, 5)
+            search_ms[scope].append((time.perf_counter() - t) * 1000)
+        load_ms: list[float] = []
+        loadable = call_ids[: max(1, done // 10)]
+        for _ in range(args.queries):
+            sid, call = rng.choice(loadable).split("|")
+            key = next(k for k in keys if k.session_id == sid)
+            t = time.perf_counter()
+            await reader.session_load(key, tool_call_id=call, before=1, after=1)
+            load_ms.append((time.perf_counter() - t) * 1000)
+        all_search = [v for vs in search_ms.values() for v in vs]
+        print(f"session_search: p50 {pct(all_search, 50):.1f} ms, p99 {pct(all_search, 99):.1f} ms "
+              f"({len(all_search)} queries)")  # fmt: skip
+        for scope, vs in search_ms.items():
+            print(f"  {scope:16s} p50 {pct(vs, 50):.1f} ms  p99 {pct(vs, 99):.1f} ms")
+        print(f"session_load:   p50 {pct(load_ms, 50):.1f} ms, p99 {pct(load_ms, 99):.1f} ms, "
+              f"mean {statistics.mean(load_ms):.1f} ms ({len(load_ms)} loads)")  # fmt: skip
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,90 @@
+"""Pure rules of the read side: windows, UTF-8 slicing, boundaries, lexical planning/scoring, filter keys."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from projections import filter_keys, lexical
+from projections.boundary import Cut
+from projections.windows import normalize_content, normalize_window, slice_content
+from streams.rules import filter_keys as streams_filter_keys
+
+T = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [(None, None, (1, 1)), (0, 0, (1, 1)), (-3, -1, (1, 1)), (0, 2, (0, 2)), (5, 5, (2, 2)), (1, 9, (1, 3)),
+     (3, 3, (2, 2)), (4, 0, (4, 0)), (9, 0, (4, 0))],
+)  # fmt: skip
+def test_normalize_window(before: int | None, after: int | None, expected: tuple[int, int]) -> None:
+    assert normalize_window(before, after) == expected
+
+
+def test_normalize_content() -> None:
+    assert normalize_content(None, None) == (0, 16 * 1024)
+    assert normalize_content(-5, 0) == (0, 16 * 1024)
+    assert normalize_content(7, 10**9) == (7, 64 * 1024)
+
+
+@given(st.text(max_size=300), st.integers(0, 1200), st.integers(1, 400))
+def test_slice_content_is_valid_utf8_and_within_limit(text: str, offset: int, limit: int) -> None:
+    part = slice_content(text, offset, limit)
+    data = text.encode()
+    assert data[part.content_offset : part.content_offset + part.returned_bytes] == part.text.encode()
+    assert part.returned_bytes <= max(limit, 4)
+    assert part.truncated == (part.returned_bytes < len(data))
+
+
+def test_slice_content_snaps_back_to_character_start() -> None:
+    part = slice_content("aé€", 2, 3)  # offset 2 is inside "é"
+    assert (part.content_offset, part.text) == (1, "é")
+
+
+def test_cut_exact_and_timestamp_only() -> None:
+    exact = Cut.of(T, (T, 5))
+    assert not exact.is_after(T, 5) and exact.is_after(T, 6) and exact.is_hidden(T, 4)
+    assert exact.is_after(T + timedelta(milliseconds=1), 0)
+    legacy = Cut.of(T)
+    assert legacy.is_after(T, 1) and legacy.is_hidden(T, 1) and not legacy.is_after(T - timedelta(seconds=1), 9)
+    # Microseconds are truncated to Cassandra's millisecond precision on both sides.
+    assert Cut.of(T + timedelta(microseconds=700)).is_after(T, 0)
+
+
+def test_lexical_plan_broadens_compound_questions() -> None:
+    plan = lexical.plan("What did we decide about the kubernetes deployment, and the invoice total?")
+    kws = [p.keywords for p in plan]
+    assert kws[0] == ("decide", "kubernetes", "deployment", "invoice", "total")
+    assert ("invoice", "total") in kws and ("kubernetes", "deployment") in kws
+    assert lexical.is_compound("kubernetes deployment, and the invoice total")
+    assert not lexical.is_compound("kubernetes deployment")
+    assert lexical.plan("   ") == []
+
+
+def test_lexical_keywords_keep_short_tokens_with_digits() -> None:
+    assert lexical.keywords("is it v2 or db ok on k8s") == ("v2", "k8s")
+
+
+def test_lexical_score_follows_go_formula() -> None:
+    q = lexical.LexicalQuery("billing database", ("billing", "database"))
+    assert lexical.score(q, "the billing database moved") == pytest.approx(1 + 0.75 + 0.15)
+    assert lexical.score(q, "database only") == pytest.approx(0.5)
+    assert lexical.score(q, "nothing here") == 0.0
+
+
+def test_doc_tokens_stem_and_cjk() -> None:
+    assert {"deploy", "kubernet"} <= lexical.doc_tokens("Deployed kubernetes")
+    assert lexical.doc_tokens("kubernetes") == lexical.doc_tokens("Kubernetes")
+    assert "摘要" in lexical.doc_tokens("获取摘要")
+
+
+_key = st.lists(st.sampled_from(["app", "b", "c", "x"]), max_size=3).map("/".join)
+
+
+@given(_key, _key)
+def test_filter_key_rule_matches_streams(event_key: str, target: str) -> None:
+    assert filter_keys.in_summary_input(event_key, target) == streams_filter_keys.in_summary_input(event_key, target)
