@@ -29,11 +29,49 @@ from projections.read_api import SessionReader
 from schemas import DeadLetter, SessionKey
 from schemas.settings import load_settings
 
-WORDS = (
-    "deploy kubernetes cluster invoice billing database postgres migration schema latency cache redis queue "
-    "kafka consumer offset retry timeout token summary budget report customer order refund shipping address "
-    "weather forecast flight hotel booking payment card error stack trace python function test coverage"
-).split()
+WORDS = [
+    "deploy",
+    "kubernetes",
+    "cluster",
+    "invoice",
+    "billing",
+    "database",
+    "postgres",
+    "migration",
+    "schema",
+    "latency",
+    "cache",
+    "redis",
+    "queue",
+    "kafka",
+    "consumer",
+    "offset",
+    "retry",
+    "timeout",
+    "token",
+    "summary",
+    "budget",
+    "report",
+    "customer",
+    "order",
+    "refund",
+    "shipping",
+    "address",
+    "weather",
+    "forecast",
+    "flight",
+    "hotel",
+    "booking",
+    "payment",
+    "card",
+    "error",
+    "stack",
+    "trace",
+    "python",
+    "function",
+    "test",
+    "coverage",
+]
 
 
 def _text(rng: random.Random, chars: int) -> str:
@@ -81,7 +119,7 @@ def make_events(n: int, sessions: int, seed: int = 7) -> tuple[list[SourceRecord
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def main() -> None:
@@ -101,7 +139,14 @@ async def main() -> None:
     try:
         records, keys, call_ids = make_events(args.events, args.sessions)
         total_bytes = sum(len(r.value or b"") for r in records)
-        projector = Projector(session, ks, events_topic="events", summaries_topic="summaries", consumer_group="b", concurrency=args.concurrency)
+        projector = Projector(
+            session,
+            ks,
+            events_topic="events",
+            summaries_topic="summaries",
+            consumer_group="b",
+            concurrency=args.concurrency,
+        )
 
         async def sink(_: DeadLetter) -> None:
             raise AssertionError("no dead letters expected")
