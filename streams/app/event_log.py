@@ -1,0 +1,98 @@
+"""Reading a key's delta events straight from the events topic.
+
+The summarize agent gets event content from Kafka, the source of truth, not
+from Cassandra (the projector may lag) nor from the table (which holds no
+content). A job names the range: from the offset after the previous
+summary's last event (or the session's first event) to the job's ``upto``
+offset, on the job's own partition (all topics are co-partitioned). Only
+records whose key is the session's key are decoded. Replay reads exactly the
+same bytes, so the same job always sees the same delta.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from schemas.settings import KafkaSettings
+from streams.errors import RetryableError
+from streams.kafka_config import consumer_kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """One record of the session read back: its offset and bytes."""
+
+    offset: int
+    value: bytes
+
+
+class EventLogReader:
+    """A small pool of unassigned consumers, one per concurrent read."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str, size: int = 4, stall_timeout_s: float = 30.0) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.size = size
+        self.stall_timeout_s = stall_timeout_s
+        self._idle: asyncio.Queue[AIOKafkaConsumer] = asyncio.Queue()
+        self._all: list[AIOKafkaConsumer] = []
+        self._create_lock = asyncio.Lock()
+        self.records_scanned = 0
+
+    async def stop(self) -> None:
+        for consumer in self._all:
+            await consumer.stop()
+        self._all.clear()
+
+    async def _acquire(self) -> AIOKafkaConsumer:
+        if self._idle.empty() and len(self._all) < self.size:
+            async with self._create_lock:
+                if len(self._all) < self.size:
+                    consumer = AIOKafkaConsumer(
+                        **consumer_kwargs(self.kafka), enable_auto_commit=False, group_id=None,
+                        auto_offset_reset="earliest",
+                    )  # fmt: skip
+                    await consumer.start()
+                    self._all.append(consumer)
+                    return consumer
+        return await self._idle.get()
+
+    async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]:
+        """Records with ``key`` at offsets ``start..end`` (inclusive) of ``partition``."""
+        if end < start:
+            return []
+        consumer = await self._acquire()
+        try:
+            return await self._scan(consumer, TopicPartition(self.topic, partition), start, end, key)
+        except KafkaError as exc:
+            raise RetryableError(f"reading {self.topic}[{partition}] {start}..{end}: {exc}") from exc
+        finally:
+            self._idle.put_nowait(consumer)
+
+    async def _scan(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, key: bytes
+    ) -> list[RawEvent]:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        found: list[RawEvent] = []
+        last_progress = time.monotonic()
+        while True:
+            batch = await consumer.getmany(tp, timeout_ms=500, max_records=5000)
+            messages = batch.get(tp, [])
+            if messages:
+                last_progress = time.monotonic()
+            for msg in messages:
+                if msg.offset > end:
+                    return found
+                self.records_scanned += 1
+                if msg.key == key and msg.value is not None:
+                    found.append(RawEvent(msg.offset, msg.value))
+            if await consumer.position(tp) > end:
+                return found
+            if time.monotonic() - last_progress > self.stall_timeout_s:
+                raise RetryableError(f"no progress reading {tp.topic}[{tp.partition}] up to offset {end}")

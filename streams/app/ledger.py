@@ -1,0 +1,169 @@
+"""The summary ledger: the latest summary of every key, read back from the summaries topic.
+
+The summaries topic is the source of truth for versions. Before the first job
+of a partition after an assignment, the ledger reads that partition of the
+summaries topic to its end (``ready``); afterwards this worker is the only
+writer of the partition (jobs, events and summaries are co-partitioned and
+assigned together), so it keeps the heads current by recording its own
+writes. A job whose ``from_version`` is below the head is stale: that is what
+makes re-emitted and duplicate jobs harmless, across crashes and rebalances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from schemas import SessionSummary, SummaryBoundary
+from schemas.settings import KafkaSettings
+from streams.app.cache import SummaryCache
+from streams.app.codecs import decode_summary_record
+from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
+from streams.app.tracked import table_key
+from streams.errors import RetryableError
+from streams.kafka_config import consumer_kwargs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The latest summary of one key."""
+
+    version: int
+    boundary: SummaryBoundary
+    summary: str
+    events_offset: int | None
+    job_id: str
+
+
+def summary_key(summary: SessionSummary) -> str:
+    return table_key(summary.app_name, summary.user_id, summary.session_id, summary.filter_key)
+
+
+class SummaryLedger:
+    """Heads per partition; see the module docstring."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str, cache: SummaryCache | None = None) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.cache = cache
+        self._heads: dict[int, dict[str, Head]] = {}
+        self._ready: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(
+                **consumer_kwargs(self.kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
+            )
+            await self._consumer.start()
+
+    async def stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    def forget(self, partitions: set[int]) -> None:
+        """Partitions revoked: their heads must be read again if they come back."""
+        for p in partitions:
+            self._ready.discard(p)
+            self._heads.pop(p, None)
+
+    def head(self, partition: int, key: str) -> Head | None:
+        return self._heads.get(partition, {}).get(key)
+
+    def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
+        """Apply a summary (ours or read back); older versions never replace newer ones."""
+        heads = self._heads.setdefault(partition, {})
+        key = summary_key(summary)
+        current = heads.get(key)
+        if current is not None and current.version >= summary.version:
+            return
+        heads[key] = Head(summary.version, summary.boundary, summary.summary, events_offset, summary.job_id)
+
+    async def ready(self, partition: int) -> None:
+        """Read ``partition`` of the summaries topic to its end (once per assignment)."""
+        if partition in self._ready:
+            return
+        async with self._lock:
+            if partition in self._ready:
+                return
+            try:
+                count = await self._catch_up(partition)
+            except KafkaError as exc:
+                raise RetryableError(f"reading {self.topic}[{partition}]: {exc}") from exc
+            self._ready.add(partition)
+            log.info(
+                "summary ledger ready",
+                extra={"topic": self.topic, "partition": partition, "records": count,
+                       "keys": len(self._heads.get(partition, {}))},
+            )  # fmt: skip
+
+    async def _catch_up(self, partition: int) -> int:
+        await self.start()
+        consumer = self._consumer
+        assert consumer is not None
+        tp = TopicPartition(self.topic, partition)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        self._heads.setdefault(partition, {})
+        count = 0
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
+            for msg in batch.get(tp, []):
+                count += 1
+                self._absorb(partition, msg.value, msg.headers)
+        return count
+
+    def _absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        if value is None:
+            return
+        try:
+            record = decode_summary_record(value)
+        except ValueError:
+            return
+        if not isinstance(record, SessionSummary):
+            return
+        self.record(partition, record, header_int(headers, EVENTS_OFFSET))
+        digest = header(headers, INPUT_HASH)
+        if digest and self.cache is not None:
+            self.cache.put(digest, record)
+
+
+async def preload_cache(kafka: KafkaSettings, topic: str, cache: SummaryCache) -> int:
+    """Fill ``cache`` from every summary record of ``topic`` (replay reuses the live summaries)."""
+    consumer = AIOKafkaConsumer(
+        topic, **consumer_kwargs(kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    loaded = 0
+    try:
+        parts = consumer.assignment()
+        ends = await consumer.end_offsets(list(parts)) if parts else {}
+        for tp in parts:
+            await consumer.seek_to_beginning(tp)
+        pending = {tp for tp in parts if ends.get(tp, 0) > 0}
+        while pending:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            for messages in batch.values():
+                for msg in messages:
+                    digest = header(msg.headers, INPUT_HASH)
+                    if digest and msg.value is not None:
+                        try:
+                            record = decode_summary_record(msg.value)
+                        except ValueError:
+                            continue
+                        if isinstance(record, SessionSummary):
+                            cache.put(digest, record)
+                            loaded += 1
+            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
+    finally:
+        await consumer.stop()
+    return loaded

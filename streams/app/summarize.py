@@ -1,0 +1,236 @@
+"""The summarize use case: one ``SummaryJob`` → a ``SessionSummary`` (or a failure answer).
+
+No Faust here. Per job:
+
+1. the ledger is caught up for the job's partition, and the key's head (latest
+   summary) is looked up;
+2. a job built on an older version than the head is stale: nothing is produced
+   (a ``summarize_sync`` job is answered from the newer state instead) — so a
+   re-emitted or duplicated job can never yield a second summary for a boundary;
+3. the delta is read from the events topic (:mod:`streams.app.event_log`);
+4. the content-addressed cache is consulted, else the summarizer runs;
+5. the result carries version ``head + 1``: versions only grow.
+
+Transient failures raise :class:`~streams.errors.RetryableError` (the caller
+retries with backoff); permanent ones become a :class:`SummaryFailure`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import ValidationError
+
+from schemas import (
+    RecordDecodeError,
+    SessionEvent,
+    SessionSummary,
+    SummaryBoundary,
+    SummaryFailure,
+    SummaryJob,
+    parse_event_record,
+)
+from streams.app.cache import SummaryCache, input_hash
+from streams.app.event_log import EventLogReader, RawEvent
+from streams.app.ledger import Head, SummaryLedger
+from streams.app.tracked import table_key
+from streams.errors import DistillError, PermanentError
+from streams.rules.boundaries import events_after
+from streams.rules.filter_keys import in_summary_input
+from streams.summarizer import SummarizerLike, SummarySkipped
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["summary", "cached", "stale", "skipped", "failed"]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What to publish for a job (``None``: nothing) and how it went."""
+
+    outcome: Outcome
+    record: SessionSummary | SummaryFailure | None = None
+    events_offset: int | None = None
+    input_hash: str | None = None
+    events: int = 0
+
+
+@dataclass(frozen=True)
+class _Delta:
+    previous: Head | None
+    events: list[SessionEvent]
+    raw: list[bytes]
+    offsets: dict[str, int]
+
+
+class SummarizeHandler:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        ledger: SummaryLedger,
+        reader: EventLogReader,
+        summarizer_for: Callable[[str], SummarizerLike],
+        cache: SummaryCache | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.ledger = ledger
+        self.reader = reader
+        self.summarizer_for = summarizer_for
+        self.cache = cache
+        self.clock = clock
+
+    async def handle(self, job: SummaryJob, partition: int) -> JobResult:
+        await self.ledger.ready(partition)
+        key = table_key(job.app_name, job.user_id, job.session_id, job.filter_key)
+        head = self.ledger.head(partition, key)
+        version = head.version if head is not None else 0
+        if version > job.from_version and job.reply_to is None:
+            return JobResult("stale")
+        previous = (
+            head if head is not None and (job.previous_boundary is not None or version > job.from_version) else None
+        )
+        delta = await self._delta(job, partition, previous)
+        if not delta.events:
+            return self._nothing(job, "no events after the boundary up to the job's target", version)
+        summarizer = self.summarizer_for(job.app_name)
+        meta = summarizer.metadata()
+        previous_text = previous.summary if previous is not None else ""
+        digest = None
+        if "prompt_version" in meta:
+            digest = input_hash(
+                previous_text, delta.raw, filter_key=job.filter_key, force=job.force,
+                prompt_version=str(meta["prompt_version"]), model=str(meta.get("model_name", "")),
+                model_request=job.model_request,
+            )  # fmt: skip
+        cached = self.cache.get(digest) if self.cache is not None and digest else None
+        if cached is not None:
+            summary = self._from_cache(cached, job, version, previous)
+            return JobResult("cached", summary, delta.offsets.get(summary.boundary.last_event_id or ""), digest,
+                             len(delta.events))  # fmt: skip
+        try:
+            result = await summarizer.summarize(
+                previous_text,
+                delta.events,
+                job.trigger,
+                session=job.session_key,
+                filter_key=job.filter_key,
+                model_request=job.model_request,
+                force=job.force,
+                context={"job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
+            )
+        except SummarySkipped as exc:
+            return self._nothing(job, str(exc), version)
+        new_version = version + 1
+        prev_boundary = previous.boundary if previous is not None else None
+        boundary = result.boundary(new_version, prev_boundary)
+        summary = SessionSummary(
+            app_name=job.app_name,
+            user_id=job.user_id,
+            session_id=job.session_id,
+            filter_key=job.filter_key,
+            summary=result.text,
+            version=new_version,
+            previous_version=version or None,
+            boundary=boundary,
+            previous_boundary=prev_boundary,
+            model=result.model,
+            prompt_version=result.prompt_version,
+            created_at=self.clock(),
+            stats=result.stats,
+            report=result.report,
+            job_id=job.job_id,
+            reply_to=job.reply_to,
+            caught_up=result.caught_up,
+        )
+        events_offset = delta.offsets.get(boundary.last_event_id or "")
+        if events_offset is None and previous is not None:
+            events_offset = previous.events_offset
+        return JobResult("summary", summary, events_offset, digest, len(delta.events))
+
+    def failure(self, job: SummaryJob, exc: BaseException) -> SummaryFailure:
+        """The answer for a job given up for good (the track side releases the key)."""
+        return SummaryFailure(
+            app_name=job.app_name,
+            user_id=job.user_id,
+            session_id=job.session_id,
+            filter_key=job.filter_key,
+            job_id=job.job_id,
+            reply_to=job.reply_to,
+            error_class=type(exc).__name__,
+            reason=str(exc)[:2000],
+            created_at=self.clock(),
+        )
+
+    def _nothing(self, job: SummaryJob, reason: str, version: int) -> JobResult:
+        return JobResult("skipped", self.failure(job, SummarySkipped(f"{reason} (latest version {version})")))
+
+    async def _delta(self, job: SummaryJob, partition: int, previous: Head | None) -> _Delta:
+        start = None
+        if previous is not None and previous.events_offset is not None:
+            start = previous.events_offset + 1
+        if start is None:
+            start = job.events_from_offset if job.events_from_offset is not None else 0
+        end = job.upto.offset
+        if end is None:
+            raise PermanentError(f"job {job.job_id} has no target offset")
+        raw = await self.reader.read(partition, start, end, job.session_key.kafka_key())
+        events, raws, offsets = self._decode(job, raw)
+        if previous is not None:
+            kept = events_after(events, previous.boundary)
+            keep_ids = {e.event_id for e in kept}
+            raws = [r for e, r in zip(events, raws, strict=True) if e.event_id in keep_ids]
+            events = kept
+        return _Delta(previous, events, raws, offsets)
+
+    @staticmethod
+    def _decode(job: SummaryJob, raw: list[RawEvent]) -> tuple[list[SessionEvent], list[bytes], dict[str, int]]:
+        events: list[SessionEvent] = []
+        raws: list[bytes] = []
+        offsets: dict[str, int] = {}
+        seen: set[str] = set()
+        for item in raw:
+            try:
+                record = parse_event_record(item.value)
+            except (RecordDecodeError, ValidationError):
+                continue
+            if not isinstance(record, SessionEvent) or record.event_id in seen:
+                continue
+            if record.session_id != job.session_id or not in_summary_input(record.filter_key, job.filter_key):
+                continue
+            seen.add(record.event_id)
+            events.append(record)
+            raws.append(item.value)
+            offsets[record.event_id] = item.offset
+        return events, raws, offsets
+
+    def _from_cache(
+        self, cached: SessionSummary, job: SummaryJob, version: int, previous: Head | None
+    ) -> SessionSummary:
+        new_version = version + 1
+        prev_boundary = previous.boundary if previous is not None else None
+        return cached.model_copy(
+            update={
+                "version": new_version,
+                "previous_version": version or None,
+                "boundary": cached.boundary.model_copy(update={"version": new_version}),
+                "previous_boundary": prev_boundary,
+                "job_id": job.job_id,
+                "reply_to": job.reply_to,
+                "created_at": self.clock(),
+            }
+        )
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Errors retrying will not fix (anything of ours that is not retryable)."""
+    from streams.errors import RetryableError
+
+    return isinstance(exc, DistillError) and not isinstance(exc, RetryableError)
+
+
+__all__ = ["JobResult", "SummarizeHandler", "SummaryBoundary", "is_permanent"]

@@ -1,0 +1,64 @@
+"""The background sweep (pure): which keys to poke with a ``summarize`` command.
+
+* idle sweep (``idle_summary_after_s``, off by default): a key with pending
+  content, no job in flight and no event for that long gets a job marked
+  ``idle_sweep``;
+* job timeout (``job_timeout_s``): a key whose job has been in flight longer
+  than that (wall clock) gets the job re-emitted, even when the session went
+  quiet (event-driven re-emission needs a new event).
+
+The commands go through the events topic, so the track agent applies them in
+order with the session's events, in its own partition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import datetime
+
+from schemas import Summarize
+from streams.app.tracked import TrackedKey
+from streams.rules.boundaries import to_micros
+
+
+def sweep_commands(
+    entries: Iterable[TrackedKey],
+    *,
+    now: datetime,
+    idle_after_s: float | None,
+    job_timeout_s: float,
+) -> list[tuple[int | None, Summarize]]:
+    """``(partition, command)`` for every key that needs a poke."""
+    now_us = to_micros(now)
+    out: list[tuple[int | None, Summarize]] = []
+    for entry in entries:
+        state = entry.state
+        origin: str | None = None
+        if state.in_flight is not None:
+            if now_us - state.in_flight.emitted_at > job_timeout_s * 1e6:
+                origin = "retry"
+        elif idle_after_s is not None and state.pending and state.content:
+            last = state.pending[-1].ts
+            if now_us - last > idle_after_s * 1e6:
+                origin = "idle_sweep"
+        if origin is None:
+            continue
+        marker = f"{origin}:{state.session_id}:{state.filter_key}:{state.version}:{now_us // 1_000_000}"
+        out.append(
+            (
+                entry.partition,
+                Summarize.model_validate(
+                    {
+                        "app_name": state.app_name,
+                        "user_id": state.user_id,
+                        "session_id": state.session_id,
+                        "filter_key": state.filter_key,
+                        "command_id": hashlib.sha256(marker.encode()).hexdigest()[:24],
+                        "force": False,
+                        "origin": origin,
+                    }
+                ),
+            )
+        )
+    return out

@@ -1,0 +1,243 @@
+"""The track use case: fold one events-topic record into the table, decide the jobs.
+
+No Faust here: the table is any :class:`StateStore` (the Faust table in the
+worker, a dict in unit tests). The track agent calls :meth:`TrackHandler.on_record`
+for each events-topic record and :meth:`TrackHandler.on_summary_record` for each
+summaries-topic record (both topics are co-partitioned with the table), then
+sends what comes back.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Protocol
+
+from schemas import (
+    DeadLetter,
+    DeleteSession,
+    EventTopicRecord,
+    SessionEvent,
+    SessionKey,
+    SessionSummary,
+    Summarize,
+    SummarizeSync,
+    SummaryFailure,
+    SummaryJob,
+)
+from streams.app.codecs import Rejected
+from streams.app.coordinates import Coordinates
+from streams.app.tracked import TrackedKey, table_key
+from streams.rules.filter_keys import FULL_SESSION
+from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, session_keys
+from streams.rules.policy import PolicySet
+from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_failed, on_summary
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_VALUE_LIMIT = 256 * 1024
+"""Bytes of a rejected record kept on its dead letter (oversized records are cut)."""
+
+
+class StateStore(Protocol):
+    """The table: ``TrackedKey`` by :func:`~streams.app.tracked.table_key`."""
+
+    def get(self, key: str) -> TrackedKey | None: ...
+
+    def __setitem__(self, key: str, value: TrackedKey) -> None: ...
+
+    def __delitem__(self, key: str) -> None: ...
+
+
+@dataclass
+class TrackOutput:
+    """What the agent sends after one record."""
+
+    jobs: list[SummaryJob] = field(default_factory=list)
+    replies: list[SummaryFailure] = field(default_factory=list)
+    dead_letter: DeadLetter | None = None
+
+
+def dead_letter_for(
+    raw: bytes, key: bytes | None, coords: Coordinates, error_class: str, reason: str, stage: str
+) -> DeadLetter:
+    """A dead letter keeping (at most ``DEAD_LETTER_VALUE_LIMIT`` of) the raw bytes."""
+    kept = raw[:DEAD_LETTER_VALUE_LIMIT]
+    if len(kept) < len(raw):
+        reason = f"{reason} (value truncated to {len(kept)} of {len(raw)} bytes)"
+    return DeadLetter(
+        source_topic=coords.topic,
+        source_partition=coords.partition,
+        source_offset=coords.offset,
+        key_b64=base64.b64encode(key).decode() if key is not None else None,
+        value_b64=base64.b64encode(kept).decode(),
+        error_class=error_class,
+        reason=reason,
+        stage=stage,
+        failed_at=datetime.now(UTC),
+    )
+
+
+class TrackHandler:
+    """Per-record logic of the track agent (see the module docstring)."""
+
+    def __init__(
+        self,
+        policies: PolicySet,
+        *,
+        accept: Callable[[SessionKey], bool] | None = None,
+        job_origin: str | None = None,
+    ) -> None:
+        self.policies = policies
+        self.accept = accept
+        self.job_origin = job_origin
+
+    def on_record(
+        self,
+        record: EventTopicRecord | Rejected,
+        coords: Coordinates,
+        store: StateStore,
+        *,
+        key: bytes | None = None,
+        log_time: datetime | None = None,
+    ) -> TrackOutput:
+        """Dispatch one events-topic record."""
+        if isinstance(record, Rejected):
+            return TrackOutput(
+                dead_letter=dead_letter_for(record.raw, key, coords, record.error_class, record.reason, "track")
+            )
+        if self.accept is not None and not self.accept(record.session_key):
+            return TrackOutput()
+        if isinstance(record, SessionEvent):
+            return self._on_event(record, coords, store)
+        if isinstance(record, DeleteSession):
+            self._on_delete(record, store)
+            return TrackOutput()
+        return self._on_command(record, coords, store, log_time or datetime.now(UTC))
+
+    def _load(self, store: StateStore, sk: SessionKey, filter_key: str) -> TrackedKey | None:
+        return store.get(table_key(*sk, filter_key))
+
+    def _on_event(self, event: SessionEvent, coords: Coordinates, store: StateStore) -> TrackOutput:
+        policy = self.policies.for_app(event.app_name)
+        sk = event.session_key
+        full = self._load(store, sk, FULL_SESSION)
+        states: dict[str, SessionTriggerState | None] = {FULL_SESSION: full.state if full else None}
+        for k in affected_keys(event, policy, full.state if full else None):
+            if k != FULL_SESSION:
+                found = self._load(store, sk, k)
+                states[k] = found.state if found else None
+        outcome = apply_event(event, policy, states, offset=coords.offset)
+        first = full.first_offset if full is not None and full.first_offset is not None else coords.offset
+        return self._write(outcome, store, first, partition=coords.partition)
+
+    def _on_command(
+        self, command: Summarize | SummarizeSync, coords: Coordinates, store: StateStore, at: datetime
+    ) -> TrackOutput:
+        policy = self.policies.for_app(command.app_name)
+        sk = command.session_key
+        full = self._load(store, sk, FULL_SESSION)
+        origin = (command.model_extra or {}).get("origin") if isinstance(command, Summarize) else None
+        states: dict[str, SessionTriggerState | None] = {FULL_SESSION: full.state if full else None}
+        for target in policy.targets(command.filter_key):
+            found = self._load(store, sk, target)
+            states[target] = found.state if found else None
+        if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy.job_timeout_s):
+            return TrackOutput()
+        if origin is not None:
+            command = command.model_copy(update={"force": True})
+            policy = replace(policy, cascade_full_session=False)
+        outcome = apply_command(command, policy, states, at=at)
+        first = full.first_offset if full is not None else None
+        out = self._write(outcome, store, first, origin=origin, partition=coords.partition)
+        if isinstance(command, SummarizeSync) and not outcome.jobs:
+            reasons = ", ".join(f"{d.filter_key or '(session)'}: {d.reason}" for d in outcome.decisions)
+            out.replies.append(
+                SummaryFailure(
+                    app_name=command.app_name,
+                    user_id=command.user_id,
+                    session_id=command.session_id,
+                    filter_key=command.filter_key,
+                    job_id=f"command:{command.command_id}",
+                    reply_to=command.reply_to,
+                    error_class="NothingToSummarize",
+                    reason=f"no summary job was emitted ({reasons or 'no target'})",
+                    created_at=at,
+                )
+            )
+        return out
+
+    @staticmethod
+    def _sweep_applies(
+        origin: str,
+        states: dict[str, SessionTriggerState | None],
+        command: Summarize,
+        timeout_s: float,
+    ) -> bool:
+        state = states.get(command.filter_key)
+        if state is None:
+            return False
+        if origin == "idle_sweep":
+            return state.in_flight is None and bool(state.pending)
+        flight = state.in_flight
+        return flight is not None and (datetime.now(UTC).timestamp() * 1e6 - flight.emitted_at) > timeout_s * 1e6
+
+    def _write(
+        self,
+        outcome: Outcome,
+        store: StateStore,
+        first_offset: int | None,
+        origin: str | None = None,
+        partition: int | None = None,
+    ) -> TrackOutput:
+        for key, state in outcome.states.items():
+            store[table_key(state.app_name, state.user_id, state.session_id, key)] = TrackedKey(
+                state, first_offset if key == FULL_SESSION else None, partition
+            )
+        jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
+        return TrackOutput(jobs=jobs)
+
+    def _finish_job(
+        self, job: SummaryJob, outcome: Outcome, first_offset: int | None, origin: str | None
+    ) -> SummaryJob:
+        state = outcome.states.get(job.filter_key)
+        update: dict[str, object] = {"events_from_offset": first_offset}
+        if job.upto.offset is None and state is not None and state.high_offset is not None:
+            update["upto"] = job.upto.model_copy(update={"offset": state.high_offset})
+        if origin == "idle_sweep":
+            update["origin"] = "idle_sweep"
+            update["force"] = False
+            update["trigger"] = job.trigger.model_copy(update={"name": "idle_sweep"})
+        elif origin == "retry":
+            update["origin"] = "retry"
+        elif self.job_origin == "replay":
+            update["origin"] = "replay"
+        return job.model_copy(update=update)
+
+    def _on_delete(self, command: DeleteSession, store: StateStore) -> None:
+        """Drop the session's state; keep each key's version so later summaries keep growing."""
+        policy = self.policies.for_app(command.app_name)
+        sk = command.session_key
+        full = self._load(store, sk, FULL_SESSION)
+        for k in session_keys(full.state if full else None, policy):
+            found = self._load(store, sk, k)
+            if found is None:
+                continue
+            fresh = replace(new_state(*sk, k), version=found.state.version, high_offset=found.state.high_offset)
+            store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition)
+
+    def on_summary_record(self, record: SessionSummary | SummaryFailure, store: StateStore) -> None:
+        """Advance the key's boundary (summary) or release its in-flight job (failure)."""
+        key = table_key(record.app_name, record.user_id, record.session_id, record.filter_key)
+        found = store.get(key)
+        if found is None:
+            return
+        if isinstance(record, SessionSummary):
+            state = on_summary(found.state, record)
+        else:
+            state = on_job_failed(found.state, record.job_id)
+        if state is not found.state:
+            store[key] = replace(found, state=state)

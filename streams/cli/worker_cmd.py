@@ -1,0 +1,33 @@
+"""``distill worker``: run the track and summarize agents (any number of processes)."""
+
+from __future__ import annotations
+
+import click
+
+from schemas.settings import load_settings
+
+
+@click.command("worker")
+@click.option(
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE:CALLABLE",
+    help="User hooks: a callable taking the settings and returning streams.app.extensions.Extensions.",
+)
+@click.option("--loglevel", "-l", default=None, help="Log level (default: DISTILL_WORKER__LOG_LEVEL).")
+def command(app_spec: str | None, loglevel: str | None) -> None:
+    """Run a worker: the track agent (events → jobs), the summarize agent (jobs → summaries).
+
+    Start as many as you like; partitions are shared among them. Metrics are
+    served on DISTILL_WORKER__METRICS_PORT when set.
+    """
+    from streams.app.extensions import load_extensions
+    from streams.app.factory import create_app
+    from streams.app.worker import run_worker
+
+    settings = load_settings()
+    if loglevel:
+        settings.worker.log_level = loglevel
+    app = create_app(settings, extensions=load_extensions(app_spec, settings))
+    run_worker(app, settings)

@@ -1,0 +1,205 @@
+"""The Python client: publish session events and commands, follow summaries.
+
+Keys: every record of a session is keyed by ``SessionKey.kafka_key()``
+(``app_name/user_id/session_id`` in UTF-8), so a session's events and commands
+land on one partition, in order. The producer is idempotent (``acks=all``,
+``enable_idempotence``): a retried send is never duplicated on the broker.
+
+    async with DistillClient(settings) as client:
+        await client.publish(event)
+        summary = await client.request_summary(event.session_key, wait=True, timeout=30)
+        async for s in client.summaries(session=event.session_key):
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from types import TracebackType
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from pydantic import BaseModel
+
+from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryFailure
+from schemas.records import EventTopicRecord
+from schemas.settings import Settings
+from streams.app.codecs import decode_summary_record
+from streams.errors import DistillError
+from streams.kafka_config import consumer_kwargs, producer_kwargs
+
+
+class SummaryUnavailableError(DistillError):
+    """A ``summarize_sync`` was answered with a failure (``failure`` says why)."""
+
+    def __init__(self, failure: SummaryFailure) -> None:
+        super().__init__(f"{failure.error_class}: {failure.reason}")
+        self.failure = failure
+
+
+class SummaryTimeoutError(DistillError):
+    """No answer to a ``summarize_sync`` within the timeout."""
+
+
+SummaryRecord = SessionSummary | SummaryFailure
+
+
+class DistillClient:
+    """Producer of events/commands and consumer of the summaries topic."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer: AIOKafkaProducer | None = None
+
+    async def __aenter__(self) -> DistillClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(**producer_kwargs(self.settings.kafka))
+            await self._producer.start()
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise DistillError("DistillClient is not started (use 'async with DistillClient(settings)')")
+        return self._producer
+
+    async def publish(self, record: EventTopicRecord) -> tuple[int, int]:
+        """Send one event or command; returns its ``(partition, offset)`` once acknowledged."""
+        md = await self.producer.send_and_wait(self.settings.topics.events, _value(record), key=_key(record))
+        return md.partition, md.offset
+
+    async def publish_many(self, records: Iterable[EventTopicRecord]) -> int:
+        """Send many records (pipelined, in order per session); returns how many were acknowledged."""
+        futures = [await self.producer.send(self.settings.topics.events, _value(r), key=_key(r)) for r in records]
+        for future in futures:
+            await future
+        return len(futures)
+
+    async def publish_raw(self, key: bytes | None, value: bytes) -> tuple[int, int]:
+        """Send bytes as they are (tests, ``distill publish`` of pre-validated lines)."""
+        md = await self.producer.send_and_wait(self.settings.topics.events, value, key=key)
+        return md.partition, md.offset
+
+    async def summaries(
+        self,
+        session: SessionKey | None = None,
+        *,
+        from_beginning: bool = False,
+        include_failures: bool = False,
+    ) -> AsyncIterator[SummaryRecord]:
+        """Follow the summaries topic (optionally one session's), from now or from the beginning."""
+        consumer = await self._follower(from_beginning)
+        try:
+            async for record in _records(consumer, session, include_failures):
+                yield record
+        finally:
+            await consumer.stop()
+
+    async def _follower(self, from_beginning: bool) -> AIOKafkaConsumer:
+        """A started consumer assigned every summaries partition, positioned before returning."""
+        topic = self.settings.topics.summaries
+        consumer = AIOKafkaConsumer(**consumer_kwargs(self.settings.kafka), group_id=None, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partitions = await _partitions(consumer, topic)
+            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            if from_beginning:
+                await consumer.seek_to_beginning(*tps)
+            else:
+                ends = await consumer.end_offsets(tps)
+                for tp in tps:
+                    consumer.seek(tp, ends[tp])
+        except BaseException:
+            await consumer.stop()
+            raise
+        return consumer
+
+    async def request_summary(
+        self,
+        session: SessionKey,
+        filter_key: str = "",
+        *,
+        wait: bool = True,
+        timeout: float = 60.0,
+        force: bool = True,
+        model_request: dict[str, Any] | None = None,
+    ) -> SessionSummary | None:
+        """Send ``summarize_sync`` and (with ``wait``) return the summary answering it.
+
+        Raises :class:`SummaryUnavailableError` when the worker answers with a
+        failure (e.g. nothing new to summarize) and :class:`SummaryTimeoutError`.
+        """
+        correlation = uuid.uuid4().hex
+        command = SummarizeSync(
+            app_name=session.app_name, user_id=session.user_id, session_id=session.session_id,
+            command_id=correlation, reply_to=correlation, filter_key=filter_key, force=force,
+            model_request=model_request,
+        )  # fmt: skip
+        if not wait:
+            await self.publish(command)
+            return None
+        consumer = await self._follower(from_beginning=False)
+        try:
+            await self.publish(command)
+            reply = await asyncio.wait_for(_first_reply(_records(consumer, session, True), correlation), timeout)
+        except TimeoutError as exc:
+            raise SummaryTimeoutError(f"no answer to summarize_sync {correlation} within {timeout}s") from exc
+        finally:
+            await consumer.stop()
+        if isinstance(reply, SummaryFailure):
+            raise SummaryUnavailableError(reply)
+        return reply
+
+
+async def _first_reply(stream: AsyncIterator[SummaryRecord], correlation: str) -> SummaryRecord:
+    async for record in stream:
+        if record.reply_to == correlation:
+            return record
+    raise SummaryTimeoutError("summaries stream ended")
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    for _ in range(50):
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            return set(found)
+        await consumer._client.force_metadata_update()
+        await asyncio.sleep(0.1)
+    raise DistillError(f"topic {topic} not found (run 'distill init')")
+
+
+async def _records(
+    consumer: AIOKafkaConsumer, session: SessionKey | None, include_failures: bool
+) -> AsyncIterator[SummaryRecord]:
+    key = session.kafka_key() if session is not None else None
+    async for msg in consumer:
+        if (key is not None and msg.key != key) or msg.value is None:
+            continue
+        record = decode_summary_record(msg.value)
+        if isinstance(record, SummaryFailure) and not include_failures:
+            continue
+        yield record
+
+
+def _key(record: EventTopicRecord) -> bytes:
+    return record.session_key.kafka_key()
+
+
+def _value(record: BaseModel) -> bytes:
+    return record.model_dump_json(exclude_none=True).encode()

@@ -1,0 +1,62 @@
+"""Structured JSON logs: one object per line, with the record's ``extra`` fields.
+
+Fields such as ``topic``, ``partition``, ``offset``, ``session_id``,
+``filter_key`` and ``job_id`` are passed as ``extra=``; message content and
+secrets are never logged at INFO.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as one JSON object."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def logging_config(level: str = "INFO", json_logs: bool = True) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` for the worker (also handed to Faust's worker)."""
+    formatter = (
+        {"()": f"{__name__}.JsonFormatter"}
+        if json_logs
+        else {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+    )
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": formatter},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
+        },
+        "root": {"level": level.upper(), "handlers": ["stderr"]},
+        "loggers": {
+            "aiokafka": {"level": "WARNING"},
+            "faust": {"level": "WARNING"},
+            "mode": {"level": "WARNING"},
+        },
+    }
+
+
+def setup_logging(level: str = "INFO", json_logs: bool = True) -> None:
+    import logging.config
+
+    logging.config.dictConfig(logging_config(level, json_logs))

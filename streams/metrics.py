@@ -1,0 +1,33 @@
+"""Prometheus metrics of the worker (scraped from ``DISTILL_WORKER__METRICS_PORT``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+EVENTS = Counter("distill_events_total", "Events-topic records processed by the track agent", ["kind"])
+DEAD_LETTERS = Counter("distill_dead_letters_total", "Records sent to the dead-letter topic", ["stage", "error_class"])
+JOBS_EMITTED = Counter("distill_jobs_emitted_total", "Summary jobs emitted", ["origin"])
+JOBS_DONE = Counter("distill_jobs_total", "Summary jobs finished, by outcome", ["outcome"])
+JOBS_IN_FLIGHT = Gauge("distill_jobs_in_flight", "Summary jobs held by the summarize pool")
+JOB_AGE = Histogram(
+    "distill_job_age_seconds",
+    "From the job record's timestamp to its summary being published",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+LLM_LATENCY = Histogram(
+    "distill_llm_latency_seconds",
+    "Summarizer call latency",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+TOKENS = Counter("distill_llm_tokens_total", "Tokens sent to / received from the summarizer model", ["direction"])
+FAILURES = Counter("distill_failures_total", "Failures by class (retried or not)", ["stage", "error_class", "retried"])
+CONSUMER_LAG = Gauge(
+    "distill_consumer_lag", "Records behind the log end, by topic and partition", ["topic", "partition"]
+)
+CACHE_HITS = Counter("distill_summary_cache_hits_total", "Summaries reused from the content-addressed cache")
+
+
+def serve_metrics(port: int | None) -> None:
+    """Start the scrape endpoint on ``port`` (nothing when ``None``; 0 picks a free port)."""
+    if port is not None:
+        start_http_server(port, addr="127.0.0.1" if port == 0 else "0.0.0.0")

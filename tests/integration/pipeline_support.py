@@ -1,0 +1,167 @@
+"""Helpers of the pipeline integration tests: worker subprocesses, event builders, topic readers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from schemas import SessionEvent
+from schemas.settings import Settings
+from streams.kafka_config import consumer_kwargs
+
+ROOT = Path(__file__).resolve().parents[2]
+DISTILL = str(ROOT / ".venv" / "bin" / "distill")
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """Environment that makes a subprocess load exactly ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISTILL_")}
+    for section in ("kafka", "cassandra", "topics", "summary", "worker"):
+        env[f"DISTILL_{section.upper()}"] = getattr(settings, section).model_dump_json()
+    llm = settings.llm.model_dump(mode="json")
+    llm["api_key"] = settings.llm.api_key.get_secret_value() if settings.llm.api_key else None
+    env["DISTILL_LLM"] = json.dumps(llm)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class WorkerProcess:
+    """``distill worker`` in a subprocess, its output in a log file."""
+
+    def __init__(self, settings: Settings, log_path: Path, *extra: str) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [DISTILL, "worker", *extra], env=worker_env(settings), stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def workers(settings: Settings, tmp: Path, count: int = 1) -> Iterator[list[WorkerProcess]]:
+    procs = [WorkerProcess(settings, tmp / f"worker-{i}.log") for i in range(count)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+        for p in procs:
+            if p.proc.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM, None):
+                sys.stderr.write(p.log_text()[-5000:])
+
+
+def isolated_worker_settings(settings: Settings, **summary: Any) -> Settings:
+    data = settings.model_dump()
+    data["worker"]["app_id"] = f"distill-test-{uuid.uuid4().hex[:8]}"
+    data["worker"]["web_port"] = 0
+    data["worker"]["log_level"] = "INFO"
+    data["summary"].update(summary)
+    data["llm"]["api_key"] = settings.llm.api_key
+    return Settings(**data)
+
+
+class SessionBuilder:
+    """Builds a session's events with increasing timestamps."""
+
+    def __init__(self, app: str = "app", user: str = "u1", session: str | None = None, start: datetime | None = None):
+        self.app_name, self.user_id = app, user
+        self.session = session or f"s-{uuid.uuid4().hex[:8]}"
+        self.t = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self.n = 0
+        self.request = "r0"
+
+    def _next(self, gap_s: float = 1.0) -> datetime:
+        self.t += timedelta(seconds=gap_s)
+        return self.t
+
+    def event(self, role: str, content: str | None, *, gap_s: float = 1.0, filter_key: str = "", **extra: Any) -> SessionEvent:
+        self.n += 1
+        message: dict[str, Any] = {"role": role, "content": content}
+        message.update(extra.pop("message", {}))
+        return SessionEvent.model_validate(
+            {
+                "app_name": self.app_name, "user_id": self.user_id, "session_id": self.session,
+                "event_id": f"{self.session}-e{self.n}", "timestamp": self._next(gap_s).isoformat(),
+                "request_id": self.request, "invocation_id": self.request,
+                "author": "user" if role == "user" else ("tool" if role == "tool" else "assistant"),
+                "filter_key": filter_key, "message": message, **extra,
+            }
+        )  # fmt: skip
+
+    def user(self, text: str, *, gap_s: float = 1.0, new_request: bool = True, **kw: Any) -> SessionEvent:
+        if new_request:
+            self.request = f"r{self.n + 1}"
+        return self.event("user", text, gap_s=gap_s, **kw)
+
+    def assistant(self, text: str, **kw: Any) -> SessionEvent:
+        return self.event("assistant", text, **kw)
+
+
+async def read_topic(settings: Settings, topic: str, *, min_records: int = 0, timeout: float = 60.0,
+                     until: Any = None) -> list[Any]:  # fmt: skip
+    """Every record of ``topic`` (waits until ``min_records`` exist or ``until(records)`` holds)."""
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        deadline = time.monotonic() + timeout
+        parts = None
+        while parts is None and time.monotonic() < deadline:
+            parts = consumer.partitions_for_topic(topic)
+            if not parts:
+                parts = None
+                await consumer._client.force_metadata_update()
+                await asyncio.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(parts or ())]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=300)
+            for msgs in batch.values():
+                out.extend(msgs)
+            if len(out) >= min_records and (until is None or until(out)):
+                ends = await consumer.end_offsets(tps)
+                if all([await consumer.position(tp) >= ends[tp] for tp in tps]):
+                    break
+        return out
+    finally:
+        await consumer.stop()
+
+
+def summaries_of(records: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for r in records:
+        data = json.loads(r.value)
+        if data.get("type") == "summary":
+            out.append(data)
+    return out
