@@ -154,7 +154,7 @@ class ServicesSettings(_Section):
     cassandra_port: int = DEFAULT_CASSANDRA_PORT
     cassandra_storage_port: int = DEFAULT_CASSANDRA_STORAGE_PORT
     kafka_heap_mb: int = 512
-    cassandra_heap_mb: int = 1024
+    cassandra_heap_mb: int = 2048
     kafka_start_timeout_s: float = 90.0
     cassandra_start_timeout_s: float = 180.0
     java: str = "java"
