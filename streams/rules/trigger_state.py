@@ -189,15 +189,20 @@ def advance_in_place(activity: Activity, facts: EventFacts) -> None:
             activity.request_id = rid
             activity.request_started = ts
         activity.last_request_id = rid
+    if facts.opened_calls or facts.tool_result_id:
+        _update_calls(activity, facts)
+    if facts.model is not None or facts.context_window is not None:
+        activity.model = facts.model or activity.model
+        activity.context_window = facts.context_window
+    activity.last_ts = ts
+
+
+def _update_calls(activity: Activity, facts: EventFacts) -> None:
     if facts.opened_calls:
         activity.open_calls = activity.open_calls + facts.opened_calls
     result_id = facts.tool_result_id
     if result_id and result_id in activity.open_calls:
         activity.open_calls = tuple(c for c in activity.open_calls if c != result_id)
-    if facts.model is not None or facts.context_window is not None:
-        activity.model = facts.model or activity.model
-        activity.context_window = facts.context_window
-    activity.last_ts = ts
 
 
 def advance(activity: Activity, facts: EventFacts) -> Activity:
@@ -248,7 +253,23 @@ def evolve(
         c.rounds += entry.flags & F_USER
         if entry.text_len > c.max_text_len:
             c.max_text_len = entry.text_len
-    advance_in_place(own.activity, facts)
+    # advance_in_place(own.activity, facts), inlined: the common event changes little.
+    activity = own.activity
+    ts = entry.ts
+    rid = facts.request_id
+    if rid:
+        if rid != activity.request_id:
+            last = activity.last_ts
+            activity.gap = ts - last if last is not None and ts > last else None
+            activity.request_id = rid
+            activity.request_started = ts
+        activity.last_request_id = rid
+    if facts.opened_calls or facts.tool_result_id:
+        _update_calls(activity, facts)
+    if facts.model is not None or facts.context_window is not None:
+        activity.model = facts.model or activity.model
+        activity.context_window = facts.context_window
+    activity.last_ts = ts
     state.pending.append(entry)
     if entry.flags & F_CONTENT:
         state.content += 1

@@ -224,3 +224,18 @@ def test_state_serializes_compactly_and_round_trips() -> None:
     assert restored == state
     assert b"hello" not in data  # no message content
     assert len(data) < 600
+
+
+def test_evolve_is_in_place_and_the_other_transitions_copy_on_write() -> None:
+    state = fold(FOUR)
+    snapshot = state.copy()
+    assert evolve(state, ev("e5", 5), policy()) is state  # folded in place
+    assert [p.event_id for p in snapshot.pending] == ["e1", "e2", "e3", "e4"]  # the copy is independent
+    assert state.counters.events == 5 and snapshot.counters.events == 4
+    before = state.to_bytes()
+    advanced = on_summary(state, summary(1, "e2", 2))
+    marked = mark_emitted(state, "job-1", "e5", to_micros(at(5)))
+    released = on_job_failed(marked, "job-1")
+    assert advanced is not state and marked is not state and released is not marked
+    assert state.to_bytes() == before and marked.in_flight is not None  # arguments untouched
+    assert SessionTriggerState.from_bytes(state.to_bytes()) == state
