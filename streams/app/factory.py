@@ -116,6 +116,7 @@ def create_app(
         policies,
         accept=(lambda sk: sk.session_id in sessions) if sessions else None,
         job_origin="replay" if replay else None,
+        dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
     )
     runtime = WorkerRuntime(settings, topics, track, _summarizers(settings, ext))
 
@@ -155,9 +156,7 @@ def create_app(
                     topics.summaries, key, reply.model_dump_json().encode(), msg.partition, None, None
                 )
             if out.dead_letter is not None:
-                await app.producer.send(
-                    topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition, None, None
-                )
+                await send(topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition, None)
 
     @app.agent(summaries_topic, name="absorb", concurrency=1)
     async def absorb_summaries(stream: faust.StreamT[Any]) -> None:

@@ -4,9 +4,11 @@ No Faust here. Per job:
 
 1. the ledger is caught up for the job's partition, and the key's head (latest
    summary) is looked up;
-2. a job built on an older version than the head is stale: nothing is produced
-   (a ``summarize_sync`` job is answered from the newer state instead) — so a
-   re-emitted or duplicated job can never yield a second summary for a boundary;
+2. a job built on an older version than the head whose target the head already
+   covers is stale: nothing is produced (a ``summarize_sync`` job gets a failure
+   answer naming the covering version) — so a re-emitted or duplicated job can
+   never yield a second summary for a boundary. A job reaching beyond the head
+   is rebased on it (its delta starts after the head's boundary);
 3. the delta is read from the events topic (:mod:`streams.app.event_log`);
 4. the content-addressed cache is consulted, else the summarizer runs;
 5. the result carries version ``head + 1``: versions only grow.
@@ -89,11 +91,12 @@ class SummarizeHandler:
         key = table_key(job.app_name, job.user_id, job.session_id, job.filter_key)
         head = self.ledger.head(partition, key)
         version = head.version if head is not None else 0
-        if version > job.from_version and job.reply_to is None:
-            return JobResult("stale")
-        previous = (
-            head if head is not None and (job.previous_boundary is not None or version > job.from_version) else None
-        )
+        if head is not None and version > job.from_version and covers(head, job):
+            if job.reply_to is None:
+                return JobResult("stale")
+            return self._nothing(job, f"version {version} already covers the requested events", version)
+        fresh = job.previous_boundary is None and version == job.from_version
+        previous = head if head is not None and not fresh else None
         delta = await self._delta(job, partition, previous)
         if not delta.events:
             return self._nothing(job, "no events after the boundary up to the job's target", version)
@@ -224,6 +227,15 @@ class SummarizeHandler:
                 "created_at": self.clock(),
             }
         )
+
+
+def covers(head: Head, job: SummaryJob) -> bool:
+    """Whether the head summary already reaches the job's target (the job would add nothing)."""
+    if head.boundary.last_event_id is not None and head.boundary.last_event_id == job.upto.last_event_id:
+        return True
+    if head.events_offset is not None and job.upto.offset is not None:
+        return head.events_offset >= job.upto.offset
+    return head.boundary.cutoff_at >= job.upto.cutoff_at
 
 
 def is_permanent(exc: BaseException) -> bool:

@@ -36,9 +36,10 @@ def sweep_commands(
         state = entry.state
         origin: str | None = None
         if state.in_flight is not None:
-            if now_us - state.in_flight.emitted_at > job_timeout_s * 1e6:
+            emitted = entry.emitted_wall
+            if emitted is not None and now.timestamp() - emitted > job_timeout_s:
                 origin = "retry"
-        elif idle_after_s is not None and state.pending and state.content:
+        elif idle_after_s is not None and state.pending and state.content and entry.emitted_wall is None:
             last = state.pending[-1].ts
             if now_us - last > idle_after_s * 1e6:
                 origin = "idle_sweep"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -38,8 +39,8 @@ from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_f
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_VALUE_LIMIT = 256 * 1024
-"""Bytes of a rejected record kept on its dead letter (oversized records are cut)."""
+DEAD_LETTER_VALUE_LIMIT = 64 * 1024
+"""Most bytes of a rejected record kept on its dead letter (oversized records are cut)."""
 
 
 class StateStore(Protocol):
@@ -62,10 +63,16 @@ class TrackOutput:
 
 
 def dead_letter_for(
-    raw: bytes, key: bytes | None, coords: Coordinates, error_class: str, reason: str, stage: str
+    raw: bytes,
+    key: bytes | None,
+    coords: Coordinates,
+    error_class: str,
+    reason: str,
+    stage: str,
+    limit: int = DEAD_LETTER_VALUE_LIMIT,
 ) -> DeadLetter:
-    """A dead letter keeping (at most ``DEAD_LETTER_VALUE_LIMIT`` of) the raw bytes."""
-    kept = raw[:DEAD_LETTER_VALUE_LIMIT]
+    """A dead letter keeping at most ``limit`` raw bytes (base64 must still fit a Kafka record)."""
+    kept = raw[:limit]
     if len(kept) < len(raw):
         reason = f"{reason} (value truncated to {len(kept)} of {len(raw)} bytes)"
     return DeadLetter(
@@ -90,7 +97,11 @@ class TrackHandler:
         *,
         accept: Callable[[SessionKey], bool] | None = None,
         job_origin: str | None = None,
+        dead_letter_limit: int = DEAD_LETTER_VALUE_LIMIT,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        self.wall_clock = wall_clock
+        self.dead_letter_limit = dead_letter_limit
         self.policies = policies
         self.accept = accept
         self.job_origin = job_origin
@@ -107,7 +118,9 @@ class TrackHandler:
         """Dispatch one events-topic record."""
         if isinstance(record, Rejected):
             return TrackOutput(
-                dead_letter=dead_letter_for(record.raw, key, coords, record.error_class, record.reason, "track")
+                dead_letter=dead_letter_for(
+                    record.raw, key, coords, record.error_class, record.reason, "track", self.dead_letter_limit
+                )
             )
         if self.accept is not None and not self.accept(record.session_key):
             return TrackOutput()
@@ -182,8 +195,7 @@ class TrackHandler:
             return False
         if origin == "idle_sweep":
             return state.in_flight is None and bool(state.pending)
-        flight = state.in_flight
-        return flight is not None and (datetime.now(UTC).timestamp() * 1e6 - flight.emitted_at) > timeout_s * 1e6
+        return state.in_flight is not None
 
     def _write(
         self,
@@ -193,10 +205,15 @@ class TrackHandler:
         origin: str | None = None,
         partition: int | None = None,
     ) -> TrackOutput:
+        fired = {job.filter_key for job in outcome.jobs}
+        now = self.wall_clock()
         for key, state in outcome.states.items():
-            store[table_key(state.app_name, state.user_id, state.session_id, key)] = TrackedKey(
-                state, first_offset if key == FULL_SESSION else None, partition
-            )
+            tkey = table_key(state.app_name, state.user_id, state.session_id, key)
+            wall = now if key in fired else None
+            if wall is None and state.in_flight is not None:
+                before = store.get(tkey)
+                wall = before.emitted_wall if before is not None else None
+            store[tkey] = TrackedKey(state, first_offset if key == FULL_SESSION else None, partition, wall)
         jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
         return TrackOutput(jobs=jobs)
 
@@ -227,7 +244,7 @@ class TrackHandler:
             if found is None:
                 continue
             fresh = replace(new_state(*sk, k), version=found.state.version, high_offset=found.state.high_offset)
-            store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition)
+            store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None)
 
     def on_summary_record(self, record: SessionSummary | SummaryFailure, store: StateStore) -> None:
         """Advance the key's boundary (summary) or release its in-flight job (failure)."""

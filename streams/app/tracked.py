@@ -34,6 +34,8 @@ class TrackedKey:
     first_offset: int | None = None
     partition: int | None = None
     """Events-topic partition of the session (the sweep sends its commands there)."""
+    emitted_wall: float | None = None
+    """Wall-clock time (s) the in-flight job was emitted: the sweep's job timeout."""
 
     @property
     def key(self) -> str:
@@ -42,10 +44,11 @@ class TrackedKey:
 
     def to_bytes(self) -> bytes:
         return json.dumps(
-            {"s": to_dict(self.state), "o": self.first_offset, "p": self.partition}, separators=(",", ":")
+            {"s": to_dict(self.state), "o": self.first_offset, "p": self.partition, "w": self.emitted_wall},
+            separators=(",", ":"),
         ).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes | str) -> TrackedKey:
         raw = json.loads(data)
-        return cls(from_dict(raw["s"]), raw.get("o"), raw.get("p"))
+        return cls(from_dict(raw["s"]), raw.get("o"), raw.get("p"), raw.get("w"))

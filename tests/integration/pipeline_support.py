@@ -165,3 +165,18 @@ def summaries_of(records: list[Any]) -> list[dict[str, Any]]:
         if data.get("type") == "summary":
             out.append(data)
     return out
+
+
+async def create_topics(settings: Settings) -> None:
+    """``ensure_topics``, retried: a just-created topic may describe with 0 partitions for a moment."""
+    from streams.errors import ServiceError
+    from streams.topics_admin import ensure_topics
+
+    for attempt in range(10):
+        try:
+            await ensure_topics(settings)
+            return
+        except ServiceError:
+            if attempt == 9:
+                raise
+            await asyncio.sleep(0.5)
