@@ -126,7 +126,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=100_000)  # needs a Cassandra heap > 1 GB: see the report
     ap.add_argument("--sessions", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--batch", type=int, default=2000, help="records per project() call (the runner polls up to 2000)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--time-budget", type=float, default=240.0, help="stop projecting after this many seconds")

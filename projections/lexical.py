@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 MIN_SCORE = 0.45
 MAX_DOC_TOKENS = 1000
@@ -44,8 +45,10 @@ _STOP_TEXT = (
 )
 STOP_WORDS = frozenset(_STOP_TEXT.split())
 _SUFFIXES = ("ing", "ed", "es", "s")
+_ASCII_SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
 
 
+@lru_cache(maxsize=1 << 16)
 def _stem(token: str) -> str:
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 3 and not token.isdigit():
@@ -68,9 +71,21 @@ def _split_words(text: str) -> list[str]:
 
 
 def doc_tokens(text: str) -> set[str]:
-    """The normalized token set stored for a document (capped at ``MAX_DOC_TOKENS``)."""
+    """The normalized token set stored for a document (capped at ``MAX_DOC_TOKENS``).
+
+    The projector runs this on every message, so it takes the fast path when
+    the text holds no CJK (one regex pass, each distinct word stemmed once);
+    the result is the same as stemming every word of ``_split_words`` in order.
+    """
+    lowered = text.lower()
+    if lowered.isascii():  # ASCII: ``_WORD`` matches exactly the runs of [a-z0-9]
+        words = lowered.translate(_ASCII_SEPARATORS).split()
+    elif _CJK.search(lowered):
+        words = _split_words(text)
+    else:
+        words = _WORD.findall(lowered)
     tokens: set[str] = set()
-    for word in _split_words(text):
+    for word in dict.fromkeys(words):
         tokens.add(_stem(word))
         if len(tokens) >= MAX_DOC_TOKENS:
             break

@@ -11,7 +11,8 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   (idempotence); a crash after it skips the batch, which was fully written.
   A logged multi-partition batch would give the same outcome at a higher
   price (batchlog, batch-size limits that 50 KB tool results would break),
-  so the rows go out as concurrent single-partition writes instead.
+  so the rows go out as concurrent *unlogged single-partition* batches
+  instead (one mutation per session or tenant partition, see ``_write_events``).
 * **Order where it matters.** ``delete_session`` is a barrier: the writes
   before it complete, then the session is deleted, then later writes run.
   Summaries never go backwards: ``summaries_latest`` is only written with
@@ -91,6 +92,24 @@ class _Delete:
     command: DeleteSession
 
 
+@dataclass
+class _Batch:
+    """Statements of one partition written together: ``(statement, params, index of the event)``."""
+
+    entries: list[tuple[PreparedStatement, Any, int]] = field(default_factory=list)
+
+    def statement(self) -> Any:
+        if len(self.entries) == 1:
+            return self.entries[0][0]
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for stmt, params, _ in self.entries:
+            batch.add(stmt, params)
+        return batch
+
+    def params(self) -> Any:
+        return self.entries[0][1] if len(self.entries) == 1 else None
+
+
 DeadLetterSink = Callable[[DeadLetter], Awaitable[None]]
 
 
@@ -146,6 +165,9 @@ class Projector:
         count_tokens: TokenCounter | None = None,
         embedder: Embedder | None = None,
         concurrency: int = 32,
+        batch_statements: int = 64,
+        batch_bytes: int = 512 * 1024,
+        pipeline_events: int = 500,
     ) -> None:
         self._session = session
         self._ks = keyspace
@@ -155,6 +177,9 @@ class Projector:
         self._count = count_tokens or estimate_tokens
         self._embedder = embedder
         self._concurrency = concurrency
+        self.batch_statements = batch_statements
+        self.batch_bytes = batch_bytes
+        self.pipeline_events = pipeline_events
         self._p = self._prepare()
 
     def _prepare(self) -> dict[str, PreparedStatement]:
@@ -259,33 +284,107 @@ class Projector:
             await self._write_summaries(summaries, outcome)
 
     async def _write_events(self, items: list[_Event], outcome: BatchOutcome) -> None:
-        work: list[tuple[Any, Any]] = []
-        owner: list[int] = []
+        """Write the rows of ``items`` as unlogged single-partition batches, run concurrently.
+
+        The session tables share the partition key ``(app_name, user_id,
+        session_id)``, so the rows of one session's events (event, event id,
+        tool calls) go out as one batch = one mutation on one replica: no
+        batchlog, one round trip instead of three or four per event. The
+        recall documents (partition ``(app_name, user_id)``) are batched per
+        tenant the same way. Batches are capped (statements and bytes) so a
+        run of 50 KB tool results stays a modest mutation. A batch Cassandra
+        rejects (``InvalidRequest``) is replayed statement by statement to
+        dead-letter exactly the events at fault.
+
+        The events are handled in chunks of ``pipeline_events``: the rows of
+        the next chunk are built while the previous chunk's writes are in
+        flight (at most two chunks), so the CPU work here overlaps Cassandra's.
+        Every write is an idempotent upsert, so their relative order is free.
+        """
+        step = max(1, self.pipeline_events)
+        in_flight: list[tuple[list[_Batch], asyncio.Future[Any]]] = []
+        failures: list[tuple[_Batch, BaseException]] = []
         vectors: list[tuple[tuple[object, ...], str]] = []
-        for index, item in enumerate(items):
-            rows = event_rows(item.event, item.record.offset, self._count)
-            stmts: list[tuple[Any, Any]] = [(self._p["event"], rows.event), (self._p["event_id"], rows.event_id)]
-            stmts += [(self._p["tool_call"], (r[4], r[5], r[0], r[1], r[2], r[3])) for r in rows.tool_calls]
-            if rows.tool_result is not None:
-                r = rows.tool_result
-                stmts.append((self._p["tool_result"], (r[4], r[5], r[0], r[1], r[2], r[3])))
-            if rows.recall is not None:
-                stmts.append((self._p["recall"], rows.recall))
-                if rows.recall_text is not None:
-                    vectors.append((rows.recall[:5], rows.recall_text))
-            work += stmts
-            owner += [index] * len(stmts)
-        failed = await self._run_concurrent(work)
+
+        async def settle(batches: list[_Batch], future: asyncio.Future[Any]) -> None:
+            try:
+                results = await future
+            except _TRANSIENT as exc:
+                raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
+            failures.extend((batches[i], r.result_or_exc) for i, r in enumerate(results) if not r.success)
+
+        try:
+            for start in range(0, len(items), step):
+                batches = self._batches(items, start, min(len(items), start + step), vectors)
+                work = [(b.statement(), b.params()) for b in batches]
+                future = asyncio.wrap_future(
+                    self._session.execute_concurrent_async(
+                        work, concurrency=self._concurrency, raise_on_first_error=False
+                    )
+                )
+                in_flight.append((batches, future))
+                if len(in_flight) >= 2:
+                    await settle(*in_flight.pop(0))
+            while in_flight:
+                await settle(*in_flight.pop(0))
+        finally:
+            for _, future in in_flight:  # an error above: let the remaining writes finish quietly
+                future.add_done_callback(lambda f: f.exception())
         rejected: dict[int, BaseException] = {}
-        for position, exc in failed:
+        for batch, exc in failures:
             if not isinstance(exc, InvalidRequest):
                 raise StoreUnavailable(f"cassandra write failed: {type(exc).__name__}: {exc}") from exc
-            rejected.setdefault(owner[position], exc)
-        for index, exc in rejected.items():
+            singles = await self._run_concurrent((stmt, params) for stmt, params, _ in batch.entries)
+            for position, single_exc in singles:
+                if not isinstance(single_exc, InvalidRequest):
+                    raise StoreUnavailable(
+                        f"cassandra write failed: {type(single_exc).__name__}: {single_exc}"
+                    ) from single_exc
+                rejected.setdefault(batch.entries[position][2], single_exc)
+        for index, exc in sorted(rejected.items()):
             outcome.dead_letters.append(dead_letter(items[index].record, exc, f"cassandra rejected the event: {exc}"))
         outcome.events += len(items) - len(rejected)
         if vectors and self._embedder is not None:
             await self._write_vectors(vectors)
+
+    def _batches(
+        self, items: list[_Event], start: int, stop: int, vectors: list[tuple[tuple[object, ...], str]]
+    ) -> list[_Batch]:
+        """The rows of ``items[start:stop]`` grouped by partition and cut into size-capped batches."""
+        groups: dict[tuple[str, ...], list[tuple[Any, Any, int, int]]] = {}
+        p = self._p
+        for index in range(start, stop):
+            item = items[index]
+            ev = item.event
+            rows = event_rows(ev, item.record.offset, self._count)
+            session_group = groups.setdefault((ev.app_name, ev.user_id, ev.session_id), [])
+            session_group.append((p["event"], rows.event, index, rows.size))
+            session_group.append((p["event_id"], rows.event_id, index, 64))
+            for r in rows.tool_calls:
+                session_group.append((p["tool_call"], (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
+            if rows.tool_result is not None:
+                r = rows.tool_result
+                session_group.append((p["tool_result"], (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
+            if rows.recall is not None:
+                groups.setdefault((ev.app_name, ev.user_id), []).append(
+                    (p["recall"], rows.recall, index, rows.recall_size)
+                )
+                if rows.recall_text is not None:
+                    vectors.append((rows.recall[:5], rows.recall_text))
+        batches: list[_Batch] = []
+        for statements in groups.values():
+            current = _Batch()
+            size = 0
+            for stmt, params, index, row_bytes in statements:
+                if current.entries and (
+                    len(current.entries) >= self.batch_statements or size + row_bytes > self.batch_bytes
+                ):
+                    batches.append(current)
+                    current, size = _Batch(), 0
+                current.entries.append((stmt, params, index))
+                size += row_bytes
+            batches.append(current)
+        return batches
 
     async def _write_vectors(self, docs: list[tuple[tuple[object, ...], str]]) -> None:
         assert self._embedder is not None

@@ -24,7 +24,7 @@ from projections.cassandra_session import aexecute
 from projections.embedding import MAX_EMBED_CHARS, Embedder
 from projections.errors import AnchorNotFound, InvalidRequest
 from projections.filter_keys import in_summary_input
-from projections.rows import RECALL_ROLES
+from projections.rows import RECALL_ROLES, restore_event_json
 from projections.statements import vector_table
 from projections.windows import normalize_content, normalize_window, slice_content
 from schemas import SessionEvent, SessionKey, SessionSummary
@@ -89,7 +89,7 @@ class StoredEvent:
     def event(self) -> SessionEvent:
         if self.event_json is None:
             raise ValueError("event_json was not selected")
-        return SessionEvent.model_validate_json(self.event_json)
+        return restore_event_json(self.event_json, self.text)
 
 
 @dataclass(frozen=True)
@@ -365,6 +365,7 @@ class SessionReader:
         after: int | None = None,
         content_offset: int | None = None,
         content_limit: int | None = None,
+        tool_name_prefix: bool = True,
     ) -> LoadResult:
         """A window of eligible events around an anchor (the guide's ``session_load``).
 
@@ -375,7 +376,9 @@ class SessionReader:
         Content: the anchor's text is the byte slice ``[content_offset,
         content_offset + content_limit)`` (limit default 16 KiB, max 64 KiB)
         snapped to UTF-8 boundaries; neighbours are cut at the limit; a tool
-        result returned whole is prefixed ``"<tool_name>: "``.
+        result returned whole is prefixed ``"<tool_name>: "`` (unless
+        ``tool_name_prefix=False``: callers that show ``tool_name`` beside the
+        text, such as the recall executor, want the text as it was).
 
         Raises ``InvalidRequest`` (no anchor given) or ``AnchorNotFound``.
         """
@@ -405,7 +408,7 @@ class SessionReader:
             is_anchor = ev.event_id == anchor.event_id
             part = slice_content(ev.text, offset if is_anchor else 0, limit)
             text = part.text
-            if ev.role == "tool" and name and not part.truncated:
+            if tool_name_prefix and ev.role == "tool" and name and not part.truncated:
                 text = f"{name}: {text}"
             messages.append(
                 LoadedMessage(

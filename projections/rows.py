@@ -19,7 +19,8 @@ TokenCounter = Callable[[Message], int]
 
 RECALL_ROLES = frozenset({"user", "assistant", "tool"})
 MAX_INDEXED_CHARS = 8 * 1024
-"""Only the first 8 Ki characters of a document are tokenized: SAI keeps memtable indexes on heap."""
+"""Only the first 8 Ki characters of a document are tokenized (SAI keeps memtable indexes on heap) and stored
+in ``recall_docs.text`` (scoring and snippets read that prefix; ``session_load`` reads the full event row)."""
 
 
 def estimate_tokens(message: Message) -> int:
@@ -32,6 +33,29 @@ def estimate_tokens(message: Message) -> int:
 def message_text(message: Message) -> str:
     """The text a reader sees: the content (list-of-parts content is already flattened)."""
     return message.content or ""
+
+
+def stored_event_json(event: SessionEvent) -> str:
+    """``event`` as JSON without a non-empty ``message.content``: that text is already the row's ``text`` column.
+
+    Storing it twice doubled the bytes written per event (50 KB tool results).
+    ``restore_event_json`` puts it back; the round trip is exact because the
+    content is only left out when it is a non-empty string (``None`` and ``""``
+    are kept as they are).
+    """
+    if not event.message.content:
+        return event.model_dump_json()
+    message = event.message.model_copy(update={"content": None})
+    return event.model_copy(update={"message": message}).model_dump_json()
+
+
+def restore_event_json(event_json: str, text: str) -> SessionEvent:
+    """The event stored by ``stored_event_json`` (its content taken from the ``text`` column)."""
+    event = SessionEvent.model_validate_json(event_json)
+    if text and event.message.content is None:
+        message = event.message.model_copy(update={"content": text})
+        event = event.model_copy(update={"message": message})
+    return event
 
 
 def recall_eligible(event: SessionEvent) -> bool:
@@ -50,6 +74,10 @@ class EventRows:
     tool_result: tuple[object, ...] | None
     recall: tuple[object, ...] | None
     recall_text: str | None
+    size: int = 0
+    """Approximate bytes of the event row (for batch sizing)."""
+    recall_size: int = 0
+    """Approximate bytes of the recall row."""
 
 
 def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> EventRows:
@@ -63,7 +91,7 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
         app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, event.author, msg.role,
         event.request_id, event.invocation_id, text, msg.tool_call_id, msg.name, call_ids or None,
         bool(call_ids), event.partial, event.skip_summarization, count_tokens(msg), size,
-        event.model_dump_json(),
+        stored_event_json(event),
     )  # fmt: skip
     calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id) for tc in msg.tool_calls)
     result = None
@@ -73,12 +101,17 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
     recall_text = None
     if recall_eligible(event):
         recall_text = text
-        tokens = doc_tokens(text[:MAX_INDEXED_CHARS])
+        indexed = text[:MAX_INDEXED_CHARS]
+        tokens = doc_tokens(indexed)
         recall = (
-            app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, text,
+            app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
             msg.tool_call_id, msg.name, size, tokens or None,
         )  # fmt: skip
+    event_json = event_row[-1]
+    assert isinstance(event_json, str)
     return EventRows(
+        size=len(text) + len(event_json) + 256,
+        recall_size=len(recall[8]) + 256 if recall is not None else 0,
         event=event_row,
         event_id=(app, user, sid, event.event_id, event.timestamp, seq),
         tool_calls=calls,

@@ -1,0 +1,60 @@
+"""Row building of the projector: the stored event JSON round trip and the tokenizer's fast path."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from projections import lexical
+from projections.rows import MAX_INDEXED_CHARS, estimate_tokens, event_rows, restore_event_json
+from schemas import SessionEvent
+
+
+def _event(content: str | None, role: str = "tool") -> SessionEvent:
+    message: dict[str, object] = {"role": role, "content": content}
+    if role == "tool":
+        message |= {"tool_call_id": "c1", "name": "grep"}
+    return SessionEvent.model_validate(
+        {"app_name": "a", "user_id": "u", "session_id": "s", "event_id": "e1", "author": "agent",
+         "timestamp": datetime(2025, 1, 1, tzinfo=UTC).isoformat(), "message": message}
+    )  # fmt: skip
+
+
+@given(st.one_of(st.none(), st.text(max_size=300)), st.sampled_from(["user", "assistant", "tool"]))
+def test_stored_event_json_round_trips_exactly(content: str | None, role: str) -> None:
+    event = _event(content, role)
+    rows = event_rows(event, 7, estimate_tokens)
+    event_json, text = rows.event[-1], rows.event[11]
+    assert isinstance(event_json, str) and isinstance(text, str)
+    assert restore_event_json(event_json, text) == event
+
+
+def test_stored_event_json_does_not_repeat_the_text() -> None:
+    big = "x" * 50_000
+    rows = event_rows(_event(big), 0, estimate_tokens)
+    event_json = rows.event[-1]
+    assert isinstance(event_json, str) and big not in event_json and len(event_json) < 1000
+    assert rows.recall is not None and rows.recall[8] == big[:MAX_INDEXED_CHARS]
+    assert rows.recall[11] == 50_000  # content_bytes still describes the whole result
+
+
+def _reference_tokens(text: str) -> set[str]:
+    tokens: set[str] = set()
+    for word in lexical._split_words(text):
+        tokens.add(lexical._stem(word))
+        if len(tokens) >= lexical.MAX_DOC_TOKENS:
+            break
+    return tokens
+
+
+@given(st.text(alphabet=st.sampled_from(list("abcXYZ019 _-,.éß中文摘要\n\tİ")), max_size=400))
+def test_doc_tokens_fast_paths_match_the_reference(text: str) -> None:
+    assert lexical.doc_tokens(text) == _reference_tokens(text)
+
+
+def test_doc_tokens_cap_matches_the_reference() -> None:
+    text = " ".join(f"w{i} w{i % 7}" for i in range(3000))
+    assert lexical.doc_tokens(text) == _reference_tokens(text)
+    assert len(lexical.doc_tokens(text)) == lexical.MAX_DOC_TOKENS
