@@ -171,19 +171,31 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class WindowQuery:
-    """The events around ``anchor_event_id``: up to ``before`` earlier and ``after`` later."""
+    """A normalized ``session_load`` request; the reader resolves the anchor and slices the content.
+
+    Anchor: ``anchor_event_id`` when it names an eligible event, else the
+    newest tool result answering ``tool_call_id`` (a stale event id falls back
+    to the tool call id when both are given). ``before``/``after`` eligible
+    events around it. Content: the anchor's text is the UTF-8 byte slice
+    ``[content_offset, content_offset + content_limit)``, the neighbours' the
+    first ``content_limit`` bytes. Slicing happens once, in the reader, so a
+    store can return a slice of a large tool result without shipping all of it.
+    """
 
     app_name: str
     user_id: str
     session_id: str
-    anchor_event_id: str
+    anchor_event_id: str | None
+    tool_call_id: str | None
     before: int
     after: int
+    content_offset: int = 0
+    content_limit: int = DEFAULT_CONTENT_LIMIT
 
 
 @dataclass(frozen=True, slots=True)
 class WindowEvent:
-    """One event of a window, with its full text (the executor slices it)."""
+    """One event of a window: its content already sliced, and where the slice sits in the whole text."""
 
     event_id: str
     role: str
@@ -192,6 +204,18 @@ class WindowEvent:
     tool_call_id: str | None = None
     tool_name: str | None = None
     anchor: bool = False
+    content_bytes: int = 0
+    content_offset: int = 0
+    returned_bytes: int = 0
+    content_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A ``session_load`` answer: the resolved anchor and the window in chronological order."""
+
+    anchor_event_id: str
+    events: Sequence[WindowEvent]
 
 
 class RecallReader(Protocol):
@@ -201,12 +225,8 @@ class RecallReader(Protocol):
         """Hits for the query in its scope, best first, at most ``top_k``."""
         ...
 
-    async def load_window(self, query: WindowQuery) -> Sequence[WindowEvent] | None:
-        """The window in chronological order, the anchor marked; ``None`` when the anchor is unknown."""
-        ...
-
-    async def find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:
-        """The event id of the newest tool result answering ``tool_call_id``, if any."""
+    async def load_window(self, query: WindowQuery) -> Window | None:
+        """The window around the resolved anchor (see ``WindowQuery``); ``None`` when no anchor is found."""
         ...
 
 
@@ -233,6 +253,8 @@ def slice_utf8(text: str, offset: int, limit: int) -> tuple[str, int, int]:
     """``limit`` bytes of ``text`` from byte ``offset``, both ends moved onto character starts.
 
     Returns the text, the snapped start offset and the returned byte count.
+    For readers that hold whole texts in memory (the Cassandra read API has
+    its own slicer, ``projections.windows.slice_content``).
     """
     data = text.encode()
     start = min(offset, len(data))
@@ -363,43 +385,35 @@ class RecallExecutor:
         offset, limit = normalize_content_window(_int(args, "content_offset", 0), _int(args, "content_limit", 0))
         if not event_id and not tool_call_id:
             raise RecallError("event_id is required unless tool_call_id is provided")
-        window = None
-        if event_id:
-            window = await self._window(session_id, event_id, before, after)
-        if window is None and tool_call_id:
-            resolved = await self.reader.find_tool_result(self.app_name, self.user_id, session_id, tool_call_id)
-            if resolved is None:
-                raise RecallError(f"tool_call_id {tool_call_id!r} not found in session {session_id!r}")
-            event_id = resolved
-            window = await self._window(session_id, event_id, before, after)
+        query = WindowQuery(
+            self.app_name, self.user_id, session_id, event_id or None, tool_call_id or None, before, after,
+            offset, limit,
+        )  # fmt: skip
+        window = await self.reader.load_window(query)
         if window is None:
+            if tool_call_id:
+                raise RecallError(f"tool_call_id {tool_call_id!r} not found in session {session_id!r}")
             raise RecallError(f"anchor event not found: {event_id}")
         return {
             "historical_context": True,
             "note": HISTORICAL_NOTE,
             "session_id": session_id,
-            "anchor_event_id": event_id,
-            "messages": [self._window_message(e, offset, limit) for e in window],
+            "anchor_event_id": window.anchor_event_id,
+            "messages": [self._window_message(e) for e in window.events],
         }
 
-    async def _window(self, session_id: str, event_id: str, before: int, after: int) -> Sequence[WindowEvent] | None:
-        query = WindowQuery(self.app_name, self.user_id, session_id, event_id, before, after)
-        return await self.reader.load_window(query)
-
     @staticmethod
-    def _window_message(event: WindowEvent, offset: int, limit: int) -> dict[str, Any]:
-        size = len(event.content.encode())
-        text, start, returned = slice_utf8(event.content, offset if event.anchor else 0, limit)
+    def _window_message(event: WindowEvent) -> dict[str, Any]:
         out: dict[str, Any] = {"event_id": event.event_id, "role": event.role, "anchor": event.anchor}
         if event.created_at is not None:
             out["created_at"] = event.created_at.isoformat()
         if event.role == "tool":
             out |= {"tool_call_id": event.tool_call_id, "tool_name": event.tool_name}
         out |= {
-            "content": text,
-            "content_bytes": size,
-            "content_offset": start,
-            "returned_bytes": returned,
-            "content_truncated": start > 0 or start + returned < size,
+            "content": event.content,
+            "content_bytes": event.content_bytes,
+            "content_offset": event.content_offset,
+            "returned_bytes": event.returned_bytes,
+            "content_truncated": event.content_truncated,
         }
         return out

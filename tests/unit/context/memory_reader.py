@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from schemas import SessionEvent, SessionSummary
 from streams.context.boundary import covered_mask
-from streams.context.recall_tools import SearchHit, SearchQuery, WindowEvent, WindowQuery
+from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowEvent, WindowQuery, slice_utf8
 
 
 def _text(event: SessionEvent) -> str:
@@ -82,26 +82,38 @@ class InMemoryReadAPI:
         hits.sort(key=lambda h: -h.score)
         return hits[: query.top_k]
 
-    async def load_window(self, query: WindowQuery) -> Sequence[WindowEvent] | None:
+    async def load_window(self, query: WindowQuery) -> Window | None:
         events = [e for e in self._session(query.app_name, query.user_id, query.session_id) if _eligible(e)]
         index = next((i for i, e in enumerate(events) if e.event_id == query.anchor_event_id), None)
+        if index is None and query.tool_call_id:
+            resolved = self._find_tool_result(query.app_name, query.user_id, query.session_id, query.tool_call_id)
+            index = next((i for i, e in enumerate(events) if e.event_id == resolved), None)
         if index is None:
             return None
+        anchor_id = events[index].event_id
         window = events[max(0, index - query.before) : index + query.after + 1]
-        return [
-            WindowEvent(
-                event_id=e.event_id,
-                role=e.message.role,
-                content=_text(e),
-                created_at=e.timestamp,
-                tool_call_id=e.message.tool_call_id,
-                tool_name=e.message.name,
-                anchor=e.event_id == query.anchor_event_id,
-            )
-            for e in window
-        ]
+        return Window(anchor_id, [self._sliced(e, e.event_id == anchor_id, query) for e in window])
 
-    async def find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:
+    @staticmethod
+    def _sliced(event: SessionEvent, anchor: bool, query: WindowQuery) -> WindowEvent:
+        full = _text(event)
+        size = len(full.encode())
+        text, start, returned = slice_utf8(full, query.content_offset if anchor else 0, query.content_limit)
+        return WindowEvent(
+            event_id=event.event_id,
+            role=event.message.role,
+            content=text,
+            created_at=event.timestamp,
+            tool_call_id=event.message.tool_call_id,
+            tool_name=event.message.name,
+            anchor=anchor,
+            content_bytes=size,
+            content_offset=start,
+            returned_bytes=returned,
+            content_truncated=start > 0 or start + returned < size,
+        )
+
+    def _find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:
         for event in reversed(self._session(app_name, user_id, session_id)):
             if event.message.role == "tool" and event.message.tool_call_id == tool_call_id:
                 return event.event_id

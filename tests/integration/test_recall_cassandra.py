@@ -1,0 +1,129 @@
+"""The recall executor answering session_search / session_load tool calls from real projected data."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from schemas import FunctionCall, SessionKey, ToolCall
+from schemas.settings import Settings
+from streams.context.recall_tools import HISTORICAL_NOTE, RecallExecutor
+from streams.recall_reader import CassandraRecallReader
+from tests.integration.test_projections_support import Store, close_store, event, open_store, summary
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+KEY = SessionKey("shop", "alice", "s1")
+OTHER_SESSION = SessionKey("shop", "alice", "s2")
+OTHER_USER = SessionKey("shop", "bob", "s9")
+BIG = "".join(f"line {i:05d}: invoice ACME-{i} total {i * 3} EUR é中\n" for i in range(1500))  # ~60 KB, multibyte
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def store(isolated_settings: Settings) -> AsyncIterator[Store]:
+    s = open_store(isolated_settings)
+    try:
+        call = [{"id": "c1", "type": "function", "function": {"name": "fetch_invoices", "arguments": "{}"}}]
+        await s.events(
+            event(KEY, "e1", at=1, content="Please look up the invoices for ACME"),
+            event(KEY, "e2", at=2, role="assistant", content=None, tool_calls=call),
+            event(KEY, "e3", at=3, role="tool", content=BIG, tool_call_id="c1", name="fetch_invoices"),
+            event(KEY, "e4", at=4, role="assistant", content="ACME has 1500 open invoices; the refund is pending"),
+            event(KEY, "e5", at=5, content="Now book a flight to Paris"),
+            event(KEY, "e6", at=6, role="assistant", content="Flight to Paris booked for Friday"),
+            event(OTHER_SESSION, "o1", at=1, content="ACME refund escalated to finance"),
+            event(OTHER_USER, "b1", at=1, content="ACME refund secret of another user"),
+        )
+        await s.summaries(summary(KEY, 1, text="Looked up ACME invoices.", cutoff=4, last_event_id="e4"))
+        assert s.dead == []
+        yield s
+    finally:
+        close_store(s)
+
+
+def _executor(store: Store, key: SessionKey = KEY) -> RecallExecutor:
+    return RecallExecutor(
+        CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
+    )
+
+
+async def _call(executor: RecallExecutor, name: str, **args: Any) -> Any:
+    message = await executor.execute(ToolCall(id="t1", function=FunctionCall(name=name, arguments=json.dumps(args))))
+    assert message.role == "tool" and message.tool_call_id == "t1" and message.name == name
+    return json.loads(message.content or "")
+
+
+async def test_search_current_hidden_only_sees_what_the_summary_covers(store: Store) -> None:
+    out = await _call(_executor(store), "session_search", query="ACME refund")
+    assert out["historical_context"] is True and out["note"] == HISTORICAL_NOTE
+    assert out["scope"] == "current_hidden" and out["results"]
+    assert {r["session_id"] for r in out["results"]} == {"s1"}
+    assert out["results"][0]["event_id"] == "e4"
+    assert {r["event_id"] for r in out["results"]} <= {"e1", "e3", "e4"}
+    paris = await _call(_executor(store), "session_search", query="flight Paris")
+    assert paris["results"] == []  # after the boundary: visible in the prompt, not hidden
+    whole = await _call(_executor(store), "session_search", query="flight Paris", scope="current_session")
+    assert {r["event_id"] for r in whole["results"]} >= {"e6"}
+
+
+async def test_search_other_and_all_sessions_stay_inside_the_tenant(store: Store) -> None:
+    others = await _call(_executor(store), "session_search", query="ACME refund", scope="other_sessions")
+    assert [(r["session_id"], r["event_id"]) for r in others["results"]] == [("s2", "o1")]
+    everything = await _call(_executor(store), "session_search", query="ACME refund", scope="all_sessions", top_k=10)
+    found = {(r["session_id"], r["event_id"]) for r in everything["results"]}
+    assert ("s2", "o1") in found and ("s1", "e4") in found
+    assert all(r["session_id"] != "s9" and "another user" not in r["snippet"] for r in everything["results"])
+    bob = await _call(_executor(store, OTHER_USER), "session_search", query="ACME refund", scope="all_sessions")
+    assert bob["results"] == []  # bob's own session has no summary; alice's sessions are not his
+    bob_now = await _call(_executor(store, OTHER_USER), "session_search", query="ACME", scope="current_session")
+    assert [r["event_id"] for r in bob_now["results"]] == ["b1"]
+
+
+async def test_load_by_tool_call_id_pages_through_a_large_result(store: Store) -> None:
+    executor = _executor(store)
+    first = await _call(executor, "session_load", tool_call_id="c1", before=1, after=1, content_limit=4096)
+    assert first["anchor_event_id"] == "e3"
+    assert [m["event_id"] for m in first["messages"]] == ["e1", "e3", "e4"]  # the tool-call event is skipped
+    anchor = next(m for m in first["messages"] if m["anchor"])
+    total = len(BIG.encode())
+    assert anchor["tool_name"] == "fetch_invoices" and anchor["tool_call_id"] == "c1"
+    assert (anchor["content_bytes"], anchor["content_offset"], anchor["content_truncated"]) == (total, 0, True)
+    assert anchor["returned_bytes"] == len(anchor["content"].encode()) <= 4096
+    assert BIG.startswith(anchor["content"])  # the raw text, no "fetch_invoices: " prefix
+    # Page through the whole result: the slices join back to the original text exactly.
+    pieces, offset = [], 0
+    while offset < total:
+        page = await _call(executor, "session_load", tool_call_id="c1", after=0, before=1,
+                           content_offset=offset, content_limit=65536)  # fmt: skip
+        part = next(m for m in page["messages"] if m["anchor"])
+        assert part["content_offset"] == offset and part["returned_bytes"] > 0
+        pieces.append(part["content"])
+        offset += part["returned_bytes"]
+    assert "".join(pieces) == BIG
+
+
+async def test_load_small_result_whole_and_window_by_event_id(store: Store) -> None:
+    out = await _call(_executor(store), "session_load", event_id="e4", before=0, after=2)
+    assert [m["event_id"] for m in out["messages"]] == ["e4", "e5", "e6"]
+    anchor = out["messages"][0]
+    text = "ACME has 1500 open invoices; the refund is pending"
+    assert anchor["content"] == text and not anchor["content_truncated"]
+    assert anchor["content_bytes"] == anchor["returned_bytes"] == len(text)
+
+
+async def test_load_errors_come_back_as_tool_answers(store: Store) -> None:
+    executor = _executor(store)
+    assert await _call(executor, "session_load", event_id="nope") == {"error": "anchor event not found: nope"}
+    assert await _call(executor, "session_load", tool_call_id="zz") == {
+        "error": "tool_call_id 'zz' not found in session 's1'"
+    }
+    stale = await _call(executor, "session_load", event_id="nope", tool_call_id="c1", content_limit=16)
+    assert stale["anchor_event_id"] == "e3"
+    # Another user's event id is unknown in this tenant, whatever session id the model passes.
+    assert await _call(executor, "session_load", event_id="b1", session_id="s9") == {
+        "error": "anchor event not found: b1"
+    }
