@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import Message, SessionEvent, SessionSummary
-from streams.context.boundary import matches_filter_key
 from streams.context.compaction import CompactionConfig, CompactionStats, compact, compact_resume_tail
 from streams.context.history import event_message, project_history, select_runs
 from streams.context.injection import (
@@ -43,6 +42,7 @@ from streams.context.recall_tools import (
 )
 from streams.context.tailoring import tailor
 from streams.context.validity import assert_valid
+from streams.rules.filter_keys import related
 from streams.rules.tokens import TokenCounter, get_token_counter
 
 NEW_TURN_UNIT = "current:new"
@@ -168,7 +168,7 @@ def assemble(
     counter = opts.token_counter or get_token_counter()
     tool_list = _tools(tools, opts.recall)
     names = {_tool_name(t) for t in tool_list}
-    visible = [e for e in events if matches_filter_key(e.filter_key, opts.filter_key)]
+    visible = [e for e in events if related(e.filter_key, opts.filter_key)]
     current_index, extra, current_unit = _locate_current(visible, current_user_message)
 
     text = summary.summary.strip() if summary is not None else ""

@@ -6,9 +6,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas import Message, SessionEvent, SummaryBoundary
-from streams.context.boundary import covered_mask
 from streams.context.items import HistoryItem, Origin
 from streams.context.resume import ResumeRound, latest_complete_round
+from streams.rules.boundaries import events_after
+
+
+def covered_mask(events: Sequence[SessionEvent], boundary: SummaryBoundary | None) -> list[bool]:
+    """For each event, whether ``boundary`` covers it: the complement of the delta of ``streams.rules``.
+
+    The summarizer and this module must agree on where a summary ends, so the
+    rule is the shared one (``streams.rules.boundaries.events_after``): an
+    event-id boundary is exact; without a known id, events strictly older
+    than ``cutoff_at`` are covered and events at the cutoff stay.
+    """
+    after = {id(event) for event in events_after(events, boundary)}
+    return [id(event) not in after for event in events]
 
 
 def event_message(event: SessionEvent) -> Message | None:

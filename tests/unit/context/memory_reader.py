@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schemas import SessionEvent, SessionSummary
-from streams.context.boundary import covered_mask
+from streams.context.history import covered_mask
 from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowEvent, WindowQuery, slice_utf8
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from schemas import ErrorInfo
-from streams.context.boundary import covered_mask, matches_filter_key
-from streams.context.history import event_message, project_history, select_runs
+from streams.context.history import covered_mask, event_message, project_history, select_runs
 from streams.context.items import HistoryItem
+from streams.rules.filter_keys import related as matches_filter_key
 from tests.unit.context.sessions import Session, summary_at
 
 
