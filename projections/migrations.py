@@ -58,9 +58,7 @@ def _replication_cql(replication: dict[str, object]) -> str:
 def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migration]:
     """Create the keyspace and apply every migration not yet recorded. Returns those applied."""
     ks = settings.keyspace
-    session.execute(
-        f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {_replication_cql(settings.replication)}"
-    )
+    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {_replication_cql(settings.replication)}")
     session.execute(
         f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
         "version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
