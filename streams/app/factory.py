@@ -109,6 +109,9 @@ def create_app(
         producer_acks=-1,
         broker_client_id=settings.kafka.client_id,
         stream_buffer_maxsize=4096,
+        # A crashed worker's partitions move on after ~10 s rather than Faust's 60 s default.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
     )
     sessions = replay.sessions if replay else frozenset()
     policies = ext.policies or policies_from_settings(settings.summary)
@@ -129,13 +132,26 @@ def create_app(
     summaries_topic = app.topic(
         topics.summaries, key_serializer="raw", value_serializer=SUMMARY_CODEC, partitions=t.partitions
     )
+    # Faust derives a table's serializers from its key/value types; ours are codecs, so the
+    # changelog topic (read back on recovery) is declared with them explicitly.
+    changelog = app.topic(
+        f"{app_id}-{TABLE_NAME}-changelog",
+        key_serializer=KEY_CODEC,
+        value_serializer=STATE_CODEC,
+        partitions=t.partitions,
+        compacting=True,
+        deleting=False,
+        acks=False,
+        internal=True,
+        maxsize=131_072,
+        allow_empty=True,
+    )
     table = app.Table(
         TABLE_NAME,
-        schema=faust.Schema(key_serializer=KEY_CODEC, value_serializer=STATE_CODEC),
         partitions=t.partitions,
+        changelog_topic=changelog,
         help="Trigger state per (session, filter key)",
     )
-    # Faust derives a table's serializers from its key/value types; ours are codecs.
     table.key_serializer = KEY_CODEC
     table.value_serializer = STATE_CODEC
 
@@ -182,6 +198,11 @@ def create_app(
     @app.on_partitions_revoked.connect
     async def _revoked(app_: faust.App, revoked: set[Any], **_: Any) -> None:
         await runtime.on_revoked({tp.partition for tp in revoked if tp.topic == topics.jobs})
+
+    @app.on_partitions_assigned.connect
+    async def _assigned(app_: faust.App, assigned: set[Any], **_: Any) -> None:
+        mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
+        log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 
     @app.on_before_shutdown.connect
     async def _shutdown(app_: faust.App, **_: Any) -> None:

@@ -1,0 +1,124 @@
+"""Guarantees under failure: two workers share partitions, one is SIGKILLed mid-run.
+
+Afterwards every session has exactly one summary per boundary, versions grow
+by one with no gap or duplicate, each summary starts where the previous one
+ended, and the last boundary is the session's last event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas import SessionEvent, Summarize
+from schemas.settings import Settings
+from streams.client import DistillClient
+from tests.integration.pipeline_support import (
+    SessionBuilder,
+    create_topics,
+    isolated_worker_settings,
+    read_topic,
+    summaries_of,
+    workers,
+)
+from tests.support.openai_server import OpenAIServer, Reply, echo_summary
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 24
+ROUNDS = 4
+
+
+def slow_echo(body: dict[str, Any]) -> Reply:
+    reply = echo_summary(body)
+    return Reply(status=reply.status, body=reply.body, headers=reply.headers, delay_s=0.3, text=reply.text,
+                 usage=reply.usage)  # fmt: skip
+
+
+async def wait_for_assignment(proc: Any, timeout: float = 90.0) -> None:
+    """Until the worker logs a non-empty share of the jobs partitions."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in proc.log_text().splitlines():
+            if '"partitions assigned"' in line and json.loads(line).get("partitions"):
+                return
+        await asyncio.sleep(0.5)
+    raise AssertionError("worker got no partitions: " + proc.log_text()[-2000:])
+
+
+def check_chain(summaries: list[dict[str, Any]]) -> None:
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for s in summaries:
+        by_key[(s["session_id"], s["filter_key"])].append(s)
+    for key, chain in by_key.items():
+        versions = [s["version"] for s in chain]
+        assert versions == list(range(1, len(chain) + 1)), (key, versions)
+        boundaries = [s["boundary"]["last_event_id"] for s in chain]
+        assert len(set(boundaries)) == len(boundaries), (key, boundaries)
+        for prev, nxt in zip(chain, chain[1:], strict=False):
+            assert nxt["previous_boundary"]["last_event_id"] == prev["boundary"]["last_event_id"], key
+
+
+async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
+    service_settings: Settings, tmp_path: Path
+) -> None:
+    with OpenAIServer(default=slow_echo) as llm:
+        data = service_settings.model_dump()
+        suffix = uuid.uuid4().hex[:8]
+        for name in ("events", "jobs", "summaries", "dead_letters"):
+            data["topics"][name] = f"t-{suffix}.{name}"
+        data["topics"]["partitions"] = 4
+        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model")
+        settings = isolated_worker_settings(Settings(**data), event_threshold=3, job_timeout_s=8)
+        await create_topics(settings)
+        builders = [SessionBuilder(app="kill") for _ in range(SESSIONS)]
+        last: dict[str, SessionEvent] = {}
+        with workers(settings, tmp_path, count=2) as procs:
+            await wait_for_assignment(procs[0])
+            async with DistillClient(settings) as client:
+                for round_ in range(ROUNDS):
+                    batch = []
+                    for b in builders:
+                        batch += [b.user(f"round {round_} request for {b.session}"), b.assistant(f"answer {round_}"),
+                                  b.user(f"follow-up {round_}", new_request=False), b.assistant(f"done {round_}")]  # fmt: skip
+                        last[b.session] = batch[-1]
+                    await client.publish_many(batch)
+                    if round_ == 0:
+                        await read_topic(settings, settings.topics.summaries, min_records=SESSIONS // 2, timeout=90)
+                    if round_ == 1:
+                        procs[0].kill()
+                    await asyncio.sleep(1.0)
+                for b in builders:
+                    await client.publish(
+                        Summarize(app_name=b.app_name, user_id=b.user_id, session_id=b.session,
+                                  command_id=f"final-{b.session}", force=True)
+                    )  # fmt: skip
+
+            def complete(records: list[Any]) -> bool:
+                latest: dict[str, str] = {}
+                for s in summaries_of(records):
+                    if s["filter_key"] == "":
+                        latest[s["session_id"]] = s["boundary"]["last_event_id"]
+                return all(latest.get(sid) == ev.event_id for sid, ev in last.items())
+
+            started = time.monotonic()
+            records = await read_topic(settings, settings.topics.summaries, until=complete, timeout=150)
+            if not complete(records):
+                latest = {s["session_id"]: (s["version"], s["boundary"]["last_event_id"]) for s in summaries_of(records)
+                          if s["filter_key"] == ""}  # fmt: skip
+                behind = {sid: latest.get(sid) for sid, ev in last.items() if latest.get(sid, (0, ""))[1] != ev.event_id}
+                problems = [x for x in procs[1].log_text().splitlines() if '"warning"' in x or '"error"' in x]
+                pytest.fail(f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(problems[-30:]))
+            assert procs[1].proc.poll() is None, procs[1].log_text()[-3000:]
+        summaries = summaries_of(records)
+        check_chain(summaries)
+        assert len(summaries) >= SESSIONS * 2
+        killed_log = [json.loads(x) for x in procs[0].log_text().splitlines() if x.startswith("{")]
+        assert any(x.get("msg") == "summary published" for x in killed_log), "the killed worker did some work"
