@@ -102,7 +102,7 @@ def jvm_command(java: str, jars: Path, data_dir: Path, heap_mb: int) -> list[str
         java, f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-Xss256k", "-XX:+UseG1GC",
         "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1", "-XX:MaxGCPauseMillis=300",
         "-XX:+HeapDumpOnOutOfMemoryError", f"-XX:HeapDumpPath={data_dir}",
-        "-ea", "-da:net.openhft...", *agent,
+        *agent,
         "-Djdk.attach.allowAttachSelf=true", "-Dio.netty.tryReflectionSetAccessible=true",
         "-Dio.netty.allocator.useCacheForAllThreads=true", "-Dio.netty.allocator.maxOrder=11",
         *_JPMS,
