@@ -1,0 +1,167 @@
+"""``distill demo``: services up, init, a worker and a projector, a realistic session, its summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+
+from schemas.settings import Settings, load_settings
+
+DEMO_FILE = "demo_session.jsonl"
+
+
+def load_demo_session(session_id: str) -> list[dict[str, Any]]:
+    """The bundled session (46 events, 6 requests, 2 branches), under ``session_id``."""
+    text = resources.files("streams.data").joinpath(DEMO_FILE).read_text(encoding="utf-8")
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for record in records:
+        record["session_id"] = session_id
+    return records
+
+
+@click.command("demo")
+@click.option("--keep-running", is_flag=True, help="Leave the worker and projector running afterwards.")
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the summaries.")
+def command(keep_running: bool, timeout: float) -> None:
+    """Run the whole pipeline on a bundled travel-agent session and print its summaries.
+
+    Starts (or reuses) the local Kafka and Cassandra, creates topics and tables,
+    starts one worker and one projector, publishes the session request by request
+    (46 events: parallel tool calls, a large tool result, a research and an
+    itinerary branch, an idle gap), then asks for a synchronous summary and
+    prints every summary with its stats, report and model.
+    """
+    from streams.cli.init_cmd import command as init_command
+    from streams.services.manager import LocalServices
+
+    settings = load_settings()
+    click.echo("== services")
+    LocalServices(settings).up(lambda line: click.echo(f"   {line}"))
+    click.echo("== init")
+    click.get_current_context().invoke(init_command, skip_kafka=False, skip_cassandra=False)
+    workdir = Path(".distill") / "demo"
+    workdir.mkdir(parents=True, exist_ok=True)
+    procs = _start_processes(workdir)
+    try:
+        asyncio.run(_run(settings, procs, workdir, timeout))
+    finally:
+        if not keep_running:
+            for name, proc in procs.items():
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                click.echo(f"   stopped {name} (pid {proc.pid})")
+
+
+def _exe() -> str:
+    """This ``distill`` executable (the venv's), else the one on ``PATH``."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "distill" and argv0.exists():
+        return str(argv0.resolve())
+    sibling = Path(sys.executable).with_name("distill")
+    return str(sibling) if sibling.exists() else "distill"
+
+
+def _start_processes(workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
+    exe = _exe()
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    for name in ("worker", "projector"):
+        log = (workdir / f"{name}.log").open("ab")
+        procs[name] = subprocess.Popen([exe, name], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        click.echo(f"== started {name} (pid {procs[name].pid}, log {workdir / f'{name}.log'})")
+    return procs
+
+
+async def _run(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], workdir: Path, timeout: float) -> None:
+    from schemas import SessionKey, SessionSummary
+    from streams.app.codecs import decode_event_record
+    from streams.cli.tail_cmd import format_summary
+    from streams.client import DistillClient, SummaryUnavailableError
+
+    session_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    records = load_demo_session(session_id)
+    key = SessionKey(records[0]["app_name"], records[0]["user_id"], session_id)
+    by_request: dict[str, list[Any]] = defaultdict(list)
+    for raw in records:
+        by_request[raw["request_id"]].append(decode_event_record(json.dumps(raw).encode(), 1 << 30))
+    _wait_for_worker(workdir / "worker.log", procs["worker"], timeout)
+    started = time.monotonic()
+    async with DistillClient(settings) as client:
+        follower = asyncio.ensure_future(_collect(client, key))
+        click.echo(f"== publishing {len(records)} events of {key.kafka_key().decode()} in {len(by_request)} requests")
+        for request_id, events in by_request.items():
+            await client.publish_many(events)
+            click.echo(f"   {request_id}: {len(events)} events")
+            await asyncio.sleep(1.5)
+        click.echo("== summarize_sync (full session)")
+        try:
+            reply = await client.request_summary(key, wait=True, timeout=timeout)
+            click.echo(f"   answered by version {reply.version if reply else '?'}")
+        except SummaryUnavailableError as exc:
+            click.echo(f"   {exc}")
+        await asyncio.sleep(2.0)
+        follower.cancel()
+        summaries: list[SessionSummary] = []
+        try:
+            await follower
+        except asyncio.CancelledError:
+            pass
+        summaries = _COLLECTED.get(key, [])
+    elapsed = time.monotonic() - started
+    click.echo(f"\n== {len(summaries)} summaries in {elapsed:.1f}s\n")
+    for summary in summaries:
+        click.echo(format_summary(summary))
+    models = sorted({s.model for s in summaries})
+    embedded = not settings.llm.configured
+    click.echo(
+        f"== produced by model(s): {', '.join(models) or '-'}"
+        + (" — the embedded extractive summarizer (set DISTILL_LLM__API_KEY / DISTILL_LLM__BASE_URL for an LLM)"
+           if embedded else "")
+    )  # fmt: skip
+    click.echo("\n== distill show (Cassandra read side)")
+    await asyncio.sleep(2.0)
+    shown = subprocess.run(
+        [_exe(), "show", key.app_name, key.user_id, key.session_id], capture_output=True, text=True, check=False
+    )
+    if shown.returncode == 0:
+        click.echo(shown.stdout)
+    else:
+        last = (shown.stderr.strip().splitlines() or ["?"])[-1]
+        click.echo(f"   read side not available yet ({last[:200]}); projector log: {workdir / 'projector.log'}")
+
+
+_COLLECTED: dict[Any, list[Any]] = {}
+
+
+async def _collect(client: Any, key: Any) -> None:
+    from schemas import SessionSummary
+
+    out: list[SessionSummary] = _COLLECTED.setdefault(key, [])
+    async for record in client.summaries(key, from_beginning=True):
+        if isinstance(record, SessionSummary):
+            out.append(record)
+            click.echo(f"   summary v{record.version} [{record.filter_key or 'full session'}] "
+                       f"trigger={record.report.trigger.name} boundary={record.boundary.last_event_id}")  # fmt: skip
+
+
+def _wait_for_worker(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise click.ClickException(f"the worker exited (code {proc.returncode}); see {log}")
+        if log.exists() and '"partitions assigned"' in log.read_text(errors="replace"):
+            return
+        time.sleep(0.5)
+    raise click.ClickException(f"the worker did not get its partitions within {timeout}s; see {log}")
