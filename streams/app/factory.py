@@ -55,6 +55,7 @@ class ReplayOptions:
     run_id: str
     sessions: frozenset[str] = frozenset()
     preload_from: str | None = None
+    from_latest: bool = False
 
 
 def replay_topics(settings: Settings, run_id: str) -> Topics:
@@ -102,7 +103,7 @@ def create_app(
         web_bind="127.0.0.1",
         broker_commit_every=1000,
         broker_commit_interval=1.0,
-        consumer_auto_offset_reset="earliest",
+        consumer_auto_offset_reset="latest" if replay and replay.from_latest else "earliest",
         stream_wait_empty=False,
         producer_max_request_size=settings.kafka.max_record_bytes + 65536,
         consumer_max_fetch_size=settings.kafka.max_record_bytes + 65536,
@@ -120,8 +121,11 @@ def create_app(
         accept=(lambda sk: sk.session_id in sessions) if sessions else None,
         job_origin="replay" if replay else None,
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
+        optimistic=replay is not None,
     )
     runtime = WorkerRuntime(settings, topics, track, _summarizers(settings, ext))
+    if replay is None or not replay.preload_from:
+        runtime.cache_ready.set()
 
     async def send(topic: str, key: bytes, value: bytes, partition: int, headers: Any) -> Any:
         return await app.producer.send_and_wait(topic, key, value, partition, None, headers or None)
@@ -215,8 +219,12 @@ def create_app(
         async def _preload() -> None:
             from streams.app.ledger import preload_cache
 
-            loaded = await preload_cache(settings.kafka, preload_topic, runtime.cache)
-            log.info("summary cache preloaded", extra={"topic": preload_topic, "entries": loaded})
+            try:
+                for topic in await summary_topics(settings, preload_topic, exclude=topics.summaries):
+                    loaded = await preload_cache(settings.kafka, topic, runtime.cache)
+                    log.info("summary cache preloaded", extra={"topic": topic, "entries": loaded})
+            finally:
+                runtime.cache_ready.set()
 
     idle_after = settings.summary.idle_summary_after_s
     sweep_every = max(1.0, min(idle_after or 60.0, settings.summary.job_timeout_s) / 4)
@@ -240,3 +248,18 @@ def create_app(
 
     app.distill_runtime = runtime  # type: ignore[attr-defined]
     return app
+
+
+async def summary_topics(settings: Settings, live: str, *, exclude: str) -> list[str]:
+    """The live summaries topic and the outputs of earlier replays (the cache's sources)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from streams.kafka_config import common_kwargs
+
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        names = await admin.list_topics()
+    finally:
+        await admin.close()
+    return sorted(n for n in names if (n == live or n.startswith(f"{live}.replay-")) and n != exclude)

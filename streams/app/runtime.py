@@ -76,6 +76,7 @@ class WorkerRuntime:
     reader: EventLogReader = field(init=False)
     summarize: SummarizeHandler = field(init=False)
     pool: JobPool = field(init=False)
+    cache_ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         n = self.settings.summary.async_summary_num
@@ -115,6 +116,7 @@ class WorkerRuntime:
         fields = {**coords.log_fields(), "session_id": job.session_id, "filter_key": job.filter_key,
                   "job_id": job.job_id}  # fmt: skip
         attempt = unexpected = 0
+        await self.cache_ready.wait()
         while True:
             try:
                 started = time.monotonic()

@@ -16,18 +16,35 @@ from schemas.settings import load_settings
     help="User hooks: a callable taking the settings and returning streams.app.extensions.Extensions.",
 )
 @click.option("--loglevel", "-l", default=None, help="Log level (default: DISTILL_WORKER__LOG_LEVEL).")
-def command(app_spec: str | None, loglevel: str | None) -> None:
+@click.option("--replay-run", default=None, hidden=True, help="Run as replay RUN (used by 'distill replay').")
+@click.option("--replay-session", multiple=True, hidden=True)
+@click.option("--replay-from-latest", is_flag=True, hidden=True)
+def command(
+    app_spec: str | None,
+    loglevel: str | None,
+    replay_run: str | None,
+    replay_session: tuple[str, ...],
+    replay_from_latest: bool,
+) -> None:
     """Run a worker: the track agent (events → jobs), the summarize agent (jobs → summaries).
 
     Start as many as you like; partitions are shared among them. Metrics are
     served on DISTILL_WORKER__METRICS_PORT when set.
     """
     from streams.app.extensions import load_extensions
-    from streams.app.factory import create_app
+    from streams.app.factory import ReplayOptions, create_app
     from streams.app.worker import run_worker
 
     settings = load_settings()
     if loglevel:
         settings.worker.log_level = loglevel
-    app = create_app(settings, extensions=load_extensions(app_spec, settings))
+    replay = None
+    if replay_run:
+        replay = ReplayOptions(
+            replay_run,
+            frozenset(replay_session),
+            preload_from=settings.topics.summaries,
+            from_latest=replay_from_latest,
+        )
+    app = create_app(settings, extensions=load_extensions(app_spec, settings), replay=replay)
     run_worker(app, settings)
