@@ -1,0 +1,120 @@
+"""The track use case with a dict as the table: no broker."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from schemas import DeleteSession, SessionEvent, SessionSummary, SummarizeSync, SummaryBoundary, SummaryReport, TriggerReport
+from streams.app.codecs import Rejected, decode_event_record
+from streams.app.coordinates import Coordinates
+from streams.app.sweep import sweep_commands
+from streams.app.track import TrackHandler
+from streams.app.tracked import TrackedKey, table_key
+from streams.rules.policy import PolicySet, SummaryPolicy
+from streams.rules.checks import EventThreshold
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def event(n: int, role: str = "assistant", **kw: Any) -> SessionEvent:
+    return SessionEvent.model_validate({
+        "app_name": "a", "user_id": "u", "session_id": "s", "event_id": f"e{n}",
+        "timestamp": (T0 + timedelta(seconds=n)).isoformat(), "request_id": kw.pop("request_id", "r1"),
+        "author": "user" if role == "user" else "bot", "message": {"role": role, "content": f"text number {n}"}, **kw,
+    })  # fmt: skip
+
+
+def handler(threshold: int = 2, **kw: Any) -> TrackHandler:
+    return TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(threshold),))), **kw)
+
+
+def feed(h: TrackHandler, table: dict[str, TrackedKey], events: list[SessionEvent], start: int = 0) -> list[Any]:
+    jobs = []
+    for i, e in enumerate(events):
+        jobs += h.on_record(e, Coordinates("ev", 1, start + i), table).jobs
+    return jobs
+
+
+def test_job_fires_past_the_threshold_with_offsets_and_in_flight_blocks_the_next() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = handler()
+    jobs = feed(h, table, [event(1, "user"), event(2), event(3), event(4)], start=10)
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.upto.last_event_id == "e3" and job.upto.offset == 12 and job.events_from_offset == 10
+    assert table[table_key("a", "u", "s", "")].state.in_flight is not None
+
+
+def test_summary_releases_the_key_and_failure_releases_it_too() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = handler()
+    job = feed(h, table, [event(1, "user"), event(2), event(3)])[0]
+    summary = SessionSummary(
+        app_name="a", user_id="u", session_id="s", summary="x", version=1,
+        boundary=SummaryBoundary(cutoff_at=job.upto.cutoff_at, last_event_id="e3"), model="m", prompt_version="p",
+        created_at=T0, report=SummaryReport(trigger=TriggerReport(name="event_threshold")), job_id=job.job_id,
+    )  # fmt: skip
+    h.on_summary_record(summary, table)
+    state = table[table_key("a", "u", "s", "")].state
+    assert state.in_flight is None and state.version == 1 and not state.pending
+    more = feed(h, table, [event(4, "user"), event(5), event(6)], start=3)
+    assert more and more[0].from_version == 1 and more[0].previous_boundary is not None
+
+
+def test_invalid_records_become_dead_letters_with_coordinates() -> None:
+    out = handler().on_record(decode_event_record(b"[1]", 100), Coordinates("ev", 0, 7), {}, key=b"k")
+    assert out.dead_letter is not None and out.dead_letter.source_offset == 7
+    assert decode_event_record(b"x" * 101, 100) == Rejected(b"x" * 101, "OversizedRecord", ANY_REASON)
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY_REASON: Any = _Any()
+
+
+def test_sync_command_with_nothing_to_summarize_is_answered_with_a_failure() -> None:
+    cmd = SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="r")
+    out = handler().on_record(cmd, Coordinates("ev", 0, 0), {}, log_time=T0)
+    assert not out.jobs and out.replies[0].reply_to == "r"
+
+
+def test_delete_keeps_versions_and_forgets_the_pending_events() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = handler(threshold=100)
+    feed(h, table, [event(1, "user"), event(2)])
+    h.on_record(DeleteSession(app_name="a", user_id="u", session_id="s", command_id="d"), Coordinates("ev", 0, 9), table)
+    state = table[table_key("a", "u", "s", "")].state
+    assert not state.pending and state.version == 0
+
+
+def test_replay_mode_decisions_do_not_wait_for_summaries() -> None:
+    table: dict[str, TrackedKey] = {}
+    jobs = feed(handler(optimistic=True), table, [event(i, "user" if i % 2 else "assistant") for i in range(1, 10)])
+    assert [j.from_version for j in jobs] == list(range(len(jobs))) and len(jobs) >= 2
+
+
+def test_sweep_pokes_idle_keys_and_timed_out_jobs() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = handler(threshold=100, wall_clock=lambda: 1000.0)
+    feed(h, table, [event(1, "user"), event(2)])
+    idle = sweep_commands(table.values(), now=T0 + timedelta(hours=1), idle_after_s=60, job_timeout_s=120)
+    assert [c.model_extra["origin"] for _, c in idle] == ["idle_sweep"]
+    assert not sweep_commands(table.values(), now=T0 + timedelta(seconds=30), idle_after_s=60, job_timeout_s=120)
+    h2 = handler(threshold=1, wall_clock=lambda: T0.timestamp())
+    table2: dict[str, TrackedKey] = {}
+    feed(h2, table2, [event(1, "user"), event(2)])
+    late = sweep_commands(table2.values(), now=T0 + timedelta(seconds=500), idle_after_s=None, job_timeout_s=120)
+    assert [c.model_extra["origin"] for _, c in late] == ["retry"]
+    out = h2.on_record(late[0][1], Coordinates("ev", 0, 5), table2, log_time=T0)
+    assert out.jobs and out.jobs[0].origin == "retry"
+
+
+def test_table_values_round_trip() -> None:
+    table: dict[str, TrackedKey] = {}
+    feed(handler(), table, [event(1, "user"), event(2), event(3)])
+    for value in table.values():
+        assert TrackedKey.from_bytes(value.to_bytes()) == value
