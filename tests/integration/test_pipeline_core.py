@@ -221,3 +221,33 @@ def test_worker_logs_are_json_with_coordinates(pipeline: Settings, tmp_path_fact
     emitted = [line for line in lines if line.get("msg") == "summary job emitted"]
     assert emitted and {"topic", "partition", "offset", "session_id", "job_id"} <= emitted[0].keys()
     assert not any("Lisbon" in json.dumps(line) for line in lines if line["level"] == "info")
+
+
+async def test_replay_twice_same_boundaries_and_unchanged_summaries_reused(
+    pipeline: Settings, client: DistillClient, llm_server: OpenAIServer
+) -> None:
+    import re
+    import subprocess
+
+    from tests.integration.pipeline_support import DISTILL, worker_env
+
+    b = SessionBuilder(app="thr")
+    events = [b.user("Compare Postgres and Cassandra for time series."), b.assistant("Cassandra scales writes."),
+              b.user("And for joins?"), b.assistant("Postgres handles joins; Cassandra does not.")]  # fmt: skip
+    await client.publish_many(events)
+    await session_summaries(pipeline, b.session, 1)
+
+    def replay() -> list[tuple[int, str | None]]:
+        done = subprocess.run([DISTILL, "replay", "--session", b.session, "--idle-exit", "2"], env=worker_env(pipeline),
+                              capture_output=True, text=True, timeout=180, check=True)  # fmt: skip
+        topic = re.search(r"→ (\S+)", done.stdout.splitlines()[-1])
+        assert topic is not None, done.stdout
+        assert "LLM calls 0" in done.stdout, done.stdout
+        records = asyncio.run(read_topic(pipeline, topic.group(1), timeout=10))
+        return [(s["version"], s["boundary"]["last_event_id"]) for s in summaries_of(records)]
+
+    calls = len(llm_server.requests)
+    first = await asyncio.to_thread(replay)
+    second = await asyncio.to_thread(replay)
+    assert first == second == [(1, events[3].event_id)]
+    assert len(llm_server.requests) == calls
