@@ -21,7 +21,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import faust
 
@@ -156,8 +157,8 @@ def create_app(
         changelog_topic=changelog,
         help="Trigger state per (session, filter key)",
     )
-    table.key_serializer = KEY_CODEC
-    table.value_serializer = STATE_CODEC
+    cast(Any, table).key_serializer = KEY_CODEC
+    cast(Any, table).value_serializer = STATE_CODEC
 
     @app.agent(events_topic, name="track", concurrency=1)
     async def track_sessions(stream: faust.StreamT[Any]) -> None:
@@ -185,37 +186,37 @@ def create_app(
 
     @app.agent(jobs_topic, name="summarize", concurrency=1)
     async def summarize_jobs(stream: faust.StreamT[Any]) -> None:
-        async for event in stream.noack().events():
+        async for event in cast(Any, stream).noack().events():
             msg = event.message
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             job = event.value
             produced = msg.timestamp if msg.timestamp else None
             await runtime.pool.submit(
                 job_pool_key(job), msg.partition, msg.offset,
-                lambda job=job, coords=coords, key=msg.key or b"", produced=produced: runtime.run_job(
-                    job, coords, key, produced
-                ),
+                partial(runtime.run_job, job, coords, msg.key or b"", produced),
                 event.ack,
             )  # fmt: skip
             metrics.JOBS_IN_FLIGHT.set(len(runtime.pool))
 
-    @app.on_partitions_revoked.connect
-    async def _revoked(app_: faust.App, revoked: set[Any], **_: Any) -> None:
+    @cast(Any, app.on_partitions_revoked).connect  # type: ignore[untyped-decorator]  # mode signals: loose types
+    async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
+        revoked: set[Any] = args[0] if args else _.get("revoked", set())
         await runtime.on_revoked({tp.partition for tp in revoked if tp.topic == topics.jobs})
 
-    @app.on_partitions_assigned.connect
-    async def _assigned(app_: faust.App, assigned: set[Any], **_: Any) -> None:
+    @cast(Any, app.on_partitions_assigned).connect  # type: ignore[untyped-decorator]
+    async def _assigned(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
+        assigned: set[Any] = args[0] if args else _.get("assigned", set())
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
         log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 
-    @app.on_before_shutdown.connect
-    async def _shutdown(app_: faust.App, **_: Any) -> None:
+    @cast(Any, app.on_before_shutdown).connect  # type: ignore[untyped-decorator]
+    async def _shutdown(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         await runtime.stop()
 
     if replay and replay.preload_from:
         preload_topic = replay.preload_from
 
-        @app.task
+        @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
         async def _preload() -> None:
             from streams.app.ledger import preload_cache
 
@@ -229,7 +230,7 @@ def create_app(
     idle_after = settings.summary.idle_summary_after_s
     sweep_every = max(1.0, min(idle_after or 60.0, settings.summary.job_timeout_s) / 4)
 
-    @app.timer(sweep_every)
+    @app.timer(sweep_every)  # type: ignore[untyped-decorator]  # faust's decorators are untyped
     async def _sweep() -> None:
         now = datetime.now(UTC)
         commands = sweep_commands(

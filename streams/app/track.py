@@ -33,10 +33,10 @@ from schemas import (
 from streams.app.codecs import Rejected
 from streams.app.coordinates import Coordinates
 from streams.app.tracked import TrackedKey, table_key
+from streams.rules.boundaries import delta_after
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, session_keys
 from streams.rules.policy import PolicySet
-from streams.rules.boundaries import delta_after
 from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_failed, on_summary, rebase
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class TrackHandler:
     def _sweep_applies(
         origin: str,
         states: dict[str, SessionTriggerState | None],
-        command: Summarize,
+        command: Summarize | SummarizeSync,
         timeout_s: float,
     ) -> bool:
         state = states.get(command.filter_key)

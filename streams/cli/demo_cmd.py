@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -114,10 +115,8 @@ async def _run(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], wo
         await asyncio.sleep(2.0)
         follower.cancel()
         summaries: list[SessionSummary] = []
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await follower
-        except asyncio.CancelledError:
-            pass
         summaries = _COLLECTED.get(key, [])
     elapsed = time.monotonic() - started
     click.echo(f"\n== {len(summaries)} summaries in {elapsed:.1f}s\n")

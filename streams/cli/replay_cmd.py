@@ -73,7 +73,7 @@ async def _create_topics(settings: Settings, jobs: str, summaries: str) -> None:
         try:
             await ensure_topics(Settings(**data))
             return
-        except Exception:  # noqa: BLE001 - freshly created topics may not describe yet
+        except Exception:
             await asyncio.sleep(0.5)
     await ensure_topics(Settings(**data))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import click
@@ -38,10 +39,8 @@ def command(session: str | None, from_beginning: bool, as_json: bool, failures: 
                 else:
                     click.echo(f"[failure] {record.session_id} {record.filter_key or '(session)'}: {record.reason}")
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(follow())
-    except KeyboardInterrupt:
-        pass
 
 
 def format_summary(s: object) -> str:
@@ -53,7 +52,7 @@ def format_summary(s: object) -> str:
     head = (
         f"── {s.app_name}/{s.user_id}/{s.session_id} [{s.filter_key or 'full session'}] v{s.version} "
         f"(model {s.model}, prompt {s.prompt_version}, trigger {s.report.trigger.name}"
-        f"{f' {s.report.trigger.value:g}>{s.report.trigger.threshold:g} {s.report.trigger.unit}' if s.report.trigger.unit else ''})"
+        f"{_trigger_value(s)})"
     )
     stats = (
         f"   events {st.original_event_count}→{st.compressed_event_count} ({st.compression_ratio:.0f}% saved), "
@@ -61,3 +60,11 @@ def format_summary(s: object) -> str:
         f"LLM in/out {st.input_tokens}/{st.output_tokens}, boundary {s.boundary.last_event_id}"
     )
     return f"{head}\n{stats}\n{s.summary}\n"
+
+
+def _trigger_value(s: object) -> str:
+    from schemas import SessionSummary
+
+    assert isinstance(s, SessionSummary)
+    t = s.report.trigger
+    return f" {t.value:g}>{t.threshold:g} {t.unit}" if t.unit else ""

@@ -104,7 +104,9 @@ class SessionBuilder:
         self.t += timedelta(seconds=gap_s)
         return self.t
 
-    def event(self, role: str, content: str | None, *, gap_s: float = 1.0, filter_key: str = "", **extra: Any) -> SessionEvent:
+    def event(
+        self, role: str, content: str | None, *, gap_s: float = 1.0, filter_key: str = "", **extra: Any
+    ) -> SessionEvent:
         self.n += 1
         message: dict[str, Any] = {"role": role, "content": content}
         message.update(extra.pop("message", {}))

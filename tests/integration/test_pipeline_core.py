@@ -49,7 +49,9 @@ def llm_server() -> Iterator[OpenAIServer]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(service_settings: Settings, llm_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+def pipeline(
+    service_settings: Settings, llm_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
     data = service_settings.model_dump()
     suffix = uuid.uuid4().hex[:8]
     for name in ("events", "jobs", "summaries", "dead_letters"):
@@ -190,9 +192,7 @@ async def test_transient_llm_failures_are_retried_not_dropped(
     assert not [r for r in letters if b.session.encode() in (r.key or b"")]
 
 
-async def test_delete_session_resets_state_and_versions_keep_growing(
-    pipeline: Settings, client: DistillClient
-) -> None:
+async def test_delete_session_resets_state_and_versions_keep_growing(pipeline: Settings, client: DistillClient) -> None:
     b = SessionBuilder(app="del")
     await client.publish_many([b.user("My passport number is X123."), b.assistant("Noted."), b.user("ok")])
     await client.publish_many([b.assistant("Anything else?")])
@@ -207,7 +207,7 @@ async def test_delete_session_resets_state_and_versions_keep_growing(
     assert "X123" not in latest["summary"]
 
 
-def SessionKeyOf(b: SessionBuilder) -> Any:  # noqa: N802 - reads like a constructor
+def SessionKeyOf(b: SessionBuilder) -> Any:
     from schemas import SessionKey
 
     return SessionKey(b.app_name, b.user_id, b.session)

@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """Guarantees under failure: two workers share partitions, one is SIGKILLed mid-run.
 
 Afterwards every session has exactly one summary per boundary, versions grow
@@ -8,6 +9,7 @@ ended, and the last boundary is the session's last event.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import uuid
@@ -62,7 +64,7 @@ def check_chain(summaries: list[dict[str, Any]]) -> None:
         assert versions == list(range(1, len(chain) + 1)), (key, versions)
         boundaries = [s["boundary"]["last_event_id"] for s in chain]
         assert len(set(boundaries)) == len(boundaries), (key, boundaries)
-        for prev, nxt in zip(chain, chain[1:], strict=False):
+        for prev, nxt in itertools.pairwise(chain):
             assert nxt["previous_boundary"]["last_event_id"] == prev["boundary"]["last_event_id"], key
 
 
@@ -113,9 +115,13 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
             if not complete(records):
                 latest = {s["session_id"]: (s["version"], s["boundary"]["last_event_id"]) for s in summaries_of(records)
                           if s["filter_key"] == ""}  # fmt: skip
-                behind = {sid: latest.get(sid) for sid, ev in last.items() if latest.get(sid, (0, ""))[1] != ev.event_id}
+                behind = {
+                    sid: latest.get(sid) for sid, ev in last.items() if latest.get(sid, (0, ""))[1] != ev.event_id
+                }
                 problems = [x for x in procs[1].log_text().splitlines() if '"warning"' in x or '"error"' in x]
-                pytest.fail(f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(problems[-30:]))
+                pytest.fail(
+                    f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(problems[-30:])
+                )
             assert procs[1].proc.poll() is None, procs[1].log_text()[-3000:]
         summaries = summaries_of(records)
         check_chain(summaries)

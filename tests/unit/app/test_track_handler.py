@@ -5,14 +5,22 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas import DeleteSession, SessionEvent, SessionSummary, SummarizeSync, SummaryBoundary, SummaryReport, TriggerReport
+from schemas import (
+    DeleteSession,
+    SessionEvent,
+    SessionSummary,
+    SummarizeSync,
+    SummaryBoundary,
+    SummaryReport,
+    TriggerReport,
+)
 from streams.app.codecs import Rejected, decode_event_record
 from streams.app.coordinates import Coordinates
 from streams.app.sweep import sweep_commands
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey, table_key
-from streams.rules.policy import PolicySet, SummaryPolicy
 from streams.rules.checks import EventThreshold
+from streams.rules.policy import PolicySet, SummaryPolicy
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -86,7 +94,9 @@ def test_delete_keeps_versions_and_forgets_the_pending_events() -> None:
     table: dict[str, TrackedKey] = {}
     h = handler(threshold=100)
     feed(h, table, [event(1, "user"), event(2)])
-    h.on_record(DeleteSession(app_name="a", user_id="u", session_id="s", command_id="d"), Coordinates("ev", 0, 9), table)
+    h.on_record(
+        DeleteSession(app_name="a", user_id="u", session_id="s", command_id="d"), Coordinates("ev", 0, 9), table
+    )
     state = table[table_key("a", "u", "s", "")].state
     assert not state.pending and state.version == 0
 

@@ -1,0 +1,227 @@
+# ruff: noqa: E501
+"""Pipeline benchmark: one ``distill worker`` on the local Kafka, a zero-latency OpenAI-compatible endpoint.
+
+Prints: sustained ingest events/s through the track agent, event→job p50/p99
+(paced load), job→summary p50/p99 (zero-latency LLM), and worker RSS with
+``--sessions`` sessions tracked. Loopback only; bounded time.
+
+    .venv/bin/python benchmarks/bench_pipeline.py [--events 60000] [--sessions 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from schemas.settings import Settings, load_settings
+from streams.kafka_config import common_kwargs, producer_kwargs
+from tests.integration.pipeline_support import (
+    WorkerProcess,
+    create_topics,
+    isolated_worker_settings,
+    read_topic,
+)
+from tests.support.openai_server import OpenAIServer
+
+
+def event_bytes(app: str, session: str, n: int, ts: float) -> bytes:
+    role = "user" if n % 2 == 0 else "assistant"
+    return json.dumps({
+        "app_name": app, "user_id": "u", "session_id": session, "event_id": f"e{n}",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1e6) % 1000000:06d}Z",
+        "request_id": f"r{n // 2}", "author": "user" if role == "user" else "bot",
+        "message": {"role": role, "content": f"message {n} of {session}: some ordinary text about the task at hand"},
+    }).encode()  # fmt: skip
+
+
+async def produce(
+    settings: Settings, records: list[tuple[bytes, bytes]], rate: float | None = None
+) -> dict[tuple[int, int], float]:
+    """Send records; returns {(partition, offset): send time}."""
+    kwargs = producer_kwargs(settings.kafka)
+    kwargs.update(linger_ms=5, max_batch_size=512 * 1024)
+    producer = AIOKafkaProducer(**kwargs)
+    await producer.start()
+    sent: dict[tuple[int, int], float] = {}
+    try:
+        futures = []
+        start = time.monotonic()
+        for i, (key, value) in enumerate(records):
+            if rate:
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            futures.append((time.time(), await producer.send(settings.topics.events, value, key=key)))
+        for at, fut in futures:
+            md = await fut
+            sent[(md.partition, md.offset)] = at
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def committed(settings: Settings, group: str) -> int:
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return sum(v.offset for tp, v in offsets.items() if tp.topic == settings.topics.events)
+
+
+async def wait_jobs_drained(settings: Settings, group: str, timeout: float) -> None:
+    """Until the summarize agent committed every job (so phases do not overlap)."""
+    from aiokafka import AIOKafkaConsumer
+
+    from streams.kafka_config import consumer_kwargs
+
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None)
+    await consumer.start()
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        tps = [TopicPartition(settings.topics.jobs, p) for p in range(settings.topics.partitions)]
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            ends = await consumer.end_offsets(tps)
+            offsets = await admin.list_consumer_group_offsets(group)
+            if all(offsets.get(tp) is not None and offsets[tp].offset >= ends[tp] for tp in tps if ends[tp]):
+                return
+            await asyncio.sleep(0.3)
+    finally:
+        await admin.close()
+        await consumer.stop()
+
+
+async def wait_consumed(settings: Settings, group: str, total: int, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if await committed(settings, group) >= total:
+            return time.monotonic()
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"worker did not consume {total} events in {timeout}s")
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def main(args: argparse.Namespace) -> None:
+    with OpenAIServer() as llm:
+        data = load_settings().model_dump()
+        sfx = uuid.uuid4().hex[:8]
+        for name in ("events", "jobs", "summaries", "dead_letters"):
+            data["topics"][name] = f"bench-{sfx}.{name}"
+        data["topics"]["partitions"] = 4
+        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="zero-latency")
+        settings = isolated_worker_settings(Settings(**data), event_threshold=19, async_summary_num=8)
+        settings.worker.log_level = "WARNING"
+        await create_topics(settings)
+        tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+        worker = WorkerProcess(settings, tmp / "worker.log")
+        group = settings.worker.app_id
+        try:
+            # warm-up: the worker joins and processes a first batch
+            warm = [(f"w/u/s{i}".encode(), event_bytes("w", f"s{i}", 0, time.time())) for i in range(200)]
+            await produce(settings, warm)
+            await wait_consumed(settings, group, len(warm), 120)
+            total = len(warm)
+
+            # 1) sustained ingest: events of many sessions as fast as the producer goes
+            sessions = max(1, args.events // 40)
+            now = time.time()
+            burst = [
+                (f"b/u/s{s}".encode(), event_bytes("b", f"s{s}", n, now + n))
+                for n in range(40)
+                for s in range(sessions)
+            ]
+            t0 = time.monotonic()
+            await produce(settings, burst)
+            total += len(burst)
+            t1 = await wait_consumed(settings, group, total, 600)
+            ingest = len(burst) / (t1 - t0)
+            await wait_jobs_drained(settings, group, 600)
+
+            # 2) latencies under a paced load (sessions fire every 20 events)
+            paced_sessions = 50
+            now = time.time()
+            paced = [
+                (f"p/u/s{s}".encode(), event_bytes("p", f"s{s}", n, now + n))
+                for n in range(40)
+                for s in range(paced_sessions)
+            ]
+            sent = await produce(settings, paced, rate=args.rate)
+            total += len(paced)
+            await wait_consumed(settings, group, total, 300)
+            await asyncio.sleep(3)
+            jobs = await read_topic(settings, settings.topics.jobs, timeout=20)
+            summaries = await read_topic(settings, settings.topics.summaries, timeout=20)
+            job_at: dict[str, float] = {}
+            e2j: list[float] = []
+            for r in jobs:
+                job = json.loads(r.value)
+                job_at[job["job_id"]] = r.timestamp / 1000
+                if job["app_name"] == "p" and job["upto"]["offset"] is not None:
+                    t_ev = sent.get((r.partition, job["upto"]["offset"]))
+                    if t_ev is not None:
+                        e2j.append((r.timestamp / 1000 - t_ev) * 1000)
+            j2s = [(r.timestamp / 1000 - job_at[s["job_id"]]) * 1000 for r in summaries
+                   if (s := json.loads(r.value)).get("type") == "summary" and s["job_id"] in job_at and s["app_name"] == "p"]  # fmt: skip
+
+            # 3) RSS with many sessions tracked (one user message each: state, no job)
+            now = time.time()
+            many = [(f"m/u/s{i}".encode(), event_bytes("m", f"s{i}", 0, now)) for i in range(args.sessions)]
+            t2 = time.monotonic()
+            await produce(settings, many)
+            total += len(many)
+            t3 = await wait_consumed(settings, group, total, 900)
+            rss = rss_mb(worker.proc.pid)
+
+            print(f"ingest (track agent, {len(burst)} events, {sessions} sessions): {ingest:,.0f} events/s")
+            print(f"ingest (one-event sessions, {len(many)}): {len(many) / (t3 - t2):,.0f} events/s")
+            print(
+                f"event→job  ({len(e2j)} jobs at {args.rate:.0f} ev/s): p50 {pct(e2j, 0.5):.1f} ms, p99 {pct(e2j, 0.99):.1f} ms"
+            )
+            print(
+                f"job→summary ({len(j2s)} summaries, zero-latency LLM): p50 {pct(j2s, 0.5):.1f} ms, p99 {pct(j2s, 0.99):.1f} ms"
+            )
+            print(
+                f"worker RSS with {args.sessions + sessions + paced_sessions + 200:,} sessions tracked: {rss:,.0f} MB"
+            )
+            if e2j:
+                print(
+                    f"(event→job mean {statistics.mean(e2j):.1f} ms; job→summary mean {statistics.mean(j2s) if j2s else float('nan'):.1f} ms)"
+                )
+        finally:
+            worker.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=40_000)
+    parser.add_argument("--sessions", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
+    asyncio.run(main(parser.parse_args()))
