@@ -13,3 +13,7 @@ class AnchorNotFound(LookupError):
 
 class InvalidRequest(ValueError):
     """A read request that can never succeed as given (missing anchor, bad scope...)."""
+
+
+class MigrationMismatch(RuntimeError):
+    """An applied migration's file changed afterwards: the keyspace no longer matches the code."""

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from cassandra.cluster import Session
 
+from projections.errors import MigrationMismatch
 from schemas.settings import CassandraSettings
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.cql$")
@@ -63,10 +64,17 @@ def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migr
         f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
         "version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
     )
-    done = {row.version for row in session.execute(f"SELECT version FROM {ks}.schema_migrations")}
+    done = {
+        row.version: row.checksum for row in session.execute(f"SELECT version, checksum FROM {ks}.schema_migrations")
+    }
     applied = []
     for migration in load_migrations(ks):
         if migration.version in done:
+            if done[migration.version] != migration.checksum:
+                raise MigrationMismatch(
+                    f"migration {migration.version:03d}_{migration.name} changed after it was applied to keyspace "
+                    f"{ks}; add a new migration instead of editing an applied one (or drop the keyspace)"
+                )
             continue
         for statement in migration.statements:
             session.execute(statement, timeout=60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -58,9 +59,19 @@ async def ensure_topics(settings: Settings) -> dict[str, str]:
         await admin.close()
 
 
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    # Right after creation the broker may describe a topic with no partitions yet: ask again briefly.
+    for _ in range(50):
+        described = await admin.describe_topics(names)
+        counts = {d["topic"]: len(d["partitions"]) for d in described}
+        if all(counts.get(n, 0) > 0 for n in names):
+            break
+        await asyncio.sleep(0.1)
+    return counts
+
+
 async def _check_partitions(admin: AIOKafkaAdminClient, plan: list[TopicPlan]) -> None:
-    described = await admin.describe_topics([p.name for p in plan])
-    counts = {d["topic"]: len(d["partitions"]) for d in described}
+    counts = await _partition_counts(admin, [p.name for p in plan])
     for p in plan:
         if counts.get(p.name, p.partitions) != p.partitions:
             raise ServiceError(

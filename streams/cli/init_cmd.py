@@ -6,10 +6,11 @@ import asyncio
 
 import click
 
-from projections.cassandra_session import connect
+from projections.errors import MigrationMismatch
 from projections.migrations import apply_migrations
 from schemas.settings import load_settings
-from streams.errors import ServiceError
+from streams.cassandra_connection import cassandra_session
+from streams.errors import ConfigurationError
 
 
 @click.command("init")
@@ -24,17 +25,10 @@ def command(skip_kafka: bool, skip_cassandra: bool) -> None:
         for topic, state in asyncio.run(ensure_topics(settings)).items():
             click.echo(f"topic {topic}: {state}")
     if not skip_cassandra:
-        from cassandra.cluster import NoHostAvailable
-
-        try:
-            cluster, session = connect(settings.cassandra)
-        except NoHostAvailable as exc:
-            raise ServiceError(
-                f"cassandra at {settings.cassandra.contact_points}:{settings.cassandra.port} is not reachable"
-            ) from exc
-        try:
-            applied = apply_migrations(session, settings.cassandra)
-        finally:
-            cluster.shutdown()
+        with cassandra_session(settings.cassandra) as session:
+            try:
+                applied = apply_migrations(session, settings.cassandra)
+            except MigrationMismatch as exc:
+                raise ConfigurationError(str(exc)) from exc
         names = ", ".join(f"{m.version:03d}_{m.name}" for m in applied) or "none (up to date)"
         click.echo(f"keyspace {settings.cassandra.keyspace}: migrations applied: {names}")

@@ -10,7 +10,7 @@ import click
 
 from projections.embedding import Embedder
 from schemas.settings import Settings, load_settings
-from streams.errors import ServiceError
+from streams.cassandra_connection import cassandra_session
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -22,21 +22,12 @@ def _build_embedder(settings: Settings) -> Embedder | None:
 
 
 async def _run(settings: Settings, group: str, max_batch: int) -> None:
-    from cassandra.cluster import NoHostAvailable
-
-    from projections.cassandra_session import connect
     from projections.kafka_runner import ProjectorRunner
     from projections.projector import Projector
     from streams.kafka_config import consumer_kwargs, producer_kwargs
     from streams.rules.tokens import get_token_counter
 
-    try:
-        cluster, session = connect(settings.cassandra)
-    except NoHostAvailable as exc:
-        raise ServiceError(
-            f"cassandra at {settings.cassandra.contact_points}:{settings.cassandra.port} is not reachable"
-        ) from exc
-    try:
+    with cassandra_session(settings.cassandra) as session:
         projector = Projector(
             session,
             settings.cassandra.keyspace,
@@ -57,8 +48,6 @@ async def _run(settings: Settings, group: str, max_batch: int) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, runner.stop)
         await runner.run()
-    finally:
-        cluster.shutdown()
 
 
 @click.command("projector")

@@ -11,7 +11,6 @@ import click
 
 from schemas import SessionKey
 from schemas.settings import Settings, load_settings
-from streams.errors import ServiceError
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -19,26 +18,16 @@ def _iso(value: datetime | None) -> str | None:
 
 
 async def _collect(settings: Settings, key: SessionKey, filter_key: str) -> dict[str, Any]:
-    from cassandra.cluster import NoHostAvailable
-
-    from projections.cassandra_session import connect
     from projections.read_api import SessionReader
+    from streams.cassandra_connection import cassandra_session
 
-    try:
-        cluster, session = connect(settings.cassandra, settings.cassandra.keyspace)
-    except NoHostAvailable as exc:
-        raise ServiceError(
-            f"cassandra at {settings.cassandra.contact_points}:{settings.cassandra.port} is not reachable"
-        ) from exc
-    try:
+    with cassandra_session(settings.cassandra, settings.cassandra.keyspace) as session:
         reader = SessionReader(session, settings.cassandra.keyspace)
         chosen = await reader.get_summary(key, filter_key)
         history = await reader.summary_history(key, chosen.filter_key if chosen else filter_key)
         stats = await reader.session_stats(key)
         pending = await reader.events_after_boundary(key, filter_key, summary=chosen, use_latest=chosen is not None)
         keys = [s.filter_key for s in await reader.list_summaries(key)]
-    finally:
-        cluster.shutdown()
     record = chosen.record if chosen else None
     return {
         "session": key._asdict(),

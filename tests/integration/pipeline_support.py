@@ -170,15 +170,7 @@ def summaries_of(records: list[Any]) -> list[dict[str, Any]]:
 
 
 async def create_topics(settings: Settings) -> None:
-    """``ensure_topics``, retried: a just-created topic may describe with 0 partitions for a moment."""
-    from streams.errors import ServiceError
+    """Create the test's topics (``ensure_topics`` waits until they describe with partitions)."""
     from streams.topics_admin import ensure_topics
 
-    for attempt in range(10):
-        try:
-            await ensure_topics(settings)
-            return
-        except ServiceError:
-            if attempt == 9:
-                raise
-            await asyncio.sleep(0.5)
+    await ensure_topics(settings)

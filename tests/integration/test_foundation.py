@@ -118,3 +118,17 @@ def test_init_rejects_mismatched_partition_counts(isolated_settings: Settings) -
     assert result.returncode == 1
     assert "has 2 partitions but distill expects 3" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_changed_applied_migration_is_a_clear_error(isolated_settings: Settings) -> None:
+    assert _distill(isolated_settings, "init", "--skip-kafka").returncode == 0
+    cluster, session = connect(isolated_settings.cassandra)
+    ks = isolated_settings.cassandra.keyspace
+    try:
+        session.execute(f"UPDATE {ks}.schema_migrations SET checksum = 'edited' WHERE version = 1")
+        result = _distill(isolated_settings, "init", "--skip-kafka")
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"error: migration 001_base changed after it was applied to keyspace {ks}")
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
+        cluster.shutdown()
