@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -80,7 +79,7 @@ def _start_processes(workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for name in ("worker", "projector"):
         log = (workdir / f"{name}.log").open("ab")
-        procs[name] = subprocess.Popen([exe, name], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        procs[name] = subprocess.Popen([exe, name], stdout=log, stderr=subprocess.STDOUT)
         click.echo(f"== started {name} (pid {procs[name].pid}, log {workdir / f'{name}.log'})")
     return procs
 
