@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from importlib import resources
@@ -16,6 +15,7 @@ from typing import Any
 import click
 
 from schemas.settings import Settings, load_settings
+from streams.local_pipeline import LocalPipeline, distill_executable
 
 DEMO_FILE = "demo_session.jsonl"
 
@@ -50,41 +50,17 @@ def command(keep_running: bool, timeout: float) -> None:
     click.echo("== init")
     click.get_current_context().invoke(init_command, skip_kafka=False, skip_cassandra=False)
     workdir = Path(".distill") / "demo"
-    workdir.mkdir(parents=True, exist_ok=True)
-    procs = _start_processes(workdir)
-    try:
-        asyncio.run(_run(settings, procs, workdir, timeout))
-    finally:
-        if not keep_running:
-            for name, proc in procs.items():
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                click.echo(f"   stopped {name} (pid {proc.pid})")
+    with LocalPipeline(workdir, keep_running=keep_running) as pipeline:
+        for name, proc in pipeline.procs.items():
+            click.echo(f"== started {name} (pid {proc.pid}, log {pipeline.log(name)})")
+        pipeline.wait_for_worker(timeout)
+        asyncio.run(_run(settings, workdir, timeout))
+    if not keep_running:
+        click.echo("== stopped the worker and the projector")
+    click.echo("   Kafka and Cassandra keep running: `distill services down` stops them.")
 
 
-def _exe() -> str:
-    """This ``distill`` executable (the venv's), else the one on ``PATH``."""
-    argv0 = Path(sys.argv[0])
-    if argv0.name == "distill" and argv0.exists():
-        return str(argv0.resolve())
-    sibling = Path(sys.executable).with_name("distill")
-    return str(sibling) if sibling.exists() else "distill"
-
-
-def _start_processes(workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
-    exe = _exe()
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    for name in ("worker", "projector"):
-        log = (workdir / f"{name}.log").open("ab")
-        procs[name] = subprocess.Popen([exe, name], stdout=log, stderr=subprocess.STDOUT)
-        click.echo(f"== started {name} (pid {procs[name].pid}, log {workdir / f'{name}.log'})")
-    return procs
-
-
-async def _run(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], workdir: Path, timeout: float) -> None:
+async def _run(settings: Settings, workdir: Path, timeout: float) -> None:
     from schemas import SessionKey, SessionSummary
     from streams.app.codecs import decode_event_record
     from streams.cli.tail_cmd import format_summary
@@ -96,7 +72,6 @@ async def _run(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], wo
     by_request: dict[str, list[Any]] = defaultdict(list)
     for raw in records:
         by_request[raw["request_id"]].append(decode_event_record(json.dumps(raw).encode(), 1 << 30))
-    _wait_for_worker(workdir / "worker.log", procs["worker"], timeout)
     started = time.monotonic()
     async with DistillClient(settings) as client:
         follower = asyncio.ensure_future(_collect(client, key))
@@ -131,7 +106,10 @@ async def _run(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], wo
     click.echo("\n== distill show (Cassandra read side)")
     await asyncio.sleep(2.0)
     shown = subprocess.run(
-        [_exe(), "show", key.app_name, key.user_id, key.session_id], capture_output=True, text=True, check=False
+        [distill_executable(), "show", key.app_name, key.user_id, key.session_id],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if shown.returncode == 0:
         click.echo(shown.stdout)
@@ -152,14 +130,3 @@ async def _collect(client: Any, key: Any) -> None:
             out.append(record)
             click.echo(f"   summary v{record.version} [{record.filter_key or 'full session'}] "
                        f"trigger={record.report.trigger.name} boundary={record.boundary.last_event_id}")  # fmt: skip
-
-
-def _wait_for_worker(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise click.ClickException(f"the worker exited (code {proc.returncode}); see {log}")
-        if log.exists() and '"partitions assigned"' in log.read_text(errors="replace"):
-            return
-        time.sleep(0.5)
-    raise click.ClickException(f"the worker did not get its partitions within {timeout}s; see {log}")

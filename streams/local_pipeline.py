@@ -1,0 +1,79 @@
+"""A worker and a projector as child processes, for the demo and the examples."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from streams.errors import ServiceError
+
+
+def distill_executable() -> str:
+    """This environment's ``distill`` (the venv's), else the one on ``PATH``."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "distill" and argv0.exists():
+        return str(argv0.resolve())
+    sibling = Path(sys.executable).with_name("distill")
+    return str(sibling) if sibling.exists() else "distill"
+
+
+class LocalPipeline:
+    """``distill worker`` and ``distill projector`` started in ``workdir``, logs beside them.
+
+    Entering waits until the worker has its partitions; leaving stops both
+    (SIGTERM, then SIGKILL after 20 s) unless ``keep_running``.
+    """
+
+    def __init__(self, workdir: Path, *, keep_running: bool = False) -> None:
+        self.workdir = workdir
+        self.keep_running = keep_running
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        exe = distill_executable()
+        for name in ("worker", "projector"):
+            with self.log(name).open("ab") as log:
+                self.procs[name] = subprocess.Popen([exe, name], stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_for_worker(self, timeout: float) -> None:
+        """Block until the worker logged its partition assignment."""
+        proc, log = self.procs["worker"], self.log("worker")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ServiceError(f"the worker exited (code {proc.returncode}); see {log}")
+            if log.exists() and '"partitions assigned"' in log.read_text(errors="replace"):
+                return
+            time.sleep(0.5)
+        raise ServiceError(f"the worker did not get its partitions within {timeout:.0f} s; see {log}")
+
+    def stop(self) -> list[tuple[str, int]]:
+        """Stop both processes; returns ``(name, pid)`` of each stopped."""
+        stopped = []
+        for name, proc in self.procs.items():
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            stopped.append((name, proc.pid))
+        self.procs.clear()
+        return stopped
+
+    def __enter__(self) -> LocalPipeline:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self.keep_running:
+            self.stop()
