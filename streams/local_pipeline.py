@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -27,8 +28,9 @@ class LocalPipeline:
     (SIGTERM, then SIGKILL after 20 s) unless ``keep_running``.
     """
 
-    def __init__(self, workdir: Path, *, keep_running: bool = False) -> None:
+    def __init__(self, workdir: Path, *, keep_running: bool = False, env: Mapping[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.env = dict(env or {})
         self.keep_running = keep_running
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -40,7 +42,9 @@ class LocalPipeline:
         exe = distill_executable()
         for name in ("worker", "projector"):
             with self.log(name).open("ab") as log:
-                self.procs[name] = subprocess.Popen([exe, name], stdout=log, stderr=subprocess.STDOUT)
+                self.procs[name] = subprocess.Popen(
+                    [exe, name], stdout=log, stderr=subprocess.STDOUT, env=self._child_env()
+                )
 
     def wait_for_worker(self, timeout: float) -> None:
         """Block until the worker logged its partition assignment."""
@@ -53,6 +57,14 @@ class LocalPipeline:
                 return
             time.sleep(0.5)
         raise ServiceError(f"the worker did not get its partitions within {timeout:.0f} s; see {log}")
+
+    def _child_env(self) -> dict[str, str] | None:
+        """The parent's environment plus ``env`` (``None``: inherit unchanged)."""
+        if not self.env:
+            return None
+        import os
+
+        return {**os.environ, **self.env}
 
     def stop(self) -> list[tuple[str, int]]:
         """Stop both processes; returns ``(name, pid)`` of each stopped."""

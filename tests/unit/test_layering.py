@@ -54,5 +54,6 @@ def test_only_settings_reads_the_environment() -> None:
             text = path.read_text()
             if "os.environ" in text or "os.getenv" in text:
                 readers.append(str(path.relative_to(ROOT)))
-    # tokens.py seeds TIKTOKEN_CACHE_DIR, the variable tiktoken itself reads.
-    assert sorted(readers) == ["streams/rules/tokens.py"]
+    # tokens.py seeds TIKTOKEN_CACHE_DIR, the variable tiktoken itself reads; local_pipeline hands
+    # its own environment, plus overrides, down to the worker it starts.
+    assert sorted(readers) == ["streams/local_pipeline.py", "streams/rules/tokens.py"]
