@@ -42,10 +42,10 @@ def command(sessions: tuple[str, ...], from_beginning: bool, idle_exit: float, t
     args = ["worker", "--replay-run", run_id, *[a for s in sessions for a in ("--replay-session", s)]]
     if not from_beginning:
         args.append("--replay-from-latest")
-    from streams.cli.demo_cmd import _exe
+    from streams.local_pipeline import distill_executable
 
     with log_path.open("ab") as log:
-        proc = subprocess.Popen([_exe(), *args], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([distill_executable(), *args], stdout=log, stderr=subprocess.STDOUT)
     click.echo(f"replay {run_id}: worker pid {proc.pid}, output {out.summaries}, log {log_path}")
     try:
         stats = asyncio.run(_watch(settings, f"{settings.worker.app_id}-replay-{run_id}", out.summaries, proc,
