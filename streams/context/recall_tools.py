@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from projections.windows import DEFAULT_CONTENT_LIMIT, MAX_CONTENT_LIMIT, normalize_content, normalize_window
 from schemas import Message, ToolCall
 
 SESSION_SEARCH = "session_search"
@@ -26,9 +27,6 @@ SearchMode = Literal["lexical", "hybrid", "dense"]
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 10
-MAX_WINDOW_SPAN = 4
-DEFAULT_CONTENT_LIMIT = 16 * 1024
-MAX_CONTENT_LIMIT = 64 * 1024
 SNIPPET_CHARS = 280
 
 HISTORICAL_NOTE = (
@@ -230,42 +228,6 @@ class RecallReader(Protocol):
         ...
 
 
-def normalize_window(before: int, after: int) -> tuple[int, int]:
-    """Negatives read as 0, both 0 as 1/1, and the span capped by shrinking the larger side."""
-    before, after = max(0, before), max(0, after)
-    if before == 0 and after == 0:
-        return 1, 1
-    while before + after > MAX_WINDOW_SPAN:
-        if after >= before:
-            after -= 1
-        else:
-            before -= 1
-    return before, after
-
-
-def normalize_content_window(offset: int, limit: int) -> tuple[int, int]:
-    """Offset below 0 reads as 0; a limit of 0 or less as the default; the limit is capped."""
-    limit = DEFAULT_CONTENT_LIMIT if limit <= 0 else min(limit, MAX_CONTENT_LIMIT)
-    return max(0, offset), limit
-
-
-def slice_utf8(text: str, offset: int, limit: int) -> tuple[str, int, int]:
-    """``limit`` bytes of ``text`` from byte ``offset``, both ends moved onto character starts.
-
-    Returns the text, the snapped start offset and the returned byte count.
-    For readers that hold whole texts in memory (the Cassandra read API has
-    its own slicer, ``projections.windows.slice_content``).
-    """
-    data = text.encode()
-    start = min(offset, len(data))
-    while start < len(data) and (data[start] & 0xC0) == 0x80:
-        start += 1
-    end = min(len(data), start + limit)
-    while end < len(data) and end > start and (data[end] & 0xC0) == 0x80:
-        end -= 1
-    return data[start:end].decode(), start, end - start
-
-
 class RecallError(Exception):
     """A tool call the executor cannot answer; the message goes back to the model."""
 
@@ -280,6 +242,11 @@ def _int(args: Mapping[str, Any], key: str, default: int) -> int:
         return int(value)
     except ValueError as exc:
         raise RecallError(f"{key} must be an integer") from exc
+
+
+def _optional_int(args: Mapping[str, Any], key: str) -> int | None:
+    """The integer argument ``key``, or ``None`` when the model left it out (the read rule's default applies)."""
+    return None if args.get(key) is None else _int(args, key, 0)
 
 
 def _compact(text: str, limit: int = SNIPPET_CHARS) -> str:
@@ -381,8 +348,8 @@ class RecallExecutor:
         session_id = str(args.get("session_id") or self.session_id)
         event_id = str(args.get("event_id") or "").strip()
         tool_call_id = str(args.get("tool_call_id") or "").strip()
-        before, after = normalize_window(_int(args, "before", 0), _int(args, "after", 0))
-        offset, limit = normalize_content_window(_int(args, "content_offset", 0), _int(args, "content_limit", 0))
+        before, after = normalize_window(_optional_int(args, "before"), _optional_int(args, "after"))
+        offset, limit = normalize_content(_optional_int(args, "content_offset"), _optional_int(args, "content_limit"))
         if not event_id and not tool_call_id:
             raise RecallError("event_id is required unless tool_call_id is provided")
         query = WindowQuery(

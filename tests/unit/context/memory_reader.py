@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from projections.windows import slice_content
 from schemas import SessionEvent, SessionSummary
 from streams.context.history import covered_mask
-from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowEvent, WindowQuery, slice_utf8
+from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowEvent, WindowQuery
 
 
 def _text(event: SessionEvent) -> str:
@@ -98,7 +99,8 @@ class InMemoryReadAPI:
     def _sliced(event: SessionEvent, anchor: bool, query: WindowQuery) -> WindowEvent:
         full = _text(event)
         size = len(full.encode())
-        text, start, returned = slice_utf8(full, query.content_offset if anchor else 0, query.content_limit)
+        piece = slice_content(full, query.content_offset if anchor else 0, query.content_limit)
+        text, start, returned = piece.text, piece.content_offset, piece.returned_bytes
         return WindowEvent(
             event_id=event.event_id,
             role=event.message.role,

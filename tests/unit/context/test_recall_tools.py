@@ -10,17 +10,12 @@ import pytest
 from schemas import FunctionCall, ToolCall
 from streams.context import AssemblyOptions, assemble
 from streams.context.recall_tools import (
-    DEFAULT_CONTENT_LIMIT,
     HISTORICAL_NOTE,
-    MAX_CONTENT_LIMIT,
     USAGE_NOTE_MARK,
     RecallCapabilities,
     RecallExecutor,
     RecallReader,
-    normalize_content_window,
-    normalize_window,
     recall_tools,
-    slice_utf8,
     usage_note,
 )
 from tests.unit.context.memory_reader import InMemoryReadAPI
@@ -171,19 +166,9 @@ async def test_bad_arguments_and_unoffered_tools_are_errors() -> None:
     assert executor.handles("session_search") and not executor.handles("session_load")
 
 
-def test_window_and_content_normalization() -> None:
-    assert normalize_window(0, 0) == (1, 1)
-    assert normalize_window(-3, 2) == (0, 2)
-    assert normalize_window(0, 9) == (0, 4)
-    assert normalize_window(5, 5) == (2, 2)
-    assert normalize_window(3, 2) == (2, 2)
-    assert normalize_content_window(-5, 0) == (0, DEFAULT_CONTENT_LIMIT)
-    assert normalize_content_window(3, 10**9) == (3, MAX_CONTENT_LIMIT)
-
-
-def test_utf8_slices_snap_to_character_starts() -> None:
-    text = "aé中b"  # bytes: a(1) é(2) 中(3) b(1)
-    assert slice_utf8(text, 2, 3) == ("中", 3, 3)  # start moves forward out of é
-    assert slice_utf8(text, 1, 3) == ("é", 1, 2)  # end moves back out of 中
-    assert slice_utf8(text, 0, 2) == ("a", 0, 1)
-    assert slice_utf8(text, 100, 5) == ("", 7, 0)
+async def test_missing_window_sides_take_the_read_rule_defaults() -> None:
+    _, api = _history()
+    executor = _executor(api, RecallCapabilities(load=True))
+    # before omitted → the default 1, not 0; after=0 given explicitly → kept.
+    body = await _call(executor, "session_load", event_id="e3", after=0)
+    assert [m["event_id"] for m in body["messages"]] == ["e1", "e3"]  # e2 (a raw tool call) is never loaded
