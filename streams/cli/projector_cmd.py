@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 
 import click
@@ -11,6 +10,7 @@ import click
 from projections.embedding import Embedder
 from schemas.settings import Settings, load_settings
 from streams.cassandra_connection import cassandra_session
+from streams.logging_setup import setup_logging
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -56,5 +56,5 @@ async def _run(settings: Settings, group: str, max_batch: int) -> None:
 def command(group: str | None, max_batch: int) -> None:
     """Consume the events and summaries topics and write them to Cassandra, exactly once in effect."""
     settings = load_settings()
-    logging.basicConfig(level=settings.worker.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(settings.worker.log_level, settings.worker.log_json)
     asyncio.run(_run(settings, group or f"{settings.worker.app_id}-projector", max_batch))
