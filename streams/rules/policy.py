@@ -112,19 +112,30 @@ def checks_from_settings(settings: SummarySettings) -> tuple[Check, ...]:
     return (AnyOf(tuple(checks)) if settings.composition == "any" else AllOf(tuple(checks)),)
 
 
-def counter_from_settings(settings: SummarySettings) -> TokenCounter:
+def counter_from_settings(settings: SummarySettings, model: str | None = None) -> TokenCounter:
+    """The configured counter: tiktoken with ``model``'s encoding (else the
+    configured default encoding), or the simple counter with its divisor.
+
+    ``model`` is the summary LLM's name (``settings.llm.model``); the trigger
+    policy and the summarizer budget must be built with the same one.
+    """
     if settings.token_counter == "tiktoken":
-        return TiktokenCounter(None, settings.tiktoken_default_encoding)
+        return TiktokenCounter(model, settings.tiktoken_default_encoding)
     return SimpleTokenCounter(settings.approx_runes_per_token)
 
 
-def policy_from_settings(settings: SummarySettings, **python_overrides: Any) -> SummaryPolicy:
-    """One policy from a settings section; keyword overrides (e.g. custom ``checks``) win."""
+def policy_from_settings(
+    settings: SummarySettings, *, model: str | None = None, **python_overrides: Any
+) -> SummaryPolicy:
+    """One policy from a settings section; keyword overrides (e.g. custom ``checks``) win.
+
+    ``model`` (the LLM model name) selects the tiktoken encoding, see :func:`counter_from_settings`.
+    """
     values: dict[str, Any] = {
         "checks": checks_from_settings(settings),
         "allowlist": normalize_allowlist(settings.filter_key_allowlist),
         "cascade_full_session": settings.cascade_full_session,
-        "counter": counter_from_settings(settings),
+        "counter": counter_from_settings(settings, model),
         "max_summary_words": settings.max_summary_words or None,
         "job_timeout_s": settings.job_timeout_s,
     }
@@ -143,13 +154,15 @@ class PolicySet:
         return self.apps.get(app_name, self.default)
 
 
-def policies_from_settings(settings: SummarySettings) -> PolicySet:
+def policies_from_settings(settings: SummarySettings, model: str | None = None) -> PolicySet:
     """Default policy from ``settings``; each ``apps.<app>`` table overrides its fields.
 
     An app table that sets any check field (:data:`CHECK_FIELDS`) replaces the
     base's checks as a whole rather than adding to them.
 
     An app table is merged over the base section, then validated as a ``SummarySettings``, so a typo is an error.
+    ``model`` (the LLM model name, ``settings.llm.model``) selects the tiktoken
+    encoding, as in the summarizer (:func:`streams.summarizer.build_summarizer`).
     """
     base = settings.model_dump(exclude={"apps"}, exclude_unset=True)
     apps: dict[str, SummaryPolicy] = {}
@@ -159,5 +172,5 @@ def policies_from_settings(settings: SummarySettings) -> PolicySet:
             for name in CHECK_FIELDS:
                 merged.pop(name, None)
         merged.update(overrides)
-        apps[app] = policy_from_settings(SummarySettings.model_validate(merged))
-    return PolicySet(policy_from_settings(settings), apps)
+        apps[app] = policy_from_settings(SummarySettings.model_validate(merged), model=model)
+    return PolicySet(policy_from_settings(settings, model=model), apps)

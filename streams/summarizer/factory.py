@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.settings import LLMSettings, Settings, SummarySettings
+from streams.rules.policy import counter_from_settings
+from streams.rules.tokens import TokenCounter
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
 from streams.summarizer.extractive import ExtractiveModel
 from streams.summarizer.hooks import SummaryHooks
@@ -44,8 +46,14 @@ def build_summarizer(
     model: SummaryModel | None = None,
     hooks: SummaryHooks | None = None,
     formatter: ConversationFormatter = DEFAULT_FORMATTER,
+    token_counter: TokenCounter | None = None,
 ) -> Summarizer:
-    """The summarizer the worker runs for ``app_name`` (prompts validated here)."""
+    """The summarizer the worker runs for ``app_name`` (prompts validated here).
+
+    Without an injected ``token_counter`` the request budget is counted with the
+    counter the trigger policy uses (``summary.token_counter``, tiktoken with
+    the encoding of ``llm.model``), so triggers and budget never disagree.
+    """
     summary = summary_settings_for(settings, app_name)
     skip = combine_skips(
         skip_last(summary.skip_recent_events) if summary.skip_recent_events else None,
@@ -62,5 +70,6 @@ def build_summarizer(
         skip_recent=skip,
         hooks=hooks,
         context_window=settings.llm.context_window if settings.llm.configured else None,
+        token_counter=token_counter or counter_from_settings(summary, settings.llm.model),
         name=app_name or "default",
     )

@@ -104,3 +104,20 @@ def test_commands() -> None:
     assert sync.jobs[0].reply_to == "corr-1"
     empty = apply_command(SummarizeSync(**base, reply_to="corr-2"), policy, {}, at=at(6))
     assert not empty.jobs and empty.decisions[0].reason == "empty_delta"
+
+
+def test_counter_from_settings_uses_the_model_encoding() -> None:
+    from streams.rules.policy import counter_from_settings, policy_from_settings
+
+    tiktoken = SummarySettings(token_counter="tiktoken", tiktoken_default_encoding="cl100k_base")
+    assert counter_from_settings(tiktoken).name == "tiktoken:cl100k_base"  # no model: the configured default
+    by_model = counter_from_settings(tiktoken, "gpt-4o-mini")
+    assert isinstance(by_model, TiktokenCounter) and by_model.encoding_name == "o200k_base"
+    assert counter_from_settings(tiktoken, "unknown-model").name == "tiktoken:cl100k_base"
+    policy = policy_from_settings(tiktoken, model="gpt-4.1")
+    assert policy.counter is not None and policy.counter.name == "tiktoken:o200k_base"
+    policies = policies_from_settings(
+        SummarySettings(token_counter="tiktoken", apps={"a": {"event_threshold": 3}}), "gpt-3.5-turbo"
+    )
+    for chosen in (policies.default, policies.for_app("a")):
+        assert chosen.counter is not None and chosen.counter.name == "tiktoken:cl100k_base"

@@ -83,3 +83,22 @@ def test_invalid_configured_prompt_fails_at_build_time() -> None:
     settings = Settings(summary=SummarySettings(prompt="Summarize please", max_summary_words=10))
     with pytest.raises(PromptError, match=r"prompt\.conversation_text_required"):
         build_summarizer(settings)
+
+
+def test_summarizer_budget_counts_with_the_policy_counter() -> None:
+    from streams.rules.policy import policies_from_settings
+    from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
+
+    settings = Settings(summary=SummarySettings(token_counter="tiktoken"), llm=LLMSettings(model="gpt-4"))
+    counter = build_summarizer(settings).counter()
+    assert isinstance(counter, TiktokenCounter) and counter.name == "tiktoken:cl100k_base"
+    policy_counter = policies_from_settings(settings.summary, settings.llm.model).default.counter
+    assert policy_counter is not None and policy_counter.name == counter.name
+
+    simple = build_summarizer(Settings(summary=SummarySettings(approx_runes_per_token=2.0))).counter()
+    assert isinstance(simple, SimpleTokenCounter) and simple.approx_runes_per_token == 2.0
+    # Per-app overrides choose the counter too; an injected counter wins.
+    per_app = Settings(summary=SummarySettings(apps={"support": {"token_counter": "tiktoken"}}))
+    assert build_summarizer(per_app, app_name="support").counter().name == "tiktoken:o200k_base"
+    injected = SimpleTokenCounter(3.0)
+    assert build_summarizer(settings, token_counter=injected).counter() is injected
