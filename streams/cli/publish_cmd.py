@@ -37,10 +37,12 @@ def command(path: Path, dry_run: bool, allow_rejects: bool) -> None:
         else:
             records.append(decoded)
     click.echo(f"{len(records)} valid, {rejects} rejected")
-    if dry_run or (rejects and not allow_rejects):
-        if rejects and not dry_run:
-            raise click.ClickException("nothing sent (use --allow-rejects to send the valid lines)")
+    if dry_run:
+        if rejects:
+            raise click.ClickException(f"{rejects} line(s) rejected (dry run: nothing sent)")
         return
+    if rejects and not allow_rejects:
+        raise click.ClickException("nothing sent (use --allow-rejects to send the valid lines)")
 
     async def send() -> int:
         async with DistillClient(settings) as client:
