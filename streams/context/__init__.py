@@ -3,7 +3,7 @@
 Pure code: no Kafka, Cassandra, Faust or OpenAI imports anywhere in this package.
 """
 
-from streams.context.assembly import AssembledRequest, AssemblyOptions, AssemblyReport, assemble
+from streams.context.assembly import AssembledRequest, AssemblyOptions, AssemblyReport, NothingToSendError, assemble
 from streams.context.compaction import CompactionConfig, CompactionStats
 from streams.context.injection import InjectionMode, SummaryFormatter
 from streams.context.recall_tools import (
@@ -23,6 +23,7 @@ __all__ = [
     "CompactionStats",
     "InjectionMode",
     "InvalidMessages",
+    "NothingToSendError",
     "RecallCapabilities",
     "RecallExecutor",
     "RecallReader",

@@ -42,6 +42,7 @@ from streams.context.recall_tools import (
 )
 from streams.context.tailoring import tailor
 from streams.context.validity import assert_valid
+from streams.errors import DistillError
 from streams.rules.filter_keys import related
 from streams.rules.tokens import TokenCounter, get_token_counter
 
@@ -100,6 +101,10 @@ class AssembledRequest:
 
 
 CurrentMessage = SessionEvent | Message | str | None
+
+
+class NothingToSendError(DistillError, ValueError):
+    """``assemble`` was given no system prompt, no history and no current message."""
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:
@@ -209,7 +214,7 @@ def assemble(
     tailored = tailor([*head, *prefix], body, opts.token_budget, counter, overhead=overhead)
     messages = [to_chat_message(m, include_reasoning=opts.include_reasoning) for m in tailored.messages]
     if not messages:
-        raise ValueError("nothing to send: no system prompt, no history and no current user message")
+        raise NothingToSendError("nothing to send: no system prompt, no history and no current user message")
     assert_valid(messages)
     report = AssemblyReport(
         history_messages=len(body),

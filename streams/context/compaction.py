@@ -41,7 +41,10 @@ _ELIDED_CURRENT = (
     "output is covered by the summary and was removed from the raw history. Use the summary or the "
     "recovery details below first, and do not repeat tools that change state."
 )
-_POLICY = "[distill: tool output removed by policy] This tool call completed; its output is not kept in the context."
+_POLICY = (
+    "[distill: tool output removed by policy] This tool call already completed; its output is not kept in "
+    "the context. Do not call it again unless it is read-only."
+)
 _LOAD_HINT = (
     "To read the original output, call session_load with this event_id; for a large output pass "
     "content_offset and content_limit to read it in slices."
