@@ -26,6 +26,7 @@ from streams.rules.boundaries import from_micros, to_micros
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
 from streams.rules.policy import SummaryPolicy
+from streams.rules.targets import skips_cascade_for_fork
 from streams.rules.trigger_state import (
     InFlight,
     SessionTriggerState,
@@ -150,12 +151,21 @@ def apply_command(
     ``created_at``, keeping replay deterministic). ``force`` skips the checks and
     in-flight guard but never an empty delta: a sync command that emits no job
     gets a non-firing decision, which the caller answers with a failure record.
+
+    A ``summarize_sync`` carrying the caller's ``model_request`` on a branch key
+    is answered from a fork of that request, which shows only the branch: the
+    cascaded full-session target is skipped (decision ``fork_cascade_skipped``,
+    also when forced), as in the Go guide.
     """
     full = states.get(FULL_SESSION) or new_state(command.app_name, command.user_id, command.session_id)
     updated: dict[str, SessionTriggerState] = {}
     decisions: list[TriggerDecision] = []
     jobs: list[SummaryJob] = []
+    model_request = command.model_request if isinstance(command, SummarizeSync) else None
     for target in policy.targets(command.filter_key):
+        if skips_cascade_for_fork(command.filter_key, target, model_request is not None):
+            decisions.append(TriggerDecision(False, target, command.filter_key, "fork_cascade_skipped"))
+            continue
         state = _state(states, target, full)
         decision = decide(state, policy, None, trigger_key=command.filter_key, force=command.force)
         decisions.append(decision)
@@ -166,7 +176,7 @@ def apply_command(
                 created_at=at,
                 origin="command",
                 reply_to=command.reply_to if isinstance(command, SummarizeSync) else None,
-                model_request=command.model_request if isinstance(command, SummarizeSync) else None,
+                model_request=model_request,
             )
             jobs.append(job)
             updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt)

@@ -43,3 +43,14 @@ def summary_targets(key: str, allowlist: Allowlist = None, cascade: bool = True)
     if cascade:
         targets.append(FULL_SESSION)
     return tuple(targets)
+
+
+def skips_cascade_for_fork(trigger_key: str, target: str, forked: bool) -> bool:
+    """Whether a pass triggered on ``trigger_key`` that forks the caller's model
+    request skips ``target`` (the Go guide's cache-safe cascade skip).
+
+    The caller's request shows the branch's view, so it cannot stand in for the
+    whole session: the cascaded full-session target is skipped — also when
+    forced — and needs its own trigger.
+    """
+    return forked and target == FULL_SESSION and trigger_key != FULL_SESSION

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from streams.errors import PermanentError
+from streams.rules.filter_keys import FULL_SESSION
+from streams.rules.targets import skips_cascade_for_fork
 from streams.rules.tokens import TokenCounter
 from streams.summarizer.request import ChatRequest, as_message, count_request
 
@@ -118,6 +120,8 @@ def skip_cascade_after_fork(trigger_filter_key: str, fork_used: bool) -> bool:
     """A branch pass that forked the caller's request skips the cascaded full-session target.
 
     The caller's request shows the branch's view, so it cannot stand in for
-    the whole session; a full-session summary needs its own trigger.
+    the whole session; a full-session summary needs its own trigger. The
+    planner applies the same rule (:func:`streams.rules.targets.skips_cascade_for_fork`)
+    when a ``summarize_sync`` command carries a model request.
     """
-    return fork_used and trigger_filter_key != ""
+    return skips_cascade_for_fork(trigger_filter_key, FULL_SESSION, fork_used)

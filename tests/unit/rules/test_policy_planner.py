@@ -121,3 +121,27 @@ def test_counter_from_settings_uses_the_model_encoding() -> None:
     )
     for chosen in (policies.default, policies.for_app("a")):
         assert chosen.counter is not None and chosen.counter.name == "tiktoken:cl100k_base"
+
+
+def test_sync_command_with_model_request_on_a_branch_skips_the_cascade() -> None:
+    quiet = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("u", 0, role="user", key="app/b"), ev("a", 1, key="app/b")], quiet)
+    policy = SummaryPolicy(counter=SIMPLE, checks=())
+    base = {"app_name": "app", "user_id": "u", "session_id": "s", "command_id": "c1", "filter_key": "app/b"}
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    for force in (False, True):
+        forked = apply_command(
+            SummarizeSync(**base, reply_to="r", model_request=request, force=force), policy, table, at=at(5)
+        )
+        (job,) = forked.jobs
+        assert job.filter_key == "app/b" and job.model_request == request
+        skipped = [d for d in forked.decisions if d.filter_key == ""]
+        assert [d.reason for d in skipped] == ["fork_cascade_skipped"] and "" not in forked.states
+    # Without a model request (or on the full session) the cascade stays, and no job carries a request.
+    plain = apply_command(SummarizeSync(**base, reply_to="r"), policy, table, at=at(5))
+    assert sorted(j.filter_key for j in plain.jobs) == ["", "app/b"]
+    full = apply_command(
+        SummarizeSync(**{**base, "filter_key": ""}, reply_to="r", model_request=request), policy, table, at=at(5)
+    )
+    (full_job,) = full.jobs
+    assert full_job.filter_key == "" and full_job.model_request == request
