@@ -34,11 +34,14 @@ class RawEvent:
 class EventLogReader:
     """A small pool of unassigned consumers, one per concurrent read."""
 
-    def __init__(self, kafka: KafkaSettings, topic: str, size: int = 4, stall_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, topic: str, size: int = 4, stall_timeout_s: float = 30.0, fetch_wait_ms: int = 10
+    ) -> None:
         self.kafka = kafka
         self.topic = topic
         self.size = size
         self.stall_timeout_s = stall_timeout_s
+        self.fetch_wait_ms = fetch_wait_ms
         self._idle: asyncio.Queue[AIOKafkaConsumer] = asyncio.Queue()
         self._all: list[AIOKafkaConsumer] = []
         self._create_lock = asyncio.Lock()
@@ -55,7 +58,7 @@ class EventLogReader:
                 if len(self._all) < self.size:
                     consumer = AIOKafkaConsumer(
                         **consumer_kwargs(self.kafka), enable_auto_commit=False, group_id=None,
-                        auto_offset_reset="earliest",
+                        auto_offset_reset="earliest", fetch_max_wait_ms=self.fetch_wait_ms,
                     )  # fmt: skip
                     await consumer.start()
                     self._all.append(consumer)
@@ -67,17 +70,25 @@ class EventLogReader:
         if end < start:
             return []
         consumer = await self._acquire()
+        tp = TopicPartition(self.topic, partition)
         try:
-            return await self._scan(consumer, TopicPartition(self.topic, partition), start, end, key)
+            return await self._scan(consumer, tp, start, end, key)
         except KafkaError as exc:
             raise RetryableError(f"reading {self.topic}[{partition}] {start}..{end}: {exc}") from exc
         finally:
+            # An idle consumer left fetching at the log end long-polls the broker; its in-flight
+            # fetch would delay the next read's first fetch (one request per node at a time).
+            if tp in consumer.assignment():
+                consumer.pause(tp)
             self._idle.put_nowait(consumer)
 
     async def _scan(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, key: bytes
     ) -> list[RawEvent]:
-        consumer.assign([tp])
+        if tp in consumer.assignment():
+            consumer.resume(tp)
+        else:
+            consumer.assign([tp])
         consumer.seek(tp, start)
         found: list[RawEvent] = []
         last_progress = time.monotonic()

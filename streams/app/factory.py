@@ -17,6 +17,7 @@ partitioner the producers used. Clients open when the worker starts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,9 +26,11 @@ from functools import partial
 from typing import Any, cast
 
 import faust
+from faust.types import TP
 
 from schemas.settings import Settings
 from streams import metrics
+from streams.app.batch import TableBatch
 from streams.app.codecs import (
     EVENTS_CODEC,
     JOB_CODEC,
@@ -40,13 +43,17 @@ from streams.app.coordinates import Coordinates
 from streams.app.extensions import Extensions
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
 from streams.app.sweep import sweep_commands
-from streams.app.track import TrackHandler
+from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer
 
 log = logging.getLogger(__name__)
 
 TABLE_NAME = "track-state"
+TRACK_BATCH = 2000
+"""Most events-topic records the track agent folds per batch."""
+TRACK_BATCH_WITHIN_S = 0.003
+"""How long a batch waits to fill before it is processed anyway (adds at most this to event→job)."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +109,19 @@ def create_app(
         web_enabled=settings.worker.web_port > 0,
         web_port=max(settings.worker.web_port, 1),
         web_bind="127.0.0.1",
-        broker_commit_every=1000,
+        # Count-based commits run inline in the fetch loop (a producer flush and a commit round trip
+        # stall every partition); the interval timer commits in the background instead.
+        broker_commit_every=50_000,
         broker_commit_interval=1.0,
         consumer_auto_offset_reset="latest" if replay and replay.from_latest else "earliest",
         stream_wait_empty=False,
         producer_max_request_size=settings.kafka.max_record_bytes + 65536,
         consumer_max_fetch_size=settings.kafka.max_record_bytes + 65536,
         producer_acks=-1,
+        # Changelog records and jobs go out in a few larger requests instead of one per record
+        # (each produce request is a syscall and a broker round trip); bounds event→job by ~5 ms.
+        producer_linger=0.005,
+        producer_max_batch_size=256 * 1024,
         broker_client_id=settings.kafka.client_id,
         stream_buffer_maxsize=4096,
         # A crashed worker's partitions move on after ~10 s rather than Faust's 60 s default.
@@ -157,32 +170,114 @@ def create_app(
         changelog_topic=changelog,
         help="Trigger state per (session, filter key)",
     )
+    changelog_name = changelog.get_topic_name()
     cast(Any, table).key_serializer = KEY_CODEC
     cast(Any, table).value_serializer = STATE_CODEC
 
     @app.agent(events_topic, name="track", concurrency=1)
     async def track_sessions(stream: faust.StreamT[Any]) -> None:
-        async for event in stream.events():
+        # Batches: one changelog record per changed key per batch (not per event), outputs queued
+        # on the producer before the batch is acked. ``take_events`` acks a batch's records only
+        # once the body below is done with it, and the commit flushes the producer first, so it
+        # never passes unfinished work.
+        async for events in cast(Any, stream).take_events(TRACK_BATCH, within=TRACK_BATCH_WITHIN_S):
+            await track_batch(stream, events)
+
+    async def track_batch(stream: Any, events: list[Any]) -> None:
+        batch = TableBatch(cast(Any, table))
+        outgoing: list[tuple[str, bytes, bytes | None, int]] = []
+        last_of: dict[int, Any] = {}
+        kinds: dict[str, int] = {}
+        dead_letters = 0
+        for event in events:
             msg = event.message
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
-            at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
-            out = track.on_record(event.value, coords, table, key=event.key, log_time=at)
-            metrics.EVENTS.labels(type(event.value).__name__).inc()
-            runtime.track_logged(out, coords)
             key = msg.key or b""
-            for job in out.jobs:
-                await app.producer.send(topics.jobs, key, job.model_dump_json().encode(), msg.partition, None, None)
-            for reply in out.replies:
-                await app.producer.send(
-                    topics.summaries, key, reply.model_dump_json().encode(), msg.partition, None, None
+            batch.partition = msg.partition
+            last_of[msg.partition] = event
+            at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
+            try:
+                out = track.on_record(event.value, coords, batch, key=event.key, log_time=at)
+            except Exception as exc:  # a bug or a poison record: keep it on the dead-letter topic, go on
+                log.exception("track handler failed", extra=coords.log_fields())
+                raw = msg.value if isinstance(msg.value, bytes) else b""
+                out = TrackOutput(
+                    dead_letter=dead_letter_for(
+                        raw, msg.key, coords, type(exc).__name__, str(exc)[:2000], "track", track.dead_letter_limit
+                    )
                 )
+            kind = type(event.value).__name__
+            kinds[kind] = kinds.get(kind, 0) + 1
+            runtime.track_logged(out, coords)
+            for job in out.jobs:
+                outgoing.append((topics.jobs, key, job.model_dump_json().encode(), msg.partition))
+            for reply in out.replies:
+                outgoing.append((topics.summaries, key, reply.model_dump_json().encode(), msg.partition))
             if out.dead_letter is not None:
-                await send(topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition, None)
+                dead_letters += 1
+                outgoing.append((topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition))
+        write_table(stream, batch, last_of, outgoing)
+        for kind, n in kinds.items():
+            metrics.EVENTS.labels(kind).inc(n)
+        await send_all(outgoing, wait=dead_letters > 0)
+
+    def write_table(
+        stream: Any, batch: TableBatch, last_of: dict[int, Any], outgoing: list[tuple[str, bytes, bytes | None, int]]
+    ) -> None:
+        """Apply the batch to the table before any await (see streams.app.batch).
+
+        Each changed key once, straight into the store, its changelog record queued on
+        ``outgoing``: what Faust's ``table[key] = value`` does, without its send buffer (one
+        task switch per record). Both agents writing the table go through here, so a key's
+        changelog records are produced in the order of the writes. The store takes the
+        partition from the current event (RocksDB keeps a db per partition).
+        """
+        store = cast(Any, table).data
+        for partition, writes in batch.drain().items():
+            stream._set_current_event(last_of[partition])
+            for tkey, value in writes:
+                if value is None:
+                    if store.get(tkey) is not None:
+                        del store[tkey]
+                    outgoing.append((changelog_name, tkey.encode(), None, partition))
+                else:
+                    store[tkey] = value
+                    outgoing.append((changelog_name, tkey.encode(), value.to_bytes(), partition))
+
+    async def send_all(outgoing: list[tuple[str, bytes, bytes | None, int]], *, wait: bool = False) -> None:
+        """Queue the records on the producer in order (``wait``: until the broker has them).
+
+        Not waiting is safe: Faust flushes the producer before it commits offsets, so the
+        records an event caused are on the broker before the event counts as consumed (as
+        with Faust's own changelog writes).
+        """
+        pending = [await app.producer.send(t, k, v, p, None, None) for t, k, v, p in outgoing]
+        store = cast(Any, table).data
+        for (t, _, _, p), fut in zip(outgoing, pending, strict=True):
+            cast(Any, fut).add_done_callback(partial(_sent, store, t, p))
+        if wait and pending:
+            await asyncio.gather(*pending)
+
+    def _sent(store: Any, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            metrics.FAILURES.labels("produce", type(exc).__name__, "no").inc()
+            log.error("produce failed", extra={"topic": topic, "partition": partition,
+                                                "error_class": type(exc).__name__})  # fmt: skip
+        elif topic == changelog_name:  # where a RocksDB store's recovery resumes
+            store.set_persisted_offset(TP(topic, partition), fut.result().offset)
 
     @app.agent(summaries_topic, name="absorb", concurrency=1)
     async def absorb_summaries(stream: faust.StreamT[Any]) -> None:
-        async for record in stream:
-            track.on_summary_record(record, table)
+        async for event in stream.events():
+            batch = TableBatch(cast(Any, table))
+            batch.partition = event.message.partition
+            track.on_summary_record(event.value, batch)
+            outgoing: list[tuple[str, bytes, bytes | None, int]] = []
+            write_table(stream, batch, {batch.partition: event}, outgoing)
+            await send_all(outgoing)
 
     @app.agent(jobs_topic, name="summarize", concurrency=1)
     async def summarize_jobs(stream: faust.StreamT[Any]) -> None:

@@ -5,8 +5,11 @@ of a partition after an assignment, the ledger reads that partition of the
 summaries topic to its end (``ready``); afterwards this worker is the only
 writer of the partition (jobs, events and summaries are co-partitioned and
 assigned together), so it keeps the heads current by recording its own
-writes. A job whose ``from_version`` is below the head is stale: that is what
-makes re-emitted and duplicate jobs harmless, across crashes and rebalances.
+writes. A revoked partition keeps its heads and the offset they were read up
+to: when it comes back, only the records written since are read (heads only
+ever move to higher versions, so re-reading our own writes is harmless).
+A job whose ``from_version`` is below the head is stale: that is what makes
+re-emitted and duplicate jobs harmless, across crashes and rebalances.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class SummaryLedger:
         self.topic = topic
         self.cache = cache
         self._heads: dict[int, dict[str, Head]] = {}
+        self._read_upto: dict[int, int] = {}
+        """Per partition: the offset the heads were read up to (the next catch-up starts there)."""
         self._ready: set[int] = set()
         self._lock = asyncio.Lock()
         self._consumer: AIOKafkaConsumer | None = None
@@ -60,8 +65,9 @@ class SummaryLedger:
     async def start(self) -> None:
         if self._consumer is None:
             self._consumer = AIOKafkaConsumer(
-                **consumer_kwargs(self.kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
-            )
+                **consumer_kwargs(self.kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest",
+                fetch_max_wait_ms=10,
+            )  # fmt: skip
             await self._consumer.start()
 
     async def stop(self) -> None:
@@ -70,10 +76,9 @@ class SummaryLedger:
             self._consumer = None
 
     def forget(self, partitions: set[int]) -> None:
-        """Partitions revoked: their heads must be read again if they come back."""
+        """Partitions revoked: if they come back, the records written meanwhile are read first."""
         for p in partitions:
             self._ready.discard(p)
-            self._heads.pop(p, None)
 
     def head(self, partition: int, key: str) -> Head | None:
         return self._heads.get(partition, {}).get(key)
@@ -112,14 +117,22 @@ class SummaryLedger:
         tp = TopicPartition(self.topic, partition)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
-        await consumer.seek_to_beginning(tp)
+        start = self._read_upto.get(partition)
+        if start is None:
+            await consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, start)
         self._heads.setdefault(partition, {})
         count = 0
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
-            for msg in batch.get(tp, []):
-                count += 1
-                self._absorb(partition, msg.value, msg.headers)
+        try:
+            while await consumer.position(tp) < end:
+                batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
+                for msg in batch.get(tp, []):
+                    count += 1
+                    self._absorb(partition, msg.value, msg.headers)
+            self._read_upto[partition] = max(end, await consumer.position(tp))
+        finally:
+            consumer.pause(tp)  # no long-polling at the log end between catch-ups
         return count
 
     def _absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
