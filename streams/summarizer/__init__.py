@@ -12,7 +12,7 @@ from streams.summarizer.factory import build_model, build_summarizer
 from streams.summarizer.fork import skip_cascade_after_fork
 from streams.summarizer.hooks import SummaryHooks
 from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsage, SummaryModel
-from streams.summarizer.plan import SourceTooLargeError
+from streams.summarizer.plan import PreviousSummaryTooLargeError, SourceTooLargeError
 from streams.summarizer.prompts import PromptError, PromptSet, build_prompts
 from streams.summarizer.summarizer import Summarizer, SummarizerLike, SummaryResult, SummarySkipped
 
@@ -24,6 +24,7 @@ __all__ = [
     "ExtractiveModel",
     "ModelResponse",
     "ModelUsage",
+    "PreviousSummaryTooLargeError",
     "PromptError",
     "PromptSet",
     "SourceTooLargeError",

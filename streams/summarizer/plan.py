@@ -3,9 +3,12 @@
 Preference order, so the previous summary is shortened only when it must be:
 the whole delta with the whole previous summary; else the largest complete
 prefix with the whole previous summary; else the whole delta, else the
-largest complete prefix, with the previous summary cut head+tail. When not
-even the smallest complete prefix fits, the pass fails with
-:class:`SourceTooLargeError` and nothing is dropped.
+largest complete prefix, with the previous summary cut head+tail. The
+previous summary is never dropped: a cut keeps at least one character and
+the truncation marker. When not even the smallest complete prefix fits
+(with the shortest form of the previous summary), the pass fails with
+:class:`SourceTooLargeError` (or :class:`PreviousSummaryTooLargeError`) and
+nothing is dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +37,21 @@ class SourceTooLargeError(PermanentError):
         self.budget = budget
 
 
+class PreviousSummaryTooLargeError(SourceTooLargeError):
+    """The conversation fits, but not with even a minimal cut of the previous summary."""
+
+    def __init__(self, tokens: int, budget: int, previous_chars: int, detail: str = "") -> None:
+        PermanentError.__init__(
+            self,
+            f"summary request requires {tokens} tokens with the previous summary ({previous_chars} chars) "
+            f"cut to its shortest form, but input budget is {budget}"
+            f"{'; ' + detail if detail else ''}; refusing to drop the previous summary",
+        )
+        self.tokens = tokens
+        self.budget = budget
+        self.previous_chars = previous_chars
+
+
 @dataclass(frozen=True)
 class RequestBuilder:
     """Renders standalone requests from conversation text and a previous summary."""
@@ -57,10 +75,22 @@ class RequestBuilder:
     def tokens(self, text: str, previous: str) -> int:
         return count_request(self.request(text, previous), self.counter)
 
+    def min_tokens(self, text: str, previous: str) -> int:
+        """Tokens of the smallest request for ``text`` that still carries ``previous``.
+
+        That is the whole previous summary or its shortest cut (one character
+        and the truncation marker), whichever is smaller.
+        """
+        if not previous:
+            return self.tokens(text, "")
+        return min(self.tokens(text, previous), self.tokens(text, truncate_middle(previous, 1)))
+
     def bounded(self, text: str, previous: str, budget: int) -> tuple[ChatRequest, bool]:
-        """The request for ``text`` within ``budget``; the previous summary may be cut.
+        """The request for ``text`` within ``budget``; the previous summary may be cut, never dropped.
 
         Returns the request and whether the previous summary was shortened.
+        Raises :class:`SourceTooLargeError` when ``text`` alone does not fit and
+        :class:`PreviousSummaryTooLargeError` when no cut of ``previous`` fits beside it.
         """
         full = self.request(text, previous)
         if count_request(full, self.counter) <= budget:
@@ -68,10 +98,12 @@ class RequestBuilder:
         source_only = self.tokens(text, "")
         if source_only > budget:
             raise SourceTooLargeError(source_only, budget)
-        if not previous:
-            return self.request(text, ""), False
-        keep = largest_fitting(1, len(previous), lambda r: self.tokens(text, truncate_middle(previous, r)) <= budget)
-        return self.request(text, truncate_middle(previous, keep or 0)), True
+        keep = largest_fitting(
+            1, len(previous) - 1, lambda r: self.tokens(text, truncate_middle(previous, r)) <= budget
+        )
+        if keep is None:
+            raise PreviousSummaryTooLargeError(self.min_tokens(text, previous), budget, len(previous))
+        return self.request(text, truncate_middle(previous, keep)), True
 
 
 @dataclass(frozen=True)
@@ -111,18 +143,24 @@ def plan_pass(
         if best is not None:
             k = ends[best]
             return plan(k, builder.request(text_of(k), previous), False)
-    source_tokens = builder.tokens(text_of(n), "")
-    if source_tokens <= budget:
+
+    def too_large(k: int, detail: str) -> SourceTooLargeError:
+        text = text_of(k)
+        source = builder.tokens(text, "")
+        if source > budget or not previous:
+            return SourceTooLargeError(source, budget, detail)
+        return PreviousSummaryTooLargeError(builder.min_tokens(text, previous), budget, len(previous), detail)
+
+    # From here on the previous summary is cut, never dropped: a prefix qualifies
+    # only if it fits beside the shortest form of the previous summary.
+    if builder.min_tokens(text_of(n), previous) <= budget:
         request, truncated = builder.bounded(text_of(n), previous, budget)
         return plan(n, request, truncated)
     if not ends:
-        raise SourceTooLargeError(source_tokens, budget, "the delta has no complete prefix to summarize first")
-    smallest = builder.tokens(text_of(ends[0]), "")
-    if smallest > budget:
-        raise SourceTooLargeError(
-            smallest, budget, f"even its smallest complete prefix ({ends[0]} of {n} events) does not fit"
-        )
-    best = largest_fitting(0, len(ends) - 1, lambda i: builder.tokens(text_of(ends[i]), "") <= budget)
+        raise too_large(n, "the delta has no complete prefix to summarize first")
+    if builder.min_tokens(text_of(ends[0]), previous) > budget:
+        raise too_large(ends[0], f"even its smallest complete prefix ({ends[0]} of {n} events) does not fit")
+    best = largest_fitting(0, len(ends) - 1, lambda i: builder.min_tokens(text_of(ends[i]), previous) <= budget)
     k = ends[best or 0]
     request, truncated = builder.bounded(text_of(k), previous, budget)
     return plan(k, request, truncated)

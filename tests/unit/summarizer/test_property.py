@@ -6,15 +6,34 @@ from hypothesis import strategies as st
 
 from schemas import SessionEvent
 from streams.rules.tokens import SimpleTokenCounter
-from streams.summarizer.budget import safe_prefix_ends
+from streams.summarizer.budget import TRUNCATION_MARKER, safe_prefix_ends
 from streams.summarizer.conversation import DEFAULT_FORMATTER
 from streams.summarizer.plan import SourceTooLargeError
-from streams.summarizer.request import count_request
+from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.summarizer import Summarizer
 
 from .helpers import SESSION, ScriptedModel, event, user_text
 
 COUNTER = SimpleTokenCounter()
+
+
+def assert_previous_kept(requests: list[ChatRequest], previous: str, rolled: str) -> None:
+    """Each request carries its pass's previous summary, whole or cut head+tail with the marker.
+
+    The first pass builds on ``previous``; each later pass on the summary the model returned (``rolled``).
+    """
+    expected = previous.strip()
+    for request in requests:
+        assert request.source is not None
+        kept = request.source.previous_summary
+        if expected:
+            assert kept, "the previous summary was silently dropped"
+            if kept != expected:
+                head, _, tail = kept.partition(TRUNCATION_MARKER)
+                assert head and expected.startswith(head) and expected.endswith(tail)
+        else:
+            assert not kept
+        expected = rolled
 
 
 @st.composite
@@ -49,13 +68,15 @@ async def test_any_delta_any_budget(events: list[SessionEvent], window: int, pre
     except SourceTooLargeError as exc:
         note("refused")
         assert exc.tokens > exc.budget
-        assert "refusing to omit unsummarized conversation" in str(exc)
+        assert "refusing to" in str(exc)
         for request in model.requests:
             assert count_request(request, COUNTER) <= budget
+        assert_previous_kept(model.requests, previous, "sum")
         return
     # Every request sent fits; the passes cover the whole delta in order, each ending at a safe point.
     for request in model.requests:
         assert count_request(request, COUNTER) <= budget
+    assert_previous_kept(model.requests, previous, "sum")
     assert result.caught_up
     note("single pass" if result.passes == 1 else "several passes")
     assert result.covered_events == len(events)

@@ -5,7 +5,8 @@ import pytest
 from schemas import SummaryReport, TriggerReport
 from streams.errors import PermanentError, RetryableError
 from streams.rules.tokens import SimpleTokenCounter
-from streams.summarizer.budget import TRUNCATION_MARKER
+from streams.summarizer.budget import TRUNCATION_MARKER, safe_prefix_ends
+from streams.summarizer.conversation import DEFAULT_FORMATTER
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -15,8 +16,8 @@ from streams.summarizer.hooks import (
     SummaryHooks,
 )
 from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsage
-from streams.summarizer.plan import SourceTooLargeError
-from streams.summarizer.prompts import SOURCE_BOUNDARY
+from streams.summarizer.plan import PreviousSummaryTooLargeError, RequestBuilder, SourceTooLargeError, plan_pass
+from streams.summarizer.prompts import SOURCE_BOUNDARY, build_prompts
 from streams.summarizer.request import count_request
 from streams.summarizer.selection import skip_last
 from streams.summarizer.summarizer import Summarizer, SummarySkipped
@@ -380,3 +381,29 @@ async def test_fork_is_tried_before_standalone_prefixing() -> None:
     assert result.fork_used and result.covered_events == 2
     assert model.requests[0].messages[0]["content"] == "compacted view"
     assert seen and seen[0].startswith("user: w")
+
+
+@pytest.mark.parametrize("prompt", ["P {previous_summary}\nC {conversation_text}", "C {conversation_text}"])
+def test_previous_summary_is_never_dropped_a_shorter_prefix_or_an_error_instead(prompt: str) -> None:
+    builder = RequestBuilder(build_prompts(prompt), COUNTER)
+    events = rounds(3)
+    previous = "p" * 400
+
+    def text(k: int) -> str:
+        return DEFAULT_FORMATTER.conversation_text(events[:k])
+
+    first = safe_prefix_ends(events, DEFAULT_FORMATTER)[0]
+    # The whole delta fits alone, but not beside even the shortest cut of the previous summary.
+    budget = max(builder.tokens(text(len(events)), ""), builder.min_tokens(text(first), previous))
+    assert builder.min_tokens(text(len(events)), previous) > budget
+    with pytest.raises(PreviousSummaryTooLargeError, match="refusing to drop the previous summary"):
+        builder.bounded(text(len(events)), previous, budget)
+    plan = plan_pass(events, previous, budget, builder, DEFAULT_FORMATTER)
+    assert plan.partial_prefix and plan.truncated_previous and len(plan.events) < len(events)
+    assert plan.request.source is not None and TRUNCATION_MARKER in plan.request.source.previous_summary
+    assert count_request(plan.request, COUNTER) <= budget
+    # Not even the smallest prefix fits beside it: a clear error, not a request without it.
+    tight = builder.tokens(text(first), "")
+    with pytest.raises(PreviousSummaryTooLargeError, match="smallest complete prefix") as info:
+        plan_pass(events, previous, tight, builder, DEFAULT_FORMATTER)
+    assert isinstance(info.value, SourceTooLargeError) and info.value.tokens > info.value.budget == tight
