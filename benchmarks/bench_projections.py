@@ -130,14 +130,20 @@ async def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--time-budget", type=float, default=240.0, help="stop projecting after this many seconds")
+    ap.add_argument("--keep", action="store_true", help="keep the keyspace (for --reuse); drop it yourself")
+    ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
     args = ap.parse_args()
     settings = load_settings()
-    settings.cassandra.keyspace = f"bench_{uuid.uuid4().hex[:8]}"
+    settings.cassandra.keyspace = args.reuse or f"bench_{uuid.uuid4().hex[:8]}"
     cluster, session = connect(settings.cassandra)
-    apply_migrations(session, settings.cassandra)
     ks = settings.cassandra.keyspace
+    if not args.reuse:
+        apply_migrations(session, settings.cassandra)
     try:
         records, keys, call_ids = make_events(args.events, args.sessions)
+        if args.reuse:
+            await measure_reads(session, ks, keys, call_ids, args.events, args.queries)
+            return
         total_bytes = sum(len(r.value or b"") for r in records)
         projector = Projector(
             session,
@@ -159,54 +165,69 @@ async def main() -> None:
             if time.perf_counter() - t > args.time_budget:
                 break
         took = time.perf_counter() - t
+        print(f"keyspace {ks}") if args.keep else None
         print(f"projected {done} events ({total_bytes * done / len(records) / 1e6:.1f} MB JSON) in {took:.1f}s: "
               f"{done / took:,.0f} events/s, {total_bytes * done / len(records) / took / 1e6:.1f} MB/s")  # fmt: skip
 
-        reader = SessionReader(session, ks)
-        rng = random.Random(3)
-        # Every session gets a summary halfway, so current_hidden has something to search.
-        summaries: list[SourceRecord] = []
-        for key in keys:
-            rows = list(session.execute(
-                f"SELECT ts, event_id FROM {ks}.events_by_session WHERE app_name=%s AND user_id=%s AND session_id=%s "
-                "LIMIT 250", tuple(key)))  # fmt: skip
-            if rows:
-                mid = rows[len(rows) // 2]
-                summ = {"app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
-                        "summary": "s", "version": 1, "boundary": {"cutoff_at": mid.ts.isoformat() + "Z",
-                        "last_event_id": mid.event_id}, "model": "m", "prompt_version": "p",
-                        "created_at": datetime.now(UTC).isoformat(), "report": {"trigger": {"name": "manual"}},
-                        "job_id": "j"}  # fmt: skip
-                summaries.append(SourceRecord("summaries", 0, len(summaries), None, json.dumps(summ).encode()))
-        await projector.project(summaries, sink)
-        queries = ["kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the kafka "
-                   "consumer offset?", "postgres migration schema", "flight hotel booking"]  # fmt: skip
-        scopes = ["current_session", "current_hidden", "other_sessions", "all_sessions"]
-        search_ms: dict[str, list[float]] = {s: [] for s in scopes}
-        for i in range(args.queries):
-            key = rng.choice(keys[: min(len(keys), max(1, done // 500))])
-            scope = scopes[i % len(scopes)]
-            t = time.perf_counter()
-            await reader.session_search(key, rng.choice(queries), scope, 5)
-            search_ms[scope].append((time.perf_counter() - t) * 1000)
-        load_ms: list[float] = []
-        loadable = call_ids[: max(1, done // 10)]
-        for _ in range(args.queries):
-            sid, call = rng.choice(loadable).split("|")
-            key = next(k for k in keys if k.session_id == sid)
-            t = time.perf_counter()
-            await reader.session_load(key, tool_call_id=call, before=1, after=1)
-            load_ms.append((time.perf_counter() - t) * 1000)
-        all_search = [v for vs in search_ms.values() for v in vs]
-        print(f"session_search: p50 {pct(all_search, 50):.1f} ms, p99 {pct(all_search, 99):.1f} ms "
-              f"({len(all_search)} queries)")  # fmt: skip
-        for scope, vs in search_ms.items():
-            print(f"  {scope:16s} p50 {pct(vs, 50):.1f} ms  p99 {pct(vs, 99):.1f} ms")
-        print(f"session_load:   p50 {pct(load_ms, 50):.1f} ms, p99 {pct(load_ms, 99):.1f} ms, "
-              f"mean {statistics.mean(load_ms):.1f} ms ({len(load_ms)} loads)")  # fmt: skip
+        await write_summaries(projector, session, ks, keys)
+        await measure_reads(session, ks, keys, call_ids, done, args.queries)
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
+        if not (args.keep or args.reuse):
+            session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
+
+
+async def write_summaries(projector: Projector, session: Any, ks: str, keys: list[SessionKey]) -> None:
+    async def sink(_: DeadLetter) -> None:
+        raise AssertionError("no dead letters expected")
+
+    # Every session gets a summary halfway, so current_hidden has something to search.
+    summaries: list[SourceRecord] = []
+    for key in keys:
+        rows = list(session.execute(
+            f"SELECT ts, event_id FROM {ks}.events_by_session WHERE app_name=%s AND user_id=%s AND session_id=%s "
+            "LIMIT 250", tuple(key)))  # fmt: skip
+        if rows:
+            mid = rows[len(rows) // 2]
+            summ = {"app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+                    "summary": "s", "version": 1, "boundary": {"cutoff_at": mid.ts.isoformat() + "Z",
+                    "last_event_id": mid.event_id}, "model": "m", "prompt_version": "p",
+                    "created_at": datetime.now(UTC).isoformat(), "report": {"trigger": {"name": "manual"}},
+                    "job_id": "j"}  # fmt: skip
+            summaries.append(SourceRecord("summaries", 0, len(summaries), None, json.dumps(summ).encode()))
+    await projector.project(summaries, sink)
+
+
+async def measure_reads(
+    session: Any, ks: str, keys: list[SessionKey], call_ids: list[str], done: int, n_queries: int
+) -> None:
+    reader = SessionReader(session, ks)
+    rng = random.Random(3)
+    queries = ["kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the kafka "
+               "consumer offset?", "postgres migration schema", "flight hotel booking"]  # fmt: skip
+    scopes = ["current_session", "current_hidden", "other_sessions", "all_sessions"]
+    search_ms: dict[str, list[float]] = {s: [] for s in scopes}
+    for i in range(n_queries):
+        key = rng.choice(keys[: min(len(keys), max(1, done // 500))])
+        scope = scopes[i % len(scopes)]
+        t = time.perf_counter()
+        await reader.session_search(key, rng.choice(queries), scope, 5)
+        search_ms[scope].append((time.perf_counter() - t) * 1000)
+    load_ms: list[float] = []
+    loadable = call_ids[: max(1, done // 10)]
+    for _ in range(n_queries):
+        sid, call = rng.choice(loadable).split("|")
+        key = next(k for k in keys if k.session_id == sid)
+        t = time.perf_counter()
+        await reader.session_load(key, tool_call_id=call, before=1, after=1)
+        load_ms.append((time.perf_counter() - t) * 1000)
+    all_search = [v for vs in search_ms.values() for v in vs]
+    print(f"session_search: p50 {pct(all_search, 50):.1f} ms, p99 {pct(all_search, 99):.1f} ms "
+          f"({len(all_search)} queries)")  # fmt: skip
+    for scope, vs in search_ms.items():
+        print(f"  {scope:16s} p50 {pct(vs, 50):.1f} ms  p99 {pct(vs, 99):.1f} ms")
+    print(f"session_load:   p50 {pct(load_ms, 50):.1f} ms, p99 {pct(load_ms, 99):.1f} ms, "
+          f"mean {statistics.mean(load_ms):.1f} ms ({len(load_ms)} loads)")  # fmt: skip
 
 
 if __name__ == "__main__":

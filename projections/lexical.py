@@ -167,17 +167,38 @@ def plan(query: str) -> list[LexicalQuery]:
     return out
 
 
-def score(query: LexicalQuery, text: str) -> float:
+class ScoredText:
+    """A document prepared once for scoring against every query of a plan.
+
+    The token set is built only when a keyword is not a plain substring of
+    the text (tokenizing 8 Ki characters is the costly part of scoring, and
+    the documents a search fetches usually hold every keyword verbatim).
+    """
+
+    __slots__ = ("_tokens", "flat", "lowered")
+
+    def __init__(self, text: str) -> None:
+        self.lowered = text.lower()
+        self.flat = " ".join(self.lowered.split())
+        self._tokens: set[str] | None = None
+
+    @property
+    def tokens(self) -> set[str]:
+        if self._tokens is None:
+            self._tokens = doc_tokens(self.lowered) if len(self.lowered) < 200_000 else set()
+        return self._tokens
+
+
+def score(query: LexicalQuery, text: str | ScoredText) -> float:
     """The Go lexical score of ``text`` for ``query`` (0 when no keyword matches)."""
     if not query.keywords:
         return 0.0
-    lowered = text.lower()
-    tokens = doc_tokens(lowered) if len(lowered) < 200_000 else set()
-    matched = sum(1 for k in query.keywords if k in lowered or _stem(k) in tokens)
+    doc = text if isinstance(text, ScoredText) else ScoredText(text)
+    matched = sum(1 for k in query.keywords if k in doc.lowered or _stem(k) in doc.tokens)
     if matched == 0:
         return 0.0
     value = matched / len(query.keywords)
-    if query.text and query.text in " ".join(lowered.split()):
+    if query.text and query.text in doc.flat:
         value += 0.75
     if matched >= min(2, len(query.keywords)):
         value += 0.15

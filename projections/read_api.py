@@ -9,7 +9,7 @@ texts (``AnchorNotFound``, ``InvalidRequest``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -42,6 +42,12 @@ _EVENT_COLS = (
     "skip_summarization, token_count, content_size"
 )
 _DOC_COLS = "session_id, ts, event_id, seq, filter_key, role, text, tool_call_id, tool_name, content_bytes"
+MAX_PLAN = 6
+"""Broadening cap: at most this many queries of a plan run (the strictest first)."""
+MAX_TERMS = 8
+"""At most this many index terms per query (the first ones)."""
+_WIDE_QUERY = 3
+"""Queries with more terms than this have their terms probed for absence first (see ``_lexical``)."""
 
 
 def _utc(dt: datetime) -> datetime:
@@ -157,6 +163,9 @@ class _Doc:
     sources: set[str] = field(default_factory=set)
 
 
+_Accept = Callable[[_Doc], bool]
+
+
 class SessionReader:
     """Async read API over the projections of one keyspace.
 
@@ -192,6 +201,17 @@ class SessionReader:
             f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT ?"
         )
         self._tool_call = self._prep(f"SELECT * FROM {ks}.tool_calls WHERE {pk} AND tool_call_id = ?")
+        tenant = "app_name = ? AND user_id = ? AND session_id = ?"
+        self._summary_cuts = self._prep(
+            f"SELECT filter_key, cutoff_at, last_event_id FROM {ks}.summaries_latest WHERE {pk}"
+        )
+        self._doc_before = self._prep(
+            f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) < (?, ?) "
+            "ORDER BY session_id DESC, ts DESC, event_id DESC LIMIT 2"
+        )
+        self._doc_after = self._prep(
+            f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) > (?, ?) LIMIT 2"
+        )
         self._stats = self._prep(
             f"SELECT count(*) AS n, sum(token_count) AS tokens, sum(content_size) AS bytes, min(ts) AS first, "
             f"max(ts) AS last FROM {ks}.events_by_session WHERE {pk}"
@@ -452,22 +472,31 @@ class SessionReader:
         with query broadening always runs; with an embedder and ``mode=
         "hybrid"`` vector hits (cosine ``ANN OF``) are merged, a document
         scoring the better of the two. Sorted by score, then newest.
+
+        Latency: the scopes of ``all_sessions``, the summary lookup of
+        ``current_hidden`` and the queries of a broadening plan all run
+        concurrently (results are still applied in plan order, so the answer
+        is the one the sequential plan gives); see ``_lexical``.
         """
         k = DEFAULT_TOP_K if top_k is None or top_k <= 0 else min(top_k, MAX_TOP_K)
         if not query.strip():
             return []
         chosen: Scope = scope if scope in SCOPES else "current_hidden"
-        parts: list[tuple[str, list[_Doc]]] = []
+        labels: list[str] = []
+        searches: list[Awaitable[list[_Doc]]] = []
         if chosen in ("current_hidden", "all_sessions"):
-            parts.append(("current_hidden", await self._search_hidden(key, query, k, filter_key, min_score, mode)))
+            labels.append("current_hidden")
+            searches.append(self._search_hidden(key, query, k, filter_key, min_score, mode))
         if chosen == "current_session":
-            docs = await self._search_docs(key, query, k, min_score, mode, session_id=key.session_id,
-                                           accept=lambda d: in_summary_input(d.filter_key, filter_key))  # fmt: skip
-            parts.append(("current_session", docs))
+            labels.append("current_session")
+            searches.append(self._search_docs(key, query, k, min_score, mode, session_id=key.session_id,
+                            accept=_ready(lambda d: in_summary_input(d.filter_key, filter_key))))  # fmt: skip
         if chosen in ("other_sessions", "all_sessions"):
-            docs = await self._search_docs(key, query, k, min_score, mode, session_id=None,
-                                           accept=lambda d: d.session_id != key.session_id)  # fmt: skip
-            parts.append(("other_sessions", docs))
+            labels.append("other_sessions")
+            others = _ready(lambda d: d.session_id != key.session_id)
+            searches.append(self._search_docs(key, query, k, min_score, mode, session_id=None,
+                                              exclude=key.session_id, accept=others))  # fmt: skip
+        parts = zip(labels, await asyncio.gather(*searches), strict=True)
         seen: set[tuple[str, str]] = set()
         ranked: list[tuple[str, _Doc]] = []
         for label, docs in parts:
@@ -477,9 +506,7 @@ class SessionReader:
                     ranked.append((label, d))
         ranked.sort(key=lambda x: (-x[1].score, -x[1].ts.timestamp(), x[1].event_id))
         top = ranked[:k]
-        contexts = await asyncio.gather(
-            *(self._context(SessionKey(key.app_name, key.user_id, d.session_id), d) for _, d in top[:2])
-        )
+        contexts = await asyncio.gather(*(self._context(key, d) for _, d in top[:2]))
         hits = []
         for i, (label, d) in enumerate(top):
             ctx = contexts[i] if i < len(contexts) else ""
@@ -506,56 +533,121 @@ class SessionReader:
     async def _search_hidden(
         self, key: SessionKey, query: str, k: int, filter_key: str, min_score: float, mode: str
     ) -> list[_Doc]:
-        summary = await self.latest_summary(key, filter_key)
-        if summary is None and filter_key:
-            summary = await self.latest_summary(key, "")
-        if summary is None:
-            return []
-        cut = await self.resolve_cut(key, summary.cutoff_at, summary.last_event_id)
-        return await self._search_docs(
-            key, query, k, min_score, mode, session_id=key.session_id,
-            accept=lambda d: in_summary_input(d.filter_key, filter_key) and cut.is_hidden(d.ts, d.seq),
-        )  # fmt: skip
+        async def accept() -> _Accept | None:
+            rows = {r.filter_key: r for r in await aexecute(self._s, self._summary_cuts, tuple(key))}
+            row = rows.get(filter_key) or (rows.get("") if filter_key else None)
+            if row is None:
+                return None  # no summary hides anything
+            cut = await self.resolve_cut(key, _utc(row.cutoff_at), row.last_event_id)
+            return lambda d: in_summary_input(d.filter_key, filter_key) and cut.is_hidden(d.ts, d.seq)
+
+        # The documents are fetched while the summary and its boundary are looked up.
+        return await self._search_docs(key, query, k, min_score, mode, session_id=key.session_id, accept=accept())
 
     async def _search_docs(
-        self, key: SessionKey, query: str, k: int, min_score: float, mode: str, *, session_id: str | None, accept: Any
-    ) -> list[_Doc]:
+        self, key: SessionKey, query: str, k: int, min_score: float, mode: str, *, session_id: str | None,
+        accept: Awaitable[_Accept | None], exclude: str | None = None,
+    ) -> list[_Doc]:  # fmt: skip
+        """Lexical (and semantic) hits in ``session_id`` (``None``: the tenant, minus ``exclude``).
+
+        ``accept`` resolves to the document filter, or ``None`` for "nothing
+        can match"; the queries are already in flight while it resolves.
+        """
+        gate = asyncio.ensure_future(accept)
         found: dict[tuple[str, str], _Doc] = {}
-        lexical_task = self._lexical(key, query, k, min_score, session_id, accept, found)
+        jobs = [self._lexical(key, query, k, min_score, session_id, exclude, gate, found)]
         if self._embedder is not None and mode == "hybrid":
-            await asyncio.gather(lexical_task, self._semantic(key, query, k, session_id, accept, found))
-        else:
-            await lexical_task
+            jobs.append(self._semantic(key, query, k, session_id, gate, found))
+        await asyncio.gather(*jobs)
         return sorted(found.values(), key=lambda d: (-d.score, -d.ts.timestamp()))[: max(k, 1) * 2]
 
     async def _lexical(
-        self, key: SessionKey, query: str, k: int, min_score: float, session_id: str | None, accept: Any,
-        found: dict[tuple[str, str], _Doc],
+        self, key: SessionKey, query: str, k: int, min_score: float, session_id: str | None, exclude: str | None,
+        gate: asyncio.Future[_Accept | None], found: dict[tuple[str, str], _Doc],
     ) -> None:  # fmt: skip
-        plan = lexical.plan(query)
+        """The broadening plan (at most ``MAX_PLAN`` queries), all in flight at once, applied in plan order.
+
+        Applying the answers in order with the sequential stop rules gives the
+        result of the sequential plan; the price is the Cassandra work of the
+        queries it would have skipped. SAI intersects at most two ``CONTAINS``
+        clauses through the index and filters the rest row by row, so a query
+        of 4+ terms that matches nothing reads every row holding its two
+        chosen terms (60-160 ms at 100k events). Such queries are skipped when
+        a probe (``LIMIT 1`` per term, ~1 ms) finds one of their terms absent.
+        """
+        plan = lexical.plan(query)[:MAX_PLAN]
         if not plan:
             return
         compound = lexical.is_compound(query)
         enough = min(2, k)
+        limit = max(40, k * 8)
+
+        def wide(lq: lexical.LexicalQuery) -> bool:
+            return len(lq.index_terms[:MAX_TERMS]) > _WIDE_QUERY
+
+        def start(lq: lexical.LexicalQuery) -> asyncio.Future[list[_Doc]]:
+            return asyncio.ensure_future(self._fetch_terms(key, lq.index_terms, session_id, exclude, limit))
+
+        pending: list[asyncio.Future[list[_Doc]] | None] = [None if wide(lq) else start(lq) for lq in plan]
+        absent = await self._absent_terms(key, [t for lq in plan if wide(lq) for t in lq.index_terms[:MAX_TERMS]],
+                                          session_id)  # fmt: skip
         for i, lq in enumerate(plan):
+            if pending[i] is None and absent.isdisjoint(lq.index_terms[:MAX_TERMS]):
+                pending[i] = start(lq)
+        runs = [lq for lq, f in zip(plan, pending, strict=True) if f is not None]
+        fetches = [f for f in pending if f is not None]
+        accept = await gate
+        if accept is None:
+            for f in fetches:
+                f.cancel()
+            return
+        prepared: dict[tuple[str, str], lexical.ScoredText] = {}
+        for i, (lq, fetch) in enumerate(zip(runs, fetches, strict=True)):
             if i > 0 and not compound and self._count(found, "lexical") >= enough:
-                break
+                fetch.cancel()
+                continue
             if i > 0 and compound and self._count(found, "lexical") >= k:
-                break
-            for doc in await self._fetch_terms(key, lq.index_terms, session_id, limit=max(40, k * 8)):
-                if not accept(doc):
-                    continue
-                value = lexical.score(lq, doc.text)
-                if value < min_score:
-                    continue
-                self._merge(found, doc, value, "lexical")
+                fetch.cancel()
+                continue
+            for doc in await fetch:
+                self._score(found, prepared, lq, doc, accept, min_score)
         if not found:
             # Last resort: any single keyword (OR semantics), scored against the whole query.
             whole = plan[0]
-            for term in whole.index_terms[:8]:
-                for doc in await self._fetch_terms(key, (term,), session_id, limit=max(20, k * 4)):
-                    if accept(doc) and (value := lexical.score(whole, doc.text)) >= min_score:
-                        self._merge(found, doc, value, "lexical")
+            terms = [t for t in whole.index_terms[:MAX_TERMS] if t not in absent]
+            singles = await asyncio.gather(
+                *(self._fetch_terms(key, (t,), session_id, exclude, max(20, k * 4)) for t in terms)
+            )
+            for docs in singles:
+                for doc in docs:
+                    self._score(found, prepared, whole, doc, accept, min_score)
+
+    def _score(
+        self, found: dict[tuple[str, str], _Doc], prepared: dict[tuple[str, str], lexical.ScoredText],
+        lq: lexical.LexicalQuery, doc: _Doc, accept: _Accept, min_score: float,
+    ) -> None:  # fmt: skip
+        if not accept(doc):
+            return
+        ident = (doc.session_id, doc.event_id)
+        text = prepared.get(ident)
+        if text is None:
+            text = prepared[ident] = lexical.ScoredText(doc.text)
+        value = lexical.score(lq, text)
+        if value >= min_score:
+            self._merge(found, doc, value, "lexical")
+
+    async def _absent_terms(self, key: SessionKey, terms: Sequence[str], session_id: str | None) -> set[str]:
+        """Which of ``terms`` no document of the scope holds (one concurrent ``LIMIT 1`` probe per term)."""
+        unique = list(dict.fromkeys(terms))
+        if not unique:
+            return set()
+        where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
+        stmt = await self._prep_async(
+            f"SELECT event_id FROM {self._ks}.recall_docs WHERE {where} AND tokens CONTAINS ? LIMIT 1"
+        )
+        params: tuple[str, ...] = (key.app_name, key.user_id) + ((session_id,) if session_id is not None else ())
+        found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in unique))
+        return {t for t, rows in zip(unique, found, strict=True) if not list(rows)}
 
     @staticmethod
     def _count(found: dict[tuple[str, str], _Doc], source: str) -> int:
@@ -573,22 +665,36 @@ class SessionReader:
             current.sources.add(source)
 
     async def _fetch_terms(
-        self, key: SessionKey, terms: Sequence[str], session_id: str | None, limit: int
+        self, key: SessionKey, terms: Sequence[str], session_id: str | None, exclude: str | None, limit: int
     ) -> list[_Doc]:
-        terms = list(terms)[:8]
+        """Documents holding every one of ``terms`` (the first ``MAX_TERMS``), at most ``limit`` per slice.
+
+        With ``exclude`` (and no ``session_id``) the tenant partition is read as
+        two clustering slices around that session, so its rows never take up
+        the ``LIMIT`` of a search over the other sessions.
+        """
+        terms = list(terms)[:MAX_TERMS]
         if not terms:
             return []
-        where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
-        where += "".join(" AND tokens CONTAINS ?" for _ in terms)
-        stmt = await self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {where} LIMIT ?")
-        params: list[Any] = [key.app_name, key.user_id]
-        if session_id is not None:
-            params.append(session_id)
-        rows = await aexecute(self._s, stmt, (*params, *terms, limit))
-        return [_doc(r) for r in rows]
+        base = "app_name = ? AND user_id = ?"
+        contains = "".join(" AND tokens CONTAINS ?" for _ in terms)
+        if session_id is not None or exclude is None:
+            where = base + (" AND session_id = ?" if session_id is not None else "")
+            stmt = await self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {where}{contains} "
+                                          "LIMIT ?")  # fmt: skip
+            params: list[Any] = [key.app_name, key.user_id] + ([session_id] if session_id is not None else [])
+            return [_doc(r) for r in await aexecute(self._s, stmt, (*params, *terms, limit))]
+        below, above = await asyncio.gather(*(
+            self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {base} AND session_id {op} ?"
+                             f"{contains} LIMIT ?") for op in ("<", ">")
+        ))  # fmt: skip
+        pages = await asyncio.gather(
+            *(aexecute(self._s, stmt, (key.app_name, key.user_id, exclude, *terms, limit)) for stmt in (below, above))
+        )
+        return [_doc(r) for rows in pages for r in rows]
 
     async def _semantic(
-        self, key: SessionKey, query: str, k: int, session_id: str | None, accept: Any,
+        self, key: SessionKey, query: str, k: int, session_id: str | None, gate: asyncio.Future[_Accept | None],
         found: dict[tuple[str, str], _Doc],
     ) -> None:  # fmt: skip
         assert self._embedder is not None
@@ -610,6 +716,9 @@ class SessionReader:
         fetched = await asyncio.gather(
             *(aexecute(self._s, docs_stmt, (key.app_name, key.user_id, r.session_id, r.ts, r.event_id)) for r in rows)
         )
+        accept = await gate
+        if accept is None:
+            return
         for r, doc_rows in zip(rows, fetched, strict=True):
             doc_row = next(iter(doc_rows), None)
             if doc_row is None:
@@ -619,19 +728,29 @@ class SessionReader:
                 self._merge(found, doc, float(r.score), "semantic")
 
     async def _context(self, key: SessionKey, doc: _Doc) -> str:
-        """Lines ``role: text`` of a 2/2 window around ``doc``, the hit marked ``[match]``, ≤ 280 characters."""
-        anchor = await self._event_by_id(key, doc.event_id)
-        if anchor is None:
-            return ""
+        """Lines ``role: text`` of a 2/2 window around ``doc``, the hit marked ``[match]``, ≤ 280 characters.
+
+        The neighbours come from ``recall_docs``: it holds exactly the
+        loadable events (the window rule of ``session_load``) with the first
+        8 Ki characters of their text, which is all a 96-character line needs,
+        so two ``LIMIT 2`` slices replace an anchor lookup and two pages of
+        full events (50 KB tool results included).
+        """
+        params = (key.app_name, key.user_id, doc.session_id, doc.ts, doc.event_id)
         earlier, later = await asyncio.gather(
-            self._neighbours(key, anchor, 2, forward=False), self._neighbours(key, anchor, 2, forward=True)
+            aexecute(self._s, self._doc_before, params), aexecute(self._s, self._doc_after, params)
         )
-        lines = []
-        for ev in [*earlier, anchor, *later]:
-            line = f"{ev.role}: {lexical.compact(ev.text, 96)}"
-            lines.append(("[match] " + line) if ev.event_id == anchor.event_id else line)
+        lines = [f"{r.role}: {lexical.compact(r.text or '', 96)}" for r in reversed(list(earlier))]
+        lines.append(f"[match] {doc.role}: {lexical.compact(doc.text, 96)}")
+        lines.extend(f"{r.role}: {lexical.compact(r.text or '', 96)}" for r in later)
         text = "\n".join(lines)
         return text if len(text) <= 280 else text[:277] + "..."
+
+
+def _ready(accept: _Accept) -> asyncio.Future[_Accept | None]:
+    fut: asyncio.Future[_Accept | None] = asyncio.get_running_loop().create_future()
+    fut.set_result(accept)
+    return fut
 
 
 def _summary(row: Any) -> StoredSummary:
