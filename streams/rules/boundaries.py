@@ -18,6 +18,9 @@ from schemas import SessionEvent, SummaryBoundary
 T = TypeVar("T")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+BOUNDARY_FORMAT_VERSION = 1
+"""``SummaryBoundary.version``: the boundary's *format* version (the Go ``SummaryBoundary.Version``,
+currently 1), not the summary's version — that one is ``SessionSummary.version``."""
 _MICROSECOND = timedelta(microseconds=1)
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Literal
 
 from schemas import SCHEMA_VERSION, JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryBoundary, SummaryJob
-from streams.rules.boundaries import from_micros, to_micros
+from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, from_micros, to_micros
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
 from streams.rules.policy import SummaryPolicy
@@ -220,11 +220,14 @@ def build_job(
     cascaded = state.filter_key == FULL_SESSION and decision.trigger_key != FULL_SESSION
     if cascaded:
         report = report.model_copy(update={"detail": f"trigger_key={decision.trigger_key}"})
+    # ``version`` is the boundary format version (the summary version is ``from_version``).
     previous = (
         None
         if state.boundary_ts is None
         else SummaryBoundary.model_construct(
-            cutoff_at=from_micros(state.boundary_ts), last_event_id=state.boundary_event_id, version=1
+            cutoff_at=from_micros(state.boundary_ts),
+            last_event_id=state.boundary_event_id,
+            version=BOUNDARY_FORMAT_VERSION,
         )
     )
     # Every field is built here from validated records, so validation is skipped

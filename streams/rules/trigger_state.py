@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from schemas import SessionEvent, SessionSummary, SummaryBoundary, TriggerReport
-from streams.rules.boundaries import delta_after, from_micros, to_micros
+from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, delta_after, from_micros, to_micros
 from streams.rules.checks import CheckOutcome, TriggerView, evaluate_all, preferred_outcome
 from streams.rules.counters import F_CONTENT, F_USER, Activity, Counters, PendingEvent
 from streams.rules.event_facts import EventFacts, event_facts
@@ -98,9 +98,14 @@ class SessionTriggerState:
 
     @property
     def boundary(self) -> SummaryBoundary | None:
+        """The last applied summary's boundary; its ``version`` is the boundary format version."""
         if self.boundary_ts is None:
             return None
-        return SummaryBoundary(cutoff_at=from_micros(self.boundary_ts), last_event_id=self.boundary_event_id, version=1)
+        return SummaryBoundary(
+            cutoff_at=from_micros(self.boundary_ts),
+            last_event_id=self.boundary_event_id,
+            version=BOUNDARY_FORMAT_VERSION,
+        )
 
     @property
     def counters(self) -> Counters:

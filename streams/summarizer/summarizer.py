@@ -24,6 +24,7 @@ from schemas import (
     TriggerReport,
 )
 from streams.errors import DistillError, PermanentError
+from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import TokenCounter, get_token_counter
 from streams.summarizer.budget import halve, input_budget, resolve_context_window
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
@@ -77,14 +78,20 @@ class SummaryResult:
     def caught_up(self) -> bool:
         return self.remaining_events == 0
 
-    def boundary(self, version: int, previous: SummaryBoundary | None = None) -> SummaryBoundary:
-        """The new boundary at ``version`` (``previous``'s position when no event was covered)."""
+    def boundary(self, version: int | None = None, previous: SummaryBoundary | None = None) -> SummaryBoundary:
+        """The new boundary (``previous``'s position when no event was covered).
+
+        ``SummaryBoundary.version`` is the boundary *format* version
+        (:data:`~streams.rules.boundaries.BOUNDARY_FORMAT_VERSION`), so ``version``
+        — the new summary's version, which goes on ``SessionSummary.version`` —
+        is accepted for compatibility and not stored in the boundary.
+        """
         if self.last_event is None:
             if previous is None:
                 raise PermanentError("a summary that covers no event needs the previous boundary")
-            return previous.model_copy(update={"version": version})
+            return previous.model_copy(update={"version": BOUNDARY_FORMAT_VERSION})
         return SummaryBoundary(
-            cutoff_at=self.last_event.timestamp, last_event_id=self.last_event.event_id, version=version
+            cutoff_at=self.last_event.timestamp, last_event_id=self.last_event.event_id, version=BOUNDARY_FORMAT_VERSION
         )
 
 

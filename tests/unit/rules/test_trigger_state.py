@@ -239,3 +239,19 @@ def test_evolve_is_in_place_and_the_other_transitions_copy_on_write() -> None:
     assert advanced is not state and marked is not state and released is not marked
     assert state.to_bytes() == before and marked.in_flight is not None  # arguments untouched
     assert SessionTriggerState.from_bytes(state.to_bytes()) == state
+
+
+def test_boundary_version_is_the_format_version_not_the_summary_version() -> None:
+    from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
+    from streams.rules.planner import apply_event
+
+    state = on_summary(fold(FOUR), summary(1, "e2", 2))
+    state = on_summary(state, summary(2, "e4", 4))
+    assert state.version == 2
+    assert state.boundary is not None and state.boundary.version == BOUNDARY_FORMAT_VERSION == 1
+    p = policy(EventThreshold(0))
+    outcome = apply_event(ev("e5", 5), p, {"": state})
+    (job,) = outcome.jobs
+    assert job.from_version == 2
+    assert job.previous_boundary is not None and job.previous_boundary.version == BOUNDARY_FORMAT_VERSION
+    assert job.previous_boundary.last_event_id == "e4"

@@ -2,8 +2,9 @@ import asyncio
 
 import pytest
 
-from schemas import SummaryReport, TriggerReport
+from schemas import SummaryBoundary, SummaryReport, TriggerReport
 from streams.errors import PermanentError, RetryableError
+from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import SimpleTokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER, safe_prefix_ends
 from streams.summarizer.conversation import DEFAULT_FORMATTER
@@ -40,7 +41,8 @@ async def test_single_pass_result_boundary_and_stats() -> None:
     assert result.text == "S"
     assert result.caught_up and result.passes == 1 and result.covered_events == 4
     assert result.boundary(3).last_event_id == "e3"
-    assert result.boundary(3).version == 3
+    # The boundary's version is its format version; the summary version lives on the summary record.
+    assert result.boundary(3).version == BOUNDARY_FORMAT_VERSION == 1
     assert result.report.trigger == trigger
     (call,) = result.report.calls
     assert call.mode == "standalone"
@@ -178,6 +180,9 @@ async def test_forced_rewrite_of_previous_summary_only() -> None:
     result = await s.summarize("old", [], force=True, session=SESSION)
     assert result.text == "rewritten" and result.last_event is None
     assert user_text(model.requests[0]) == "prev=old new="
+    # The boundary stays where it was, in the current boundary format.
+    previous = SummaryBoundary(cutoff_at="2025-03-01T09:00:00Z", last_event_id="e9", version=0)
+    assert result.boundary(4, previous) == previous.model_copy(update={"version": BOUNDARY_FORMAT_VERSION})
 
 
 async def test_skip_recent_holds_events_back() -> None:
