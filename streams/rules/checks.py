@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from schemas import SessionEvent, TriggerName, TriggerReport
 from streams.rules.context_windows import DEFAULT_FALLBACK_WINDOW, resolve_context_window
 from streams.rules.counters import Activity, Counters
+from streams.rules.errors import RuleConfigurationError
 
 MICROS_PER_MS = 1000
 
@@ -136,9 +137,12 @@ class ContextThreshold:
 
     def __post_init__(self) -> None:
         if not 0 < self.ratio <= 1:
-            raise ValueError("context ratio must be in (0, 1]")
+            raise RuleConfigurationError(f"context_threshold: ratio must be in (0, 1], got {self.ratio}")
         if self.min_tokens < 0 or self.fallback_window <= 0:
-            raise ValueError("min_tokens must be >= 0 and fallback_window > 0")
+            raise RuleConfigurationError(
+                f"context_threshold: min_tokens must be >= 0 and fallback_window > 0, "
+                f"got {self.min_tokens} and {self.fallback_window}"
+            )
 
     def threshold_for(self, window: int) -> int:
         return max(int(window * self.ratio), self.min_tokens)

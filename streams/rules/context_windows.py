@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+from streams.rules.errors import RuleConfigurationError
+
 DEFAULT_FALLBACK_WINDOW = 8192
 
 _BUILTIN: dict[str, int] = {
@@ -58,7 +60,7 @@ _lock = threading.Lock()
 def register_model_context_window(model: str, tokens: int) -> None:
     """Register (or override) the window of ``model`` for this process."""
     if tokens <= 0:
-        raise ValueError("context window must be > 0")
+        raise RuleConfigurationError(f"context window of {model!r} must be > 0, got {tokens}")
     with _lock:
         _registry[model.strip().lower()] = tokens
 

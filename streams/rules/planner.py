@@ -23,6 +23,7 @@ from typing import Literal
 
 from schemas import SCHEMA_VERSION, JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryBoundary, SummaryJob
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, from_micros, to_micros
+from streams.rules.errors import InvalidDecisionError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
 from streams.rules.policy import SummaryPolicy
@@ -212,7 +213,10 @@ def build_job(
 ) -> SummaryJob:
     """The ``SummaryJob`` for a fired decision on ``state``."""
     if not decision.fire or decision.upto is None or decision.report is None:
-        raise ValueError("only a fired decision with a pending event makes a job")
+        raise InvalidDecisionError(
+            f"only a fired decision with a pending event makes a job "
+            f"(key {decision.filter_key!r}: reason {decision.reason!r}, upto {decision.upto is not None})"
+        )
     upto = decision.upto
     retry = decision.retry_of
     scope = state.scope_for(decision.trigger_key)

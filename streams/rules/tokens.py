@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from schemas import Message
+from streams.rules.errors import RuleConfigurationError
 
 DEFAULT_RUNES_PER_TOKEN = 4.0
 
@@ -65,7 +66,7 @@ class SimpleTokenCounter:
 
     def __init__(self, approx_runes_per_token: float = DEFAULT_RUNES_PER_TOKEN) -> None:
         if approx_runes_per_token <= 0:
-            raise ValueError("approx_runes_per_token must be > 0")
+            raise RuleConfigurationError(f"approx_runes_per_token must be > 0, got {approx_runes_per_token}")
         self.approx_runes_per_token = approx_runes_per_token
 
     def count_text(self, text: str) -> int:

@@ -41,6 +41,7 @@ from schemas import SessionEvent, SessionSummary, SummaryBoundary, TriggerReport
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, delta_after, from_micros, to_micros
 from streams.rules.checks import CheckOutcome, TriggerView, evaluate_all, preferred_outcome
 from streams.rules.counters import F_CONTENT, F_USER, Activity, Counters, PendingEvent
+from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
 from streams.rules.policy import SummaryPolicy
@@ -145,7 +146,12 @@ class SessionTriggerState:
 
     @classmethod
     def from_bytes(cls, data: bytes | str) -> SessionTriggerState:
-        return from_dict(json.loads(data))
+        """Read :meth:`to_bytes` back; unreadable bytes raise :class:`CorruptTriggerStateError`."""
+        try:
+            raw = json.loads(data)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise CorruptTriggerStateError(f"trigger state is not valid JSON: {exc}") from exc
+        return from_dict(raw)
 
 
 def new_state(app_name: str, user_id: str, session_id: str, filter_key: str = FULL_SESSION) -> SessionTriggerState:
@@ -515,26 +521,78 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
     return out
 
 
+_STATE_FIELDS = {
+    "a": "app_name",
+    "u": "user_id",
+    "s": "session_id",
+    "k": "filter_key",
+    "v": "version",
+    "b": "boundary",
+    "p": "pending index",
+    "o": "own scope",
+    "sc": "branch scopes",
+    "i": "in-flight job",
+}
+
+
 def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
+    """Read :func:`to_dict` back (this runs during changelog recovery).
+
+    Raises :class:`CorruptTriggerStateError` (an ``InvalidRecordError`` and a
+    ``ValueError``) naming the state and the part that cannot be read.
+    """
+    if not isinstance(data, Mapping):
+        raise CorruptTriggerStateError(f"trigger state must be a JSON object, got {type(data).__name__}")
     if data.get("f") != STATE_FORMAT:
-        raise ValueError(f"unknown trigger state format {data.get('f')!r}")
-    pending = [PendingEvent(*p) for p in data["p"]]
-    flight = data.get("i")
+        raise CorruptTriggerStateError(
+            f"unknown trigger state format {data.get('f')!r} (this build reads {STATE_FORMAT})"
+        )
+    try:
+        part = "p"
+        pending = [PendingEvent(*p) for p in data["p"]]
+        part = "i"
+        flight = data.get("i")
+        in_flight = InFlight(*flight) if flight else None
+        part = "b"
+        boundary_event_id, boundary_ts = data["b"]
+        part = "o"
+        own = _scope_in(data["o"])
+        part = "sc"
+        scopes = {k: _scope_in(s) for k, s in data.get("sc", {}).items()}
+        for part in ("a", "u", "s", "k"):
+            if not isinstance(data[part], str):
+                raise TypeError(f"expected a string, got {type(data[part]).__name__}")
+        part = "v"
+        if not isinstance(data["v"], int):
+            raise TypeError(f"expected an integer, got {type(data['v']).__name__}")
+    except KeyError as exc:
+        raise CorruptTriggerStateError(f"{_state_label(data)}: missing {_part_label(part)}") from exc
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise CorruptTriggerStateError(f"{_state_label(data)}: malformed {_part_label(part)}: {exc}") from exc
     return SessionTriggerState(
         data["a"],
         data["u"],
         data["s"],
         data["k"],
         data["v"],
-        data["b"][0],
-        data["b"][1],
+        boundary_event_id,
+        boundary_ts,
         pending,
         sum(1 for p in pending if p.flags & F_CONTENT),
-        _scope_in(data["o"]),
-        {k: _scope_in(s) for k, s in data.get("sc", {}).items()},
-        InFlight(*flight) if flight else None,
+        own,
+        scopes,
+        in_flight,
         data.get("h"),
     )
+
+
+def _state_label(data: Mapping[str, Any]) -> str:
+    ids = "/".join(str(data.get(k, "?")) for k in ("a", "u", "s"))
+    return f"trigger state {ids} key {data.get('k', '?')!r}"
+
+
+def _part_label(part: str) -> str:
+    return f"{_STATE_FIELDS.get(part, part)} ({part!r})"
 
 
 def _scope_out(scope: Scope) -> list[Any]:

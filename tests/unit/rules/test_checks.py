@@ -103,6 +103,20 @@ def test_context_threshold_validates_options() -> None:
         ContextThreshold(fallback_window=0)
 
 
+def test_invalid_options_are_configuration_errors() -> None:
+    from streams.errors import ConfigurationError
+    from streams.rules.tokens import SimpleTokenCounter
+
+    with pytest.raises(ConfigurationError, match=r"context_threshold: ratio must be in \(0, 1\], got 1.5"):
+        ContextThreshold(ratio=1.5)
+    with pytest.raises(ConfigurationError, match="min_tokens must be >= 0"):
+        ContextThreshold(min_tokens=-1)
+    with pytest.raises(ConfigurationError, match="context window of 'x' must be > 0"):
+        register_model_context_window("x", 0)
+    with pytest.raises(ConfigurationError, match="approx_runes_per_token"):
+        SimpleTokenCounter(0)
+
+
 def test_model_switch_changes_the_context_threshold() -> None:
     check = ContextThreshold()
     assert passes(check, view(tokens=5000, model="gpt-4"))

@@ -145,3 +145,19 @@ def test_sync_command_with_model_request_on_a_branch_skips_the_cascade() -> None
     )
     (full_job,) = full.jobs
     assert full_job.filter_key == "" and full_job.model_request == request
+
+
+def test_build_job_refuses_a_decision_that_does_not_fire() -> None:
+    import pytest
+
+    from streams.errors import PermanentError
+    from streams.rules.planner import build_job
+    from streams.rules.trigger_state import decide
+
+    policy = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("u", 0, role="user"), ev("a", 1)], policy)
+    decision = decide(table[""], policy, None)
+    assert not decision.fire
+    with pytest.raises(PermanentError, match=r"only a fired decision.*reason 'checks_failed'") as info:
+        build_job(table[""], decision, created_at=at(2))
+    assert isinstance(info.value, ValueError)

@@ -255,3 +255,33 @@ def test_boundary_version_is_the_format_version_not_the_summary_version() -> Non
     assert job.from_version == 2
     assert job.previous_boundary is not None and job.previous_boundary.version == BOUNDARY_FORMAT_VERSION
     assert job.previous_boundary.last_event_id == "e4"
+
+
+def test_corrupt_state_bytes_raise_a_typed_error_naming_the_part() -> None:
+    import json
+
+    import pytest
+
+    from streams.errors import InvalidRecordError
+    from streams.rules.errors import CorruptTriggerStateError
+    from streams.rules.trigger_state import from_dict, to_dict
+
+    good = to_dict(on_summary(fold(FOUR), summary(1, "e2", 2)))
+    cases: list[tuple[object, str]] = [
+        ({**good, "f": 99}, "unknown trigger state format 99"),
+        ({k: v for k, v in good.items() if k != "p"}, r"app/u/s key '': missing pending index \('p'\)"),
+        ({**good, "p": [["e3", 3]]}, r"malformed pending index \('p'\)"),
+        ({**good, "b": None}, r"malformed boundary \('b'\)"),
+        ({**good, "o": [[1, 2]]}, r"malformed own scope \('o'\)"),
+        ({**good, "i": [1, 2, 3, 4, 5, 6]}, r"malformed in-flight job \('i'\)"),
+        ({**good, "s": 7}, r"malformed session_id \('s'\): expected a string"),
+        ({**good, "v": "1"}, r"malformed version \('v'\): expected an integer"),
+        ([1, 2], "must be a JSON object"),
+    ]
+    for data, message in cases:
+        with pytest.raises(CorruptTriggerStateError, match=message) as info:
+            from_dict(data)  # type: ignore[arg-type]
+        assert isinstance(info.value, InvalidRecordError) and isinstance(info.value, ValueError)
+    with pytest.raises(CorruptTriggerStateError, match="not valid JSON"):
+        SessionTriggerState.from_bytes(b'{"f": 1, "p": [')
+    assert SessionTriggerState.from_bytes(json.dumps(good)) == from_dict(good)
