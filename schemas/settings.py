@@ -125,6 +125,8 @@ class SummarySettings(_Section):
     context_fallback_window: int = Field(default=8192, gt=0)
     conversation_threshold: int | None = Field(default=None, ge=0)
     important_keywords: list[str] | None = None
+    """Words or phrases (case-insensitive) that make an event important: the
+    important-content check also fires when the delta holds one."""
     important_content_threshold: int | None = Field(default=None, ge=0)
     composition: Literal["any", "all"] = "any"
     filter_key_allowlist: list[str] | None = None

@@ -168,12 +168,45 @@ class ConversationThreshold:
 
 @dataclass(frozen=True, slots=True)
 class ImportantContent:
-    """Some text part of the delta longer than ``chars`` once stripped (Python guide; default 10)."""
+    """Some text part of the delta longer than ``chars`` once stripped (Python guide; default 10),
+    or some event of the delta containing one of ``keywords`` (case-insensitive).
 
-    chars: int = 10
+    ``chars=None`` checks the keywords alone. A keyword match reports ``unit="matches"``
+    (the number of matching events, threshold 0). The policy collects the keywords
+    (``SummaryPolicy.important_keywords``) so the fold can flag matching events.
+    """
+
+    chars: int | None = 10
+    keywords: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keywords, str):
+            raise RuleConfigurationError("important_content: keywords must be a sequence of strings, not one string")
+        object.__setattr__(self, "keywords", normalize_keywords(self.keywords))
+        if self.chars is None and not self.keywords:
+            raise RuleConfigurationError("important_content: needs a length threshold (chars) or keywords")
 
     def evaluate(self, view: TriggerView) -> Evaluation:
-        return _leaf("important_content", view.counters.max_text_len, self.chars, "chars")
+        counters = view.counters
+        if self.keywords and (counters.keywords or self.chars is None):
+            return _leaf("important_content", counters.keywords, 0, "matches")
+        return _leaf("important_content", counters.max_text_len, self.chars or 0, "chars")
+
+
+def normalize_keywords(keywords: Sequence[str]) -> tuple[str, ...]:
+    """Stripped, lower-cased, without empties and duplicates, in order."""
+    return tuple(dict.fromkeys(k.strip().lower() for k in keywords if k.strip()))
+
+
+def important_keywords(checks: Sequence[Check]) -> tuple[str, ...]:
+    """Every keyword of the :class:`ImportantContent` checks in ``checks`` (nested ones included)."""
+    found: list[str] = []
+    for check in checks:
+        if isinstance(check, ImportantContent):
+            found.extend(check.keywords)
+        elif isinstance(check, (AllOf, AnyOf)):
+            found.extend(important_keywords(check.checks))
+    return tuple(dict.fromkeys(found))
 
 
 CustomFn = Callable[[TriggerView, Mapping[str, Any]], bool]

@@ -22,6 +22,8 @@ F_USER = 1
 """The event is a user message (a conversation round)."""
 F_CONTENT = 2
 """The event has summarizable text."""
+F_KEYWORD = 4
+"""The event's text contains one of the policy's important keywords."""
 
 
 class PendingEvent(NamedTuple):
@@ -45,6 +47,8 @@ class Counters:
     tokens: int = 0
     rounds: int = 0
     max_text_len: int = 0
+    keywords: int = 0
+    """Events whose text contains an important keyword (``F_KEYWORD``)."""
 
     def add(self, entry: PendingEvent) -> Counters:
         """A new ``Counters`` with ``entry`` added (``self`` is unchanged)."""
@@ -58,21 +62,25 @@ class Counters:
         self.rounds += entry.flags & F_USER
         if entry.text_len > self.max_text_len:
             self.max_text_len = entry.text_len
+        if entry.flags & F_KEYWORD:
+            self.keywords += 1
 
     def copy(self) -> Counters:
-        return Counters(self.events, self.tokens, self.rounds, self.max_text_len)
+        return Counters(self.events, self.tokens, self.rounds, self.max_text_len, self.keywords)
 
     @classmethod
     def of(cls, entries: Iterable[PendingEvent]) -> Counters:
         """Recompute from scratch."""
-        events = tokens = rounds = longest = 0
+        events = tokens = rounds = longest = keywords = 0
         for entry in entries:
             events += 1
             tokens += entry.tokens
             rounds += entry.flags & F_USER
             if entry.text_len > longest:
                 longest = entry.text_len
-        return cls(events, tokens, rounds, longest)
+            if entry.flags & F_KEYWORD:
+                keywords += 1
+        return cls(events, tokens, rounds, longest, keywords)
 
 
 @dataclass(slots=True)

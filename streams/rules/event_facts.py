@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from schemas import SessionEvent
 from streams.rules.boundaries import to_micros
-from streams.rules.counters import F_CONTENT, F_USER, PendingEvent
+from streams.rules.counters import F_CONTENT, F_KEYWORD, F_USER, PendingEvent
 from streams.rules.threshold_text import conversation_length, conversation_lines, format_tool_call
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter, TokenCounter, get_token_counter
 
@@ -68,8 +68,27 @@ def threshold_tokens(event: SessionEvent, counter: TokenCounter) -> tuple[int, i
     return tokens, max(content_len, len(reasoning))
 
 
-def event_facts(event: SessionEvent, counter: TokenCounter | None = None, offset: int | None = None) -> EventFacts:
+def has_keyword(keywords: tuple[str, ...], *texts: str) -> bool:
+    """Whether some text contains one of ``keywords`` (lower-cased), ignoring case."""
+    for text in texts:
+        if text:
+            lowered = text.lower()
+            for keyword in keywords:
+                if keyword in lowered:
+                    return True
+    return False
+
+
+def event_facts(
+    event: SessionEvent,
+    counter: TokenCounter | None = None,
+    offset: int | None = None,
+    keywords: tuple[str, ...] = (),
+) -> EventFacts:
     """The facts of ``event``; tokens with ``counter`` (default: the process-wide one).
+
+    ``keywords`` (lower-cased, see ``SummaryPolicy.important_keywords``) flag a
+    counted event whose content or reasoning contains one (``F_KEYWORD``).
 
     Inlines the rules of ``eligibility`` (``is_counted``, ``is_user_message``,
     ``is_model_output``) and, for the simple counter, of
@@ -145,7 +164,9 @@ def event_facts(event: SessionEvent, counter: TokenCounter | None = None, offset
                     to_micros(event.timestamp),
                     tokens,
                     event.filter_key,
-                    (F_USER if user else 0) | (F_CONTENT if tokens else 0),
+                    (F_USER if user else 0)
+                    | (F_CONTENT if tokens else 0)
+                    | (F_KEYWORD if keywords and counted and has_keyword(keywords, content, reasoning) else 0),
                     text_len,
                 ),
             ),

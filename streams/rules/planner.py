@@ -108,7 +108,7 @@ def apply_event(
     The given states are evolved **in place** (see ``evolve``): ``Outcome.states``
     holds those same objects (plus the new ones), to be written back.
     """
-    facts = facts or event_facts(event, policy.counter, offset)
+    facts = facts or event_facts(event, policy.counter, offset, policy.important_keywords)
     full = states.get(FULL_SESSION) or new_state(event.app_name, event.user_id, event.session_id)
     # Every state is looked up (new branches seeded from ``full``) before any is
     # evolved: evolving mutates, and a seed must not see the event already.

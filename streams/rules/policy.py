@@ -23,6 +23,7 @@ from streams.rules.checks import (
     ImportantContent,
     TimeThreshold,
     TokenThreshold,
+    important_keywords,
 )
 from streams.rules.targets import Allowlist, allows_filter_key, normalize_allowlist, summary_targets
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter, TokenCounter
@@ -40,6 +41,7 @@ CHECK_FIELDS = frozenset(
         "context_threshold",
         "conversation_threshold",
         "important_content_threshold",
+        "important_keywords",
         "composition",
     }
 )
@@ -66,6 +68,8 @@ class SummaryPolicy:
     ``checks`` are ANDed at the top level; ``()`` fires whenever there is
     summarizable content. ``counter`` ``None`` means the process-wide counter.
     ``context`` is merged into the context dict custom checks receive.
+    ``important_keywords`` is derived from the :class:`ImportantContent` checks:
+    the fold flags the events that contain one.
     """
 
     checks: tuple[Check, ...] = field(default_factory=default_checks)
@@ -75,6 +79,10 @@ class SummaryPolicy:
     max_summary_words: int | None = DEFAULT_MAX_SUMMARY_WORDS
     job_timeout_s: float = 120.0
     context: Mapping[str, Any] = field(default_factory=dict)
+    important_keywords: tuple[str, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "important_keywords", important_keywords(self.checks))
 
     @property
     def job_timeout_us(self) -> int:
@@ -103,8 +111,9 @@ def checks_from_settings(settings: SummarySettings) -> tuple[Check, ...]:
         )
     if settings.conversation_threshold is not None:
         checks.append(ConversationThreshold(settings.conversation_threshold))
-    if settings.important_content_threshold is not None:
-        checks.append(ImportantContent(settings.important_content_threshold))
+    keywords = tuple(settings.important_keywords or ())
+    if settings.important_content_threshold is not None or any(k.strip() for k in keywords):
+        checks.append(ImportantContent(settings.important_content_threshold, keywords))
     if not checks:
         return default_checks()
     if len(checks) == 1:

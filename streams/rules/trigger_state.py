@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from schemas import SessionEvent, SessionSummary, SummaryBoundary, TriggerReport
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, delta_after, from_micros, to_micros
 from streams.rules.checks import CheckOutcome, TriggerView, evaluate_all, preferred_outcome
-from streams.rules.counters import F_CONTENT, F_USER, Activity, Counters, PendingEvent
+from streams.rules.counters import F_CONTENT, F_KEYWORD, F_USER, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
@@ -234,9 +234,12 @@ def evolve(
     for a raw event the tokens are counted with ``policy``'s counter (or the
     process-wide one).
     """
-    facts = (
-        event if isinstance(event, EventFacts) else event_facts(event, policy.counter if policy is not None else None)
-    )
+    if isinstance(event, EventFacts):
+        facts = event
+    elif policy is not None:
+        facts = event_facts(event, policy.counter, keywords=policy.important_keywords)
+    else:
+        facts = event_facts(event)
     if not facts.counted:
         return state
     offset = facts.offset
@@ -264,6 +267,8 @@ def evolve(
         c.rounds += entry.flags & F_USER
         if entry.text_len > c.max_text_len:
             c.max_text_len = entry.text_len
+        if entry.flags & F_KEYWORD:
+            c.keywords += 1
     # advance_in_place(own.activity, facts), inlined: the common event changes little.
     activity = own.activity
     ts = entry.ts
@@ -444,7 +449,9 @@ def decide(
     key = state.filter_key
     facts: EventFacts | None = None
     if now is not None:
-        facts = now if isinstance(now, EventFacts) else event_facts(now, policy.counter)
+        facts = (
+            now if isinstance(now, EventFacts) else event_facts(now, policy.counter, keywords=policy.important_keywords)
+        )
     tk = trigger_key if trigger_key is not None else (facts.entry.filter_key if facts is not None else key)
     if key or not tk:
         scope = state.own
@@ -598,7 +605,7 @@ def _part_label(part: str) -> str:
 def _scope_out(scope: Scope) -> list[Any]:
     c, a = scope.counters, scope.activity
     return [
-        [c.events, c.tokens, c.rounds, c.max_text_len],
+        [c.events, c.tokens, c.rounds, c.max_text_len, c.keywords],
         [
             a.last_ts,
             a.last_request_id,

@@ -29,13 +29,14 @@ def view(
     model: str | None = None,
     window: int | None = None,
     context: dict[str, Any] | None = None,
+    keywords: int = 0,
 ) -> TriggerView:
     gap = int(gap_s * 1_000_000) if gap_s is not None else None
     return TriggerView(
         "",
         "",
         "app",
-        Counters(events, tokens, rounds, text_len),
+        Counters(events, tokens, rounds, text_len, keywords),
         Activity(gap=gap, model=model, context_window=window),
         None,
         None,
@@ -179,3 +180,19 @@ def test_preferred_outcome_order() -> None:
     assert preferred_outcome([failed, custom]) == custom
     assert preferred_outcome([failed]) == failed
     assert preferred_outcome([]) is None
+
+
+def test_important_content_keywords() -> None:
+    from streams.errors import ConfigurationError
+
+    keywords = ImportantContent(None, ("Deadline", " deadline ", ""))
+    assert keywords.keywords == ("deadline",)
+    assert not passes(keywords, view())
+    assert passes(keywords, view(keywords=1))
+    either = ImportantContent(10, ("deadline",))
+    assert passes(either, view(text_len=11)) and passes(either, view(keywords=2))
+    assert not passes(either, view(text_len=10))
+    with pytest.raises(ConfigurationError, match="chars\\) or keywords"):
+        ImportantContent(None)
+    with pytest.raises(ConfigurationError, match="not one string"):
+        ImportantContent(10, "deadline")  # type: ignore[arg-type]

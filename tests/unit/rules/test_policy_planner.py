@@ -1,4 +1,4 @@
-from schemas import SessionEvent, Summarize, SummarizeSync
+from schemas import SessionEvent, Summarize, SummarizeSync, SummaryJob
 from schemas.settings import SummarySettings
 from streams.rules.checks import AllOf, AnyOf, ConversationThreshold, EventThreshold, TimeThreshold, TokenThreshold
 from streams.rules.planner import affected_keys, apply_command, apply_event, job_id_for, session_keys
@@ -161,3 +161,62 @@ def test_build_job_refuses_a_decision_that_does_not_fire() -> None:
     with pytest.raises(PermanentError, match=r"only a fired decision.*reason 'checks_failed'") as info:
         build_job(table[""], decision, created_at=at(2))
     assert isinstance(info.value, ValueError)
+
+
+def test_important_keywords_from_settings_fire_the_important_content_check() -> None:
+    from streams.rules.checks import ImportantContent
+    from streams.rules.policy import policy_from_settings
+    from streams.rules.trigger_state import on_summary
+
+    from .factory import summary
+
+    policy = policy_from_settings(SummarySettings(important_keywords=["Deadline", "  ", "budget cut"]))
+    assert policy.checks == (ImportantContent(None, ("deadline", "budget cut")),)
+    assert policy.important_keywords == ("deadline", "budget cut")
+    policy = SummaryPolicy(counter=SIMPLE, checks=policy.checks)
+    table, jobs = run([ev("u", 0, role="user", content="plan the week"), ev("a", 1, content="sure")], policy)
+    assert jobs == [] and table[""].counters.keywords == 0
+    # A keyword anywhere in the delta (here a user message) makes the next model output fire.
+    table, jobs = run(
+        [
+            ev("u", 0, role="user", content="plan the week"),
+            ev("a", 1, content="sure"),
+            ev("u2", 2, role="user", content="The DEADLINE moved to Friday"),
+            ev("a2", 3, content="noted"),
+        ],
+        policy,
+    )
+    (job,) = jobs
+    assert isinstance(job, SummaryJob)
+    assert (job.trigger.name, job.trigger.unit, job.trigger.value, job.trigger.threshold) == (
+        "important_content",
+        "matches",
+        1,
+        0,
+    )
+    # Once a summary covers it, the match no longer counts (and survives a changelog round trip until then).
+    state = table[""]
+    assert SessionTriggerState.from_bytes(state.to_bytes()).counters.keywords == 1
+    after = on_summary(state, summary(1, "a2", 3))
+    assert after.counters.keywords == 0
+
+
+def test_keywords_with_a_length_threshold_and_nested_and_per_app() -> None:
+    from streams.rules.checks import ImportantContent
+    from streams.rules.policy import policy_from_settings
+
+    both = policy_from_settings(SummarySettings(important_content_threshold=50, important_keywords=["refund"]))
+    assert both.checks == (ImportantContent(50, ("refund",)),)
+    nested = SummaryPolicy(checks=(AnyOf((EventThreshold(100), AllOf((ImportantContent(None, ("X ",)),)))),))
+    assert nested.important_keywords == ("x",)
+    policies = policies_from_settings(
+        SummarySettings(event_threshold=5, apps={"support": {"important_keywords": ["refund"]}})
+    )
+    assert policies.default.important_keywords == ()
+    assert policies.for_app("support").checks == (ImportantContent(None, ("refund",)),)  # replaces the base checks
+    assert policies.for_app("support").important_keywords == ("refund",)
+    policy = SummaryPolicy(counter=SIMPLE, checks=(ImportantContent(50, ("refund",)),))
+    _, long_text = run([ev("a", 0, content="y" * 51)], policy)
+    assert [j.trigger.unit for j in long_text] == ["chars"]  # type: ignore[attr-defined]
+    _, keyword = run([ev("a", 0, content="Refund issued")], policy)
+    assert [j.trigger.unit for j in keyword] == ["matches"]  # type: ignore[attr-defined]
