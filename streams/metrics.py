@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 EVENTS = Counter("distill_events_total", "Events-topic records processed by the track agent", ["kind"])
@@ -25,6 +27,13 @@ CONSUMER_LAG = Gauge(
     "distill_consumer_lag", "Records behind the log end, by topic and partition", ["topic", "partition"]
 )
 CACHE_HITS = Counter("distill_summary_cache_hits_total", "Summaries reused from the content-addressed cache")
+
+
+def set_consumer_lag(lags: Iterable[tuple[str, int, int]]) -> None:
+    """Replace the lag gauge with ``(topic, partition, records behind)`` of the assigned partitions."""
+    CONSUMER_LAG.clear()
+    for topic, partition, lag in lags:
+        CONSUMER_LAG.labels(topic, str(partition)).set(lag)
 
 
 def serve_metrics(port: int | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -31,8 +32,68 @@ class RawEvent:
     value: bytes
 
 
+class RecentEvents:
+    """The latest records the track agent consumed, per partition, within a byte budget.
+
+    A job's delta was consumed by this worker's track agent a moment before, so it is
+    usually still here: reading it back from Kafka (a scan of the whole offset range,
+    every session's records) is then skipped. The records of a partition are kept
+    contiguously from ``low`` to the last offset seen, so a range inside that window is
+    answered completely, with the very bytes Kafka holds; anything else returns ``None``
+    (read from Kafka). A partition starts over when it is revoked or assigned, or when
+    an offset arrives out of order (re-delivery).
+    """
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self._size = 0
+        self._order: deque[tuple[int, int, bytes, int]] = deque()
+        self._by_key: dict[tuple[int, bytes], deque[tuple[int, bytes]]] = {}
+        self._low: dict[int, int] = {}
+        self._high: dict[int, int] = {}
+
+    def add(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        high = self._high.get(partition)
+        if high is not None and offset <= high:
+            self.reset({partition})
+        self._low.setdefault(partition, offset)
+        self._high[partition] = offset
+        if key is None or value is None:
+            return
+        self._by_key.setdefault((partition, key), deque()).append((offset, value))
+        size = len(key) + len(value) + 96
+        self._order.append((partition, offset, key, size))
+        self._size += size
+        while self._size > self.max_bytes and self._order:
+            p, o, k, n = self._order.popleft()
+            self._size -= n
+            entries = self._by_key.get((p, k))
+            if entries and entries[0][0] == o:
+                entries.popleft()
+                if not entries:
+                    del self._by_key[(p, k)]
+            if p in self._low:
+                self._low[p] = max(self._low[p], o + 1)
+
+    def reset(self, partitions: set[int]) -> None:
+        for p in partitions:
+            self._low.pop(p, None)
+            self._high.pop(p, None)
+        for pk in [pk for pk in self._by_key if pk[0] in partitions]:
+            del self._by_key[pk]
+
+    def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent] | None:
+        """The records of ``key`` at ``start..end``, or ``None`` when the window does not cover it."""
+        low = self._low.get(partition)
+        if low is None or start < low or end > self._high[partition]:
+            return None
+        self.hits += 1
+        return [RawEvent(o, v) for o, v in self._by_key.get((partition, key), ()) if start <= o <= end]
+
+
 class EventLogReader:
-    """A small pool of unassigned consumers, one per concurrent read."""
+    """A small pool of unassigned consumers, one per concurrent read (after :class:`RecentEvents`)."""
 
     def __init__(
         self, kafka: KafkaSettings, topic: str, size: int = 4, stall_timeout_s: float = 30.0, fetch_wait_ms: int = 10
@@ -46,6 +107,7 @@ class EventLogReader:
         self._all: list[AIOKafkaConsumer] = []
         self._create_lock = asyncio.Lock()
         self.records_scanned = 0
+        self.recent = RecentEvents()
 
     async def stop(self) -> None:
         for consumer in self._all:
@@ -69,6 +131,9 @@ class EventLogReader:
         """Records with ``key`` at offsets ``start..end`` (inclusive) of ``partition``."""
         if end < start:
             return []
+        found = self.recent.read(partition, start, end, key)
+        if found is not None:
+            return found
         consumer = await self._acquire()
         tp = TopicPartition(self.topic, partition)
         try:

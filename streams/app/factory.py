@@ -18,6 +18,7 @@ partitioner the producers used. Clients open when the worker starts.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ from streams.summarizer import SummarizerLike, build_summarizer
 log = logging.getLogger(__name__)
 
 TABLE_NAME = "track-state"
+LAG_EVERY_S = 5.0
+"""How often the consumer-lag gauge is refreshed."""
 TRACK_BATCH = 2000
 """Most events-topic records the track agent folds per batch."""
 TRACK_BATCH_WITHIN_S = 0.003
@@ -185,6 +188,7 @@ def create_app(
 
     async def track_batch(stream: Any, events: list[Any]) -> None:
         batch = TableBatch(cast(Any, table))
+        recent = runtime.reader.recent
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
         last_of: dict[int, Any] = {}
         kinds: dict[str, int] = {}
@@ -195,6 +199,7 @@ def create_app(
             key = msg.key or b""
             batch.partition = msg.partition
             last_of[msg.partition] = event
+            recent.add(msg.partition, msg.offset, msg.key, msg.value)
             at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
             try:
                 out = track.on_record(event.value, coords, batch, key=event.key, log_time=at)
@@ -296,11 +301,13 @@ def create_app(
     @cast(Any, app.on_partitions_revoked).connect  # type: ignore[untyped-decorator]  # mode signals: loose types
     async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         revoked: set[Any] = args[0] if args else _.get("revoked", set())
+        runtime.reader.recent.reset({tp.partition for tp in revoked if tp.topic == topics.events})
         await runtime.on_revoked({tp.partition for tp in revoked if tp.topic == topics.jobs})
 
     @cast(Any, app.on_partitions_assigned).connect  # type: ignore[untyped-decorator]
     async def _assigned(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         assigned: set[Any] = args[0] if args else _.get("assigned", set())
+        runtime.reader.recent.reset({tp.partition for tp in assigned if tp.topic == topics.events})
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
         log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 
@@ -342,8 +349,44 @@ def create_app(
                 None,
             )
 
+    lag_topics = {topics.events, topics.jobs, topics.summaries}
+
+    @app.timer(LAG_EVERY_S)  # type: ignore[untyped-decorator]  # faust's decorators are untyped
+    async def _consumer_lag() -> None:
+        metrics.set_consumer_lag(consumer_lag(app.consumer, lag_topics))
+
+    if ext.summarizer_for is None and settings.llm.configured:
+
+        @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
+        async def _warm_summarizer() -> None:
+            # The openai SDK takes about a second of CPU to import: in a thread at startup, not
+            # on the event loop at the first job (where it stalls every agent).
+            await asyncio.to_thread(importlib.import_module, "streams.summarizer.openai_adapter")
+
     app.distill_runtime = runtime  # type: ignore[attr-defined]
     return app
+
+
+def consumer_lag(consumer: Any, topics: set[str]) -> list[tuple[str, int, int]]:
+    """``(topic, partition, log end - committed offset)`` of the assigned partitions of ``topics``.
+
+    Before the first commit of a partition, the offset after the last record read stands in.
+    """
+    rows: list[tuple[str, int, int]] = []
+    for tp in consumer.assignment():
+        if tp.topic not in topics:
+            continue
+        try:
+            high = consumer.highwater(tp)
+        except Exception:  # not fetched yet / being revoked
+            continue
+        done = consumer._committed_offset.get(tp)
+        if done is None:
+            read = consumer._read_offset.get(tp)
+            done = read + 1 if read is not None else None
+        if high is not None and done is not None:
+            rows.append((tp.topic, tp.partition, max(0, high - done)))
+    return rows
 
 
 async def summary_topics(settings: Settings, live: str, *, exclude: str) -> list[str]:
