@@ -43,6 +43,8 @@ def test_stored_event_json_does_not_repeat_the_text() -> None:
 def _reference_tokens(text: str) -> set[str]:
     tokens: set[str] = set()
     for word in lexical._split_words(text):
+        if not lexical.keywords(word):  # stop words and short words are never looked up, so never indexed
+            continue
         tokens.add(lexical._stem(word))
         if len(tokens) >= lexical.MAX_DOC_TOKENS:
             break
@@ -58,3 +60,13 @@ def test_doc_tokens_cap_matches_the_reference() -> None:
     text = " ".join(f"w{i} w{i % 7}" for i in range(3000))
     assert lexical.doc_tokens(text) == _reference_tokens(text)
     assert len(lexical.doc_tokens(text)) == lexical.MAX_DOC_TOKENS
+
+
+@given(st.text(alphabet=st.sampled_from(list("abcdefst019 _-,.éß中文摘要\n")), max_size=300))
+def test_every_keyword_of_a_text_is_indexed(text: str) -> None:
+    tokens = lexical.doc_tokens(text)
+    assert {lexical._stem(k) for k in lexical.keywords(text)} <= tokens
+
+
+def test_stop_words_and_short_words_are_not_indexed() -> None:
+    assert lexical.doc_tokens("What is the plan for v2 of the 中 cache, and is it ok?") == {"plan", "v2", "中", "cache"}
