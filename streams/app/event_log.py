@@ -44,7 +44,7 @@ class RecentEvents:
     an offset arrives out of order (re-delivery).
     """
 
-    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
         self.hits = 0
         self._size = 0

@@ -18,7 +18,6 @@ partitioner the producers used. Clients open when the worker starts.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +46,8 @@ from streams.app.sweep import sweep_commands
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer
+from streams.summarizer.factory import build_model
+from streams.summarizer.model import SummaryModel
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +75,30 @@ def replay_topics(settings: Settings, run_id: str) -> Topics:
     return Topics(t.events, f"{t.jobs}.replay-{run_id}", f"{t.summaries}.replay-{run_id}", t.dead_letters)
 
 
-def _summarizers(settings: Settings, ext: Extensions) -> Callable[[str], SummarizerLike]:
+def _summarizers(settings: Settings, ext: Extensions) -> tuple[Callable[[str], SummarizerLike], Callable[[], object]]:
+    """``summarizer_for(app_name)`` and ``warm()`` (builds the shared model; safe in a thread).
+
+    Every app's summarizer shares one model (one API client: its SDK import, TLS context
+    and connection pool are built once, not at the first job of each app).
+    """
     if ext.summarizer_for is not None:
-        return ext.summarizer_for
+        return ext.summarizer_for, lambda: None
     built: dict[str, SummarizerLike] = {}
+    shared: list[SummaryModel] = []
+
+    def model() -> SummaryModel:
+        if not shared:
+            shared.append(build_model(settings.llm))
+        return shared[0]
 
     def summarizer_for(app_name: str) -> SummarizerLike:
         found = built.get(app_name)
         if found is None:
-            found = build_summarizer(settings, app_name=app_name, hooks=ext.hooks)
+            found = build_summarizer(settings, app_name=app_name, hooks=ext.hooks, model=model())
             built[app_name] = found
         return found
 
-    return summarizer_for
+    return summarizer_for, model
 
 
 def create_app(
@@ -140,7 +152,8 @@ def create_app(
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
         optimistic=replay is not None,
     )
-    runtime = WorkerRuntime(settings, topics, track, _summarizers(settings, ext))
+    summarizer_for, warm_model = _summarizers(settings, ext)
+    runtime = WorkerRuntime(settings, topics, track, summarizer_for)
     if replay is None or not replay.preload_from:
         runtime.cache_ready.set()
 
@@ -355,13 +368,12 @@ def create_app(
     async def _consumer_lag() -> None:
         metrics.set_consumer_lag(consumer_lag(app.consumer, lag_topics))
 
-    if ext.summarizer_for is None and settings.llm.configured:
-
-        @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
-        async def _warm_summarizer() -> None:
-            # The openai SDK takes about a second of CPU to import: in a thread at startup, not
-            # on the event loop at the first job (where it stalls every agent).
-            await asyncio.to_thread(importlib.import_module, "streams.summarizer.openai_adapter")
+    @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
+    async def _warm_summarizer() -> None:
+        # The openai SDK takes about a second of CPU to import and its client tens of ms to
+        # build: in a thread at startup, not on the event loop at the first job (where it
+        # stalls every agent).
+        await asyncio.to_thread(warm_model)
 
     app.distill_runtime = runtime  # type: ignore[attr-defined]
     return app
