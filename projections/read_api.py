@@ -48,6 +48,8 @@ MAX_TERMS = 8
 """At most this many index terms per query (the first ones)."""
 _WIDE_QUERY = 3
 """Queries with more terms than this have their terms probed for absence first (see ``_lexical``)."""
+_FIRST_WAVE = 3
+"""How many queries of a broadening plan go out before the stop rules are consulted (see ``_lexical``)."""
 
 
 def _utc(dt: datetime) -> datetime:
@@ -565,11 +567,13 @@ class SessionReader:
         self, key: SessionKey, query: str, k: int, min_score: float, session_id: str | None, exclude: str | None,
         gate: asyncio.Future[_Accept | None], found: dict[tuple[str, str], _Doc],
     ) -> None:  # fmt: skip
-        """The broadening plan (at most ``MAX_PLAN`` queries), all in flight at once, applied in plan order.
+        """The broadening plan (at most ``MAX_PLAN`` queries) in two concurrent waves, applied in plan order.
 
-        Applying the answers in order with the sequential stop rules gives the
-        result of the sequential plan; the price is the Cassandra work of the
-        queries it would have skipped. SAI intersects at most two ``CONTAINS``
+        The first ``_FIRST_WAVE`` queries (the whole question and, for a
+        compound one, its clauses) go out at once; the rest only when the
+        sequential stop rules still ask for more after the first wave.
+        Applying the answers in plan order with those rules gives the result
+        of the sequential plan. SAI intersects at most two ``CONTAINS``
         clauses through the index and filters the rest row by row, so a query
         of 4+ terms that matches nothing reads every row holding its two
         chosen terms (60-160 ms at 100k events). Such queries are skipped when
@@ -579,38 +583,42 @@ class SessionReader:
         if not plan:
             return
         compound = lexical.is_compound(query)
-        enough = min(2, k)
+        enough = k if compound else min(2, k)
         limit = max(40, k * 8)
 
         def wide(lq: lexical.LexicalQuery) -> bool:
             return len(lq.index_terms[:MAX_TERMS]) > _WIDE_QUERY
 
-        def start(lq: lexical.LexicalQuery) -> asyncio.Future[list[_Doc]]:
-            return asyncio.ensure_future(self._fetch_terms(key, lq.index_terms, session_id, exclude, limit))
+        def start(i: int) -> None:
+            terms = plan[i].index_terms
+            pending[i] = asyncio.ensure_future(self._fetch_terms(key, terms, session_id, exclude, limit))
 
-        pending: list[asyncio.Future[list[_Doc]] | None] = [None if wide(lq) else start(lq) for lq in plan]
+        pending: dict[int, asyncio.Future[list[_Doc]]] = {}
+        for i, lq in enumerate(plan[:_FIRST_WAVE]):
+            if not wide(lq):
+                start(i)
         absent = await self._absent_terms(key, [t for lq in plan if wide(lq) for t in lq.index_terms[:MAX_TERMS]],
                                           session_id)  # fmt: skip
-        for i, lq in enumerate(plan):
-            if pending[i] is None and absent.isdisjoint(lq.index_terms[:MAX_TERMS]):
-                pending[i] = start(lq)
-        runs = [lq for lq, f in zip(plan, pending, strict=True) if f is not None]
-        fetches = [f for f in pending if f is not None]
-        accept = await gate
-        if accept is None:
-            for f in fetches:
+        runnable = [i for i, lq in enumerate(plan) if not wide(lq) or absent.isdisjoint(lq.index_terms[:MAX_TERMS])]
+        for i in runnable:
+            if i < _FIRST_WAVE and i not in pending:
+                start(i)
+        try:
+            accept = await gate
+            if accept is None:
+                return
+            prepared: dict[tuple[str, str], lexical.ScoredText] = {}
+            for n, i in enumerate(runnable):
+                if n > 0 and self._count(found, "lexical") >= enough:
+                    break
+                if i not in pending:  # the second wave: everything left, at once
+                    for j in runnable[n:]:
+                        start(j)
+                for doc in await pending.pop(i):
+                    self._score(found, prepared, plan[i], doc, accept, min_score)
+        finally:
+            for f in pending.values():
                 f.cancel()
-            return
-        prepared: dict[tuple[str, str], lexical.ScoredText] = {}
-        for i, (lq, fetch) in enumerate(zip(runs, fetches, strict=True)):
-            if i > 0 and not compound and self._count(found, "lexical") >= enough:
-                fetch.cancel()
-                continue
-            if i > 0 and compound and self._count(found, "lexical") >= k:
-                fetch.cancel()
-                continue
-            for doc in await fetch:
-                self._score(found, prepared, lq, doc, accept, min_score)
         if not found:
             # Last resort: any single keyword (OR semantics), scored against the whole query.
             whole = plan[0]
