@@ -3,7 +3,10 @@
 
 Prints: sustained ingest events/s through the track agent, event→job p50/p99
 (paced load), job→summary p50/p99 (zero-latency LLM), and worker RSS with
-``--sessions`` sessions tracked. Loopback only; bounded time.
+``--sessions`` sessions tracked; also the track table's changelog records per
+ingested event (below 1 when writes to a key coalesce within a batch) and the
+load average before/after (the numbers are CPU-bound: other processes on the
+machine move them). Loopback only; bounded time.
 
     .venv/bin/python benchmarks/bench_pipeline.py [--events 60000] [--sessions 100000]
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -115,6 +119,21 @@ async def wait_consumed(settings: Settings, group: str, total: int, timeout: flo
     raise TimeoutError(f"worker did not consume {total} events in {timeout}s")
 
 
+async def changelog_records(settings: Settings) -> int:
+    from aiokafka import AIOKafkaConsumer
+
+    from streams.kafka_config import consumer_kwargs
+
+    topic = f"{settings.worker.app_id}-track-state-changelog"
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(settings.topics.partitions)])
+    finally:
+        await consumer.stop()
+    return sum(ends.values())
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -143,6 +162,7 @@ async def main(args: argparse.Namespace) -> None:
         tmp = Path(tempfile.mkdtemp(prefix="bench-"))
         worker = WorkerProcess(settings, tmp / "worker.log")
         group = settings.worker.app_id
+        load_before = os.getloadavg()[0]
         try:
             # warm-up: the worker joins and processes a first batch
             warm = [(f"w/u/s{i}".encode(), event_bytes("w", f"s{i}", 0, time.time())) for i in range(200)]
@@ -199,6 +219,7 @@ async def main(args: argparse.Namespace) -> None:
             total += len(many)
             t3 = await wait_consumed(settings, group, total, 900)
             rss = rss_mb(worker.proc.pid)
+            changelog = await changelog_records(settings)
 
             print(f"ingest (track agent, {len(burst)} events, {sessions} sessions): {ingest:,.0f} events/s")
             print(f"ingest (one-event sessions, {len(many)}): {len(many) / (t3 - t2):,.0f} events/s")
@@ -210,6 +231,12 @@ async def main(args: argparse.Namespace) -> None:
             )
             print(
                 f"worker RSS with {args.sessions + sessions + paced_sessions + 200:,} sessions tracked: {rss:,.0f} MB"
+            )
+            print(
+                f"track-state changelog records per event: {changelog / total:.2f} ({changelog:,} for {total:,} events)"
+            )
+            print(
+                f"load average (1 min) before/after: {load_before:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
             )
             if e2j:
                 print(
