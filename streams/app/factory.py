@@ -342,6 +342,31 @@ def create_app(
             finally:
                 runtime.cache_ready.set()
 
+    if replay is None:
+        # Not in replay mode: a replay reads the live events topic (replay_topics keeps it), so
+        # sweep commands would land in the live stream. A replay has no idle time to sweep (its
+        # events are history) and is re-run rather than healed if a job is lost.
+        _register_sweep(app, table, settings, topics)
+
+    lag_topics = {topics.events, topics.jobs, topics.summaries}
+
+    @app.timer(LAG_EVERY_S)  # type: ignore[untyped-decorator]  # faust's decorators are untyped
+    async def _consumer_lag() -> None:
+        metrics.set_consumer_lag(consumer_lag(app.consumer, lag_topics))
+
+    @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
+    async def _warm_summarizer() -> None:
+        # The openai SDK takes about a second of CPU to import and its client tens of ms to
+        # build: in a thread at startup, not on the event loop at the first job (where it
+        # stalls every agent).
+        await asyncio.to_thread(warm_model)
+
+    app.distill_runtime = runtime  # type: ignore[attr-defined]
+    return app
+
+
+def _register_sweep(app: faust.App, table: Any, settings: Settings, topics: Topics) -> None:
+    """The ``_sweep`` timer: idle sweep and timed-out job re-emission, commands to the events topic."""
     idle_after = settings.summary.idle_summary_after_s
     sweep_every = max(1.0, min(idle_after or 60.0, settings.summary.job_timeout_s) / 4)
 
@@ -361,22 +386,6 @@ def create_app(
                 None,
                 None,
             )
-
-    lag_topics = {topics.events, topics.jobs, topics.summaries}
-
-    @app.timer(LAG_EVERY_S)  # type: ignore[untyped-decorator]  # faust's decorators are untyped
-    async def _consumer_lag() -> None:
-        metrics.set_consumer_lag(consumer_lag(app.consumer, lag_topics))
-
-    @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
-    async def _warm_summarizer() -> None:
-        # The openai SDK takes about a second of CPU to import and its client tens of ms to
-        # build: in a thread at startup, not on the event loop at the first job (where it
-        # stalls every agent).
-        await asyncio.to_thread(warm_model)
-
-    app.distill_runtime = runtime  # type: ignore[attr-defined]
-    return app
 
 
 def consumer_lag(consumer: Any, topics: set[str]) -> list[tuple[str, int, int]]:

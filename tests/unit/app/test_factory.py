@@ -1,0 +1,40 @@
+"""``create_app``: what the composition root registers (nothing connects until the app starts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schemas.settings import Settings
+from streams.app.factory import ReplayOptions, create_app
+
+
+def _settings(tmp_path: Any, **summary: Any) -> Settings:
+    return Settings(
+        summary={"idle_summary_after_s": 30.0, **summary},
+        services={"home": str(tmp_path)},
+        worker={"app_id": "distill-unit"},
+    )
+
+
+def _task_names(app: Any) -> set[str]:
+    return {t.__name__ for t in app._app_tasks}
+
+
+def test_live_worker_registers_the_sweep(tmp_path: Any) -> None:
+    app = create_app(_settings(tmp_path))
+    assert "_sweep" in _task_names(app)
+
+
+def test_replay_registers_no_sweep_it_would_write_into_the_live_events_topic(tmp_path: Any) -> None:
+    settings = _settings(tmp_path)
+    app = create_app(settings, replay=ReplayOptions("r1"))
+    names = _task_names(app)
+    assert "_sweep" not in names
+    assert "_consumer_lag" in names  # the other timers are still there
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_dirs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
