@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import ValidationError
 
@@ -37,8 +37,8 @@ from schemas import (
     parse_event_record,
 )
 from streams.app.cache import SummaryCache, input_hash
-from streams.app.event_log import EventLogReader, RawEvent
-from streams.app.ledger import Head, SummaryLedger
+from streams.app.event_log import RawEvent
+from streams.app.ledger import Head
 from streams.app.tracked import table_key
 from streams.errors import DistillError, PermanentError
 from streams.rules.boundaries import events_after
@@ -69,13 +69,27 @@ class _Delta:
     offsets: dict[str, int]
 
 
+class Heads(Protocol):
+    """The latest summary per key (:class:`~streams.app.ledger.SummaryLedger`)."""
+
+    async def ready(self, partition: int) -> None: ...
+
+    def head(self, partition: int, key: str) -> Head | None: ...
+
+
+class EventSource(Protocol):
+    """A session's records of one events partition (:class:`~streams.app.event_log.EventLogReader`)."""
+
+    async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]: ...
+
+
 class SummarizeHandler:
     """See the module docstring."""
 
     def __init__(
         self,
-        ledger: SummaryLedger,
-        reader: EventLogReader,
+        ledger: Heads,
+        reader: EventSource,
         summarizer_for: Callable[[str], SummarizerLike],
         cache: SummaryCache | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),

@@ -1,0 +1,155 @@
+"""The summarize handler's stale/duplicate guard, with in-memory ledger and events log.
+
+A job whose target the head summary already covers produces nothing (or a
+failure answer for a sync job); a duplicate of a job that already ran is
+stale; a job reaching beyond the head is rebased on it; versions only grow.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from schemas import SessionEvent, SessionSummary, SummaryFailure, SummaryJob
+from schemas.settings import Settings
+from streams.app.event_log import RawEvent
+from streams.app.ledger import Head, summary_key
+from streams.app.summarize import SummarizeHandler
+from streams.summarizer import SummarizerLike, build_summarizer
+from tests.unit.summarizer.helpers import SESSION, ScriptedModel, event
+
+
+class MemoryLedger:
+    """The ledger's read side: heads per (partition, key); ``record`` as the runtime does."""
+
+    def __init__(self) -> None:
+        self.heads: dict[tuple[int, str], Head] = {}
+        self.ready_calls: list[int] = []
+
+    async def ready(self, partition: int) -> None:
+        self.ready_calls.append(partition)
+
+    def head(self, partition: int, key: str) -> Head | None:
+        return self.heads.get((partition, key))
+
+    def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
+        key = summary_key(summary)
+        current = self.heads.get((partition, key))
+        if current is None or current.version < summary.version:
+            self.heads[(partition, key)] = Head(
+                summary.version, summary.boundary, summary.summary, events_offset, summary.job_id
+            )
+
+
+class MemoryEventLog:
+    """One events partition: event ``i`` at offset ``i``."""
+
+    def __init__(self, events: list[SessionEvent]) -> None:
+        self.records = [RawEvent(i, e.model_dump_json().encode()) for i, e in enumerate(events)]
+        self.reads: list[tuple[int, int]] = []
+
+    async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]:
+        self.reads.append((start, end))
+        return [r for r in self.records if start <= r.offset <= end]
+
+
+EVENTS = [event(i, "user" if i % 2 == 0 else "agent", f"message {i} about topic {i}") for i in range(8)]
+
+
+def job(upto: int, from_version: int = 0, reply_to: str | None = None, origin: str = "trigger") -> SummaryJob:
+    return SummaryJob.model_validate(
+        {
+            "job_id": f"j-{from_version}-{upto}",
+            "app_name": SESSION.app_name,
+            "user_id": SESSION.user_id,
+            "session_id": SESSION.session_id,
+            "from_version": from_version,
+            "upto": {
+                "last_event_id": EVENTS[upto].event_id,
+                "cutoff_at": EVENTS[upto].timestamp.isoformat(),
+                "offset": upto,
+            },
+            "trigger": {"name": "event_threshold"},
+            "origin": origin,
+            "reply_to": reply_to,
+            "created_at": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
+            "events_from_offset": 0,
+        }
+    )
+
+
+def handler() -> tuple[SummarizeHandler, MemoryLedger, MemoryEventLog, ScriptedModel]:
+    ledger, log_, model = MemoryLedger(), MemoryEventLog(EVENTS), ScriptedModel(default="the summary",
+                                                                                  context_window=100_000)  # fmt: skip
+    summarizer = build_summarizer(Settings(), app_name=SESSION.app_name, model=model)
+
+    def summarizer_for(app: str) -> SummarizerLike:
+        return summarizer
+
+    return SummarizeHandler(ledger, log_, summarizer_for), ledger, log_, model
+
+
+async def test_first_job_summarizes_from_the_first_event() -> None:
+    h, ledger, log_, model = handler()
+    result = await h.handle(job(3), 0)
+    assert result.outcome == "summary"
+    assert isinstance(result.record, SessionSummary)
+    assert result.record.version == 1 and result.record.previous_version is None
+    assert result.record.boundary.last_event_id == EVENTS[3].event_id
+    assert result.events_offset == 3 and result.events == 4
+    assert log_.reads == [(0, 3)] and ledger.ready_calls == [0]
+    assert len(model.requests) == 1
+
+
+async def test_a_duplicate_of_a_job_that_ran_is_stale_and_calls_no_model() -> None:
+    h, ledger, _, model = handler()
+    first = await h.handle(job(3), 0)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    again = await h.handle(job(3), 0)
+    retried = await h.handle(job(3, origin="retry"), 0)
+    assert (again.outcome, again.record) == ("stale", None)
+    assert (retried.outcome, retried.record) == ("stale", None)
+    assert len(model.requests) == 1
+
+
+async def test_a_job_the_head_covers_is_stale_even_for_an_earlier_target() -> None:
+    h, ledger, _, model = handler()
+    first = await h.handle(job(5), 0)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    older = await h.handle(job(3), 0)  # built on version 0, aiming below the head's boundary
+    assert older.outcome == "stale" and older.record is None
+    assert len(model.requests) == 1
+
+
+async def test_a_covered_sync_job_gets_a_failure_answer_not_a_second_summary() -> None:
+    h, ledger, _, _ = handler()
+    first = await h.handle(job(3), 0)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    answer = await h.handle(job(3, reply_to="corr-1"), 0)
+    assert answer.outcome == "skipped"
+    assert isinstance(answer.record, SummaryFailure)
+    assert answer.record.reply_to == "corr-1" and "version 1 already covers" in answer.record.reason
+
+
+async def test_a_job_beyond_the_head_is_rebased_on_it_and_versions_grow() -> None:
+    h, ledger, log_, model = handler()
+    first = await h.handle(job(3), 0)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    # a job built on version 0 (e.g. re-emitted before the first summary was absorbed) reaching e7
+    rebased = await h.handle(job(7, from_version=0), 0)
+    assert rebased.outcome == "summary"
+    summary = rebased.record
+    assert isinstance(summary, SessionSummary)
+    assert summary.version == 2 and summary.previous_version == 1
+    assert summary.previous_boundary == first.record.boundary
+    assert summary.boundary.last_event_id == EVENTS[7].event_id
+    assert log_.reads[-1] == (4, 7)  # the delta starts after the head's events offset
+    assert rebased.events == 4
+    prompt = str(model.requests[-1].messages)
+    assert "message 4" in prompt and "message 2 about" not in prompt
+    ledger.record(0, summary, rebased.events_offset)
+    stale = await h.handle(job(7, from_version=1), 0)
+    assert stale.outcome == "stale"
