@@ -1,4 +1,10 @@
-"""Prometheus metrics of the worker (scraped from ``DISTILL_WORKER__METRICS_PORT``)."""
+"""Prometheus metrics of the worker (scraped from ``DISTILL_WORKER__METRICS_PORT``).
+
+Documented series (``DOCUMENTED``): events processed (``rate()`` gives events/s),
+consumer lag, jobs in flight (held by the summarize pool, updated on submit and
+on completion), job age, LLM latency (the model call only), tokens in/out,
+failures by class and dead letters.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,17 @@ CONSUMER_LAG = Gauge(
     "distill_consumer_lag", "Records behind the log end, by topic and partition", ["topic", "partition"]
 )
 CACHE_HITS = Counter("distill_summary_cache_hits_total", "Summaries reused from the content-addressed cache")
+
+DOCUMENTED = (
+    "distill_events_total",
+    "distill_consumer_lag",
+    "distill_jobs_in_flight",
+    "distill_job_age_seconds",
+    "distill_llm_latency_seconds",
+    "distill_llm_tokens_total",
+    "distill_failures_total",
+    "distill_dead_letters_total",
+)
 
 
 def set_consumer_lag(lags: Iterable[tuple[str, int, int]]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,7 +48,8 @@ from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer
 from streams.summarizer.factory import build_model
-from streams.summarizer.model import SummaryModel
+from streams.summarizer.model import ModelResponse, SummaryModel
+from streams.summarizer.request import ChatRequest
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,27 @@ def replay_topics(settings: Settings, run_id: str) -> Topics:
     return Topics(t.events, f"{t.jobs}.replay-{run_id}", f"{t.summaries}.replay-{run_id}", t.dead_letters)
 
 
+class TimedModel:
+    """A :class:`SummaryModel` whose calls feed ``LLM_LATENCY`` (the model call only, failed ones too).
+
+    Ledger catch-up, the delta read and prompt building are not part of it. A
+    user's own ``summarizer_for`` (``--app``) is not wrapped.
+    """
+
+    def __init__(self, inner: SummaryModel) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.context_window = inner.context_window
+        self.provider_budget = inner.provider_budget
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        started = time.monotonic()
+        try:
+            return await self.inner.complete(request)
+        finally:
+            metrics.LLM_LATENCY.observe(time.monotonic() - started)
+
+
 def _summarizers(settings: Settings, ext: Extensions) -> tuple[Callable[[str], SummarizerLike], Callable[[], object]]:
     """``summarizer_for(app_name)`` and ``warm()`` (builds the shared model; safe in a thread).
 
@@ -88,7 +111,7 @@ def _summarizers(settings: Settings, ext: Extensions) -> tuple[Callable[[str], S
 
     def model() -> SummaryModel:
         if not shared:
-            shared.append(build_model(settings.llm))
+            shared.append(TimedModel(build_model(settings.llm)))
         return shared[0]
 
     def summarizer_for(app_name: str) -> SummarizerLike:
@@ -309,7 +332,6 @@ def create_app(
                 partial(runtime.run_job, job, coords, msg.key or b"", produced),
                 event.ack,
             )  # fmt: skip
-            metrics.JOBS_IN_FLIGHT.set(len(runtime.pool))
 
     @cast(Any, app.on_partitions_revoked).connect  # type: ignore[untyped-decorator]  # mode signals: loose types
     async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:

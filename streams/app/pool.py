@@ -61,8 +61,15 @@ class InOrderAcker:
 class JobPool:
     """See the module docstring."""
 
-    def __init__(self, concurrency: int, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        capacity: int | None = None,
+        on_size: Callable[[int], object] | None = None,
+    ) -> None:
+        """``on_size(n)`` is told the number of held jobs whenever it changes (the in-flight gauge)."""
         self.concurrency = concurrency
+        self.on_size = on_size
         self._running = asyncio.Semaphore(concurrency)
         self._held = asyncio.Semaphore(capacity or concurrency * 16)
         self._tails: dict[Hashable, asyncio.Task[None]] = {}
@@ -88,6 +95,11 @@ class JobPool:
         task = asyncio.ensure_future(self._run(key, partition, slot, previous, run))
         self._tails[key] = task
         self._tasks[task] = partition
+        self._size_changed()
+
+    def _size_changed(self) -> None:
+        if self.on_size is not None:
+            self.on_size(len(self._tasks))
 
     async def _run(
         self,
@@ -115,6 +127,7 @@ class JobPool:
                 self._tasks.pop(me, None)
                 if self._tails.get(key) is me:
                     del self._tails[key]
+            self._size_changed()
 
     async def drain(self, partitions: set[int] | None = None, timeout: float = 10.0) -> None:
         """Wait for the jobs of ``partitions`` (all when ``None``), cancelling after ``timeout``."""

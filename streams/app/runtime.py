@@ -83,7 +83,7 @@ class WorkerRuntime:
         self.ledger = SummaryLedger(self.settings.kafka, self.topics.summaries, self.cache)
         self.reader = EventLogReader(self.settings.kafka, self.topics.events, size=n)
         self.summarize = SummarizeHandler(self.ledger, self.reader, self.summarizer_for, self.cache)
-        self.pool = JobPool(n)
+        self.pool = JobPool(n, on_size=metrics.JOBS_IN_FLIGHT.set)
 
     async def stop(self) -> None:
         await self.pool.drain(None, timeout=5.0)
@@ -119,10 +119,7 @@ class WorkerRuntime:
         await self.cache_ready.wait()
         while True:
             try:
-                started = time.monotonic()
                 result = await self.summarize.handle(job, coords.partition)
-                if result.outcome == "summary":
-                    metrics.LLM_LATENCY.observe(time.monotonic() - started)
                 await self._publish(result, coords.partition, key)
                 break
             except asyncio.CancelledError:
