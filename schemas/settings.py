@@ -172,7 +172,9 @@ class WorkerSettings(_Section):
 
     app_id: str = "distill"
     store: str = "memory://"
-    web_port: int = 6066
+    web_port: int = 0
+    """Faust's own web server (0: off, the default — several workers and a replay share a host;
+    metrics are served on ``metrics_port``)."""
     metrics_port: int | None = None
     log_level: str = "INFO"
     log_json: bool = True

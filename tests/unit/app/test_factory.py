@@ -38,3 +38,12 @@ def test_replay_registers_no_sweep_it_would_write_into_the_live_events_topic(tmp
 @pytest.fixture(autouse=True)
 def _no_stray_dirs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+
+
+def test_faust_web_server_is_off_by_default_so_workers_share_a_host(tmp_path: Any) -> None:
+    assert Settings().worker.web_port == 0
+    app = create_app(_settings(tmp_path))
+    assert app.conf.web_enabled is False
+    on = create_app(Settings(services={"home": str(tmp_path)}, worker={"app_id": "distill-web", "web_port": 6099}))
+    assert on.conf.web_enabled is True and on.conf.web_port == 6099
+
