@@ -176,6 +176,9 @@ class WorkerSettings(_Section):
     """Faust's own web server (0: off, the default — several workers and a replay share a host;
     metrics are served on ``metrics_port``)."""
     metrics_port: int | None = None
+    data_dir: Path | None = None
+    """Faust's data directory (table stores); ``None``: ``services.home / "faust"``. Each app id
+    gets its own folder below it; nothing is written to the current directory."""
     log_level: str = "INFO"
     log_json: bool = True
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import faust
@@ -70,6 +71,11 @@ class ReplayOptions:
     sessions: frozenset[str] = frozenset()
     preload_from: str | None = None
     from_latest: bool = False
+
+
+def faust_data_dir(settings: Settings) -> Path:
+    """Where Faust keeps its data (``worker.data_dir``, else ``services.home / "faust"``)."""
+    return settings.worker.data_dir or settings.services.home / "faust"
 
 
 def replay_topics(settings: Settings, run_id: str) -> Topics:
@@ -144,6 +150,7 @@ def create_app(
         topic_partitions=t.partitions,
         topic_replication_factor=t.replication_factor,
         table_standby_replicas=0,
+        datadir=str(faust_data_dir(settings) / app_id),
         web_enabled=settings.worker.web_port > 0,
         web_port=max(settings.worker.web_port, 1),
         web_bind="127.0.0.1",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,3 +48,12 @@ def test_faust_web_server_is_off_by_default_so_workers_share_a_host(tmp_path: An
     on = create_app(Settings(services={"home": str(tmp_path)}, worker={"app_id": "distill-web", "web_port": 6099}))
     assert on.conf.web_enabled is True and on.conf.web_port == 6099
 
+
+def test_faust_data_lives_under_the_configured_directory_not_the_cwd(tmp_path: Any) -> None:
+    app = create_app(_settings(tmp_path))
+    assert Path(app.conf.datadir) == tmp_path / "faust" / "distill-unit"
+    replay = create_app(_settings(tmp_path), replay=ReplayOptions("r2"))
+    assert Path(replay.conf.datadir) == tmp_path / "faust" / "distill-unit-replay-r2"
+    explicit = Settings(worker={"app_id": "x", "data_dir": str(tmp_path / "d")})
+    assert Path(create_app(explicit).conf.datadir) == tmp_path / "d" / "x"
+    assert Path(app.conf.tabledir).is_relative_to(tmp_path / "faust")
