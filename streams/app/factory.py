@@ -174,7 +174,7 @@ def create_app(
         broker_heartbeat_interval=2.0,
     )
     sessions = replay.sessions if replay else frozenset()
-    policies = ext.policies or policies_from_settings(settings.summary)
+    policies = ext.policies or policies_from_settings(settings.summary, settings.llm.model)
     track = TrackHandler(
         policies,
         accept=(lambda sk: sk.session_id in sessions) if sessions else None,

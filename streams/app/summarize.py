@@ -228,13 +228,14 @@ class SummarizeHandler:
     def _from_cache(
         self, cached: SessionSummary, job: SummaryJob, version: int, previous: Head | None
     ) -> SessionSummary:
+        """The cached summary as the key's next version; its boundary is kept as cached
+        (``boundary.version`` is the boundary *format* version, not the summary's)."""
         new_version = version + 1
         prev_boundary = previous.boundary if previous is not None else None
         return cached.model_copy(
             update={
                 "version": new_version,
                 "previous_version": version or None,
-                "boundary": cached.boundary.model_copy(update={"version": new_version}),
                 "previous_boundary": prev_boundary,
                 "job_id": job.job_id,
                 "reply_to": job.reply_to,

@@ -57,3 +57,14 @@ def test_faust_data_lives_under_the_configured_directory_not_the_cwd(tmp_path: A
     explicit = Settings(worker={"app_id": "x", "data_dir": str(tmp_path / "d")})
     assert Path(create_app(explicit).conf.datadir) == tmp_path / "d" / "x"
     assert Path(app.conf.tabledir).is_relative_to(tmp_path / "faust")
+
+
+def test_trigger_policies_count_tokens_with_the_summary_models_encoding(tmp_path: Any) -> None:
+    settings = Settings(
+        summary={"token_counter": "tiktoken", "tiktoken_default_encoding": "o200k_base", "apps": {"a": {}}},
+        llm={"model": "gpt-4"},
+        services={"home": str(tmp_path)},
+    )
+    policies = create_app(settings).distill_runtime.track.policies  # type: ignore[attr-defined]
+    assert policies.default.counter.name == "tiktoken:cl100k_base"
+    assert policies.for_app("a").counter.name == "tiktoken:cl100k_base"

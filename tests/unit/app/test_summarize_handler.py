@@ -153,3 +153,26 @@ async def test_a_job_beyond_the_head_is_rebased_on_it_and_versions_grow() -> Non
     ledger.record(0, summary, rebased.events_offset)
     stale = await h.handle(job(7, from_version=1), 0)
     assert stale.outcome == "stale"
+
+
+
+async def test_a_cache_hit_keeps_the_boundary_format_version() -> None:
+    from streams.app.cache import SummaryCache
+    from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
+
+    h, ledger, _, model = handler()
+    h.cache = SummaryCache()
+    first = await h.handle(job(3), 0)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    second = await h.handle(job(7, from_version=1), 0)
+    assert isinstance(second.record, SessionSummary) and second.input_hash
+    h.cache.put(second.input_hash, second.record)
+    # the same input again (e.g. a replay with the same head): served from the cache as version 2
+    ledger.heads = {(1, k[1]): v for k, v in ledger.heads.items()}
+    cached = await h.handle(job(7, from_version=1), 1)
+    assert cached.outcome == "cached" and isinstance(cached.record, SessionSummary)
+    assert cached.record.version == 2 and cached.record.previous_version == 1
+    assert cached.record.boundary.version == BOUNDARY_FORMAT_VERSION
+    assert cached.record.boundary == second.record.boundary
+    assert len(model.requests) == 2
