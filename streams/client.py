@@ -15,13 +15,14 @@ land on one partition, in order. The producer is idempotent (``acks=all``,
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryFailure
 from schemas.records import EventTopicRecord
@@ -29,6 +30,8 @@ from schemas.settings import Settings
 from streams.app.codecs import decode_summary_record
 from streams.errors import DistillError
 from streams.kafka_config import consumer_kwargs, producer_kwargs
+
+log = logging.getLogger(__name__)
 
 
 class SummaryUnavailableError(DistillError):
@@ -187,11 +190,20 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 async def _records(
     consumer: AIOKafkaConsumer, session: SessionKey | None, include_failures: bool
 ) -> AsyncIterator[SummaryRecord]:
+    """Decoded records of the summaries topic; a malformed one is skipped (WARNING with its coordinates)."""
     key = session.kafka_key() if session is not None else None
     async for msg in consumer:
         if (key is not None and msg.key != key) or msg.value is None:
             continue
-        record = decode_summary_record(msg.value)
+        try:
+            record = decode_summary_record(msg.value)
+        except (ValueError, ValidationError) as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            log.warning(
+                "malformed record on the summaries topic skipped",
+                extra={"topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
+                       "error_class": type(exc).__name__},
+            )  # fmt: skip
+            continue
         if isinstance(record, SummaryFailure) and not include_failures:
             continue
         yield record
