@@ -30,6 +30,7 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
+from schemas import SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app.batch import TableBatch
@@ -71,6 +72,28 @@ class ReplayOptions:
     sessions: frozenset[str] = frozenset()
     preload_from: str | None = None
     from_latest: bool = False
+
+
+def session_filter(specs: frozenset[str] | set[str]) -> Callable[[SessionKey], bool]:
+    """Which sessions a replay keeps: ``APP/USER/SESSION`` (exactly that key) or a bare ``SESSION``.
+
+    A bare id matches that session id under every app and user (a session id is
+    not unique across apps/users: pass the full key to pick one). A spec with
+    exactly two ``/`` is read as a full key; others as a bare id.
+    """
+    full: set[tuple[str, str, str]] = set()
+    bare: set[str] = set()
+    for spec in specs:
+        parts = spec.split("/")
+        if len(parts) == 3 and all(parts):
+            full.add((parts[0], parts[1], parts[2]))
+        else:
+            bare.add(spec)
+
+    def accept(sk: SessionKey) -> bool:
+        return sk.session_id in bare or (sk.app_name, sk.user_id, sk.session_id) in full
+
+    return accept
 
 
 def faust_data_dir(settings: Settings) -> Path:
@@ -177,7 +200,7 @@ def create_app(
     policies = ext.policies or policies_from_settings(settings.summary, settings.llm.model)
     track = TrackHandler(
         policies,
-        accept=(lambda sk: sk.session_id in sessions) if sessions else None,
+        accept=session_filter(sessions) if sessions else None,
         job_origin="replay" if replay else None,
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
         optimistic=replay is not None,

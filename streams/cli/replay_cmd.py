@@ -16,7 +16,13 @@ from schemas.settings import Settings, load_settings
 
 
 @click.command("replay")
-@click.option("--session", "sessions", multiple=True, metavar="SESSION_ID", help="Only these sessions (repeatable).")
+@click.option(
+    "--session",
+    "sessions",
+    multiple=True,
+    metavar="APP/USER/SESSION",
+    help="Only this session (repeatable). A bare SESSION id matches it under every app and user.",
+)
 @click.option("--from-beginning/--from-latest", default=True, show_default=True,
               help="Read the events topic from its first retained record (or only new records).")  # fmt: skip
 @click.option("--idle-exit", default=5.0, show_default=True, help="Stop after this many seconds without progress.")

@@ -68,3 +68,16 @@ def test_trigger_policies_count_tokens_with_the_summary_models_encoding(tmp_path
     policies = create_app(settings).distill_runtime.track.policies  # type: ignore[attr-defined]
     assert policies.default.counter.name == "tiktoken:cl100k_base"
     assert policies.for_app("a").counter.name == "tiktoken:cl100k_base"
+
+
+def test_replay_session_filter_takes_full_keys_and_bare_ids() -> None:
+    from schemas import SessionKey
+    from streams.app.factory import session_filter
+
+    accept = session_filter(frozenset({"shop/alice/s1", "s2"}))
+    assert accept(SessionKey("shop", "alice", "s1"))
+    assert not accept(SessionKey("shop", "bob", "s1"))  # the full key picks one user's s1
+    assert not accept(SessionKey("blog", "alice", "s1"))
+    assert accept(SessionKey("shop", "bob", "s2")) and accept(SessionKey("blog", "carol", "s2"))
+    assert not accept(SessionKey("shop", "alice", "s3"))
+    assert session_filter(frozenset({"a/b"}))(SessionKey("x", "y", "a/b"))  # not three parts: a bare id
