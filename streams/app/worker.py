@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import faust
 from faust.worker import Worker
 
@@ -12,6 +14,7 @@ from streams.metrics import serve_metrics
 
 def run_worker(app: faust.App, settings: Settings) -> None:
     """Block running ``app`` until it is stopped (SIGTERM/SIGINT)."""
+    prepare_data_dir(app)
     level = settings.worker.log_level
     setup_logging(level, settings.worker.log_json)
     serve_metrics(settings.worker.metrics_port)
@@ -23,3 +26,8 @@ def run_worker(app: faust.App, settings: Settings) -> None:
         quiet=True,
     )
     worker.execute_from_commandline()
+
+
+def prepare_data_dir(app: faust.App) -> None:
+    """Create the parents of the app's Faust data directory (Faust itself makes only the last level)."""
+    Path(app.conf.datadir).parent.mkdir(parents=True, exist_ok=True)

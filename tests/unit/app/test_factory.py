@@ -81,3 +81,13 @@ def test_replay_session_filter_takes_full_keys_and_bare_ids() -> None:
     assert accept(SessionKey("shop", "bob", "s2")) and accept(SessionKey("blog", "carol", "s2"))
     assert not accept(SessionKey("shop", "alice", "s3"))
     assert session_filter(frozenset({"a/b"}))(SessionKey("x", "y", "a/b"))  # not three parts: a bare id
+
+
+def test_the_worker_creates_the_data_directorys_parents(tmp_path: Any) -> None:
+    from streams.app.worker import prepare_data_dir
+
+    app = create_app(Settings(worker={"app_id": "x", "data_dir": str(tmp_path / "a" / "b")}))
+    prepare_data_dir(app)
+    assert (tmp_path / "a" / "b").is_dir()
+    app._create_directories()  # what Faust runs at startup: mkdir of datadir and tabledir
+    assert (tmp_path / "a" / "b" / "x").is_dir()
