@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.trigger_state import SessionTriggerState, from_dict, to_dict
 
 KEY_SEPARATOR = "\x1f"
@@ -50,5 +51,17 @@ class TrackedKey:
 
     @classmethod
     def from_bytes(cls, data: bytes | str) -> TrackedKey:
-        raw = json.loads(data)
+        """Read a table value back; ``CorruptTriggerStateError`` says which part is unreadable.
+
+        During changelog recovery this error is not swallowed: the worker stops
+        with it rather than rebuilding a key from nothing, which could silently
+        drop never-summarized events from that key's first summary. The way out
+        is a replay (fresh changelog), which rebuilds every state from the log.
+        """
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptTriggerStateError(f"track-state value is not JSON: {exc}") from exc
+        if not isinstance(raw, dict) or "s" not in raw:
+            raise CorruptTriggerStateError("track-state value has no trigger state ('s')")
         return cls(from_dict(raw["s"]), raw.get("o"), raw.get("p"), raw.get("w"))
