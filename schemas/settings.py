@@ -48,9 +48,7 @@ class CassandraSettings(_Section):
     contact_points: str = "127.0.0.1"
     port: int = Field(default=DEFAULT_CASSANDRA_PORT, gt=0, lt=65536)
     keyspace: str = Field(default="distill", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
-    replication: dict[str, Any] = Field(
-        default_factory=lambda: {"class": "SimpleStrategy", "replication_factor": 1}
-    )
+    replication: dict[str, Any] = Field(default_factory=lambda: {"class": "SimpleStrategy", "replication_factor": 1})
     username: str | None = None
     password: SecretStr | None = None
     local_datacenter: str = "datacenter1"

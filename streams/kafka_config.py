@@ -18,9 +18,7 @@ def common_kwargs(settings: KafkaSettings) -> dict[str, Any]:
     if settings.sasl_mechanism is not None:
         kwargs["sasl_mechanism"] = settings.sasl_mechanism
         kwargs["sasl_plain_username"] = settings.sasl_username
-        kwargs["sasl_plain_password"] = (
-            settings.sasl_password.get_secret_value() if settings.sasl_password else None
-        )
+        kwargs["sasl_plain_password"] = settings.sasl_password.get_secret_value() if settings.sasl_password else None
     return kwargs
 
 

@@ -56,11 +56,11 @@ rpc_address: 127.0.0.1
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters: [{{seeds: "127.0.0.1:{settings.cassandra_storage_port}"}}]
-data_file_directories: [{d / 'data'}]
-commitlog_directory: {d / 'commitlog'}
-saved_caches_directory: {d / 'saved_caches'}
-hints_directory: {d / 'hints'}
-cdc_raw_directory: {d / 'cdc_raw'}
+data_file_directories: [{d / "data"}]
+commitlog_directory: {d / "commitlog"}
+saved_caches_directory: {d / "saved_caches"}
+hints_directory: {d / "hints"}
+cdc_raw_directory: {d / "cdc_raw"}
 cdc_enabled: false
 commitlog_sync: periodic
 commitlog_sync_period: 10s

@@ -13,9 +13,7 @@ def java_major_version(java: str) -> int:
     """The major version of ``java``; ``ServiceError`` if it is missing or unreadable."""
     path = shutil.which(java)
     if path is None:
-        raise ServiceError(
-            f"'{java}' not found on PATH: install Java 17 (apt-get install openjdk-17-jre-headless)"
-        )
+        raise ServiceError(f"'{java}' not found on PATH: install Java 17 (apt-get install openjdk-17-jre-headless)")
     proc = subprocess.run([path, "-version"], capture_output=True, text=True, check=False)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', proc.stderr + proc.stdout)
     if match is None:

@@ -121,9 +121,7 @@ class LocalServices:
         require_java(self.services.java, 17, 17, "cassandra")
         require_free_port("cassandra", self.services.cassandra_port)
         require_free_port("cassandra_storage", self.services.cassandra_storage_port)
-        jars = resolve_classpath(
-            "cassandra", self.services.home, self.services.mvn, self.cassandra_dir / "mvn.log"
-        )
+        jars = resolve_classpath("cassandra", self.services.home, self.services.mvn, self.cassandra_dir / "mvn.log")
         d = self.cassandra_dir
         (d / "logs").mkdir(parents=True, exist_ok=True)
         (d / "cassandra.yaml").write_text(cassandra.cassandra_yaml(self.services, d))

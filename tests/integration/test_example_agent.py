@@ -23,9 +23,7 @@ def test_example_agent_loop(service_settings: Settings) -> None:
     out = result.stdout
     versions = [int(v) for v in re.findall(r"summary v(\d+)\]", out)]
     assert versions and max(versions) >= 1, "no request carried a summary"
-    saved = [
-        (int(a), int(b)) for a, b in re.findall(r"~(\d+) tokens \(full history ~(\d+)\), summary v\d", out)
-    ]
+    saved = [(int(a), int(b)) for a, b in re.findall(r"~(\d+) tokens \(full history ~(\d+)\), summary v\d", out)]
     assert any(sent < full for sent, full in saved), "the summary never made a request smaller"
     assert "tool call session_search" in out
     assert "historical_context" in out  # the recall answer reached the model

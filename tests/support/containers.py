@@ -16,9 +16,10 @@ def docker_services(settings: Settings) -> Iterator[Settings]:
     from testcontainers.cassandra import CassandraContainer
     from testcontainers.kafka import KafkaContainer
 
-    with KafkaContainer(image=f"apache/kafka:{KAFKA_VERSION}").with_kraft() as kafka, CassandraContainer(
-        f"cassandra:{CASSANDRA_VERSION}"
-    ) as cassandra:
+    with (
+        KafkaContainer(image=f"apache/kafka:{KAFKA_VERSION}").with_kraft() as kafka,
+        CassandraContainer(f"cassandra:{CASSANDRA_VERSION}") as cassandra,
+    ):
         host, port = cassandra.get_contact_points()[0]
         data = settings.model_dump()
         data["kafka"]["bootstrap_servers"] = kafka.get_bootstrap_server()

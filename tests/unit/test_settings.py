@@ -44,8 +44,7 @@ def test_environment_nesting_and_secrets(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_toml_file_below_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "distill.toml"
     cfg.write_text(
-        '[kafka]\nbootstrap_servers = "file:1"\n[topics]\npartitions = 6\n'
-        '[summary.apps.support]\nevent_threshold = 5\n'
+        '[kafka]\nbootstrap_servers = "file:1"\n[topics]\npartitions = 6\n[summary.apps.support]\nevent_threshold = 5\n'
     )
     monkeypatch.setenv("DISTILL_CONFIG_FILE", str(cfg))
     monkeypatch.setenv("DISTILL_TOPICS__PARTITIONS", "3")

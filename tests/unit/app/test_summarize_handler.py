@@ -155,7 +155,6 @@ async def test_a_job_beyond_the_head_is_rebased_on_it_and_versions_grow() -> Non
     assert stale.outcome == "stale"
 
 
-
 async def test_a_cache_hit_keeps_the_boundary_format_version() -> None:
     from streams.app.cache import SummaryCache
     from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
