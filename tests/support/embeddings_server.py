@@ -16,7 +16,6 @@ being the ``openai`` client's default). Requests are recorded in ``requests``.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import math
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from tests.support.threaded_server import ThreadedServer
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -57,8 +58,11 @@ class EmbeddingRequest:
     user_agent: str | None
 
 
-class EmbeddingsServer:
+class EmbeddingsServer(ThreadedServer):
     """``POST /v1/embeddings`` on 127.0.0.1 with an ephemeral port, served from a background thread."""
+
+    path = "/v1/embeddings"
+    thread_name = "embeddings-test-server"
 
     def __init__(self, *, synonyms: Mapping[str, str] | None = None, default_dimensions: int = 1536) -> None:
         self.synonyms = dict(synonyms or {})
@@ -66,13 +70,7 @@ class EmbeddingsServer:
         self.requests: list[EmbeddingRequest] = []
         self.fail_next = 0
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        super().__init__()
 
     def vector(self, text: str, dimensions: int) -> list[float]:
         """The vector this server returns for ``text``."""
@@ -108,47 +106,6 @@ class EmbeddingsServer:
             {"object": "list", "data": data, "model": body.get("model"),
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         )  # fmt: skip
-
-    def start(self) -> EmbeddingsServer:
-        """Start serving; returns once the port is bound."""
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            app = web.Application()
-            app.router.add_post("/v1/embeddings", self._handle)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="embeddings-test-server", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the embeddings server did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = None
-        self._thread = None
-
-    def __enter__(self) -> EmbeddingsServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _error(status: int, message: str, type_: str = "invalid_request_error") -> web.Response:

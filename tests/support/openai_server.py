@@ -26,6 +26,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.threaded_server import ThreadedServer
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -132,8 +134,11 @@ class Received:
     at: float
 
 
-class OpenAIServer:
+class OpenAIServer(ThreadedServer):
     """``POST /v1/chat/completions`` on 127.0.0.1 with an ephemeral port."""
+
+    path = "/v1/chat/completions"
+    thread_name = "openai-test-server"
 
     def __init__(self, default: Behaviour = echo_summary, model: str = "scripted-model") -> None:
         self.default = default
@@ -141,14 +146,7 @@ class OpenAIServer:
         self.requests: list[Received] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        super().__init__()
 
     def script(self, *replies: Reply) -> None:
         """Queue replies for the next requests, in order."""
@@ -202,46 +200,3 @@ class OpenAIServer:
                 "prompt_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
             },
         }
-
-    def start(self) -> OpenAIServer:
-        """Start serving in a background thread; returns once the port is bound."""
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", self._handle)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-            self._runner = runner
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="openai-test-server", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the scripted OpenAI server did not start")
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and join the thread."""
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = None
-        self._thread = None
-
-    def __enter__(self) -> OpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
