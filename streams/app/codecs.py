@@ -15,7 +15,14 @@ from typing import Any, Generic, TypeVar
 from faust.serializers import codecs
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from schemas import EventTopicRecord, RecordDecodeError, SessionSummary, SummaryFailure, parse_event_record
+from schemas import (
+    EventTopicRecord,
+    RecordDecodeError,
+    SessionEvent,
+    SessionSummary,
+    SummaryFailure,
+    parse_event_record,
+)
 from streams.app.tracked import TrackedKey
 
 M = TypeVar("M", bound=BaseModel)
@@ -40,6 +47,13 @@ def decode_event_record(raw: bytes, max_bytes: int) -> EventTopicRecord | Reject
     """Validate one events-topic record; never raises."""
     if len(raw) > max_bytes:
         return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
+    try:
+        # Fast path: most records are events; pydantic parses and validates the JSON in one
+        # step. Anything it does not accept (commands, invalid records) takes the full path,
+        # which decides the model or the rejection reason exactly as before.
+        return SessionEvent.model_validate_json(raw)
+    except ValueError:
+        pass
     try:
         return parse_event_record(raw)
     except RecordDecodeError as exc:

@@ -128,3 +128,18 @@ def test_table_values_round_trip() -> None:
     feed(handler(), table, [event(1, "user"), event(2), event(3)])
     for value in table.values():
         assert TrackedKey.from_bytes(value.to_bytes()) == value
+
+
+def test_event_fast_path_decodes_like_the_full_parser() -> None:
+    from schemas import Summarize, parse_event_record
+
+    ev = event(1).model_dump_json().encode()
+    no_type = ev.replace(b'"type":"event",', b"")
+    cmd = Summarize(app_name="a", user_id="u", session_id="s", command_id="c").model_dump_json().encode()
+    for raw in (ev, no_type, cmd):
+        assert decode_event_record(raw, 1 << 20) == parse_event_record(raw)
+    bad_schema = ev.replace(b'"session_id":"s"', b'"session_id":7')
+    for raw, error_class in ((b"{not json", "RecordDecodeError"), (b"\xff", "RecordDecodeError"),
+                             (bad_schema, "ValidationError")):  # fmt: skip
+        rejected = decode_event_record(raw, 1 << 20)
+        assert isinstance(rejected, Rejected) and rejected.error_class == error_class
