@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from projections.errors import AnchorNotFound
 from schemas import SessionKey
 from schemas.settings import Settings
 from tests.integration.test_projections_support import Store, close_store, event, open_store, summary
@@ -21,7 +22,7 @@ def test_tenant_isolation_property(isolated_settings: Settings) -> None:
     s = open_store(isolated_settings)
     counter = iter(range(10**6))
 
-    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
     @given(
         tenants=st.lists(st.tuples(_names, _names, _names), min_size=1, max_size=5, unique=True),
         word=st.sampled_from(["apple", "banana", "cherry"]),
@@ -58,3 +59,11 @@ async def _example(s: Store, run: int, tenants: list[tuple[str, str, str]], word
         if scope == "other_sessions":
             assert {h.session_id for h in hits} == {o.session_id for o in tenant if o != k}
         assert await s.reader.get_summary_text(k) == k.user_id
+        own = await s.reader.session_load(k, event_id=eid(k, 1), after=3)
+        assert {m.event_id for m in own.messages} <= {eid(k, 1), eid(k, 2)}
+        for other in keys:
+            if (other.app_name, other.user_id) != (k.app_name, k.user_id):
+                with pytest.raises(AnchorNotFound):
+                    await s.reader.session_load(k, event_id=eid(other, 1))
+        after = await s.reader.events_after_boundary(k, summary=None, use_latest=False)
+        assert {e.event_id for e in after} == {eid(k, 1), eid(k, 2)}
