@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 OWNER := .distill/services-owned.json
+# The context-assembly property test's acceptance size (issue 7: >= 10,000 generated sessions).
+PROPERTY_EXAMPLES ?= 10000
 
 .PHONY: venv test unit lint typecheck demo services-up services-down clean
 
@@ -23,7 +25,8 @@ test: venv
 	$(BIN)/distill services up --owner-file $(OWNER)
 	@set -e; rc=0; \
 	  $(BIN)/distill init || rc=$$?; \
-	  if [ $$rc -eq 0 ]; then $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; fi; \
+	  if [ $$rc -eq 0 ]; then DISTILL_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) \
+	    $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; fi; \
 	  $(BIN)/distill services down --owner-file $(OWNER); \
 	  exit $$rc
 
