@@ -27,17 +27,12 @@ from tests.integration.pipeline_support import (
     summaries_of,
     workers,
 )
-from tests.support.openai_server import OpenAIServer, Reply, echo_summary
+from tests.support.openai_server import OpenAIServer, delayed, echo_summary
 
 pytestmark = pytest.mark.integration
 
 CALL_S = 1.0
 SESSIONS = 8
-
-
-def slow_echo(body: dict[str, Any]) -> Reply:
-    reply = echo_summary(body)
-    return Reply(text=reply.text, usage=reply.usage, delay_s=CALL_S)
 
 
 def session_events(b: SessionBuilder) -> list[SessionEvent]:
@@ -48,7 +43,7 @@ def session_events(b: SessionBuilder) -> list[SessionEvent]:
 async def test_slow_llm_calls_run_concurrently_and_ingestion_keeps_flowing(
     isolated_settings: Settings, tmp_path: Path
 ) -> None:
-    with OpenAIServer(default=slow_echo) as llm:
+    with OpenAIServer(default=delayed(echo_summary, CALL_S)) as llm:
         data = isolated_settings.model_dump()
         data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model")
         settings = isolated_worker_settings(Settings(**data), event_threshold=3, async_summary_num=4)

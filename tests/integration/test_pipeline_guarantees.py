@@ -30,18 +30,12 @@ from tests.integration.pipeline_support import (
     summaries_of,
     workers,
 )
-from tests.support.openai_server import OpenAIServer, Reply, echo_summary
+from tests.support.openai_server import OpenAIServer, delayed, echo_summary
 
 pytestmark = pytest.mark.integration
 
 SESSIONS = 24
 ROUNDS = 4
-
-
-def slow_echo(body: dict[str, Any]) -> Reply:
-    reply = echo_summary(body)
-    return Reply(status=reply.status, body=reply.body, headers=reply.headers, delay_s=0.3, text=reply.text,
-                 usage=reply.usage)  # fmt: skip
 
 
 async def wait_for_assignment(proc: Any, timeout: float = 90.0) -> None:
@@ -71,7 +65,7 @@ def check_chain(summaries: list[dict[str, Any]]) -> None:
 async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
     service_settings: Settings, tmp_path: Path
 ) -> None:
-    with OpenAIServer(default=slow_echo) as llm:
+    with OpenAIServer(default=delayed(echo_summary, 0.3)) as llm:
         data = service_settings.model_dump()
         suffix = uuid.uuid4().hex[:8]
         for name in ("events", "jobs", "summaries", "dead_letters"):

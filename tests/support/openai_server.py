@@ -16,6 +16,7 @@ unless told otherwise). Every request body is recorded in ``requests``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -119,6 +120,15 @@ def echo_summary(request: dict[str, Any]) -> Reply:
     content = users[-1].get("content") if users else ""
     words = str(content or "").split()
     return answer("summary: " + " ".join(words[:40]))
+
+
+def delayed(behaviour: Behaviour, delay_s: float) -> Behaviour:
+    """``behaviour``'s reply, answered after ``delay_s`` seconds (a slow model)."""
+
+    def slow(request: dict[str, Any]) -> Reply:
+        return dataclasses.replace(behaviour(request), delay_s=delay_s)
+
+    return slow
 
 
 def _approx_tokens(text: str) -> int:
