@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryFailure
 from schemas.records import EventTopicRecord
 from schemas.settings import Settings
-from streams.app.codecs import decode_summary_record
+from streams.app.decoding import decode_summary_record
 from streams.errors import DistillError
 from streams.kafka_config import consumer_kwargs, producer_kwargs
 

@@ -1,5 +1,7 @@
 """Faust codecs: agents receive pydantic models (or a ``Rejected`` record), never dicts.
 
+The decoding rules themselves live in :mod:`streams.app.decoding` (no Faust).
+
 The events topic is written by producers we do not control, so its codec
 never raises: a record that is not valid JSON, breaks the schema or is too
 large decodes to :class:`Rejected`, which the track agent dead-letters with
@@ -8,21 +10,12 @@ its coordinates. Internal topics (jobs, summaries) use strict codecs.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from faust.serializers import codecs
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
-from schemas import (
-    EventTopicRecord,
-    RecordDecodeError,
-    SessionEvent,
-    SessionSummary,
-    SummaryFailure,
-    parse_event_record,
-)
+from streams.app.decoding import decode_event_record, decode_summary_record
 from streams.app.tracked import TrackedKey
 
 M = TypeVar("M", bound=BaseModel)
@@ -32,42 +25,6 @@ JOB_CODEC = "distill-job"
 SUMMARY_CODEC = "distill-summary"
 STATE_CODEC = "distill-state"
 KEY_CODEC = "distill-str"
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A record of the events topic that cannot be processed, and why."""
-
-    raw: bytes
-    error_class: str
-    reason: str
-
-
-def decode_event_record(raw: bytes, max_bytes: int) -> EventTopicRecord | Rejected:
-    """Validate one events-topic record; never raises."""
-    if len(raw) > max_bytes:
-        return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
-    try:
-        # Fast path: most records are events; pydantic parses and validates the JSON in one
-        # step. Anything it does not accept (commands, invalid records) takes the full path,
-        # which decides the model or the rejection reason exactly as before.
-        return SessionEvent.model_validate_json(raw)
-    except ValueError:
-        pass
-    try:
-        return parse_event_record(raw)
-    except RecordDecodeError as exc:
-        return Rejected(raw, "RecordDecodeError", str(exc))
-    except ValidationError as exc:
-        return Rejected(raw, "ValidationError", _validation_reason(exc))
-
-
-def _validation_reason(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False, include_input=False)[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        parts.append(f"{loc}: {err.get('msg')}")
-    return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
 
 
 class EventRecordCodec(codecs.Codec):
@@ -96,17 +53,6 @@ class ModelCodec(codecs.Codec, Generic[M]):
 
     def _dumps(self, s: Any) -> bytes:
         return dump_model(s)
-
-
-_SUMMARY_ADAPTER: TypeAdapter[SessionSummary | SummaryFailure] = TypeAdapter(SessionSummary | SummaryFailure)
-
-
-def decode_summary_record(raw: bytes) -> SessionSummary | SummaryFailure:
-    """A record of the summaries topic (a summary or a failure answer)."""
-    data = json.loads(raw)
-    if isinstance(data, dict) and data.get("type") == "summary_failure":
-        return SummaryFailure.model_validate(data)
-    return SessionSummary.model_validate(data)
 
 
 class SummaryRecordCodec(codecs.Codec):

@@ -24,7 +24,7 @@ from aiokafka.errors import KafkaError
 from schemas import SessionSummary, SummaryBoundary
 from schemas.settings import KafkaSettings
 from streams.app.cache import SummaryCache
-from streams.app.codecs import decode_summary_record
+from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
 from streams.app.tracked import table_key
 from streams.errors import RetryableError

@@ -30,8 +30,8 @@ from schemas import (
     SummaryFailure,
     SummaryJob,
 )
-from streams.app.codecs import Rejected
 from streams.app.coordinates import Coordinates
+from streams.app.decoding import Rejected
 from streams.app.tracked import TrackedKey, table_key
 from streams.rules.boundaries import delta_after
 from streams.rules.filter_keys import FULL_SESSION

@@ -62,7 +62,7 @@ def command(keep_running: bool, timeout: float) -> None:
 
 async def _run(settings: Settings, workdir: Path, timeout: float) -> None:
     from schemas import SessionKey, SessionSummary
-    from streams.app.codecs import decode_event_record
+    from streams.app.decoding import decode_event_record
     from streams.cli.tail_cmd import format_summary
     from streams.client import DistillClient, SummaryUnavailableError
 

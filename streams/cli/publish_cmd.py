@@ -21,7 +21,7 @@ def command(path: Path, dry_run: bool, allow_rejects: bool) -> None:
     and nothing is sent unless --allow-rejects is given. Records are keyed by
     session (app_name/user_id/session_id), so each session stays in order.
     """
-    from streams.app.codecs import Rejected, decode_event_record
+    from streams.app.decoding import Rejected, decode_event_record
     from streams.client import DistillClient
 
     settings = load_settings()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,11 @@ def test_only_settings_reads_the_environment() -> None:
     # tokens.py seeds TIKTOKEN_CACHE_DIR, the variable tiktoken itself reads; local_pipeline hands
     # its own environment, plus overrides, down to the worker it starts.
     assert sorted(readers) == ["streams/local_pipeline.py", "streams/rules/tokens.py"]
+
+
+@pytest.mark.parametrize("module", ["streams/app/decoding.py", "streams/app/track.py", "streams/client.py"])
+def test_handler_decoding_and_client_need_no_faust(module: str) -> None:
+    """Agents stay thin: the handler and the decoding rules (and the client) are importable without Faust."""
+    code = f"import sys, {module[:-3].replace('/', '.')}; print('faust' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

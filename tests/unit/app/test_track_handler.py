@@ -14,8 +14,8 @@ from schemas import (
     SummaryReport,
     TriggerReport,
 )
-from streams.app.codecs import Rejected, decode_event_record
 from streams.app.coordinates import Coordinates
+from streams.app.decoding import Rejected, decode_event_record
 from streams.app.sweep import sweep_commands
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey, table_key

@@ -196,7 +196,7 @@ def test_agent_narration_gives_way_to_conclusions() -> None:
 
 
 def _demo_chunks() -> list[str]:
-    from streams.app.codecs import decode_event_record
+    from streams.app.decoding import decode_event_record
     from streams.cli.demo_cmd import load_demo_session
     from streams.summarizer.conversation import DEFAULT_FORMATTER
 

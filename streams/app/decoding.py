@@ -1,0 +1,66 @@
+"""Decoding the records of distill's topics: pure, no Faust (the client and the CLI use it too).
+
+The events topic is written by producers we do not control, so its decoder
+never raises: a record that is not valid JSON, breaks the schema or is too
+large decodes to :class:`Rejected`, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from schemas import (
+    EventTopicRecord,
+    RecordDecodeError,
+    SessionEvent,
+    SessionSummary,
+    SummaryFailure,
+    parse_event_record,
+)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record of the events topic that cannot be processed, and why."""
+
+    raw: bytes
+    error_class: str
+    reason: str
+
+
+def decode_event_record(raw: bytes, max_bytes: int) -> EventTopicRecord | Rejected:
+    """Validate one events-topic record; never raises."""
+    if len(raw) > max_bytes:
+        return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
+    try:
+        # Fast path: most records are events; pydantic parses and validates the JSON in one
+        # step. Anything it does not accept (commands, invalid records) takes the full path,
+        # which decides the model or the rejection reason exactly as before.
+        return SessionEvent.model_validate_json(raw)
+    except ValueError:
+        pass
+    try:
+        return parse_event_record(raw)
+    except RecordDecodeError as exc:
+        return Rejected(raw, "RecordDecodeError", str(exc))
+    except ValidationError as exc:
+        return Rejected(raw, "ValidationError", _validation_reason(exc))
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False)[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg')}")
+    return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
+
+
+def decode_summary_record(raw: bytes) -> SessionSummary | SummaryFailure:
+    """A record of the summaries topic (a summary or a failure answer)."""
+    data = json.loads(raw)
+    if isinstance(data, dict) and data.get("type") == "summary_failure":
+        return SummaryFailure.model_validate(data)
+    return SessionSummary.model_validate(data)
