@@ -2,7 +2,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
 OWNER := .distill/services-owned.json
 # The context-assembly property test's acceptance size (issue 7: >= 10,000 generated sessions).
 PROPERTY_EXAMPLES ?= 10000
@@ -11,10 +11,10 @@ PROPERTY_EXAMPLES ?= 10000
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,rocksdb]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

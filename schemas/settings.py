@@ -170,6 +170,8 @@ class WorkerSettings(_Section):
 
     app_id: str = "distill"
     store: str = "memory://"
+    """Faust table store: ``memory://`` (rebuilt from the changelog at start) or ``rocksdb://``
+    (production; the ``rocksdb`` extra, files under ``data_dir``)."""
     web_port: int = 0
     """Faust's own web server (0: off, the default — several workers and a replay share a host;
     metrics are served on ``metrics_port``)."""

@@ -265,6 +265,8 @@ def create_app(
             key = msg.key or b""
             batch.partition = msg.partition
             last_of[msg.partition] = event
+            # A RocksDB store reads a key from the db of the current event's partition.
+            stream._set_current_event(event)
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
             at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
             try:
