@@ -26,6 +26,7 @@ from projections.errors import AnchorNotFound, InvalidRequest
 from projections.filter_keys import in_summary_input
 from projections.rows import RECALL_ROLES, restore_event_json
 from projections.statements import vector_table
+from projections.summary_selection import SelectedSummary, SummaryCut, select_for_prompt, select_hidden
 from projections.windows import normalize_content, normalize_window, slice_content
 from schemas import SessionEvent, SessionKey, SessionSummary
 
@@ -205,7 +206,7 @@ class SessionReader:
         self._tool_call = self._prep(f"SELECT * FROM {ks}.tool_calls WHERE {pk} AND tool_call_id = ?")
         tenant = "app_name = ? AND user_id = ? AND session_id = ?"
         self._summary_cuts = self._prep(
-            f"SELECT filter_key, cutoff_at, last_event_id FROM {ks}.summaries_latest WHERE {pk}"
+            f"SELECT filter_key, summary, cutoff_at, last_event_id FROM {ks}.summaries_latest WHERE {pk}"
         )
         self._doc_before = self._prep(
             f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) < (?, ?) "
@@ -260,9 +261,27 @@ class SessionReader:
         )  # fmt: skip
         return _summary(best)
 
+    async def get_summary_view(self, key: SessionKey, filter_key: str = "") -> SelectedSummary | None:
+        """The summary standing for ``filter_key``, branch aggregates included.
+
+        1. the summary of ``filter_key`` itself;
+        2. else, for a branch key, the prefix aggregate of its subtree (the
+           descendants' summaries by key, joined by a blank line; boundary =
+           their earliest cutoff, no event id — see
+           ``projections.summary_selection``), as the Go injection does;
+        3. else the full-session summary (``""``);
+        4. else the freshest summary of any key (as :meth:`get_summary`).
+
+        ``source`` on the result says which rule answered. Pass it as
+        ``summary=`` to :meth:`events_after_boundary` for the events the
+        next prompt must add.
+        """
+        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        return select_for_prompt((_cut(r) for r in rows), filter_key)
+
     async def get_summary_text(self, key: SessionKey, filter_key: str = "") -> str | None:
-        """The text of ``get_summary(key, filter_key)`` (see its fallback order), or ``None``."""
-        found = await self.get_summary(key, filter_key)
+        """The text of :meth:`get_summary_view` (see its order), or ``None`` when the session has none."""
+        found = await self.get_summary_view(key, filter_key)
         return found.summary if found else None
 
     async def latest_summary(self, key: SessionKey, filter_key: str = "") -> StoredSummary | None:
@@ -295,7 +314,12 @@ class SessionReader:
         return Cut.of(cutoff_at)
 
     async def events_after_boundary(
-        self, key: SessionKey, filter_key: str = "", *, summary: StoredSummary | None = None, use_latest: bool = True
+        self,
+        key: SessionKey,
+        filter_key: str = "",
+        *,
+        summary: StoredSummary | SelectedSummary | None = None,
+        use_latest: bool = True,
     ) -> list[StoredEvent]:
         """The events the next prompt must include: after the summary boundary, belonging to ``filter_key``.
 
@@ -536,11 +560,11 @@ class SessionReader:
         self, key: SessionKey, query: str, k: int, filter_key: str, min_score: float, mode: str
     ) -> list[_Doc]:
         async def accept() -> _Accept | None:
-            rows = {r.filter_key: r for r in await aexecute(self._s, self._summary_cuts, tuple(key))}
-            row = rows.get(filter_key) or (rows.get("") if filter_key else None)
-            if row is None:
+            rows = await aexecute(self._s, self._summary_cuts, tuple(key))
+            chosen = select_hidden((_cut(r) for r in rows), filter_key)
+            if chosen is None:
                 return None  # no summary hides anything
-            cut = await self.resolve_cut(key, _utc(row.cutoff_at), row.last_event_id)
+            cut = await self.resolve_cut(key, chosen.cutoff_at, chosen.last_event_id)
             return lambda d: in_summary_input(d.filter_key, filter_key) and cut.is_hidden(d.ts, d.seq)
 
         # The documents are fetched while the summary and its boundary are looked up.
@@ -759,6 +783,13 @@ def _ready(accept: _Accept) -> asyncio.Future[_Accept | None]:
     fut: asyncio.Future[_Accept | None] = asyncio.get_running_loop().create_future()
     fut.set_result(accept)
     return fut
+
+
+def _cut(row: Any) -> SummaryCut:
+    created = getattr(row, "created_at", None)
+    return SummaryCut(
+        row.filter_key, row.summary or "", _utc(row.cutoff_at), row.last_event_id, _utc(created) if created else None
+    )
 
 
 def _summary(row: Any) -> StoredSummary:

@@ -77,6 +77,35 @@ async def test_events_after_boundary_for_branch_key(store: Store, key: SessionKe
     assert [e.event_id for e in await store.reader.events_after_boundary(key, "app/b")] == ["b-sub"]
 
 
+async def test_branch_key_without_its_own_summary_reads_its_subtree(store: Store, key: SessionKey) -> None:
+    await store.events(
+        event(key, "x1", at=1, content="outbound flight booked on TP1234", filter_key="trip/flights/out"),
+        event(key, "y1", at=2, content="return flight booked on TP4321", filter_key="trip/flights/back"),
+        event(key, "x2", at=5, content="outbound flight seat 12A confirmed", filter_key="trip/flights/out"),
+        event(key, "h1", at=6, content="hotel flight transfer arranged", filter_key="trip/hotel"),
+        event(key, "y2", at=7, content="return flight meal chosen", filter_key="trip/flights/back"),
+    )
+    await store.summaries(
+        summary(key, 1, text="outbound: TP1234", cutoff=5, last_event_id="x2", filter_key="trip/flights/out"),
+        summary(key, 1, text="return: TP4321", cutoff=2, last_event_id="y1", filter_key="trip/flights/back"),
+    )
+    view = await store.reader.get_summary_view(key, "trip/flights")
+    assert view is not None and view.source == "prefix"
+    assert view.summary == "return: TP4321\n\noutbound: TP1234"  # by key: .../back before .../out
+    assert view.last_event_id is None and view.keys == ("trip/flights/back", "trip/flights/out")
+    assert await store.reader.get_summary_text(key, "trip/flights") == view.summary
+    # The aggregate hides only what every branch hides: up to the earliest cutoff (y1 at 2).
+    hidden = await store.reader.session_search(key, "flight booked", "current_hidden", filter_key="trip/flights")
+    assert {h.event_id for h in hidden} == {"x1", "y1"}
+    after = await store.reader.events_after_boundary(key, "trip/flights", summary=view)
+    # No event id on the aggregate: the timestamp rule keeps the event at the cutoff (y1) too.
+    assert [e.event_id for e in after] == ["y1", "x2", "y2"]
+    # A sibling subtree has no summary of its own and none below it: any available one answers.
+    other = await store.reader.get_summary_view(key, "trip/hotel")
+    assert other is not None and other.source == "any" and other.summary == "outbound: TP1234"
+    assert await store.reader.session_search(key, "flight", "current_hidden", filter_key="trip/hotel") == []
+
+
 def _call(call_id: str, name: str) -> list[dict[str, object]]:
     return [{"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]
 
