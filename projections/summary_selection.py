@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Literal
 
 from projections.filter_keys import FULL_SESSION, is_within
+from schemas import SummaryBoundary
 
 Source = Literal["exact", "prefix", "full_session", "any"]
 
@@ -53,6 +54,11 @@ class SelectedSummary:
     last_event_id: str | None
     keys: tuple[str, ...]
     source: Source
+
+    @property
+    def boundary(self) -> SummaryBoundary:
+        """The boundary as the records carry it (what ``streams.context.assemble`` cuts history at)."""
+        return SummaryBoundary(cutoff_at=self.cutoff_at, last_event_id=self.last_event_id)
 
 
 def _single(asked: str, cut: SummaryCut, source: Source) -> SelectedSummary:

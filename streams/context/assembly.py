@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from schemas import Message, SessionEvent, SessionSummary
+from schemas import Message, SessionEvent, SummaryBoundary
 from streams.context.compaction import CompactionConfig, CompactionStats, compact, compact_resume_tail
 from streams.context.history import event_message, project_history, select_runs
 from streams.context.injection import (
@@ -151,9 +151,23 @@ def _head(system_prompt: str, prefix: Sequence[Message]) -> tuple[list[Message],
     return head, [m for m in prefix if m.role != "system"]
 
 
+class SummaryView(Protocol):
+    """What assembly needs of a summary: its text and boundary.
+
+    A :class:`~schemas.SessionSummary` record, or the read side's
+    ``SelectedSummary`` (which may be a branch's prefix aggregate).
+    """
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def boundary(self) -> SummaryBoundary: ...
+
+
 def assemble(
     system_prompt: str,
-    summary: SessionSummary | None,
+    summary: SummaryView | None,
     events: Sequence[SessionEvent],
     current_user_message: CurrentMessage = None,
     tools: Sequence[Mapping[str, Any]] = (),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from projections.summary_selection import SummaryCut, select_hidden
 from schemas import Message
 from streams.context import AssemblyOptions, CompactionConfig, RecallCapabilities, assemble, find_violations
 from streams.context.compaction import ARGUMENTS_PLACEHOLDER, PLACEHOLDER_MARK
@@ -134,3 +135,26 @@ def test_recall_hint_in_placeholder_only_when_session_load_offered() -> None:
 def test_nothing_to_send_is_an_error() -> None:
     with pytest.raises(ValueError, match="nothing to send"):
         assemble("", None, [], None)
+
+
+def test_branch_prefix_aggregate_is_injected_and_cuts_at_its_earliest_cutoff() -> None:
+    s = Session()
+    s.user("book flights", filter_key="app/trip")  # e1
+    s.answer("outbound TP1234", filter_key="app/trip/out")  # e2
+    back = s.answer("return TP4321", filter_key="app/trip/back")  # e3
+    out2 = s.answer("outbound seat 12A", filter_key="app/trip/out")  # e4
+    s.answer("return meal chosen", filter_key="app/trip/back")  # e5
+    cuts = [
+        SummaryCut("app/trip/out", "outbound booked", out2.timestamp, out2.event_id),
+        SummaryCut("app/trip/back", "return booked", back.timestamp, back.event_id),
+    ]
+    view = select_hidden(cuts, "app/trip")
+    assert view is not None and view.source == "prefix"
+    opts = AssemblyOptions(add_session_summary=True, filter_key="app/trip")
+    req = assemble("sys", view, s.events, None, options=opts)
+    assert "return booked\n\noutbound booked" in req.messages[0]["content"]
+    # Cut at the earliest cutoff (e3, timestamp rule: kept): only e2 is covered; the current user turn (e1)
+    # stays in place as always.
+    expected = ["book flights", "return TP4321", "outbound seat 12A", "return meal chosen"]
+    assert [m["content"] for m in req.messages[1:]] == expected
+    assert req.report.summary_injected and req.report.covered_events == 1
