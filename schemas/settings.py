@@ -108,10 +108,13 @@ class EmbedderSettings(_Section):
 class SummarySettings(_Section):
     """Trigger and summarizer configuration (see ``streams.rules.policy``).
 
-    ``None`` for a threshold means "not configured". When no check is
-    configured at all, the worker uses the Go guide's main example: any of
-    more than 20 events, more than 4000 tokens, or an idle gap of more than
-    5 minutes; summaries of at most 200 words.
+    ``None`` for a threshold means "not configured". Configured checks must
+    all pass (``composition="all"``, as in both guides: each threshold option
+    adds a check and the checks are ANDed); ``composition="any"`` fires when
+    one of them passes. When no check is configured at all, the worker uses
+    the Go guide's main example, an explicit any-of: more than 20 events,
+    more than 4000 tokens, or an idle gap of more than 5 minutes; summaries of
+    at most 200 words.
     """
 
     event_threshold: int | None = Field(default=None, ge=0)
@@ -126,7 +129,8 @@ class SummarySettings(_Section):
     """Words or phrases (case-insensitive) that make an event important: the
     important-content check also fires when the delta holds one."""
     important_content_threshold: int | None = Field(default=None, ge=0)
-    composition: Literal["any", "all"] = "any"
+    composition: Literal["any", "all"] = "all"
+    """How two or more configured checks combine: ``all`` (AND, the default) or ``any`` (OR)."""
     filter_key_allowlist: list[str] | None = None
     cascade_full_session: bool = True
     token_counter: Literal["simple", "tiktoken"] = "simple"

@@ -97,7 +97,12 @@ class SummaryPolicy:
 
 
 def checks_from_settings(settings: SummarySettings) -> tuple[Check, ...]:
-    """The configured thresholds, combined by ``composition``; the default when none is set."""
+    """The configured thresholds, combined by ``composition``; the default when none is set.
+
+    ``composition="all"`` (the default) ANDs them as both guides do;
+    ``"any"`` ORs them. With nothing configured the result is
+    :func:`default_checks`, which is an explicit any-of.
+    """
     checks: list[Check] = []
     if settings.event_threshold is not None:
         checks.append(EventThreshold(settings.event_threshold))

@@ -2,7 +2,13 @@ from schemas import SessionEvent, Summarize, SummarizeSync, SummaryJob
 from schemas.settings import SummarySettings
 from streams.rules.checks import AllOf, AnyOf, ConversationThreshold, EventThreshold, TimeThreshold, TokenThreshold
 from streams.rules.planner import affected_keys, apply_command, apply_event, job_id_for, session_keys
-from streams.rules.policy import SummaryPolicy, checks_from_settings, default_checks, policies_from_settings
+from streams.rules.policy import (
+    SummaryPolicy,
+    checks_from_settings,
+    default_checks,
+    policies_from_settings,
+    policy_from_settings,
+)
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
 from streams.rules.trigger_state import SessionTriggerState
 
@@ -25,6 +31,30 @@ def test_settings_build_checks_with_composition() -> None:
     assert checks_from_settings(SummarySettings(event_threshold=5)) == (EventThreshold(5),)
     both = checks_from_settings(SummarySettings(event_threshold=5, token_threshold=10, composition="all"))
     assert both == (AllOf((EventThreshold(5), TokenThreshold(10))),)
+    either = checks_from_settings(SummarySettings(event_threshold=5, token_threshold=10, composition="any"))
+    assert either == (AnyOf((EventThreshold(5), TokenThreshold(10))),)
+
+
+def test_configured_thresholds_are_anded_by_default() -> None:
+    """Both guides AND the configured checks; only the built-in default is an any-of."""
+    assert SummarySettings().composition == "all"
+    checks = checks_from_settings(SummarySettings(event_threshold=10, token_threshold=2000))
+    assert checks == (AllOf((EventThreshold(10), TokenThreshold(2000))),)
+    policies = policies_from_settings(
+        SummarySettings(apps={"chat": {"conversation_threshold": 3, "time_threshold_s": 60}})
+    )
+    assert policies.for_app("chat").checks == (AllOf((TimeThreshold(60), ConversationThreshold(3))),)
+    assert policies.default.checks == default_checks()
+
+
+def test_anded_thresholds_wait_for_both() -> None:
+    events = [ev(f"e{i}", i, content="short") for i in range(12)]
+    anded = policy_from_settings(SummarySettings(event_threshold=10, token_threshold=2000), counter=SIMPLE)
+    assert run(events, anded)[1] == []
+    ored = policy_from_settings(
+        SummarySettings(event_threshold=10, token_threshold=2000, composition="any"), counter=SIMPLE
+    )
+    assert [j.trigger.name for j in run(events, ored)[1]] == ["event_threshold"]  # type: ignore[attr-defined]
 
 
 def test_per_app_overrides_replace_checks_and_keep_the_rest() -> None:
