@@ -150,7 +150,7 @@ async def run(settings: Settings, llm: AsyncOpenAI, model: str, pause: float) ->
             for text in TURNS:
                 await agent.turn(text, llm, model)
                 await asyncio.sleep(pause)  # a user's think time: the worker summarizes meanwhile
-            summary = await client.request_summary(key, wait=True, timeout=60)
+            summary = await client.request_summary(key, wait=True, timeout=60, force=True)
             if summary is not None:
                 print(f"\nfinal summary v{summary.version} by {summary.model}:\n{summary.summary}")
 

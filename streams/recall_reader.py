@@ -32,7 +32,7 @@ class CassandraRecallReader:
         key = SessionKey(query.app_name, query.user_id, query.session_id)
         hits = await self.reader.session_search(
             key, query.query, query.scope, query.top_k, filter_key=query.filter_key,
-            min_score=max(MIN_SCORE, query.min_score),
+            min_score=max(MIN_SCORE, query.min_score), mode=query.mode,
         )  # fmt: skip
         return [
             SearchHit(
@@ -45,6 +45,9 @@ class CassandraRecallReader:
                 created_at=hit.created,
                 tool_call_id=hit.tool_call_id,
                 tool_name=hit.tool_name,
+                context=hit.context,
+                content_bytes=hit.content_bytes,
+                content_truncated=hit.content_truncated,
             )
             for hit in hits
         ]

@@ -23,7 +23,8 @@ SESSION_LOAD = "session_load"
 
 Scope = Literal["current_hidden", "current_session", "other_sessions", "all_sessions"]
 SCOPES: tuple[Scope, ...] = ("current_hidden", "current_session", "other_sessions", "all_sessions")
-SearchMode = Literal["lexical", "hybrid", "dense"]
+SearchMode = Literal["hybrid", "lexical"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "lexical")
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 10
@@ -72,6 +73,11 @@ _SEARCH_SCHEMA: dict[str, Any] = {
                 },
                 "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K},
                 "min_score": {"type": "number", "minimum": 0},
+                "search_mode": {
+                    "type": "string",
+                    "enum": list(SEARCH_MODES),
+                    "description": "hybrid: words and meaning (default); lexical: words only.",
+                },
             },
             "required": ["query"],
             "additionalProperties": False,
@@ -150,11 +156,18 @@ class SearchQuery:
     scope: Scope = "current_hidden"
     top_k: int = DEFAULT_TOP_K
     min_score: float = 0.0
+    mode: SearchMode = "hybrid"
 
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One search result as the read side returns it."""
+    """One search result as the read side returns it.
+
+    ``text`` is the snippet: for the best hits the read side makes it the
+    window around the match (``role: text`` lines, the match marked), which
+    is also ``context``; ``content_bytes`` is the full size of the event's
+    text and ``content_truncated`` whether the snippet shows less than all of it.
+    """
 
     scope: Scope
     session_id: str
@@ -165,6 +178,9 @@ class SearchHit:
     created_at: datetime | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
+    context: str = ""
+    content_bytes: int | None = None
+    content_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +265,11 @@ def _optional_int(args: Mapping[str, Any], key: str) -> int | None:
     return None if args.get(key) is None else _int(args, key, 0)
 
 
+def _snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    """A multi-line window snippet within the limit is kept as is (its lines mean something)."""
+    return text if text.strip() and len(text) <= limit else _compact(text, limit)
+
+
 def _compact(text: str, limit: int = SNIPPET_CHARS) -> str:
     flat = " ".join(text.split())
     if not flat:
@@ -315,10 +336,12 @@ class RecallExecutor:
         top_k = _int(args, "top_k", DEFAULT_TOP_K)
         top_k = DEFAULT_TOP_K if top_k <= 0 else min(top_k, MAX_TOP_K)
         min_score = float(args.get("min_score") or 0.0)
+        mode_arg = args.get("search_mode")
+        mode: SearchMode = mode_arg if mode_arg in SEARCH_MODES else "hybrid"
         hits: Sequence[SearchHit] = ()
         if text:
             query = SearchQuery(
-                self.app_name, self.user_id, self.session_id, self.filter_key, text, scope, top_k, min_score
+                self.app_name, self.user_id, self.session_id, self.filter_key, text, scope, top_k, min_score, mode
             )
             hits = (await self.reader.search(query))[:top_k]
         results = [
@@ -328,10 +351,13 @@ class RecallExecutor:
                 "event_id": hit.event_id,
                 "role": hit.role,
                 "score": round(hit.score, 4),
-                "created_at": hit.created_at.isoformat() if hit.created_at else None,
-                "snippet": _compact(hit.text),
+                "created": hit.created_at.isoformat() if hit.created_at else None,
+                "snippet": _snippet(hit.text),
+                "context": hit.context,
                 "tool_call_id": hit.tool_call_id,
                 "tool_name": hit.tool_name,
+                "content_bytes": hit.content_bytes,
+                "content_truncated": hit.content_truncated,
             }
             for hit in hits
             if hit.score >= min_score

@@ -64,6 +64,14 @@ async def test_search_current_hidden_only_sees_what_the_summary_covers(store: St
     assert {r["session_id"] for r in out["results"]} == {"s1"}
     assert out["results"][0]["event_id"] == "e4"
     assert {r["event_id"] for r in out["results"]} <= {"e1", "e3", "e4"}
+    best = out["results"][0]
+    # The guide's hit fields: the best hits carry their window as context, its lines kept in the snippet.
+    assert set(best) >= {"scope", "session_id", "event_id", "created", "role", "score", "snippet", "context",
+                         "tool_call_id", "tool_name", "content_bytes", "content_truncated"}  # fmt: skip
+    assert best["context"] and "[match] " in best["context"] and best["snippet"] == best["context"]
+    assert "\n" in best["context"] and isinstance(best["content_bytes"], int)
+    lexical = await _call(_executor(store), "session_search", query="ACME refund", search_mode="lexical")
+    assert lexical["results"][0]["event_id"] == "e4"
     paris = await _call(_executor(store), "session_search", query="flight Paris")
     assert paris["results"] == []  # after the boundary: visible in the prompt, not hidden
     whole = await _call(_executor(store), "session_search", query="flight Paris", scope="current_session")

@@ -93,6 +93,8 @@ async def test_search_current_hidden_only_sees_covered_history_and_is_marked_his
     assert out["scope"] == "current_hidden"
     assert {r["event_id"] for r in out["results"]} == {"e1", "e3", "e4"}
     assert all(len(r["snippet"]) <= 280 for r in out["results"])
+    first = out["results"][0]
+    assert {"created", "context", "content_bytes", "content_truncated"} <= set(first) and "created_at" not in first
     paris = await _call(_executor(api), "session_search", query="Paris", scope="current_hidden")
     assert paris["results"] == []
 
