@@ -385,7 +385,7 @@ class RecallExecutor:
         window = await self.reader.load_window(query)
         if window is None:
             if tool_call_id:
-                raise RecallError(f"tool_call_id {tool_call_id!r} not found in session {session_id!r}")
+                raise RecallError(f'tool_call_id "{tool_call_id}" not found in session "{session_id}"')
             raise RecallError(f"anchor event not found: {event_id}")
         return {
             "historical_context": True,

@@ -127,7 +127,7 @@ async def test_load_errors_come_back_as_tool_answers(store: Store) -> None:
     executor = _executor(store)
     assert await _call(executor, "session_load", event_id="nope") == {"error": "anchor event not found: nope"}
     assert await _call(executor, "session_load", tool_call_id="zz") == {
-        "error": "tool_call_id 'zz' not found in session 's1'"
+        "error": 'tool_call_id "zz" not found in session "s1"'
     }
     stale = await _call(executor, "session_load", event_id="nope", tool_call_id="c1", content_limit=16)
     assert stale["anchor_event_id"] == "e3"

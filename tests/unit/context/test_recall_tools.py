@@ -150,7 +150,7 @@ async def test_load_falls_back_to_tool_call_id_for_a_stale_event_id() -> None:
     ("args", "error"),
     [
         ({}, "event_id is required unless tool_call_id is provided"),
-        ({"tool_call_id": "zz"}, "tool_call_id 'zz' not found in session 's1'"),
+        ({"tool_call_id": "zz"}, 'tool_call_id "zz" not found in session "s1"'),
         ({"event_id": "e3", "before": "many"}, "before must be an integer"),
     ],
 )
