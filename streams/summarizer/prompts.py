@@ -3,22 +3,28 @@
 Placeholders are ``{name}`` or ``{{name}}``; ``name`` has no whitespace,
 braces, quotes, backticks or ``?``, so JSON such as ``{"a": 1}`` is literal
 text. A trailing ``?`` (``{name?}``) makes a placeholder optional. Every
-rule is checked when the prompt is configured, so rendering cannot fail.
+rule that rendering depends on is checked when the prompt is configured, so
+rendering cannot fail. A word limit that no prompt states is only logged
+there (as in the Go summarizer, whose construction-time validation warns).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from streams.errors import ConfigurationError
 
+log = logging.getLogger(__name__)
+
 CONVERSATION_TEXT = "conversation_text"
 PREVIOUS_SUMMARY = "previous_summary"
 MAX_SUMMARY_WORDS = "max_summary_words"
 KNOWN_PLACEHOLDERS = frozenset({CONVERSATION_TEXT, PREVIOUS_SUMMARY, MAX_SUMMARY_WORDS})
+WORD_LIMIT_RULE = "prompt.max_summary_words_required"
 
 _NAME = r"[^\s{}'\"`?]+"
 _PLACEHOLDER = re.compile(r"\{\{(?P<n2>" + _NAME + r")(?P<o2>\?)?\}\}|\{(?P<n1>" + _NAME + r")(?P<o1>\?)?\}")
@@ -156,21 +162,36 @@ class PromptSet:
     fork_prompt: str = ""
     max_summary_words: int | None = None
 
-    def validate(self) -> PromptSet:
-        """Raise :class:`PromptError` naming the first broken rule; else return ``self``."""
+    def validate(self, *, require_word_limit: bool = False) -> PromptSet:
+        """Raise :class:`PromptError` naming the first broken rule; else return ``self``.
+
+        A word limit that neither the prompt nor the system prompt states
+        (no ``{max_summary_words}``) is logged as a warning and accepted, so
+        the Python guide's prompt (only ``{conversation_text}``) works with the
+        default limit; ``require_word_limit`` rejects it instead (``set_prompt``,
+        as Go's ``SetPrompt``).
+        """
         if not has_placeholder(self.prompt, CONVERSATION_TEXT):
             raise PromptError("prompt.conversation_text_required", "the prompt must contain {conversation_text}")
         _check_known(self.prompt, "prompt", KNOWN_PLACEHOLDERS)
         _check_known(self.system_prompt, "system_prompt", frozenset({MAX_SUMMARY_WORDS}))
         _check_known(self.fork_prompt, "fork_prompt", frozenset({MAX_SUMMARY_WORDS}))
-        if self.max_summary_words and not (
-            has_placeholder(self.prompt, MAX_SUMMARY_WORDS) or has_placeholder(self.system_prompt, MAX_SUMMARY_WORDS)
-        ):
-            raise PromptError(
-                "prompt.max_summary_words_required",
-                "a word limit is set, so {max_summary_words} must appear in the prompt or the system prompt",
+        if self.max_summary_words and not self.states_word_limit:
+            if require_word_limit:
+                raise PromptError(
+                    WORD_LIMIT_RULE,
+                    "a word limit is set, so {max_summary_words} must appear in the prompt or the system prompt",
+                )
+            log.warning(
+                "summary prompt has no {max_summary_words} placeholder: the word limit is not stated to the model",
+                extra={"rule": WORD_LIMIT_RULE, "max_summary_words": self.max_summary_words},
             )
         return self
+
+    @property
+    def states_word_limit(self) -> bool:
+        """Whether the prompt or the system prompt has ``{max_summary_words}``."""
+        return has_placeholder(self.prompt, MAX_SUMMARY_WORDS) or has_placeholder(self.system_prompt, MAX_SUMMARY_WORDS)
 
     def with_changes(
         self,
@@ -179,14 +200,18 @@ class PromptSet:
         system_prompt: str | None = None,
         fork_prompt: str | None = None,
     ) -> PromptSet:
-        """A validated copy; ``None`` or ``""`` keeps the current text (the guide's rule)."""
+        """A validated copy; ``None`` or ``""`` keeps the current text (the guide's rule).
+
+        A new user prompt must state a configured word limit (Go's ``SetPrompt``
+        rejects it otherwise); see :meth:`validate`.
+        """
         changed = replace(
             self,
             prompt=prompt or self.prompt,
             system_prompt=system_prompt or self.system_prompt,
             fork_prompt=fork_prompt or self.fork_prompt,
         )
-        return changed.validate()
+        return changed.validate(require_word_limit=bool(prompt))
 
     @property
     def separate_previous_summary(self) -> bool:

@@ -141,7 +141,8 @@ class Summarizer:
     ``context_window`` overrides the model's window (settings'
     ``DISTILL_LLM__CONTEXT_WINDOW``); ``token_counter`` defaults to the
     process-wide counter at call time. Prompts are validated here, so a bad
-    prompt fails at configuration with the rule it breaks.
+    prompt fails at configuration with the rule it breaks; a word limit that
+    no prompt states is only logged (see :meth:`PromptSet.validate`).
     """
 
     def __init__(
@@ -181,7 +182,8 @@ class Summarizer:
         self.prompts = self.prompts.with_changes(prompt=prompt)
 
     def set_system_prompt(self, system_prompt: str) -> None:
-        """Replace the system prompt (``""`` is ignored); validated like :meth:`set_prompt`."""
+        """Replace the system prompt (``""`` is ignored); an invalid one raises ``PromptError``
+        (a word limit left unstated is only logged)."""
         self.prompts = self.prompts.with_changes(system_prompt=system_prompt)
 
     def set_model(self, model: SummaryModel | None) -> None:

@@ -1,3 +1,4 @@
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -7,13 +8,14 @@ from pydantic import SecretStr
 from schemas import SessionKey
 from schemas.settings import LLMSettings, Settings, SummarySettings
 from streams.errors import ConfigurationError, PermanentError
+from streams.rules.policy import policies_from_settings
 from streams.summarizer.dynamic import DynamicSummarizer
 from streams.summarizer.extractive import EXTRACTIVE_MODEL_NAME, ExtractiveModel
 from streams.summarizer.factory import build_model, build_summarizer, summary_settings_for
 from streams.summarizer.prompts import PromptError
 from streams.summarizer.summarizer import Summarizer, SummarizerLike, SummarySkipped
 
-from .helpers import SESSION, ScriptedModel, rounds
+from .helpers import SESSION, ScriptedModel, rounds, user_text
 
 
 def tenant_resolver(context: Mapping[str, Any], session: SessionKey | None) -> SummarizerLike | None:
@@ -81,8 +83,42 @@ def test_settings_shape_the_summarizer_and_per_app_overrides() -> None:
 
 def test_invalid_configured_prompt_fails_at_build_time() -> None:
     settings = Settings(summary=SummarySettings(prompt="Summarize please", max_summary_words=10))
-    with pytest.raises(PromptError, match=r"prompt\.conversation_text_required"):
+    with pytest.raises(PromptError, match=r"prompt\.conversation_text_required") as info:
         build_summarizer(settings)
+    assert info.value.rule == "prompt.conversation_text_required"
+    assert isinstance(info.value, ConfigurationError)
+    with pytest.raises(PromptError) as no_limit:
+        build_summarizer(Settings(summary=SummarySettings(prompt="Summarize please", max_summary_words=None)))
+    assert no_limit.value.rule == "prompt.conversation_text_required"
+
+
+# The Python guide's custom prompt: only {conversation_text}, no {max_summary_words}.
+GUIDE_PROMPT = """\
+请总结以下对话，重点关注：
+1. 关键决策
+2. 重要信息
+3. 行动计划
+
+对话内容：
+{conversation_text}
+
+总结："""
+
+
+async def test_the_python_guides_prompt_works_with_the_default_word_limit(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="streams.summarizer.prompts")
+    settings = Settings(summary=SummarySettings(prompt=GUIDE_PROMPT))
+    assert settings.summary.max_summary_words == 200
+    model = ScriptedModel("guide summary")
+    summarizer = build_summarizer(settings, model=model)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.rule for r in warned] == ["prompt.max_summary_words_required"]  # type: ignore[attr-defined]
+    assert "关键决策" not in warned[0].getMessage()
+    assert policies_from_settings(settings.summary, settings.llm.model).default.max_summary_words == 200
+    result = await summarizer.summarize("", rounds(1), session=SESSION)
+    assert result.text == "guide summary"
+    (request,) = model.requests
+    assert "对话内容：\nuser:" in user_text(request) and "200" not in user_text(request)
 
 
 def test_summarizer_budget_counts_with_the_policy_counter() -> None:

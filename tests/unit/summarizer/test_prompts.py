@@ -1,4 +1,5 @@
 import json
+import logging
 
 import pytest
 
@@ -48,10 +49,6 @@ def test_placeholder_syntax() -> None:
         ({"system_prompt": "Update {previous_summary}"}, "system_prompt.no_conversation_placeholders"),
         ({"fork_prompt": "Summarize {conversation_text}"}, "fork_prompt.no_conversation_placeholders"),
         ({"fork_prompt": "Roll {previous_summary} forward"}, "fork_prompt.no_conversation_placeholders"),
-        (
-            {"prompt": "Summarize {conversation_text}", "max_summary_words": 100},
-            "prompt.max_summary_words_required",
-        ),
     ],
 )
 def test_invalid_prompts_are_rejected_at_configuration(kwargs: dict, rule: str) -> None:  # type: ignore[type-arg]
@@ -61,6 +58,25 @@ def test_invalid_prompts_are_rejected_at_configuration(kwargs: dict, rule: str) 
     assert rule in str(info.value)
     with pytest.raises(PromptError):
         Summarizer(ScriptedModel(), **kwargs)
+
+
+def test_unstated_word_limit_is_only_a_warning_at_configuration(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="streams.summarizer.prompts")
+    prompt = "Secret house style. Summarize {conversation_text}"
+    prompts = build_prompts(prompt=prompt, max_summary_words=100)
+    assert prompts.render_prompt("user: hi") == "Secret house style. Summarize user: hi"
+    assert not prompts.states_word_limit
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and record.rule == "prompt.max_summary_words_required"  # type: ignore[attr-defined]
+    assert record.max_summary_words == 100  # type: ignore[attr-defined]
+    assert "not stated to the model" in record.getMessage() and "Secret" not in record.getMessage()
+    caplog.clear()
+    Summarizer(ScriptedModel(), prompt=prompt, max_summary_words=100)
+    assert [r.rule for r in caplog.records] == ["prompt.max_summary_words_required"]  # type: ignore[attr-defined]
+    caplog.clear()
+    build_prompts(prompt=prompt)  # no limit: nothing to state
+    build_prompts(prompt="In {max_summary_words} words: {conversation_text}", max_summary_words=100)
+    assert caplog.records == []
 
 
 def test_word_limit_placeholder_may_live_in_the_system_prompt() -> None:
