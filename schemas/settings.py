@@ -123,7 +123,10 @@ class SummarySettings(_Section):
     context_threshold: bool = False
     context_ratio: float = Field(default=0.5, gt=0, le=1)
     context_min_tokens: int = Field(default=2000, ge=0)
-    context_fallback_window: int = Field(default=8192, gt=0)
+    context_fallback_window: int | None = Field(default=None, gt=0)
+    """The context threshold's window for events that name no known model and
+    carry no window; ``None``: the summary LLM's window (``llm.context_window``,
+    else the registry entry of ``llm.model``), else 8192."""
     conversation_threshold: int | None = Field(default=None, ge=0)
     important_keywords: list[str] | None = None
     """Words or phrases (case-insensitive) that make an event important: the

@@ -25,6 +25,7 @@ from streams.rules.checks import (
     TokenThreshold,
     important_keywords,
 )
+from streams.rules.context_windows import DEFAULT_FALLBACK_WINDOW, lookup_context_window
 from streams.rules.targets import Allowlist, allows_filter_key, normalize_allowlist, summary_targets
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter, TokenCounter
 
@@ -96,12 +97,28 @@ class SummaryPolicy:
         return allows_filter_key(filter_key, self.allowlist)
 
 
-def checks_from_settings(settings: SummarySettings) -> tuple[Check, ...]:
+def context_fallback_window(
+    settings: SummarySettings, model: str | None = None, model_context_window: int | None = None
+) -> int:
+    """The context threshold's fallback window: the configured one, else the
+    summary model's (``model_context_window``, then ``model`` in the registry),
+    else 8192 — as Go's ``WithContextThreshold`` without an explicit fallback."""
+    for window in (settings.context_fallback_window, model_context_window, lookup_context_window(model)):
+        if window is not None and window > 0:
+            return window
+    return DEFAULT_FALLBACK_WINDOW
+
+
+def checks_from_settings(
+    settings: SummarySettings, *, model: str | None = None, model_context_window: int | None = None
+) -> tuple[Check, ...]:
     """The configured thresholds, combined by ``composition``; the default when none is set.
 
     ``composition="all"`` (the default) ANDs them as both guides do;
     ``"any"`` ORs them. With nothing configured the result is
-    :func:`default_checks`, which is an explicit any-of.
+    :func:`default_checks`, which is an explicit any-of. ``model`` and
+    ``model_context_window`` (the summary LLM) give the context threshold its
+    fallback window, see :func:`context_fallback_window`.
     """
     checks: list[Check] = []
     if settings.event_threshold is not None:
@@ -112,7 +129,11 @@ def checks_from_settings(settings: SummarySettings) -> tuple[Check, ...]:
         checks.append(TimeThreshold(settings.time_threshold_s))
     if settings.context_threshold:
         checks.append(
-            ContextThreshold(settings.context_ratio, settings.context_min_tokens, settings.context_fallback_window)
+            ContextThreshold(
+                settings.context_ratio,
+                settings.context_min_tokens,
+                context_fallback_window(settings, model, model_context_window),
+            )
         )
     if settings.conversation_threshold is not None:
         checks.append(ConversationThreshold(settings.conversation_threshold))
@@ -139,14 +160,19 @@ def counter_from_settings(settings: SummarySettings, model: str | None = None) -
 
 
 def policy_from_settings(
-    settings: SummarySettings, *, model: str | None = None, **python_overrides: Any
+    settings: SummarySettings,
+    *,
+    model: str | None = None,
+    model_context_window: int | None = None,
+    **python_overrides: Any,
 ) -> SummaryPolicy:
     """One policy from a settings section; keyword overrides (e.g. custom ``checks``) win.
 
-    ``model`` (the LLM model name) selects the tiktoken encoding, see :func:`counter_from_settings`.
+    ``model`` (the LLM model name) selects the tiktoken encoding, see :func:`counter_from_settings`;
+    it and ``model_context_window`` (``llm.context_window``) set the context threshold's fallback window.
     """
     values: dict[str, Any] = {
-        "checks": checks_from_settings(settings),
+        "checks": checks_from_settings(settings, model=model, model_context_window=model_context_window),
         "allowlist": normalize_allowlist(settings.filter_key_allowlist),
         "cascade_full_session": settings.cascade_full_session,
         "counter": counter_from_settings(settings, model),
@@ -168,7 +194,9 @@ class PolicySet:
         return self.apps.get(app_name, self.default)
 
 
-def policies_from_settings(settings: SummarySettings, model: str | None = None) -> PolicySet:
+def policies_from_settings(
+    settings: SummarySettings, model: str | None = None, *, model_context_window: int | None = None
+) -> PolicySet:
     """Default policy from ``settings``; each ``apps.<app>`` table overrides its fields.
 
     An app table that sets any check field (:data:`CHECK_FIELDS`) replaces the
@@ -176,7 +204,9 @@ def policies_from_settings(settings: SummarySettings, model: str | None = None) 
 
     An app table is merged over the base section, then validated as a ``SummarySettings``, so a typo is an error.
     ``model`` (the LLM model name, ``settings.llm.model``) selects the tiktoken
-    encoding, as in the summarizer (:func:`streams.summarizer.build_summarizer`).
+    encoding, as in the summarizer (:func:`streams.summarizer.build_summarizer`);
+    with ``model_context_window`` (``settings.llm.context_window``) it gives the
+    context threshold its fallback window (:func:`context_fallback_window`).
     """
     base = settings.model_dump(exclude={"apps"}, exclude_unset=True)
     apps: dict[str, SummaryPolicy] = {}
@@ -186,5 +216,6 @@ def policies_from_settings(settings: SummarySettings, model: str | None = None) 
             for name in CHECK_FIELDS:
                 merged.pop(name, None)
         merged.update(overrides)
-        apps[app] = policy_from_settings(SummarySettings.model_validate(merged), model=model)
-    return PolicySet(policy_from_settings(settings, model=model), apps)
+        app_settings = SummarySettings.model_validate(merged)
+        apps[app] = policy_from_settings(app_settings, model=model, model_context_window=model_context_window)
+    return PolicySet(policy_from_settings(settings, model=model, model_context_window=model_context_window), apps)

@@ -124,6 +124,39 @@ def test_model_switch_changes_the_context_threshold() -> None:
     assert not passes(check, view(tokens=5000, model="gpt-4o"))
 
 
+def test_context_fallback_is_the_summary_models_window() -> None:
+    """Go: without an explicit fallback, the summarizer model's window (instance, then registry)."""
+    from schemas.settings import SummarySettings
+    from streams.rules.policy import checks_from_settings, policies_from_settings
+
+    def fallback(settings: SummarySettings, **model: Any) -> int:
+        (check,) = checks_from_settings(settings, **model)
+        assert isinstance(check, ContextThreshold)
+        return check.fallback_window
+
+    on = SummarySettings(context_threshold=True)
+    assert on.context_fallback_window is None
+    assert fallback(on) == 8192
+    assert fallback(on, model="unknown-model") == 8192
+    assert fallback(on, model="gpt-4o") == 128000
+    assert fallback(on, model="gpt-4o", model_context_window=32000) == 32000
+    explicit = SummarySettings(context_threshold=True, context_fallback_window=4096)
+    assert fallback(explicit, model="gpt-4o", model_context_window=32000) == 4096
+    # An event naming no model is judged against the summary model's window (64000 = 128000 × 0.5).
+    (check,) = checks_from_settings(on, model="gpt-4o-mini")
+    assert not passes(check, view(tokens=60000)) and passes(check, view(tokens=64001))
+    assert passes(check, view(tokens=5000, model="gpt-4"))  # the event's own model still wins
+    policies = policies_from_settings(
+        SummarySettings(context_threshold=True, apps={"a": {"context_ratio": 0.25}}),
+        "gpt-4o",
+        model_context_window=1000,
+    )
+    assert [p.checks for p in (policies.default, policies.for_app("a"))] == [
+        (ContextThreshold(0.5, 2000, 1000),),
+        (ContextThreshold(0.25, 2000, 1000),),
+    ]
+
+
 def test_registry_lookup_and_registration() -> None:
     assert lookup_context_window("openai/gpt-4o") == 128000
     assert lookup_context_window("gpt-4o-2024-08-06") == 128000
