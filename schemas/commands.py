@@ -11,10 +11,24 @@ from pydantic import Field
 
 from schemas.base import SessionRecord
 
+NOTHING_TO_SUMMARIZE = "NothingToSummarize"
+"""``error_class`` of the ``SummaryFailure`` answering a ``summarize_sync`` that emitted no job."""
+
+NOTHING_TO_SUMMARIZE_CLASSES = frozenset({NOTHING_TO_SUMMARIZE, "SummarySkipped"})
+"""The answers to a ``summarize_sync`` that only say there was nothing to summarize.
+
+``NothingToSummarize``: the track agent emitted no job (thresholds not met,
+empty delta, a job already in flight for the key, a key the allowlist
+refuses); ``SummarySkipped``: the worker found nothing to add. Any other
+``error_class`` is a real failure (the model call failed, ...).
+"""
+
 
 class Summarize(SessionRecord):
     """Ask for a summary of ``filter_key`` (the guide's ``EnqueueSummaryJob``).
 
+    As the guide's async worker does, a branch key cascades: the key if the
+    allowlist allows it, then the full session if the cascade is on.
     ``force`` bypasses the trigger checks (but never an empty delta).
     """
 
@@ -25,7 +39,14 @@ class Summarize(SessionRecord):
 
 
 class SummarizeSync(SessionRecord):
-    """Like ``summarize``, answered on the summaries topic with ``reply_to``.
+    """Ask for a summary of exactly ``filter_key``, answered on the summaries topic with ``reply_to``.
+
+    The guide's ``CreateSessionSummary``: unlike ``summarize`` there is no
+    cascade to the full session, and a key the allowlist refuses summarizes
+    nothing. The answer is the ``SessionSummary``, or a ``SummaryFailure``
+    (``NothingToSummarize`` when no job was emitted).
+
+    ``force`` bypasses the trigger checks (never an empty delta).
 
     ``model_request`` optionally carries the caller's own chat-completions
     request (``messages`` and ``tools``) for cache-safe forking.

@@ -30,13 +30,14 @@ from schemas import (
     SummaryFailure,
     SummaryJob,
 )
+from schemas.commands import NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected
 from streams.app.tracked import TrackedKey, table_key
 from streams.rules.boundaries import delta_after
 from streams.rules.filter_keys import FULL_SESSION
-from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, session_keys
-from streams.rules.policy import PolicySet
+from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, command_targets, session_keys
+from streams.rules.policy import PolicySet, SummaryPolicy
 from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_failed, on_summary, rebase
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,37 @@ def dead_letter_for(
         reason=reason,
         stage=stage,
         failed_at=datetime.now(UTC),
+    )
+
+
+def nothing_to_summarize(
+    command: SummarizeSync, outcome: Outcome, policy: SummaryPolicy, at: datetime
+) -> SummaryFailure:
+    """The answer to a ``summarize_sync`` that emitted no job (``error_class`` ``NothingToSummarize``).
+
+    The reason names the allowlist when it refused the key (the Go guide's
+    ``CreateSessionSummary`` is then a no-op), else every decision's reason
+    (``checks_failed``, ``empty_delta``, ``in_flight``, ...).
+    """
+    key = command.filter_key
+    if not policy.allows(key):
+        reason = (
+            f"filter key {key!r} is not allowed by the summary allowlist of app {command.app_name!r} "
+            f"(filter_key_allowlist): nothing is summarized"
+        )
+    else:
+        decided = ", ".join(f"{d.filter_key or '(session)'}: {d.reason}" for d in outcome.decisions)
+        reason = f"no summary job was emitted ({decided or 'no target'})"
+    return SummaryFailure(
+        app_name=command.app_name,
+        user_id=command.user_id,
+        session_id=command.session_id,
+        filter_key=key,
+        job_id=f"command:{command.command_id}",
+        reply_to=command.reply_to,
+        error_class=NOTHING_TO_SUMMARIZE,
+        reason=reason,
+        created_at=at,
     )
 
 
@@ -159,7 +191,7 @@ class TrackHandler:
         full = self._load(store, sk, FULL_SESSION)
         origin = (command.model_extra or {}).get("origin") if isinstance(command, Summarize) else None
         states: dict[str, SessionTriggerState | None] = {FULL_SESSION: full.state if full else None}
-        for target in policy.targets(command.filter_key):
+        for target in command_targets(command, policy):
             found = self._load(store, sk, target)
             states[target] = found.state if found else None
         if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy.job_timeout_s):
@@ -171,20 +203,7 @@ class TrackHandler:
         first = full.first_offset if full is not None else None
         out = self._write(outcome, store, first, origin=origin, partition=coords.partition)
         if isinstance(command, SummarizeSync) and not outcome.jobs:
-            reasons = ", ".join(f"{d.filter_key or '(session)'}: {d.reason}" for d in outcome.decisions)
-            out.replies.append(
-                SummaryFailure(
-                    app_name=command.app_name,
-                    user_id=command.user_id,
-                    session_id=command.session_id,
-                    filter_key=command.filter_key,
-                    job_id=f"command:{command.command_id}",
-                    reply_to=command.reply_to,
-                    error_class="NothingToSummarize",
-                    reason=f"no summary job was emitted ({reasons or 'no target'})",
-                    created_at=at,
-                )
-            )
+            out.replies.append(nothing_to_summarize(command, outcome, policy, at))
         return out
 
     @staticmethod

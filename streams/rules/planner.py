@@ -27,7 +27,6 @@ from streams.rules.errors import InvalidDecisionError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
 from streams.rules.policy import SummaryPolicy
-from streams.rules.targets import skips_cascade_for_fork
 from streams.rules.trigger_state import (
     InFlight,
     SessionTriggerState,
@@ -139,6 +138,21 @@ def apply_event(
     return Outcome(updated, tuple(decisions), tuple(jobs))
 
 
+def command_targets(command: Summarize | SummarizeSync, policy: SummaryPolicy) -> tuple[str, ...]:
+    """The keys ``command`` summarizes (the states the caller loads for it).
+
+    ``summarize`` is the guide's ``EnqueueSummaryJob``: its worker cascades, so
+    the targets are ``policy.targets`` (the key if the allowlist allows it, then
+    ``""`` if the cascade is on). ``summarize_sync`` is ``CreateSessionSummary``:
+    exactly its key, never the cascade, and nothing when the allowlist refuses
+    the key (a no-op in Go). One job then answers its ``reply_to``.
+    """
+    key = command.filter_key
+    if isinstance(command, SummarizeSync):
+        return (key,) if policy.allows(key) else ()
+    return policy.targets(key)
+
+
 def apply_command(
     command: Summarize | SummarizeSync,
     policy: SummaryPolicy,
@@ -146,27 +160,29 @@ def apply_command(
     *,
     at: datetime,
 ) -> Outcome:
-    """Decide a ``summarize`` / ``summarize_sync`` command for its targets.
+    """Decide a ``summarize`` / ``summarize_sync`` command for its :func:`command_targets`.
 
     ``at`` is the command record's log timestamp (it becomes the job's
     ``created_at``, keeping replay deterministic). ``force`` skips the checks and
     in-flight guard but never an empty delta: a sync command that emits no job
     gets a non-firing decision, which the caller answers with a failure record.
+    A sync command on a key the allowlist refuses gets one decision
+    ``not_allowed`` and changes no state.
 
-    A ``summarize_sync`` carrying the caller's ``model_request`` on a branch key
-    is answered from a fork of that request, which shows only the branch: the
-    cascaded full-session target is skipped (decision ``fork_cascade_skipped``,
-    also when forced), as in the Go guide.
+    A ``summarize_sync`` never cascades, so the ``model_request`` it may carry
+    (forked for cache-safe summarizing) only ever answers its own key: the Go
+    guide's cache-safe skip of the cascaded full-session target has nothing to
+    skip here.
     """
     full = states.get(FULL_SESSION) or new_state(command.app_name, command.user_id, command.session_id)
     updated: dict[str, SessionTriggerState] = {}
     decisions: list[TriggerDecision] = []
     jobs: list[SummaryJob] = []
-    model_request = command.model_request if isinstance(command, SummarizeSync) else None
-    for target in policy.targets(command.filter_key):
-        if skips_cascade_for_fork(command.filter_key, target, model_request is not None):
-            decisions.append(TriggerDecision(False, target, command.filter_key, "fork_cascade_skipped"))
-            continue
+    sync = command if isinstance(command, SummarizeSync) else None
+    targets = command_targets(command, policy)
+    if sync is not None and not targets:
+        decisions.append(TriggerDecision(False, command.filter_key, command.filter_key, "not_allowed"))
+    for target in targets:
         state = _state(states, target, full)
         decision = decide(state, policy, None, trigger_key=command.filter_key, force=command.force)
         decisions.append(decision)
@@ -176,8 +192,8 @@ def apply_command(
                 decision,
                 created_at=at,
                 origin="command",
-                reply_to=command.reply_to if isinstance(command, SummarizeSync) else None,
-                model_request=model_request,
+                reply_to=sync.reply_to if sync is not None else None,
+                model_request=sync.model_request if sync is not None else None,
             )
             jobs.append(job)
             updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt)

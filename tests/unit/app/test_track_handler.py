@@ -87,7 +87,48 @@ ANY_REASON: Any = _Any()
 def test_sync_command_with_nothing_to_summarize_is_answered_with_a_failure() -> None:
     cmd = SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="r")
     out = handler().on_record(cmd, Coordinates("ev", 0, 0), {}, log_time=T0)
-    assert not out.jobs and out.replies[0].reply_to == "r"
+    (reply,) = out.replies
+    assert not out.jobs and reply.reply_to == "r" and reply.error_class == "NothingToSummarize"
+    assert "empty_delta" in reply.reason
+
+
+def branch_events() -> list[SessionEvent]:
+    return [event(1, "user", filter_key="a/b"), event(2, filter_key="a/b"), event(3, filter_key="a/b")]
+
+
+def sync(filter_key: str, **kw: Any) -> SummarizeSync:
+    return SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="r",
+                         filter_key=filter_key, **kw)  # fmt: skip
+
+
+def test_sync_command_on_a_branch_emits_one_job_for_that_key() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = handler(threshold=100)
+    feed(h, table, branch_events())
+    out = h.on_record(sync("a/b", force=True), Coordinates("ev", 1, 9), table, log_time=T0)
+    assert [(j.filter_key, j.reply_to) for j in out.jobs] == [("a/b", "r")] and not out.replies
+    assert table[table_key("a", "u", "s", "")].state.in_flight is None
+
+
+def test_sync_command_on_a_refused_key_is_answered_naming_the_allowlist() -> None:
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(100),), allowlist=frozenset({"a/other"}))))
+    table: dict[str, TrackedKey] = {}
+    feed(h, table, branch_events())
+    full = table_key("a", "u", "s", "")
+    out = h.on_record(sync("a/b", force=True), Coordinates("ev", 1, 9), table, log_time=T0)
+    (reply,) = out.replies
+    assert not out.jobs and reply.error_class == "NothingToSummarize" and reply.filter_key == "a/b"
+    assert "allowlist" in reply.reason and "'a/b'" in reply.reason
+    assert table[full].state.in_flight is None  # the full session is not summarized instead
+
+
+def test_unforced_sync_command_below_the_thresholds_is_nothing_to_summarize() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = handler(threshold=100)
+    feed(h, table, [event(1, "user"), event(2)])
+    out = h.on_record(sync("", force=False), Coordinates("ev", 1, 9), table, log_time=T0)
+    (reply,) = out.replies
+    assert not out.jobs and reply.error_class == "NothingToSummarize" and "checks_failed" in reply.reason
 
 
 def test_delete_keeps_versions_and_forgets_the_pending_events() -> None:

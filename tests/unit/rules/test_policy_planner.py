@@ -153,28 +153,62 @@ def test_counter_from_settings_uses_the_model_encoding() -> None:
         assert chosen.counter is not None and chosen.counter.name == "tiktoken:cl100k_base"
 
 
-def test_sync_command_with_model_request_on_a_branch_skips_the_cascade() -> None:
+def test_sync_command_on_a_branch_summarizes_only_that_key() -> None:
+    """``CreateSessionSummary``: no cascade, with or without a model request, forced or not."""
     quiet = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
     table, _ = run([ev("u", 0, role="user", key="app/b"), ev("a", 1, key="app/b")], quiet)
     policy = SummaryPolicy(counter=SIMPLE, checks=())
     base = {"app_name": "app", "user_id": "u", "session_id": "s", "command_id": "c1", "filter_key": "app/b"}
     request = {"messages": [{"role": "user", "content": "hi"}]}
     for force in (False, True):
-        forked = apply_command(
-            SummarizeSync(**base, reply_to="r", model_request=request, force=force), policy, table, at=at(5)
-        )
-        (job,) = forked.jobs
-        assert job.filter_key == "app/b" and job.model_request == request
-        skipped = [d for d in forked.decisions if d.filter_key == ""]
-        assert [d.reason for d in skipped] == ["fork_cascade_skipped"] and "" not in forked.states
-    # Without a model request (or on the full session) the cascade stays, and no job carries a request.
-    plain = apply_command(SummarizeSync(**base, reply_to="r"), policy, table, at=at(5))
-    assert sorted(j.filter_key for j in plain.jobs) == ["", "app/b"]
+        for model_request in (request, None):
+            sync = apply_command(
+                SummarizeSync(**base, reply_to="r", model_request=model_request, force=force), policy, table, at=at(5)
+            )
+            (job,) = sync.jobs
+            assert job.filter_key == "app/b" and job.reply_to == "r" and job.model_request == model_request
+            assert [d.filter_key for d in sync.decisions] == ["app/b"] and "" not in sync.states
     full = apply_command(
         SummarizeSync(**{**base, "filter_key": ""}, reply_to="r", model_request=request), policy, table, at=at(5)
     )
     (full_job,) = full.jobs
     assert full_job.filter_key == "" and full_job.model_request == request
+
+
+def test_async_command_on_a_branch_still_cascades() -> None:
+    """``EnqueueSummaryJob``: the worker cascades to the full session, also for a refused key."""
+    quiet = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("u", 0, role="user", key="app/b"), ev("a", 1, key="app/b")], quiet)
+    base = {"app_name": "app", "user_id": "u", "session_id": "s", "command_id": "c1", "filter_key": "app/b"}
+    plain = apply_command(Summarize(**base, force=True), SummaryPolicy(counter=SIMPLE, checks=()), table, at=at(5))
+    assert [j.filter_key for j in plain.jobs] == ["app/b", ""]
+    refused = SummaryPolicy(counter=SIMPLE, checks=(), allowlist=frozenset({"app/other"}))
+    assert [j.filter_key for j in apply_command(Summarize(**base, force=True), refused, table, at=at(5)).jobs] == [""]
+
+
+def test_sync_command_on_a_key_the_allowlist_refuses_does_nothing() -> None:
+    quiet = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("u", 0, role="user", key="app/b"), ev("a", 1, key="app/b")], quiet)
+    refused = SummaryPolicy(counter=SIMPLE, checks=(), allowlist=frozenset({"app/other"}))
+    base = {"app_name": "app", "user_id": "u", "session_id": "s", "command_id": "c1", "filter_key": "app/b"}
+    for force in (False, True):
+        outcome = apply_command(SummarizeSync(**base, reply_to="r", force=force), refused, table, at=at(5))
+        assert outcome.jobs == () and outcome.states == {}
+        assert [(d.filter_key, d.fire, d.reason) for d in outcome.decisions] == [("app/b", False, "not_allowed")]
+    allowed = SummaryPolicy(counter=SIMPLE, checks=(), allowlist=frozenset({"app"}))  # an ancestor matches
+    (job,) = apply_command(SummarizeSync(**base, reply_to="r"), allowed, table, at=at(5)).jobs
+    assert job.filter_key == "app/b"
+
+
+def test_unforced_sync_command_keeps_the_thresholds() -> None:
+    """The same-run path calls ``CreateSessionSummary(..., force=false)``: thresholds apply."""
+    policy = SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),))
+    table, _ = run([ev("u", 0, role="user"), ev("a", 1)], policy)
+    base = {"app_name": "app", "user_id": "u", "session_id": "s", "command_id": "c1", "reply_to": "r"}
+    lazy = apply_command(SummarizeSync(**base, force=False), policy, table, at=at(5))
+    assert not lazy.jobs and [d.reason for d in lazy.decisions] == ["checks_failed"]
+    (job,) = apply_command(SummarizeSync(**base, force=True), policy, table, at=at(5)).jobs
+    assert job.trigger.name == "force"
 
 
 def test_build_job_refuses_a_decision_that_does_not_fire() -> None:
