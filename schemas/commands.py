@@ -46,7 +46,11 @@ class SummarizeSync(SessionRecord):
     nothing. The answer is the ``SessionSummary``, or a ``SummaryFailure``
     (``NothingToSummarize`` when no job was emitted).
 
-    ``force`` bypasses the trigger checks (never an empty delta).
+    ``force`` bypasses the trigger checks (never an empty delta). The Python
+    client always sends it (``False`` by default, as the guide's same-run
+    path does). A record without it is read as ``force=True``: that is what
+    such a record meant when it was written, and commands on the events log
+    must keep their meaning when they are read again.
 
     ``model_request`` optionally carries the caller's own chat-completions
     request (``messages`` and ``tools``) for cache-safe forking.
@@ -57,6 +61,7 @@ class SummarizeSync(SessionRecord):
     reply_to: str = Field(min_length=1)
     filter_key: str = ""
     force: bool = True
+    """Absent means ``True`` (the contract since the field exists); send it explicitly."""
     model_request: dict[str, Any] | None = None
 
 

@@ -7,7 +7,7 @@ land on one partition, in order. The producer is idempotent (``acks=all``,
 
     async with DistillClient(settings) as client:
         await client.publish(event)
-        summary = await client.request_summary(event.session_key, wait=True, timeout=30)
+        summary = await client.request_summary(event.session_key, timeout=30)  # None: nothing to summarize
         async for s in client.summaries(session=event.session_key):
             ...
 """
@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel, ValidationError
 
 from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryFailure
+from schemas.commands import NOTHING_TO_SUMMARIZE_CLASSES
 from schemas.records import EventTopicRecord
 from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
@@ -34,8 +35,20 @@ from streams.kafka_config import consumer_kwargs, producer_kwargs
 log = logging.getLogger(__name__)
 
 
+def is_nothing_to_summarize(failure: SummaryFailure) -> bool:
+    """Whether ``failure`` only says there was nothing to summarize (not a real failure).
+
+    See :data:`schemas.commands.NOTHING_TO_SUMMARIZE_CLASSES`.
+    """
+    return failure.error_class in NOTHING_TO_SUMMARIZE_CLASSES
+
+
 class SummaryUnavailableError(DistillError):
-    """A ``summarize_sync`` was answered with a failure (``failure`` says why)."""
+    """A ``summarize_sync`` failed for real (``failure`` says why).
+
+    Not raised when there was only nothing to summarize: :meth:`DistillClient.request_summary`
+    then returns ``None``.
+    """
 
     def __init__(self, failure: SummaryFailure) -> None:
         super().__init__(f"{failure.error_class}: {failure.reason}")
@@ -140,13 +153,24 @@ class DistillClient:
         *,
         wait: bool = True,
         timeout: float = 60.0,
-        force: bool = True,
+        force: bool = False,
         model_request: dict[str, Any] | None = None,
     ) -> SessionSummary | None:
-        """Send ``summarize_sync`` and (with ``wait``) return the summary answering it.
+        """Send ``summarize_sync`` for exactly ``filter_key`` and (with ``wait``) return its summary.
 
-        Raises :class:`SummaryUnavailableError` when the worker answers with a
-        failure (e.g. nothing new to summarize) and :class:`SummaryTimeoutError`.
+        The Go guide's ``CreateSessionSummary``: only that key is summarized (no
+        cascade to the full session), and a key the allowlist refuses is a
+        no-op. With the default ``force=False`` this is the same-run
+        (intra-run) path, which calls it with ``force=false``: the configured
+        thresholds apply. ``force=True`` bypasses them (but never an empty
+        delta).
+
+        Returns ``None`` without ``wait``, and when there is nothing to
+        summarize (thresholds not met, no new events, a job already in flight
+        for the key, a refused key: see :func:`is_nothing_to_summarize`); the
+        caller keeps the summary it has. Raises :class:`SummaryUnavailableError`
+        when summarizing failed for real (the model call, ...) and
+        :class:`SummaryTimeoutError` when no answer comes within ``timeout``.
         """
         correlation = uuid.uuid4().hex
         command = SummarizeSync(
@@ -160,19 +184,35 @@ class DistillClient:
         consumer = await self._follower(from_beginning=False)
         try:
             await self.publish(command)
-            reply = await asyncio.wait_for(_first_reply(_records(consumer, session, True), correlation), timeout)
+            reply = await asyncio.wait_for(_first_reply(_records(consumer, session, True), command), timeout)
         except TimeoutError as exc:
             raise SummaryTimeoutError(f"no answer to summarize_sync {correlation} within {timeout}s") from exc
         finally:
             await consumer.stop()
-        if isinstance(reply, SummaryFailure):
-            raise SummaryUnavailableError(reply)
-        return reply
+        if isinstance(reply, SessionSummary):
+            return reply
+        if is_nothing_to_summarize(reply):
+            log.debug(
+                "summarize_sync answered: nothing to summarize",
+                extra={"filter_key": filter_key, "reason": reply.reason},
+            )  # fmt: skip
+            return None
+        raise SummaryUnavailableError(reply)
 
 
-async def _first_reply(stream: AsyncIterator[SummaryRecord], correlation: str) -> SummaryRecord:
+def answers(record: SummaryRecord, command: SummarizeSync) -> bool:
+    """Whether ``record`` answers ``command``: its ``reply_to``, session and filter key."""
+    return (
+        record.reply_to == command.reply_to
+        and record.filter_key == command.filter_key
+        and (record.app_name, record.user_id, record.session_id)
+        == (command.app_name, command.user_id, command.session_id)
+    )
+
+
+async def _first_reply(stream: AsyncIterator[SummaryRecord], command: SummarizeSync) -> SummaryRecord:
     async for record in stream:
-        if record.reply_to == correlation:
+        if answers(record, command):
             return record
     raise SummaryTimeoutError("summaries stream ended")
 

@@ -18,7 +18,7 @@ import pytest
 
 from schemas import DeleteSession, Summarize
 from schemas.settings import Settings
-from streams.client import DistillClient, SummaryUnavailableError
+from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
@@ -36,6 +36,7 @@ APPS = {
     "time": {"time_threshold_s": 60},
     "br": {"event_threshold": 2},
     "force": {"event_threshold": 1000},
+    "sync": {"event_threshold": 1000, "filter_key_allowlist": ["sync/search"]},
     "dlq": {"event_threshold": 1},
     "retry": {"event_threshold": 1},
     "del": {"event_threshold": 2},
@@ -144,11 +145,37 @@ async def test_force_and_sync_commands(pipeline: Settings, client: DistillClient
 
     await client.publish_many([b.user("Make it shorter."), b.assistant("Hi Ana, launch is Monday.")])
     key = SessionKeyOf(b)
-    summary = await client.request_summary(key, wait=True, timeout=60)
+    # Unforced (the same-run path, the default): the threshold is not met, nothing to summarize.
+    assert await client.request_summary(key, wait=True, timeout=60) is None
+    summary = await client.request_summary(key, wait=True, timeout=60, force=True)
     assert summary is not None and summary.version == 2 and summary.reply_to is not None
     assert summary.boundary.last_event_id == f"{b.session}-e4"
-    with pytest.raises(SummaryUnavailableError):
-        await client.request_summary(key, wait=True, timeout=60)
+    # Forced but nothing new: still nothing to summarize, not an error.
+    assert await client.request_summary(key, wait=True, timeout=60, force=True) is None
+
+
+async def test_sync_request_for_a_branch_key_returns_that_keys_summary(
+    pipeline: Settings, client: DistillClient
+) -> None:
+    b = SessionBuilder(app="sync")
+    await client.publish_many(
+        [
+            b.user("Find flights to Oslo."),
+            b.assistant("SAS at 09:10, 180 EUR.", filter_key="sync/search"),
+            b.assistant("Norwegian at 14:00, 120 EUR.", filter_key="sync/search"),
+            b.assistant("Hotel list saved.", filter_key="sync/other"),
+        ]
+    )
+    key = SessionKeyOf(b)
+    summary = await client.request_summary(key, "sync/search", wait=True, timeout=60, force=True)
+    assert summary is not None and summary.filter_key == "sync/search" and summary.version == 1
+    assert summary.boundary.last_event_id == f"{b.session}-e3"  # the branch's last event, not the session's
+    # A key the allowlist refuses summarizes nothing (not the full session instead).
+    assert await client.request_summary(key, "sync/other", wait=True, timeout=60, force=True) is None
+    # No cascade: the session's summaries hold only the branch key.
+    records = await read_topic(pipeline, pipeline.topics.summaries, timeout=5)
+    mine = [s for s in summaries_of(records) if s["session_id"] == b.session]
+    assert [s["filter_key"] for s in mine] == ["sync/search"]
 
 
 async def test_invalid_records_are_dead_lettered_and_processing_goes_on(

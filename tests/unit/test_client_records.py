@@ -1,18 +1,28 @@
-"""The client's summaries reader skips malformed records instead of ending the stream."""
+"""The client: malformed summaries records are skipped; a sync request gets its own answer (or None)."""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from schemas import SessionKey, SessionSummary, SummaryBoundary
+from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryBoundary, SummaryFailure
+from schemas.settings import Settings
 from schemas.summaries import SummaryReport, TriggerReport
-from streams.client import _first_reply, _records
+from streams.client import (
+    DistillClient,
+    SummaryUnavailableError,
+    _first_reply,
+    _records,
+    _value,
+    is_nothing_to_summarize,
+)
+from streams.summarizer import SummarySkipped
 
 SESSION = SessionKey("app", "u1", "s1")
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -36,9 +46,9 @@ class FakeConsumer:
             yield m
 
 
-def summary(reply_to: str | None = None) -> bytes:
+def summary(reply_to: str | None = None, filter_key: str = "") -> bytes:
     return SessionSummary(
-        app_name="app", user_id="u1", session_id="s1", summary="text", version=1,
+        app_name="app", user_id="u1", session_id="s1", filter_key=filter_key, summary="text", version=1,
         boundary=SummaryBoundary(cutoff_at=T, last_event_id="e1"), model="m", prompt_version="p",
         created_at=T, job_id="j", reply_to=reply_to, report=SummaryReport(trigger=TriggerReport(name="force")),
     ).model_dump_json().encode()  # fmt: skip
@@ -61,5 +71,88 @@ async def test_malformed_records_are_skipped_with_a_warning(caplog: pytest.LogCa
 async def test_a_malformed_record_does_not_end_a_sync_request() -> None:
     key = SESSION.kafka_key()
     msgs: list[Any] = [Msg("sum", 1, 0, key, b"{broken"), Msg("sum", 1, 1, key, summary("corr"))]
-    reply = await _first_reply(_records(FakeConsumer(msgs), SESSION, True), "corr")  # type: ignore[arg-type]
+    command = sync_command("")
+    reply = await _first_reply(_records(FakeConsumer(msgs), SESSION, True), command)  # type: ignore[arg-type]
     assert reply.reply_to == "corr"
+
+
+def sync_command(filter_key: str = "br/x") -> SummarizeSync:
+    return SummarizeSync(app_name="app", user_id="u1", session_id="s1", command_id="corr", reply_to="corr",
+                         filter_key=filter_key)  # fmt: skip
+
+
+def failure(error_class: str, filter_key: str = "br/x", session_id: str = "s1", reply_to: str = "corr") -> bytes:
+    return SummaryFailure(
+        app_name="app", user_id="u1", session_id=session_id, filter_key=filter_key, job_id="j", reply_to=reply_to,
+        error_class=error_class, reason="why", created_at=T,
+    ).model_dump_json().encode()  # fmt: skip
+
+
+async def test_a_sync_request_is_answered_only_by_a_record_for_its_key_and_session() -> None:
+    key = SESSION.kafka_key()
+    other_key = summary("corr", filter_key="")  # a full-session record with the same correlation id
+    other_session = failure("RuntimeError", session_id="s2")
+    mine = summary("corr", filter_key="br/x")
+    msgs: list[Any] = [Msg("sum", 0, i, key, v) for i, v in enumerate([other_key, other_session, mine])]
+    reply = await _first_reply(_records(FakeConsumer(msgs), None, True), sync_command())  # type: ignore[arg-type]
+    assert isinstance(reply, SessionSummary) and reply.filter_key == "br/x"
+
+
+def test_nothing_to_summarize_is_told_apart_from_a_failure() -> None:
+    def decoded(error_class: str) -> SummaryFailure:
+        return SummaryFailure.model_validate_json(failure(error_class))
+
+    assert is_nothing_to_summarize(decoded("NothingToSummarize"))
+    assert is_nothing_to_summarize(decoded(SummarySkipped.__name__))  # the worker's error_class
+    assert not is_nothing_to_summarize(decoded("APIConnectionError"))
+
+
+class ReplyingClient(DistillClient):
+    """``request_summary`` with no broker: each command is answered by ``answer(command)``."""
+
+    def __init__(self, answer: Callable[[SummarizeSync], bytes]) -> None:
+        super().__init__(Settings())
+        self.answer = answer
+        self.commands: list[SummarizeSync] = []
+
+    async def publish(self, record: Any) -> tuple[int, int]:
+        self.commands.append(record)
+        return 0, len(self.commands)
+
+    async def _follower(self, from_beginning: bool) -> Any:
+        client = self
+
+        class Follower:
+            async def __aiter__(self) -> AsyncIterator[Msg]:  # type: ignore[misc]
+                yield Msg("sum", 0, 0, SESSION.kafka_key(), client.answer(client.commands[-1]))
+
+            async def stop(self) -> None:
+                pass
+
+        return Follower()
+
+
+async def test_request_summary_defaults_to_unforced_and_returns_none_for_nothing_to_summarize() -> None:
+    client = ReplyingClient(lambda c: failure("NothingToSummarize", filter_key="", reply_to=c.reply_to))
+    assert await client.request_summary(SESSION, timeout=5) is None
+    (command,) = client.commands
+    assert command.force is False and command.filter_key == ""
+
+
+async def test_request_summary_raises_for_a_real_failure_and_returns_a_summary() -> None:
+    failing = ReplyingClient(lambda c: failure("APIConnectionError", reply_to=c.reply_to))
+    with pytest.raises(SummaryUnavailableError) as caught:
+        await failing.request_summary(SESSION, "br/x", timeout=5)
+    assert caught.value.failure.error_class == "APIConnectionError"
+    answered = ReplyingClient(lambda c: summary(c.reply_to, filter_key="br/x"))
+    got = await answered.request_summary(SESSION, "br/x", timeout=5, force=True)
+    assert got is not None and got.filter_key == "br/x" and answered.commands[0].force is True
+
+
+def test_a_sync_record_without_force_reads_as_forced_and_the_client_always_sends_it() -> None:
+    """Backward compatibility: an absent ``force`` keeps the meaning it had when the record was written."""
+    raw = b'{"type": "summarize_sync", "app_name": "a", "user_id": "u", "session_id": "s",'
+    raw += b' "command_id": "c", "reply_to": "r"}'
+    assert SummarizeSync.model_validate_json(raw).force is True
+    unforced = sync_command().model_copy(update={"force": False})
+    assert json.loads(_value(unforced))["force"] is False
