@@ -197,7 +197,9 @@ def create_app(
         broker_heartbeat_interval=2.0,
     )
     sessions = replay.sessions if replay else frozenset()
-    policies = ext.policies or policies_from_settings(settings.summary, settings.llm.model)
+    policies = ext.policies or policies_from_settings(
+        settings.summary, settings.llm.model, model_context_window=settings.llm.context_window
+    )
     track = TrackHandler(
         policies,
         accept=session_filter(sessions) if sessions else None,

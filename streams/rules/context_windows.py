@@ -1,7 +1,8 @@
 """Model context windows: a registry of common models plus ``register_model_context_window``.
 
 Resolution order for the context threshold: an explicit window (per event or per
-run), then this registry by model name, then the policy's fallback (8192).
+run), then this registry by model name, then the policy's fallback (configured, else the summary
+model's window, else 8192).
 Register process-wide names once at start-up; per-tenant models should carry
 their window on the event (``context_window``) instead.
 """
