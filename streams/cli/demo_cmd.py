@@ -82,8 +82,8 @@ async def _run(settings: Settings, workdir: Path, timeout: float) -> None:
             await asyncio.sleep(1.5)
         click.echo("== summarize_sync (full session)")
         try:
-            reply = await client.request_summary(key, wait=True, timeout=timeout)
-            click.echo(f"   answered by version {reply.version if reply else '?'}")
+            reply = await client.request_summary(key, wait=True, timeout=timeout, force=True)
+            click.echo(f"   answered by version {reply.version}" if reply else "   nothing new to summarize")
         except SummaryUnavailableError as exc:
             click.echo(f"   {exc}")
         await asyncio.sleep(2.0)

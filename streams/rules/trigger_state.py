@@ -405,7 +405,8 @@ class TriggerDecision(NamedTuple):
 
     ``reason`` is ``fired``, ``force``, ``checks_failed``, ``not_triggering`` (the
     event may not trigger), ``in_flight``, ``empty_delta``, ``no_content`` or
-    ``fork_cascade_skipped`` (see ``planner.apply_command``).
+    ``not_allowed`` (a sync command for a key the allowlist refuses; see
+    ``planner.apply_command``).
     ``upto`` is the last pending event: the furthest the job may advance to.
     ``report`` is set when the decision fires; ``outcomes`` always lists the
     checks evaluated. A named tuple: one is made per decided target per event.
