@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 """Current version of every record's ``schema_version`` field."""
@@ -32,6 +32,29 @@ class ProducerModel(BaseModel):
         if not isinstance(data, dict | BaseModel):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         return data
+
+
+CONTEXT_MAX_ENTRIES = 32
+CONTEXT_MAX_KEY_CHARS = 64
+CONTEXT_MAX_VALUE_CHARS = 1024
+
+
+def _bounded_context(value: dict[str, str]) -> dict[str, str]:
+    if len(value) > CONTEXT_MAX_ENTRIES:
+        raise ValueError(f"context holds {len(value)} entries, at most {CONTEXT_MAX_ENTRIES} are allowed")
+    for key, item in value.items():
+        if not key or len(key) > CONTEXT_MAX_KEY_CHARS:
+            raise ValueError(f"context key {key[:80]!r} must be 1..{CONTEXT_MAX_KEY_CHARS} characters")
+        if len(item) > CONTEXT_MAX_VALUE_CHARS:
+            raise ValueError(f"context value of {key!r} is {len(item)} characters, at most {CONTEXT_MAX_VALUE_CHARS}")
+    return value
+
+
+RequestContext = Annotated[dict[str, str], AfterValidator(_bounded_context)]
+"""Per-request markers a producer attaches to an event or command (the Go guide's
+values in ``ctx``): custom checks read them as ``TriggerView.context`` and the
+summarizer (e.g. a dynamic resolver choosing a model or prompt) as its
+``context``; they travel on the ``SummaryJob``. Small strings only (bounded)."""
 
 
 def as_utc(value: datetime) -> datetime:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from schemas.base import SessionRecord
+from schemas.base import RequestContext, SessionRecord
 
 NOTHING_TO_SUMMARIZE = "NothingToSummarize"
 """``error_class`` of the ``SummaryFailure`` answering a ``summarize_sync`` that emitted no job."""
@@ -36,6 +36,8 @@ class Summarize(SessionRecord):
     command_id: str = Field(min_length=1)
     filter_key: str = ""
     force: bool = False
+    context: RequestContext = Field(default_factory=dict)
+    """Per-request markers for custom checks and the summarizer (see ``schemas.base.RequestContext``)."""
 
 
 class SummarizeSync(SessionRecord):
@@ -63,6 +65,8 @@ class SummarizeSync(SessionRecord):
     force: bool = True
     """Absent means ``True`` (the contract since the field exists); send it explicitly."""
     model_request: dict[str, Any] | None = None
+    context: RequestContext = Field(default_factory=dict)
+    """Per-request markers for custom checks and the summarizer (see ``schemas.base.RequestContext``)."""
 
 
 class DeleteSession(SessionRecord):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from schemas.base import ProducerModel, SessionRecord, as_utc
+from schemas.base import ProducerModel, RequestContext, SessionRecord, as_utc
 
 Role = Literal["user", "assistant", "tool", "system"]
 
@@ -85,6 +85,8 @@ class SessionEvent(SessionRecord):
     model: str | None = None
     context_window: int | None = Field(default=None, gt=0)
     usage: Usage | None = None
+    context: RequestContext = Field(default_factory=dict)
+    """Per-request markers for custom checks and the summarizer (see ``schemas.base.RequestContext``)."""
 
     @field_validator("timestamp")
     @classmethod

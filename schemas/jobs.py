@@ -46,6 +46,8 @@ class SummaryJob(ContractModel):
     model_hint: str | None = None
     attempt: int = 0
     created_at: datetime
+    context: dict[str, str] = Field(default_factory=dict)
+    """The triggering event's or command's ``context`` (validated there)."""
     events_from_offset: int | None = None
     """Events-topic offset (same partition as the job) from which the delta may be read
     when no previous summary gives a better start: the session's first event."""

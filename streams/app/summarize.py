@@ -138,7 +138,8 @@ class SummarizeHandler:
                 filter_key=job.filter_key,
                 model_request=job.model_request,
                 force=job.force,
-                context={"job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
+                # The producer's markers first: distill's own keys cannot be spoofed by them.
+                context={**job.context, "job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
             )
         except SummarySkipped as exc:
             return self._nothing(job, str(exc), version)

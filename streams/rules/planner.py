@@ -121,7 +121,7 @@ def apply_event(
     trigger_key = facts.entry.filter_key
     for target in policy.targets(trigger_key):
         state = updated.get(target) or _state(states, target, full)
-        decision = decide(state, policy, facts, trigger_key=trigger_key)
+        decision = decide(state, policy, facts, trigger_key=trigger_key, context=event.context)
         decisions.append(decision)
         if decision.fire:
             job = build_job(
@@ -129,6 +129,7 @@ def apply_event(
                 decision,
                 created_at=event.timestamp,
                 offset=offset if decision.upto and decision.upto.event_id == event.event_id else None,
+                context=event.context,
             )
             jobs.append(job)
             if target in updated:  # already this call's to change
@@ -184,7 +185,9 @@ def apply_command(
         decisions.append(TriggerDecision(False, command.filter_key, command.filter_key, "not_allowed"))
     for target in targets:
         state = _state(states, target, full)
-        decision = decide(state, policy, None, trigger_key=command.filter_key, force=command.force)
+        decision = decide(
+            state, policy, None, trigger_key=command.filter_key, force=command.force, context=command.context
+        )
         decisions.append(decision)
         if decision.fire:
             job = build_job(
@@ -194,6 +197,7 @@ def apply_command(
                 origin="command",
                 reply_to=sync.reply_to if sync is not None else None,
                 model_request=sync.model_request if sync is not None else None,
+                context=command.context,
             )
             jobs.append(job)
             updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt)
@@ -226,8 +230,9 @@ def build_job(
     origin: Origin = "trigger",
     reply_to: str | None = None,
     model_request: dict[str, object] | None = None,
+    context: Mapping[str, str] | None = None,
 ) -> SummaryJob:
-    """The ``SummaryJob`` for a fired decision on ``state``."""
+    """The ``SummaryJob`` for a fired decision on ``state``; ``context``: the triggering record's markers."""
     if not decision.fire or decision.upto is None or decision.report is None:
         raise InvalidDecisionError(
             f"only a fired decision with a pending event makes a job "
@@ -272,4 +277,5 @@ def build_job(
         model_hint=scope.activity.model,
         attempt=retry.attempt + 1 if retry is not None else 0,
         created_at=created_at,
+        context=dict(context) if context else {},
     )

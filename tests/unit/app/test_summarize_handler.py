@@ -7,14 +7,17 @@ stale; a job reaching beyond the head is rebased on it; versions only grow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
-from schemas import SessionEvent, SessionSummary, SummaryFailure, SummaryJob
+from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, SummaryJob
 from schemas.settings import Settings
 from streams.app.event_log import RawEvent
 from streams.app.ledger import Head, summary_key
 from streams.app.summarize import SummarizeHandler
 from streams.summarizer import SummarizerLike, build_summarizer
+from streams.summarizer.dynamic import DynamicSummarizer
 from tests.unit.summarizer.helpers import SESSION, ScriptedModel, event
 
 
@@ -175,3 +178,24 @@ async def test_a_cache_hit_keeps_the_boundary_format_version() -> None:
     assert cached.record.boundary.version == BOUNDARY_FORMAT_VERSION
     assert cached.record.boundary == second.record.boundary
     assert len(model.requests) == 2
+
+
+async def test_the_jobs_request_context_reaches_a_dynamic_resolver() -> None:
+    """Per-request markers pick the summarizer (the Go guide's SummaryCfg in ctx); distill's keys win."""
+    ledger, log_ = MemoryLedger(), MemoryEventLog(EVENTS)
+    model = ScriptedModel(default="picked", context_window=100_000)
+    chosen = build_summarizer(Settings(), app_name=SESSION.app_name, model=model)
+    seen: list[dict[str, Any]] = []
+
+    def resolver(context: Mapping[str, Any], session: SessionKey | None) -> SummarizerLike | None:
+        seen.append(dict(context))
+        return chosen if context.get("summary_model") == "small" else None
+
+    dynamic = DynamicSummarizer(resolver)
+    h = SummarizeHandler(ledger, log_, lambda app: dynamic)
+    marked = job(3).model_copy(update={"context": {"summary_model": "small", "job_id": "spoofed"}})
+    result = await h.handle(marked, 0)
+    assert result.outcome == "summary" and isinstance(result.record, SessionSummary)
+    assert seen[-1]["summary_model"] == "small" and seen[-1]["job_id"] == marked.job_id
+    unmarked = await SummarizeHandler(MemoryLedger(), log_, lambda app: dynamic).handle(job(3), 0)
+    assert unmarked.outcome != "summary"

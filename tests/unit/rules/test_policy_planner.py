@@ -1,6 +1,14 @@
 from schemas import SessionEvent, Summarize, SummarizeSync, SummaryJob
 from schemas.settings import SummarySettings
-from streams.rules.checks import AllOf, AnyOf, ConversationThreshold, EventThreshold, TimeThreshold, TokenThreshold
+from streams.rules.checks import (
+    AllOf,
+    AnyOf,
+    ConversationThreshold,
+    CustomCheck,
+    EventThreshold,
+    TimeThreshold,
+    TokenThreshold,
+)
 from streams.rules.planner import affected_keys, apply_command, apply_event, job_id_for, session_keys
 from streams.rules.policy import (
     SummaryPolicy,
@@ -284,3 +292,20 @@ def test_keywords_with_a_length_threshold_and_nested_and_per_app() -> None:
     assert [j.trigger.unit for j in long_text] == ["chars"]  # type: ignore[attr-defined]
     _, keyword = run([ev("a", 0, content="Refund issued")], policy)
     assert [j.trigger.unit for j in keyword] == ["matches"]  # type: ignore[attr-defined]
+
+
+def test_request_context_reaches_custom_checks_and_travels_on_the_job() -> None:
+    """The Go guide's ctx marker: a custom check fires for requests marked async, whatever the count."""
+    marked = CustomCheck(lambda view, ctx: view.counters.events > 5 or ctx.get("entry") == "async")
+    policy = SummaryPolicy(counter=SIMPLE, checks=(marked,), context={"tenant": "t1"})
+    plain = [ev("e1", 1, role="user"), ev("e2", 2)]
+    assert run(plain, policy)[1] == []
+    tagged = [ev("e1", 1, role="user"), ev("e2", 2, context={"entry": "async", "model": "small"})]
+    (job,) = run(tagged, policy)[1]
+    assert isinstance(job, SummaryJob) and job.context == {"entry": "async", "model": "small"}
+    states = run(plain, policy)[0]
+    quiet = Summarize(app_name="app", user_id="u", session_id="s", command_id="c1")
+    assert apply_command(quiet, policy, dict(states), at=at(3)).jobs == ()
+    asked = quiet.model_copy(update={"context": {"entry": "async"}})
+    (cjob,) = apply_command(asked, policy, dict(states), at=at(3)).jobs
+    assert cjob.context == {"entry": "async"} and cjob.origin == "command"
