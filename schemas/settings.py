@@ -143,6 +143,13 @@ class SummarySettings(_Section):
     max_summary_length: int | None = Field(default=None, ge=0)
     prompt: str | None = None
     system_prompt: str | None = None
+    fork_prompt: str | None = None
+    """The instruction appended to the caller's own request when summarizing cache-safe (a
+    ``summarize_sync`` carrying ``model_request``); ``None``: the built-in one."""
+    cache_safe_forking: bool = True
+    """Summarize a ``summarize_sync`` that carries the caller's ``model_request`` as a fork of that
+    request (shares its prompt cache). On by default, unlike Go's option: a caller only sends
+    ``model_request`` to get this; ``False`` summarizes standalone and ignores it."""
     skip_recent_events: int = Field(default=0, ge=0)
     keep_recent_rounds: int = Field(default=0, ge=0)
     async_summary_num: int = Field(default=4, gt=0)

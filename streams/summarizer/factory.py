@@ -64,6 +64,8 @@ def build_summarizer(
         chosen,
         prompt=summary.prompt,
         system_prompt=summary.system_prompt,
+        fork_prompt=summary.fork_prompt,
+        cache_safe_forking=summary.cache_safe_forking,
         max_summary_words=summary.max_summary_words,
         max_summary_length=summary.max_summary_length,
         formatter=formatter,

@@ -250,6 +250,19 @@ async def test_fork_disabled_ignores_the_callers_request() -> None:
     assert SOURCE_BOUNDARY not in user_text(model.requests[0])
 
 
+async def test_settings_choose_the_fork_prompt_and_can_turn_forking_off() -> None:
+    from schemas.settings import Settings
+    from streams.summarizer import build_summarizer
+
+    model = ScriptedModel()
+    summary = {"fork_prompt": "Condense all of the above for later: {max_summary_words} words max."}
+    forked = build_summarizer(Settings(summary=summary), model=model)
+    await forked.summarize("", rounds(1), model_request=PARENT, session=SESSION)
+    assert model.requests[0].messages[-1]["content"].startswith("Condense all of the above for later: 200 words")
+    off = build_summarizer(Settings(summary={"cache_safe_forking": False}), model=ScriptedModel())
+    assert off.metadata()["cache_safe_forking"] is False
+
+
 # Hooks and callbacks ---------------------------------------------------------------------------
 
 
