@@ -22,6 +22,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from benchmarks.cpu_clock import CpuMeter, find_cassandra_pid
 from projections.cassandra_session import connect
 from projections.migrations import apply_migrations
 from projections.projector import Projector, SourceRecord
@@ -132,6 +133,9 @@ async def main() -> None:
     ap.add_argument("--time-budget", type=float, default=240.0, help="stop projecting after this many seconds")
     ap.add_argument("--keep", action="store_true", help="keep the keyspace (for --reuse); drop it yourself")
     ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
+    ap.add_argument("--alter", action="append", default=[], metavar="CQL",
+                    help="run after the migrations, {ks} = the keyspace (e.g. table options to compare)")  # fmt: skip
+    ap.add_argument("--cassandra-pid", type=int, help="for CPU accounting (default: the local node on the port)")
     args = ap.parse_args()
     settings = load_settings()
     settings.cassandra.keyspace = args.reuse or f"bench_{uuid.uuid4().hex[:8]}"
@@ -139,6 +143,8 @@ async def main() -> None:
     ks = settings.cassandra.keyspace
     if not args.reuse:
         apply_migrations(session, settings.cassandra)
+        for cql in args.alter:
+            session.execute(cql.format(ks=ks), timeout=60)
     try:
         records, keys, call_ids = make_events(args.events, args.sessions)
         if args.reuse:
@@ -157,6 +163,8 @@ async def main() -> None:
         async def sink(_: DeadLetter) -> None:
             raise AssertionError("no dead letters expected")
 
+        meter = CpuMeter(args.cassandra_pid or find_cassandra_pid(settings.cassandra.port))
+        meter.start()
         t = time.perf_counter()
         done = 0
         for i in range(0, len(records), args.batch):
@@ -168,6 +176,7 @@ async def main() -> None:
         print(f"keyspace {ks}") if args.keep else None
         print(f"projected {done} events ({total_bytes * done / len(records) / 1e6:.1f} MB JSON) in {took:.1f}s: "
               f"{done / took:,.0f} events/s, {total_bytes * done / len(records) / took / 1e6:.1f} MB/s")  # fmt: skip
+        print(meter.report(done))
 
         await write_summaries(projector, session, ks, keys)
         await measure_reads(session, ks, keys, call_ids, done, args.queries)
