@@ -144,7 +144,7 @@ async def main() -> None:
     if not args.reuse:
         apply_migrations(session, settings.cassandra)
         for cql in args.alter:
-            session.execute(cql.format(ks=ks), timeout=60)
+            session.execute(cql.replace("{ks}", ks), timeout=60)
     try:
         records, keys, call_ids = make_events(args.events, args.sessions)
         if args.reuse:
