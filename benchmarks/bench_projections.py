@@ -135,6 +135,8 @@ async def main() -> None:
     ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
     ap.add_argument("--alter", action="append", default=[], metavar="CQL",
                     help="run after the migrations, {ks} = the keyspace (e.g. table options to compare)")  # fmt: skip
+    ap.add_argument("--settle", action="store_true",
+                    help="wait for the compaction backlog after projecting (its CPU counted), then read")  # fmt: skip
     ap.add_argument("--cassandra-pid", type=int, help="for CPU accounting (default: the local node on the port)")
     args = ap.parse_args()
     settings = load_settings()
@@ -177,6 +179,9 @@ async def main() -> None:
         print(f"projected {done} events ({total_bytes * done / len(records) / 1e6:.1f} MB JSON) in {took:.1f}s: "
               f"{done / took:,.0f} events/s, {total_bytes * done / len(records) / took / 1e6:.1f} MB/s")  # fmt: skip
         print(meter.report(done))
+        if args.settle:
+            waited = await settle_compactions(session)
+            print(f"after the compaction backlog ({waited:.0f}s): {meter.report(done)}")
 
         await write_summaries(projector, session, ks, keys)
         await measure_reads(session, ks, keys, call_ids, done, args.queries)
@@ -184,6 +189,21 @@ async def main() -> None:
         if not (args.keep or args.reuse):
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
+
+
+async def settle_compactions(session: Any, quiet_s: float = 5.0, limit_s: float = 300.0) -> float:
+    """Wait until no compaction has run or waited for ``quiet_s`` (at most ``limit_s``); returns the wait."""
+    t = time.perf_counter()
+    quiet_since = t
+    while time.perf_counter() - t < limit_s:
+        row = session.execute("SELECT active_tasks, pending_tasks FROM system_views.thread_pools "
+                              "WHERE name = 'CompactionExecutor'").one()  # fmt: skip
+        if row.active_tasks or row.pending_tasks:
+            quiet_since = time.perf_counter()
+        elif time.perf_counter() - quiet_since >= quiet_s:
+            break
+        await asyncio.sleep(0.5)
+    return time.perf_counter() - t
 
 
 async def write_summaries(projector: Projector, session: Any, ks: str, keys: list[SessionKey]) -> None:
