@@ -97,14 +97,38 @@ def doc_tokens(text: str) -> set[str]:
         words = _split_words(text)
     else:
         words = _WORD.findall(lowered)
-    tokens: set[str] = set()
-    for word in dict.fromkeys(words):
-        if word in STOP_WORDS or (len(word) < 3 and not _short_keyword(word)):
-            continue
-        tokens.add(_stem(word))
-        if len(tokens) >= MAX_DOC_TOKENS:
-            break
+    unique = set(words)
+    if len(unique) > MAX_DOC_TOKENS:  # the cap may bite: keep the first words, in text order
+        tokens: set[str] = set()
+        for word in dict.fromkeys(words):
+            token = _index_token(word)
+            if token:
+                tokens.add(token)
+                if len(tokens) >= MAX_DOC_TOKENS:
+                    break
+        return tokens
+    known = _INDEX_TOKEN
+    for word in unique.difference(known):
+        _index_token(word)
+    tokens = {known[word] for word in unique}
+    tokens.discard("")
     return tokens
+
+
+_INDEX_TOKEN: dict[str, str] = {}
+"""word -> its index token, ``""`` for words never indexed (a bounded memo: the tokenizer runs on every message)."""
+_INDEX_TOKEN_MAX = 1 << 18
+
+
+def _index_token(word: str) -> str:
+    """The token ``word`` is indexed under (its stem), ``""`` when it is not a possible query keyword."""
+    token = _INDEX_TOKEN.get(word)
+    if token is None:
+        if len(_INDEX_TOKEN) >= _INDEX_TOKEN_MAX:
+            _INDEX_TOKEN.clear()
+        skip = word in STOP_WORDS or (len(word) < 3 and not _short_keyword(word))
+        token = _INDEX_TOKEN[word] = "" if skip else _stem(word)
+    return token
 
 
 def normalize_query(query: str) -> str:

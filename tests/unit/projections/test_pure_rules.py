@@ -82,6 +82,21 @@ def test_doc_tokens_stem_and_cjk() -> None:
     assert "摘要" in lexical.doc_tokens("获取摘要")
 
 
+_WORDS = st.sampled_from(["the", "Deploys", "deploy", "ab", "x9", "kubernetes", "café", "获取", "a-b"]) | st.text()
+
+
+@given(st.lists(_WORDS, max_size=30).map(" ".join))
+def test_doc_tokens_are_the_index_tokens_of_the_query_keywords(text: str) -> None:
+    # Every keyword a query can hold, stemmed, is indexed; nothing else is.
+    assert lexical.doc_tokens(text) == {lexical._stem(k) for k in lexical.keywords(text)}
+
+
+def test_doc_tokens_cap_keeps_the_first_words() -> None:
+    words = [f"w{i:05d}" for i in range(lexical.MAX_DOC_TOKENS + 50)]
+    tokens = lexical.doc_tokens(" ".join(["the", *words]))
+    assert tokens == set(words[: lexical.MAX_DOC_TOKENS])
+
+
 _key = st.lists(st.sampled_from(["app", "b", "c", "x"]), max_size=3).map("/".join)
 
 
