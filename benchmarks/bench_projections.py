@@ -149,8 +149,9 @@ async def main() -> None:
             session.execute(cql.replace("{ks}", ks), timeout=60)
     try:
         records, keys, call_ids = make_events(args.events, args.sessions)
+        cassandra_pid = args.cassandra_pid or find_cassandra_pid(settings.cassandra.port)
         if args.reuse:
-            await measure_reads(session, ks, keys, call_ids, args.events, args.queries)
+            await measure_reads(session, ks, keys, call_ids, args.events, args.queries, cassandra_pid)
             return
         total_bytes = sum(len(r.value or b"") for r in records)
         projector = Projector(
@@ -165,7 +166,7 @@ async def main() -> None:
         async def sink(_: DeadLetter) -> None:
             raise AssertionError("no dead letters expected")
 
-        meter = CpuMeter(args.cassandra_pid or find_cassandra_pid(settings.cassandra.port))
+        meter = CpuMeter(cassandra_pid)
         meter.start()
         t = time.perf_counter()
         done = 0
@@ -184,7 +185,7 @@ async def main() -> None:
             print(f"after the compaction backlog ({waited:.0f}s): {meter.report(done)}")
 
         await write_summaries(projector, session, ks, keys)
-        await measure_reads(session, ks, keys, call_ids, done, args.queries)
+        await measure_reads(session, ks, keys, call_ids, done, args.queries, cassandra_pid)
     finally:
         if not (args.keep or args.reuse):
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
@@ -228,9 +229,12 @@ async def write_summaries(projector: Projector, session: Any, ks: str, keys: lis
 
 
 async def measure_reads(
-    session: Any, ks: str, keys: list[SessionKey], call_ids: list[str], done: int, n_queries: int
-) -> None:
+    session: Any, ks: str, keys: list[SessionKey], call_ids: list[str], done: int, n_queries: int,
+    cassandra_pid: int | None = None,
+) -> None:  # fmt: skip
     reader = SessionReader(session, ks)
+    meter = CpuMeter(cassandra_pid)
+    meter.start()
     rng = random.Random(3)
     queries = ["kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the kafka "
                "consumer offset?", "postgres migration schema", "flight hotel booking"]  # fmt: skip
@@ -242,6 +246,8 @@ async def measure_reads(
         t = time.perf_counter()
         await reader.session_search(key, rng.choice(queries), scope, 5)
         search_ms[scope].append((time.perf_counter() - t) * 1000)
+    search_cpu = meter.report(n_queries, "search")
+    meter.start()
     load_ms: list[float] = []
     loadable = call_ids[: max(1, done // 10)]
     for _ in range(n_queries):
@@ -257,6 +263,8 @@ async def measure_reads(
         print(f"  {scope:16s} p50 {pct(vs, 50):.1f} ms  p99 {pct(vs, 99):.1f} ms")
     print(f"session_load:   p50 {pct(load_ms, 50):.1f} ms, p99 {pct(load_ms, 99):.1f} ms, "
           f"mean {statistics.mean(load_ms):.1f} ms ({len(load_ms)} loads)")  # fmt: skip
+    print(search_cpu)
+    print(meter.report(n_queries, "load"))
 
 
 if __name__ == "__main__":

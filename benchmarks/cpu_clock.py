@@ -49,13 +49,13 @@ class CpuMeter:
         self._other0 = process_cpu_s(self.other_pid) if self.other_pid else 0.0
         self._wall0 = time.perf_counter()
 
-    def report(self, events: int) -> str:
-        """One line: µs of CPU per event for this process and the other one, and the load average."""
+    def report(self, events: int, unit: str = "event") -> str:
+        """One line: µs of CPU per ``unit`` for this process and the other one, and the load average."""
         own = time.process_time() - self._self0
         other = process_cpu_s(self.other_pid) - self._other0 if self.other_pid else float("nan")
         wall = time.perf_counter() - self._wall0
         load = os.getloadavg()
         return (
-            f"cpu per event: projector {own / events * 1e6:.0f} µs, cassandra {other / events * 1e6:.0f} µs "
+            f"cpu per {unit}: this process {own / events * 1e6:.0f} µs, cassandra {other / events * 1e6:.0f} µs "
             f"(pid {self.other_pid}); wall {wall:.1f}s; load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         )
