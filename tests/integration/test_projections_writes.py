@@ -94,3 +94,14 @@ async def test_malformed_records_go_to_dead_letters(store: Store, key: SessionKe
     assert [d.error_class for d in store.dead] == ["RecordDecodeError", "ValidationError", "RecordDecodeError"]
     assert "author" in store.dead[1].reason
     assert outcome.events == 1 and outcome.ignored == 2
+
+
+def test_recall_docs_compaction_is_tiered_by_eight(store: Store) -> None:
+    # Each compaction rebuilds the SAI token index of the rows it rewrites: recall_docs is
+    # compacted with a fan-in of 8 (projections/cql/003_recall_compaction.cql).
+    row = store.session.execute(
+        "SELECT compaction FROM system_schema.tables WHERE keyspace_name = %s AND table_name = 'recall_docs'",
+        (store.settings.cassandra.keyspace,),
+    ).one()
+    assert row.compaction["class"].endswith("UnifiedCompactionStrategy")
+    assert row.compaction["scaling_parameters"] == "T8"
