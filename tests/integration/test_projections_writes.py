@@ -96,7 +96,7 @@ async def test_malformed_records_go_to_dead_letters(store: Store, key: SessionKe
     assert outcome.events == 1 and outcome.ignored == 2
 
 
-def test_recall_docs_compaction_is_tiered_by_eight(store: Store) -> None:
+async def test_recall_docs_compaction_is_tiered_by_eight(store: Store) -> None:
     # Each compaction rebuilds the SAI token index of the rows it rewrites: recall_docs is
     # compacted with a fan-in of 8 (projections/cql/003_recall_compaction.cql).
     row = store.session.execute(
