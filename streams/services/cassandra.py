@@ -77,9 +77,9 @@ write_request_timeout: 10s
 read_request_timeout: 10s
 range_request_timeout: 20s
 request_timeout: 20s
-# One heap budget shared by every SAI segment build (flushes and compactions). Each
-# segment repeats per-term work, so 64MiB segments cost ~15% more Cassandra CPU per
-# projected event than 256MiB ones (bench_projections --settle, 2 GiB heap).
+# One heap budget shared by every SAI segment build (flushes and compactions). At 64MiB
+# a compacted 80 MB recall_docs SSTable held 118 index segments, each repeating per-term
+# work at build and query time; at 256MiB it held one (bench_projections, 2 GiB heap).
 sai_options:
   segment_write_buffer_size: 256MiB
 """
