@@ -17,7 +17,9 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,11 +122,15 @@ async def wait_consumed(settings: Settings, group: str, total: int, timeout: flo
 
 
 async def changelog_records(settings: Settings) -> int:
+    return await topic_records(settings, f"{settings.worker.app_id}-track-state-changelog")
+
+
+async def topic_records(settings: Settings, topic: str) -> int:
+    """Records written to ``topic`` so far (sum of its partitions' end offsets)."""
     from aiokafka import AIOKafkaConsumer
 
     from streams.kafka_config import consumer_kwargs
 
-    topic = f"{settings.worker.app_id}-track-state-changelog"
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None)
     await consumer.start()
     try:
@@ -139,6 +145,27 @@ def pct(values: list[float], q: float) -> float:
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_profiler(pid: int, out: str | None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of the worker (``--profile``), stopped with SIGINT after the phase."""
+    if not out:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def stop_profiler(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
 
 
 def rss_mb(pid: int) -> float:
@@ -178,12 +205,17 @@ async def main(args: argparse.Namespace) -> None:
                 for n in range(40)
                 for s in range(sessions)
             ]
-            t0 = time.monotonic()
+            spy = start_profiler(worker.proc.pid, args.profile)
+            t0, cpu0 = time.monotonic(), cpu_s(worker.proc.pid)
             await produce(settings, burst)
             total += len(burst)
             t1 = await wait_consumed(settings, group, total, 600)
+            burst_cpu = cpu_s(worker.proc.pid) - cpu0
+            stop_profiler(spy)
             ingest = len(burst) / (t1 - t0)
             await wait_jobs_drained(settings, group, 600)
+            burst_all_cpu = cpu_s(worker.proc.pid) - cpu0
+            burst_jobs = await topic_records(settings, settings.topics.jobs)
 
             # 2) latencies under a paced load (sessions fire every 20 events)
             paced_sessions = 50
@@ -193,9 +225,11 @@ async def main(args: argparse.Namespace) -> None:
                 for n in range(40)
                 for s in range(paced_sessions)
             ]
+            cpu0 = cpu_s(worker.proc.pid)
             sent = await produce(settings, paced, rate=args.rate)
             total += len(paced)
             await wait_consumed(settings, group, total, 300)
+            paced_cpu = cpu_s(worker.proc.pid) - cpu0
             await asyncio.sleep(3)
             jobs = await read_topic(settings, settings.topics.jobs, timeout=20)
             summaries = await read_topic(settings, settings.topics.summaries, timeout=20)
@@ -214,15 +248,20 @@ async def main(args: argparse.Namespace) -> None:
             # 3) RSS with many sessions tracked (one user message each: state, no job)
             now = time.time()
             many = [(f"m/u/s{i}".encode(), event_bytes("m", f"s{i}", 0, now)) for i in range(args.sessions)]
-            t2 = time.monotonic()
+            t2, cpu0 = time.monotonic(), cpu_s(worker.proc.pid)
             await produce(settings, many)
             total += len(many)
             t3 = await wait_consumed(settings, group, total, 900)
+            many_cpu = cpu_s(worker.proc.pid) - cpu0
             rss = rss_mb(worker.proc.pid)
             changelog = await changelog_records(settings)
 
-            print(f"ingest (track agent, {len(burst)} events, {sessions} sessions): {ingest:,.0f} events/s")
-            print(f"ingest (one-event sessions, {len(many)}): {len(many) / (t3 - t2):,.0f} events/s")
+            print(f"ingest (track agent, {len(burst)} events, {sessions} sessions): {ingest:,.0f} events/s, "
+                  f"worker CPU {burst_cpu / len(burst) * 1e6:.1f} µs/event "
+                  f"({burst_all_cpu / len(burst) * 1e6:.1f} µs/event until its {burst_jobs} jobs are summarized)")  # fmt: skip
+            print(f"ingest (one-event sessions, {len(many)}): {len(many) / (t3 - t2):,.0f} events/s, "
+                  f"worker CPU {many_cpu / len(many) * 1e6:.1f} µs/event")  # fmt: skip
+            print(f"paced phase worker CPU: {paced_cpu / len(paced) * 1e6:.1f} µs/event (includes jobs and summaries)")
             print(
                 f"event→job  ({len(e2j)} jobs at {args.rate:.0f} ev/s): p50 {pct(e2j, 0.5):.1f} ms, p99 {pct(e2j, 0.99):.1f} ms"
             )
@@ -251,4 +290,5 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
+    parser.add_argument("--profile", help="write a py-spy raw profile of the worker during the ingest phase here")
     asyncio.run(main(parser.parse_args()))
