@@ -33,6 +33,7 @@ from faust.types import TP
 from schemas import SessionKey
 from schemas.settings import Settings
 from streams import metrics
+from streams.app import batch_drain
 from streams.app.batch import TableBatch
 from streams.app.codecs import (
     EVENTS_CODEC,
@@ -196,6 +197,7 @@ def create_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
     )
+    batch_drain.install(app)
     sessions = replay.sessions if replay else frozenset()
     policies = ext.policies or policies_from_settings(
         settings.summary, settings.llm.model, model_context_window=settings.llm.context_window

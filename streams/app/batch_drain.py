@@ -1,0 +1,187 @@
+"""A Faust consumer whose drain loop checks flow suspension once per fetched batch.
+
+Why: Faust's ``Consumer._drain_messages`` hands every fetched record to the
+conductor through ``wait_first(callback(message), suspend_flow.wait())``, so a
+rebalance (``stop_flow``) can interrupt a record stuck in a full stream queue.
+That costs four tasks and an ``asyncio.wait`` per record: about an eighth of
+the worker's main thread at ingest rates (see ``benchmarks/bench_pipeline.py``
+``--profile``). Here one task delivers a whole fetched batch and is raced
+against ``suspend_flow`` once; inside it each record is awaited directly.
+
+Faust's semantics are kept record for record:
+
+* the batch comes from Faust's own ``getmany`` (round-robin over partitions,
+  active-partition filter, seek back to committed offsets while flow is
+  stopped);
+* before each record, delivery stops when flow is no longer active or the
+  consumer generation changed (what ``getmany`` checks between records);
+* read offsets, gap registration (a gap counts as acked when committing) and
+  count-based commits happen per record, before its callback, as in Faust;
+* when ``stop_flow`` or a stop interrupts a callback, that callback is cancelled
+  and its record's read offset is still set (as ``wait_first`` returning does);
+  the rest of the batch is not delivered and no read offset or gap is recorded
+  for it, so nothing after it can be committed until Faust seeks back.
+
+Acks, commits (``_new_offset`` and the head-gap check of faust#606: keep agent
+``concurrency=1``) and rebalance handling are untouched Faust code.
+
+Pinned to faust-streaming 0.15.x: :func:`check_faust` fails loudly at import
+when the version or the replaced method looks different, rather than running
+a drain loop that no longer matches the consumer around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import faust
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.consumer import Consumer as BaseConsumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+SUPPORTED_FAUST = ((0, 15, 2), (0, 16, 0))
+"""faust-streaming versions ``[low, high)`` whose ``_drain_messages`` this module replaces."""
+
+# Statements of Faust's per-record drain this module re-implements; if one is gone, Faust changed.
+_EXPECTED_DRAIN = (
+    "callback(message), self.suspend_flow.wait()",
+    "set_read_offset(tp, offset)",
+    "await self._add_gap(tp, r_offset + 1, offset)",
+    "if self._n_acked >= commit_every:",
+    "getmany(timeout=1.0)",
+)
+YIELD_EVERY = 100
+"""Records delivered between forced yields to the event loop (Faust's value)."""
+
+
+class FaustVersionError(RuntimeError):
+    """The installed faust-streaming is not the one :mod:`streams.app.batch_drain` was written for."""
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"0.15.3"`` → ``(0, 15, 3)``; anything after the numbers (``rc1``, ``+local``) is ignored."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if found is None:
+        raise FaustVersionError(f"unreadable faust-streaming version {text!r}")
+    return int(found[1]), int(found[2]), int(found[3] or 0)
+
+
+def check_faust(version: str, drain_source: str) -> None:
+    """Raise :class:`FaustVersionError` unless ``version`` and Faust's drain loop are the known ones."""
+    low, high = SUPPORTED_FAUST
+    found = parse_version(version)
+    if not low <= found < high:
+        raise FaustVersionError(
+            f"faust-streaming {version} is outside {low}..{high} (exclusive): re-check "
+            "streams/app/batch_drain.py against Consumer._drain_messages before widening the range"
+        )
+    missing = [s for s in _EXPECTED_DRAIN if s not in drain_source]
+    if missing:
+        raise FaustVersionError(f"faust's Consumer._drain_messages changed (no {missing[0]!r}): re-check batch_drain")
+
+
+check_faust(faust.__version__, inspect.getsource(BaseConsumer._drain_messages))
+
+
+class _Cursor:
+    """The record whose callback is running (its read offset is set even if interrupted)."""
+
+    __slots__ = ("offset", "tp")
+
+    def __init__(self) -> None:
+        self.tp: Any = None
+        self.offset = -1
+
+
+class BatchDrainConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer with the per-batch drain loop (see the module docstring)."""
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                self.diag.set_flag(CONSUMER_FETCHING)
+                batch = self.getmany(timeout=1.0)
+                # Faust sleeps here too: getmany may return at once, without releasing the loop.
+                await self.sleep(0)
+                if not self.should_stop:
+                    records = [item async for item in batch]
+                    if records:
+                        await self._deliver_batch(records)
+                self.diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            self.diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver_batch(self, records: list[tuple[Any, Any]]) -> None:
+        """Deliver ``records`` in one task, interrupted by ``stop_flow`` or a stop (see the module)."""
+        cursor = _Cursor()
+        await self.wait_first(self._deliver(records, cursor), self.suspend_flow.wait())
+        if cursor.tp is not None:  # interrupted inside a callback: Faust still marks it read
+            self._read_offset[cursor.tp] = cursor.offset
+
+    async def _deliver(self, records: Iterable[tuple[Any, Any]], cursor: _Cursor) -> None:
+        app = self.app
+        generation_id = app.consumer_generation_id
+        callback = self.callback
+        read_offset = self._read_offset
+        commit_every = self._commit_every
+        acks_enabled_for = app.topics.acks_enabled_for
+        since_yield = 0
+        for tp, message in records:
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                return
+            since_yield += 1
+            if since_yield > YIELD_EVERY:
+                await asyncio.sleep(0)
+                since_yield = 0
+            offset = message.offset
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                self.log.dev("DROPPED MESSAGE ROFF %r: k=%r v=%r", offset, message.key, message.value)
+                continue
+            if r_offset and offset - r_offset > 1 and acks_enabled_for(message.topic):
+                await self._add_gap(tp, r_offset + 1, offset)
+            if commit_every is not None and self._n_acked >= commit_every:
+                self._n_acked = 0
+                await self.commit()
+            cursor.tp, cursor.offset = tp, offset
+            await callback(message)
+            cursor.tp = None
+            read_offset[tp] = offset
+
+
+class BatchDrainTransport(faust_aiokafka.Transport):
+    """The aiokafka transport creating :class:`BatchDrainConsumer`."""
+
+    Consumer: ClassVar[type[Any]] = BatchDrainConsumer
+
+
+def install(app: faust.App) -> None:
+    """Make ``app`` consume through :class:`BatchDrainConsumer` (call right after creating it).
+
+    Raises ``RuntimeError`` if the app already built its transport or uses another driver.
+    """
+    if app._transport is not None:
+        raise RuntimeError("install() must run before the app creates its transport")
+    urls = list(app.conf.broker_consumer)
+    if not all(u.scheme in ("kafka", "aiokafka") for u in urls):
+        raise RuntimeError(f"batch drain needs the aiokafka driver, broker is {urls}")
+    app.transport = BatchDrainTransport(urls, app)
