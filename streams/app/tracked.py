@@ -4,6 +4,11 @@ Besides the rules' :class:`SessionTriggerState` (counts and the pending-event
 index, never content) it remembers ``first_offset``: the events-topic offset
 of the first event of the session (full-session entry only). A job carries it
 so the summarize side can read a key's first delta straight from the log.
+
+Bytes (the changelog value): ``[2, first_offset, partition, emitted_wall, row]``
+with the state's positional row (:mod:`streams.rules.state_rows`). Format 1,
+``{"s": <to_dict object>, "o": .., "p": .., "w": ..}``, is still read, so a
+changelog written by an older worker recovers.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ import json
 from dataclasses import dataclass
 
 from streams.rules.errors import CorruptTriggerStateError
-from streams.rules.trigger_state import SessionTriggerState, from_dict, to_dict
+from streams.rules.state_rows import ROW_FORMAT, state_from_row, state_to_row
+from streams.rules.trigger_state import SessionTriggerState, from_dict
 
 KEY_SEPARATOR = "\x1f"
+# One encoder for every value: ``json.dumps`` with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 def table_key(app_name: str, user_id: str, session_id: str, filter_key: str) -> str:
@@ -44,9 +52,8 @@ class TrackedKey:
         return table_key(s.app_name, s.user_id, s.session_id, s.filter_key)
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
-            {"s": to_dict(self.state), "o": self.first_offset, "p": self.partition, "w": self.emitted_wall},
-            separators=(",", ":"),
+        return _encode(
+            [ROW_FORMAT, self.first_offset, self.partition, self.emitted_wall, state_to_row(self.state)]
         ).encode()
 
     @classmethod
@@ -62,6 +69,12 @@ class TrackedKey:
             raw = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptTriggerStateError(f"track-state value is not JSON: {exc}") from exc
+        if isinstance(raw, list):
+            if len(raw) != 5 or raw[0] != ROW_FORMAT:
+                found = raw[0] if raw else None
+                raise CorruptTriggerStateError(f"unknown track-state format {found!r} (this build reads 1 and 2)")
+            _, first_offset, partition, emitted_wall, row = raw
+            return cls(state_from_row(row), first_offset, partition, emitted_wall)
         if not isinstance(raw, dict) or "s" not in raw:
             raise CorruptTriggerStateError("track-state value has no trigger state ('s')")
         return cls(from_dict(raw["s"]), raw.get("o"), raw.get("p"), raw.get("w"))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from streams.app.codecs import TrackedKeyCodec
 from streams.app.tracked import TrackedKey
 from streams.rules.errors import CorruptTriggerStateError
-from streams.rules.trigger_state import SessionTriggerState
+from streams.rules.trigger_state import SessionTriggerState, to_dict
 
 
 def _value() -> TrackedKey:
@@ -19,6 +21,18 @@ def test_round_trip_through_the_codec() -> None:
     back = codec.loads(codec.dumps(_value()))
     assert isinstance(back, TrackedKey)
     assert (back.key, back.first_offset, back.partition) == (_value().key, 7, 2)
+    assert back == _value()
+
+
+def test_values_are_compact_positional_rows_of_format_2() -> None:
+    data = _value().to_bytes()
+    assert data.startswith(b'[2,7,2,null,["app","u","s",') and b"{" not in data  # no field names
+
+
+def test_format_1_values_from_an_older_worker_still_read() -> None:
+    value = TrackedKey(SessionTriggerState("app", "u", "s", "app/branch", version=3), first_offset=7, emitted_wall=1.5)
+    legacy = json.dumps({"s": to_dict(value.state), "o": 7, "p": None, "w": 1.5}).encode()
+    assert TrackedKey.from_bytes(legacy) == value
 
 
 @pytest.mark.parametrize(
@@ -26,7 +40,14 @@ def test_round_trip_through_the_codec() -> None:
     [
         (b"\xff\xfe", "not JSON"),
         (b"{truncated", "not JSON"),
-        (b"[1, 2]", "no trigger state"),
+        (b"[1, 2]", "unknown track-state format 1"),
+        (b"[2, 1, 2, 3]", "unknown track-state format 2"),
+        (b"[]", "unknown track-state format None"),
+        (b'[2, null, null, null, ["a", "u"]]', "trigger state row must be a list"),
+        (
+            b'[2, null, null, null, ["a", "u", "s", "", 0, null, null, [["e1"]], [[0,0,0,0,0],[]], null, null, null]]',
+            "a/u/s key '': malformed pending index",
+        ),
         (b'{"o": 3}', "no trigger state"),
         (b'{"s": {"v": 1}}', "unknown trigger state format"),
     ],

@@ -1,0 +1,114 @@
+"""Positional (row) form of :class:`SessionTriggerState`: the compact changelog encoding.
+
+Every event changes its key's state, and every change is a changelog record,
+so encoding sits on the ingest path. The row is a JSON array in a fixed field
+order; pending entries, the in-flight job and open calls are tuples that the
+C JSON encoder writes as arrays directly (no per-entry dict or list is built),
+and field names are not repeated in every record.
+
+``ROW_FORMAT`` versions the layout; the object form of
+:func:`~streams.rules.trigger_state.to_dict` (format 1) stays readable.
+:func:`state_from_row` validates what it reads and raises
+:class:`CorruptTriggerStateError` naming the part that is unreadable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
+from streams.rules.errors import CorruptTriggerStateError
+from streams.rules.trigger_state import InFlight, Scope, SessionTriggerState
+
+ROW_FORMAT = 2
+"""Layout of :func:`state_to_row` (1 is the object form of ``to_dict``)."""
+
+_PARTS = (
+    "app_name",
+    "user_id",
+    "session_id",
+    "filter_key",
+    "version",
+    "boundary event id",
+    "boundary timestamp",
+    "pending index",
+    "own scope",
+    "branch scopes",
+    "in-flight job",
+    "high offset",
+)
+_STRINGS = range(4)
+
+
+def state_to_row(state: SessionTriggerState) -> list[Any]:
+    """The state as a JSON-ready list (tuples inside are written as arrays)."""
+    return [
+        state.app_name,
+        state.user_id,
+        state.session_id,
+        state.filter_key,
+        state.version,
+        state.boundary_event_id,
+        state.boundary_ts,
+        state.pending,
+        _scope_row(state.own),
+        {k: _scope_row(s) for k, s in state.scopes.items()} if state.scopes else None,
+        state.in_flight,
+        state.high_offset,
+    ]
+
+
+def state_from_row(row: Any) -> SessionTriggerState:
+    """Read :func:`state_to_row` back (after a JSON round trip); see the module docstring."""
+    if not isinstance(row, list) or len(row) != len(_PARTS):
+        raise CorruptTriggerStateError(f"trigger state row must be a list of {len(_PARTS)} fields")
+    part = 0
+    try:
+        for part in _STRINGS:
+            if not isinstance(row[part], str):
+                raise TypeError(f"expected a string, got {type(row[part]).__name__}")
+        part = 4
+        if not isinstance(row[4], int):
+            raise TypeError(f"expected an integer, got {type(row[4]).__name__}")
+        part = 7
+        pending = [PendingEvent(*p) for p in row[7]]
+        part = 8
+        own = _scope_in(row[8])
+        part = 9
+        scopes = {k: _scope_in(s) for k, s in (row[9] or {}).items()}
+        part = 10
+        in_flight = InFlight(*row[10]) if row[10] else None
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+        ids = "/".join(str(x) for x in row[:3])
+        raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc
+    return SessionTriggerState(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        pending,
+        sum(1 for p in pending if p.flags & F_CONTENT),
+        own,
+        scopes,
+        in_flight,
+        row[11],
+    )
+
+
+def _scope_row(scope: Scope) -> tuple[Any, ...]:
+    c, a = scope.counters, scope.activity
+    return (
+        (c.events, c.tokens, c.rounds, c.max_text_len, c.keywords),
+        (a.last_ts, a.last_request_id, a.request_id, a.request_started, a.gap, a.open_calls, a.model, a.context_window),
+    )
+
+
+def _scope_in(data: Sequence[Any]) -> Scope:
+    c, a = data
+    if len(a) != 8:
+        raise ValueError(f"activity has {len(a)} fields, expected 8")
+    return Scope(Counters(*c), Activity(a[0], a[1], a[2], a[3], a[4], tuple(a[5]), a[6], a[7]))
