@@ -248,11 +248,13 @@ async def main(args: argparse.Namespace) -> None:
             # 3) RSS with many sessions tracked (one user message each: state, no job)
             now = time.time()
             many = [(f"m/u/s{i}".encode(), event_bytes("m", f"s{i}", 0, now)) for i in range(args.sessions)]
+            spy = start_profiler(worker.proc.pid, args.profile and f"{args.profile}.sessions")
             t2, cpu0 = time.monotonic(), cpu_s(worker.proc.pid)
             await produce(settings, many)
             total += len(many)
             t3 = await wait_consumed(settings, group, total, 900)
             many_cpu = cpu_s(worker.proc.pid) - cpu0
+            stop_profiler(spy)
             rss = rss_mb(worker.proc.pid)
             changelog = await changelog_records(settings)
 
@@ -290,5 +292,8 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
-    parser.add_argument("--profile", help="write a py-spy raw profile of the worker during the ingest phase here")
+    parser.add_argument(
+        "--profile",
+        help="py-spy raw profiles of the worker: the ingest phase to PATH, the one-event sessions to PATH.sessions",
+    )
     asyncio.run(main(parser.parse_args()))
