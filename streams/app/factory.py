@@ -34,6 +34,7 @@ from schemas import SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
+from streams.app.backlog_batches import backlog_batches
 from streams.app.batch import TableBatch
 from streams.app.codecs import (
     EVENTS_CODEC,
@@ -60,9 +61,8 @@ TABLE_NAME = "track-state"
 LAG_EVERY_S = 5.0
 """How often the consumer-lag gauge is refreshed."""
 TRACK_BATCH = 2000
-"""Most events-topic records the track agent folds per batch."""
-TRACK_BATCH_WITHIN_S = 0.003
-"""How long a batch waits to fill before it is processed anyway (adds at most this to event→job)."""
+"""Most events-topic records the track agent folds per batch (a batch is what is waiting, see
+:mod:`streams.app.backlog_batches`)."""
 
 
 @dataclass(frozen=True)
@@ -250,11 +250,15 @@ def create_app(
     @app.agent(events_topic, name="track", concurrency=1)
     async def track_sessions(stream: faust.StreamT[Any]) -> None:
         # Batches: one changelog record per changed key per batch (not per event), outputs queued
-        # on the producer before the batch is acked. ``take_events`` acks a batch's records only
-        # once the body below is done with it, and the commit flushes the producer first, so it
-        # never passes unfinished work.
-        async for events in cast(Any, stream).take_events(TRACK_BATCH, within=TRACK_BATCH_WITHIN_S):
-            await track_batch(stream, events)
+        # on the producer before the batch is acked. Acks are manual (``noack``): a batch's
+        # records are acked only once the body below is done with them, and the commit flushes
+        # the producer first, so it never passes unfinished work.
+        manual = cast(Any, stream).noack()
+        waiting = manual.channel.queue.qsize
+        async for events in backlog_batches(manual.events(), waiting, TRACK_BATCH):
+            await track_batch(manual, events)
+            for event in events:
+                event.ack()
 
     async def track_batch(stream: Any, events: list[Any]) -> None:
         batch = TableBatch(cast(Any, table))
