@@ -225,11 +225,13 @@ async def main(args: argparse.Namespace) -> None:
                 for n in range(40)
                 for s in range(paced_sessions)
             ]
+            spy = start_profiler(worker.proc.pid, args.profile and f"{args.profile}.paced")
             cpu0 = cpu_s(worker.proc.pid)
             sent = await produce(settings, paced, rate=args.rate)
             total += len(paced)
             await wait_consumed(settings, group, total, 300)
             paced_cpu = cpu_s(worker.proc.pid) - cpu0
+            stop_profiler(spy)
             await asyncio.sleep(3)
             jobs = await read_topic(settings, settings.topics.jobs, timeout=20)
             summaries = await read_topic(settings, settings.topics.summaries, timeout=20)
@@ -294,6 +296,6 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
     parser.add_argument(
         "--profile",
-        help="py-spy raw profiles of the worker: the ingest phase to PATH, the one-event sessions to PATH.sessions",
+        help="py-spy raw profiles of the worker: ingest phase to PATH, paced to PATH.paced, one-event sessions to PATH.sessions",
     )
     asyncio.run(main(parser.parse_args()))
