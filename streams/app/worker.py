@@ -8,6 +8,7 @@ import faust
 from faust.worker import Worker
 
 from schemas.settings import Settings
+from streams.app.gc_tuning import tune_gc
 from streams.logging_setup import logging_config, setup_logging
 from streams.metrics import serve_metrics
 
@@ -25,6 +26,7 @@ def run_worker(app: faust.App, settings: Settings) -> None:
         redirect_stdouts=False,
         quiet=True,
     )
+    tune_gc()
     worker.execute_from_commandline()
 
 
