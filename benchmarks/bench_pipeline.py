@@ -218,7 +218,7 @@ async def main(args: argparse.Namespace) -> None:
             burst_jobs = await topic_records(settings, settings.topics.jobs)
 
             # 2) latencies under a paced load (sessions fire every 20 events)
-            paced_sessions = 50
+            paced_sessions = args.paced_sessions
             now = time.time()
             paced = [
                 (f"p/u/s{s}".encode(), event_bytes("p", f"s{s}", n, now + n))
@@ -294,6 +294,7 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
+    parser.add_argument("--paced-sessions", type=int, default=50, help="paced phase sessions (40 events, 2 jobs each)")
     parser.add_argument(
         "--profile",
         help="py-spy raw profiles of the worker: ingest phase to PATH, paced to PATH.paced, one-event sessions to PATH.sessions",
