@@ -168,6 +168,10 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             read_offset[tp] = offset
 
 
+# mode names a subclass's logger after its module; keep Faust's, whose level the worker configures.
+BatchDrainConsumer.logger = faust_aiokafka.logger
+
+
 class BatchDrainTransport(faust_aiokafka.Transport):
     """The aiokafka transport creating :class:`BatchDrainConsumer`."""
 

@@ -137,3 +137,9 @@ def test_install_refuses_an_app_whose_transport_exists() -> None:
     assert app.transport is not None
     with pytest.raises(RuntimeError, match="before"):
         install(app)
+
+
+def test_the_consumer_logs_under_faust_s_logger() -> None:
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    assert BatchDrainConsumer.logger is faust_aiokafka.logger
