@@ -183,7 +183,7 @@ async def main(args: argparse.Namespace) -> None:
             data["topics"][name] = f"bench-{sfx}.{name}"
         data["topics"]["partitions"] = 4
         data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="zero-latency")
-        settings = isolated_worker_settings(Settings(**data), event_threshold=19, async_summary_num=8)
+        settings = isolated_worker_settings(Settings(**data), event_threshold=args.event_threshold, async_summary_num=8)
         settings.worker.log_level = "WARNING"
         await create_topics(settings)
         tmp = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -294,6 +294,7 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--sessions", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
+    parser.add_argument("--event-threshold", type=int, default=19, help="events per summary (above 40: no jobs at all)")
     parser.add_argument("--paced-sessions", type=int, default=50, help="paced phase sessions (40 events, 2 jobs each)")
     parser.add_argument(
         "--profile",
