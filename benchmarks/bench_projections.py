@@ -17,10 +17,14 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks.cpu_clock import CpuMeter, find_cassandra_pid
 from projections.cassandra_session import connect
