@@ -108,6 +108,8 @@ def doc_tokens(text: str) -> set[str]:
                     break
         return tokens
     known = _INDEX_TOKEN
+    if len(known) + len(unique) > _INDEX_TOKEN_MAX:
+        known.clear()  # here, not while filling: every word of this text must stay memoized below
     for word in unique.difference(known):
         _index_token(word)
     tokens = {known[word] for word in unique}

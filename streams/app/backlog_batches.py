@@ -12,8 +12,8 @@ the next batch, up to ``max_size``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 E = TypeVar("E")
 
@@ -37,3 +37,14 @@ async def backlog_batches(
             batch = []
     if batch:
         yield batch
+
+
+def current_generation(events: Sequence[Any], generation_id: int | None) -> list[Any]:
+    """The events of ``events`` fetched under consumer generation ``generation_id``.
+
+    A batch can straddle a rebalance (it was held while Faust cleared the agent
+    queues): records fetched under an earlier generation belong to the previous
+    assignment, and whoever owns their partition now re-reads them from the
+    committed offset. Faust's own stream skips such records without acking them.
+    """
+    return [e for e in events if e.message.generation_id == generation_id]

@@ -106,13 +106,14 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
+                generation_id = self.app.consumer_generation_id  # the generation the fetch belongs to
                 batch = self.getmany(timeout=1.0)
                 # Faust sleeps here too: getmany may return at once, without releasing the loop.
                 await self.sleep(0)
                 if not self.should_stop:
                     records = [item async for item in batch]
                     if records:
-                        await self._deliver_batch(records)
+                        await self._deliver_batch(records, generation_id)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -130,16 +131,17 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
-    async def _deliver_batch(self, records: list[tuple[Any, Any]]) -> None:
+    async def _deliver_batch(self, records: list[tuple[Any, Any]], generation_id: int | None = None) -> None:
         """Deliver ``records`` in one task, interrupted by ``stop_flow`` or a stop (see the module)."""
         cursor = _Cursor()
-        await self.wait_first(self._deliver(records, cursor), self.suspend_flow.wait())
+        if generation_id is None:
+            generation_id = self.app.consumer_generation_id
+        await self.wait_first(self._deliver(records, cursor, generation_id), self.suspend_flow.wait())
         if cursor.tp is not None:  # interrupted inside a callback: Faust still marks it read
             self._read_offset[cursor.tp] = cursor.offset
 
-    async def _deliver(self, records: Iterable[tuple[Any, Any]], cursor: _Cursor) -> None:
+    async def _deliver(self, records: Iterable[tuple[Any, Any]], cursor: _Cursor, generation_id: int) -> None:
         app = self.app
-        generation_id = app.consumer_generation_id
         callback = self.callback
         read_offset = self._read_offset
         commit_every = self._commit_every
@@ -161,7 +163,9 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
                 await self._add_gap(tp, r_offset + 1, offset)
             if commit_every is not None and self._n_acked >= commit_every:
                 self._n_acked = 0
-                await self.commit()
+                # Shielded: a stop_flow interrupting this task must not cancel a commit that has
+                # already taken the acked offsets off its books (Faust commits outside the race).
+                await asyncio.shield(self.commit())
             cursor.tp, cursor.offset = tp, offset
             await callback(message)
             cursor.tp = None

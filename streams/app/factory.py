@@ -34,7 +34,7 @@ from schemas import SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
-from streams.app.backlog_batches import backlog_batches
+from streams.app.backlog_batches import backlog_batches, current_generation
 from streams.app.batch import TableBatch
 from streams.app.codecs import (
     EVENTS_CODEC,
@@ -256,9 +256,19 @@ def create_app(
         manual = cast(Any, stream).noack()
         waiting = manual.channel.queue.qsize
         async for events in backlog_batches(manual.events(), waiting, TRACK_BATCH):
-            await track_batch(manual, events)
-            for event in events:
-                event.ack()
+            fresh = current_generation(events, app.consumer_generation_id)
+            try:
+                if fresh:
+                    await track_batch(manual, fresh)
+            except Exception as exc:
+                # Unacked records would stall this partition's commits for good; stopping the
+                # worker re-delivers them from the committed offset (re-applying is a no-op:
+                # each state keeps the highest offset it has folded).
+                log.exception("track batch failed; stopping the worker", extra={"records": len(fresh)})
+                await app.crash(exc)
+                raise
+            for event in fresh:
+                await manual.ack(event)
 
     async def track_batch(stream: Any, events: list[Any]) -> None:
         batch = TableBatch(cast(Any, table))

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streams.app.backlog_batches import backlog_batches
+from streams.app.backlog_batches import backlog_batches, current_generation
 
 
 async def _from(queue: asyncio.Queue[int | None]) -> AsyncIterator[int]:
@@ -56,3 +56,17 @@ async def test_the_tail_is_yielded_when_the_source_ends() -> None:
 async def test_max_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         await anext(backlog_batches(_from(asyncio.Queue()), lambda: 0, 0))
+
+
+def test_records_of_an_earlier_generation_are_left_out() -> None:
+    class Msg:
+        def __init__(self, generation_id: int | None) -> None:
+            self.generation_id = generation_id
+
+    class Ev:
+        def __init__(self, name: str, generation_id: int | None) -> None:
+            self.name, self.message = name, Msg(generation_id)
+
+    held = [Ev("a", 3), Ev("b", 3), Ev("c", 4), Ev("d", 4)]
+    assert [e.name for e in current_generation(held, 4)] == ["c", "d"]
+    assert current_generation(held, 5) == []

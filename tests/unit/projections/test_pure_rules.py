@@ -103,3 +103,13 @@ _key = st.lists(st.sampled_from(["app", "b", "c", "x"]), max_size=3).map("/".joi
 @given(_key, _key)
 def test_filter_key_rule_matches_streams(event_key: str, target: str) -> None:
     assert filter_keys.in_summary_input(event_key, target) == streams_filter_keys.in_summary_input(event_key, target)
+
+
+def test_doc_tokens_survive_the_memo_filling_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounded word memo is reset between texts, never while a text's words are looked up."""
+    monkeypatch.setattr(lexical, "_INDEX_TOKEN_MAX", 8)
+    monkeypatch.setattr(lexical, "_INDEX_TOKEN", {})
+    first = lexical.doc_tokens("alpha bravo charlie delta echo")
+    second = lexical.doc_tokens("foxtrot golf hotel india juliet kilo lima")
+    assert len(first) == 5 and len(second) == 7
+    assert lexical.doc_tokens("theta alpha") == {lexical._index_token("theta"), lexical._index_token("alpha")}
