@@ -48,6 +48,7 @@ from streams.app.coordinates import Coordinates
 from streams.app.extensions import Extensions
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
 from streams.app.sweep import sweep_commands
+from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer
@@ -211,6 +212,10 @@ def create_app(
     )
     summarizer_for, warm_model = _summarizers(settings, ext)
     runtime = WorkerRuntime(settings, topics, track, summarizer_for)
+    # The keys the sweep can poke. Not in replay mode: a replay reads the live events topic
+    # (replay_topics keeps it), so sweep commands would land in the live stream. A replay has
+    # no idle time to sweep (its events are history) and is re-run rather than healed if a job is lost.
+    watch = None if replay else SweepWatch(idle=settings.summary.idle_summary_after_s is not None)
     if replay is None or not replay.preload_from:
         runtime.cache_ready.set()
 
@@ -320,8 +325,9 @@ def create_app(
         Each changed key once, straight into the store, its changelog record queued on
         ``outgoing``: what Faust's ``table[key] = value`` does, without its send buffer (one
         task switch per record). Both agents writing the table go through here, so a key's
-        changelog records are produced in the order of the writes. The store takes the
-        partition from the current event (RocksDB keeps a db per partition).
+        changelog records are produced in the order of the writes, and the sweep's index
+        (``watch``) sees every write. The store takes the partition from the current event
+        (RocksDB keeps a db per partition).
         """
         store = cast(Any, table).data
         for partition, writes in batch.drain().items():
@@ -334,6 +340,8 @@ def create_app(
                 else:
                     store[tkey] = value
                     outgoing.append((changelog_name, tkey.encode(), value.to_bytes(), partition))
+                if watch is not None:
+                    watch.note(tkey, value)
 
     async def send_all(outgoing: list[tuple[str, bytes, bytes | None, int]], *, wait: bool = False) -> None:
         """Queue the records on the producer in order (``wait``: until the broker has them).
@@ -387,12 +395,16 @@ def create_app(
     async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         revoked: set[Any] = args[0] if args else _.get("revoked", set())
         runtime.reader.recent.reset({tp.partition for tp in revoked if tp.topic == topics.events})
+        if watch is not None:  # the table is co-partitioned with the events topic
+            watch.drop_partitions({tp.partition for tp in revoked if tp.topic == topics.events})
         await runtime.on_revoked({tp.partition for tp in revoked if tp.topic == topics.jobs})
 
     @cast(Any, app.on_partitions_assigned).connect  # type: ignore[untyped-decorator]
     async def _assigned(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         assigned: set[Any] = args[0] if args else _.get("assigned", set())
         runtime.reader.recent.reset({tp.partition for tp in assigned if tp.topic == topics.events})
+        if watch is not None:  # states recovered from the changelog: the next sweep scans the table
+            watch.needs_scan = True
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
         log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 
@@ -414,11 +426,8 @@ def create_app(
             finally:
                 runtime.cache_ready.set()
 
-    if replay is None:
-        # Not in replay mode: a replay reads the live events topic (replay_topics keeps it), so
-        # sweep commands would land in the live stream. A replay has no idle time to sweep (its
-        # events are history) and is re-run rather than healed if a job is lost.
-        _register_sweep(app, table, settings, topics)
+    if watch is not None:  # not in replay mode (see ``watch``)
+        _register_sweep(app, table, watch, settings, topics)
 
     lag_topics = {topics.events, topics.jobs, topics.summaries}
 
@@ -437,18 +446,25 @@ def create_app(
     return app
 
 
-def _register_sweep(app: faust.App, table: Any, settings: Settings, topics: Topics) -> None:
-    """The ``_sweep`` timer: idle sweep and timed-out job re-emission, commands to the events topic."""
+def _register_sweep(app: faust.App, table: Any, watch: SweepWatch, settings: Settings, topics: Topics) -> None:
+    """The ``_sweep`` timer: idle sweep and timed-out job re-emission, commands to the events topic.
+
+    It looks at ``watch`` (the keys it can poke, noted at every table write), not at the
+    whole table. After an assignment it first scans the table once, in chunks, to note
+    the states recovered from the changelog (a job in flight before a restart is what the
+    re-emission is for); only once recovery is over, again if a rebalance interrupts it.
+    """
     idle_after = settings.summary.idle_summary_after_s
     sweep_every = max(1.0, min(idle_after or 60.0, settings.summary.job_timeout_s) / 4)
 
     @app.timer(sweep_every)  # type: ignore[untyped-decorator]  # faust's decorators are untyped
     async def _sweep() -> None:
+        if watch.needs_scan and _recovered(app):
+            await _seed_watch(app, table, watch)
         now = datetime.now(UTC)
         commands = sweep_commands(
-            (value for _, value in list(table.items())),
-            now=now, idle_after_s=idle_after, job_timeout_s=settings.summary.job_timeout_s,
-        )  # fmt: skip
+            watch.entries(), now=now, idle_after_s=idle_after, job_timeout_s=settings.summary.job_timeout_s
+        )
         for partition, command in commands:
             await app.producer.send(
                 topics.events,
@@ -458,6 +474,25 @@ def _register_sweep(app: faust.App, table: Any, settings: Settings, topics: Topi
                 None,
                 None,
             )
+
+
+def _recovered(app: Any) -> bool:
+    """Table recovery of the current assignment is over (rebalancing: from revoke to recovery end)."""
+    return bool(app.tables.recovery.completed.is_set() and not app.rebalancing and not app.in_recovery)
+
+
+async def _seed_watch(app: Any, table: Any, watch: SweepWatch) -> None:
+    rebalance = app.rebalancing_count
+    started = time.perf_counter()
+    keys = list(table.keys())  # keys only: a RocksDB store decodes no value here
+
+    def interrupted() -> bool:
+        return bool(app.rebalancing or app.rebalancing_count != rebalance)
+
+    if await seed(watch, keys, table.get, interrupted=interrupted):
+        watch.needs_scan = False
+        seconds = round(time.perf_counter() - started, 3)
+        log.info("sweep index seeded", extra={"keys": len(keys), "watched": len(watch), "seconds": seconds})
 
 
 def consumer_lag(consumer: Any, topics: set[str]) -> list[tuple[str, int, int]]:

@@ -61,7 +61,16 @@ def test_only_settings_reads_the_environment() -> None:
     assert sorted(readers) == ["streams/local_pipeline.py", "streams/rules/tokens.py"]
 
 
-@pytest.mark.parametrize("module", ["streams/app/decoding.py", "streams/app/track.py", "streams/client.py"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "streams/app/decoding.py",
+        "streams/app/track.py",
+        "streams/app/sweep.py",
+        "streams/app/sweep_watch.py",
+        "streams/client.py",
+    ],
+)
 def test_handler_decoding_and_client_need_no_faust(module: str) -> None:
     """Agents stay thin: the handler and the decoding rules (and the client) are importable without Faust."""
     code = f"import sys, {module[:-3].replace('/', '.')}; print('faust' in sys.modules)"
