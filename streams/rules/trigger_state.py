@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from schemas import SessionEvent, SessionSummary, SummaryBoundary, TriggerReport
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, delta_after, from_micros, to_micros
 from streams.rules.checks import CheckOutcome, TriggerView, evaluate_all, preferred_outcome
-from streams.rules.counters import F_CONTENT, F_KEYWORD, F_USER, Activity, Counters, PendingEvent
+from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
@@ -261,31 +261,8 @@ def evolve(
             _evolve_scopes(state, facts)  # before the append: a new scope is seeded from the index
     own = state.own
     if counts:
-        c = own.counters
-        c.events += 1
-        c.tokens += entry.tokens
-        c.rounds += entry.flags & F_USER
-        if entry.text_len > c.max_text_len:
-            c.max_text_len = entry.text_len
-        if entry.flags & F_KEYWORD:
-            c.keywords += 1
-    # advance_in_place(own.activity, facts), inlined: the common event changes little.
-    activity = own.activity
-    ts = entry.ts
-    rid = facts.request_id
-    if rid:
-        if rid != activity.request_id:
-            last = activity.last_ts
-            activity.gap = ts - last if last is not None and ts > last else None
-            activity.request_id = rid
-            activity.request_started = ts
-        activity.last_request_id = rid
-    if facts.opened_calls or facts.tool_result_id:
-        _update_calls(activity, facts)
-    if facts.model is not None or facts.context_window is not None:
-        activity.model = facts.model or activity.model
-        activity.context_window = facts.context_window
-    activity.last_ts = ts
+        own.counters.add_in_place(entry)
+    advance_in_place(own.activity, facts)
     state.pending.append(entry)
     if entry.flags & F_CONTENT:
         state.content += 1
