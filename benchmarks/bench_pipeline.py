@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -36,8 +35,8 @@ from streams.kafka_config import common_kwargs, producer_kwargs
 from tests.integration.pipeline_support import (
     WorkerProcess,
     create_topics,
-    isolated_worker_settings,
     read_topic,
+    scripted_pipeline_settings,
 )
 from tests.support.openai_server import OpenAIServer
 
@@ -177,13 +176,10 @@ def rss_mb(pid: int) -> float:
 
 async def main(args: argparse.Namespace) -> None:
     with OpenAIServer() as llm:
-        data = load_settings().model_dump()
-        sfx = uuid.uuid4().hex[:8]
-        for name in ("events", "jobs", "summaries", "dead_letters"):
-            data["topics"][name] = f"bench-{sfx}.{name}"
-        data["topics"]["partitions"] = 4
-        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="zero-latency")
-        settings = isolated_worker_settings(Settings(**data), event_threshold=args.event_threshold, async_summary_num=8)
+        settings = scripted_pipeline_settings(
+            load_settings(), llm.base_url, partitions=4, topic_prefix="bench", llm={"model": "zero-latency"},
+            event_threshold=args.event_threshold, async_summary_num=8,
+        )  # fmt: skip
         settings.worker.log_level = "WARNING"
         await create_topics(settings)
         tmp = Path(tempfile.mkdtemp(prefix="bench-"))

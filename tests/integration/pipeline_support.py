@@ -90,6 +90,35 @@ def isolated_worker_settings(settings: Settings, **summary: Any) -> Settings:
     return Settings(**data)
 
 
+def scripted_pipeline_settings(
+    base: Settings,
+    llm_base_url: str,
+    *,
+    partitions: int | None = None,
+    topic_prefix: str = "t",
+    llm: dict[str, Any] | None = None,
+    kafka: dict[str, Any] | None = None,
+    worker: dict[str, Any] | None = None,
+    **summary: Any,
+) -> Settings:
+    """``base`` with fresh topics, the scripted LLM at ``llm_base_url`` and a fresh worker app id.
+
+    ``llm`` / ``kafka`` / ``worker`` override fields of those sections; ``summary`` keyword
+    arguments override summary settings (see :func:`isolated_worker_settings`).
+    """
+    data = base.model_dump()
+    suffix = uuid.uuid4().hex[:8]
+    for name in ("events", "jobs", "summaries", "dead_letters"):
+        data["topics"][name] = f"{topic_prefix}-{suffix}.{name}"
+    if partitions is not None:
+        data["topics"]["partitions"] = partitions
+    data["llm"].update({"base_url": llm_base_url, "api_key": "k", "max_retries": 0, "model": "scripted-model"})
+    data["llm"].update(llm or {})
+    data["kafka"].update(kafka or {})
+    data["worker"].update(worker or {})
+    return isolated_worker_settings(Settings(**data), **summary)
+
+
 class SessionBuilder:
     """Builds a session's events with increasing timestamps."""
 

@@ -22,8 +22,8 @@ from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
-    isolated_worker_settings,
     read_topic,
+    scripted_pipeline_settings,
     summaries_of,
     workers,
 )
@@ -44,9 +44,7 @@ async def test_slow_llm_calls_run_concurrently_and_ingestion_keeps_flowing(
     isolated_settings: Settings, tmp_path: Path
 ) -> None:
     with OpenAIServer(default=delayed(echo_summary, CALL_S)) as llm:
-        data = isolated_settings.model_dump()
-        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model")
-        settings = isolated_worker_settings(Settings(**data), event_threshold=3, async_summary_num=4)
+        settings = scripted_pipeline_settings(isolated_settings, llm.base_url, event_threshold=3, async_summary_num=4)
         await create_topics(settings)
         first = [SessionBuilder(app="conc") for _ in range(SESSIONS)]
         later = [SessionBuilder(app="conc") for _ in range(4)]

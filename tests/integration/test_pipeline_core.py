@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,8 @@ from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
-    isolated_worker_settings,
     read_topic,
+    scripted_pipeline_settings,
     summaries_of,
     workers,
 )
@@ -53,16 +52,10 @@ def llm_server() -> Iterator[OpenAIServer]:
 def pipeline(
     service_settings: Settings, llm_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Settings]:
-    data = service_settings.model_dump()
-    suffix = uuid.uuid4().hex[:8]
-    for name in ("events", "jobs", "summaries", "dead_letters"):
-        data["topics"][name] = f"t-{suffix}.{name}"
-    data["topics"]["partitions"] = 2
-    data["kafka"]["max_record_bytes"] = 200_000
-    data["llm"].update(base_url=llm_server.base_url, api_key="test-key", max_retries=0, model="scripted-model")
-    data["summary"]["apps"] = APPS
-    data["summary"]["job_timeout_s"] = 60
-    settings = isolated_worker_settings(Settings(**data))
+    settings = scripted_pipeline_settings(
+        service_settings, llm_server.base_url, partitions=2, kafka={"max_record_bytes": 200_000},
+        apps=APPS, job_timeout_s=60,
+    )  # fmt: skip
     asyncio.run(create_topics(settings))
     with workers(settings, tmp_path_factory.mktemp("pipeline")) as procs:
         yield settings

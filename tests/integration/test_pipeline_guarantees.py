@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import json
 import time
-import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,8 @@ from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
-    isolated_worker_settings,
     read_topic,
+    scripted_pipeline_settings,
     summaries_of,
     workers,
 )
@@ -66,13 +65,9 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
     service_settings: Settings, tmp_path: Path
 ) -> None:
     with OpenAIServer(default=delayed(echo_summary, 0.3)) as llm:
-        data = service_settings.model_dump()
-        suffix = uuid.uuid4().hex[:8]
-        for name in ("events", "jobs", "summaries", "dead_letters"):
-            data["topics"][name] = f"t-{suffix}.{name}"
-        data["topics"]["partitions"] = 4
-        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model")
-        settings = isolated_worker_settings(Settings(**data), event_threshold=3, job_timeout_s=8)
+        settings = scripted_pipeline_settings(
+            service_settings, llm.base_url, partitions=4, event_threshold=3, job_timeout_s=8
+        )
         await create_topics(settings)
         builders = [SessionBuilder(app="kill") for _ in range(SESSIONS)]
         last: dict[str, SessionEvent] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,8 @@ from tests.integration.pipeline_support import (
     SessionBuilder,
     WorkerProcess,
     create_topics,
-    isolated_worker_settings,
     read_topic,
+    scripted_pipeline_settings,
     summaries_of,
 )
 from tests.integration.test_pipeline_guarantees import wait_for_assignment
@@ -70,14 +69,10 @@ def table_files(data_dir: Path) -> list[Path]:
 @pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
 async def test_table_survives_stop_and_sigkill(service_settings: Settings, tmp_path: Path, store: str) -> None:
     with OpenAIServer() as llm:
-        data = service_settings.model_dump()
-        suffix = uuid.uuid4().hex[:8]
-        for name in ("events", "jobs", "summaries", "dead_letters"):
-            data["topics"][name] = f"t-{suffix}.{name}"
-        data["topics"]["partitions"] = 2
-        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model")
-        data["worker"].update(store=store, data_dir=str(tmp_path / "faust"))
-        settings = isolated_worker_settings(Settings(**data), event_threshold=3, job_timeout_s=30)
+        settings = scripted_pipeline_settings(
+            service_settings, llm.base_url, partitions=2, worker={"store": store, "data_dir": str(tmp_path / "faust")},
+            event_threshold=3, job_timeout_s=30,
+        )  # fmt: skip
         await create_topics(settings)
         builders = [SessionBuilder(app="rocks") for _ in range(SESSIONS)]
         events = settings.topics.events

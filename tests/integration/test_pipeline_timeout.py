@@ -25,8 +25,8 @@ from tests.integration.pipeline_support import (
     SessionBuilder,
     WorkerProcess,
     create_topics,
-    isolated_worker_settings,
     read_topic,
+    scripted_pipeline_settings,
     summaries_of,
     workers,
 )
@@ -45,9 +45,9 @@ async def test_hung_job_is_reemitted_and_the_boundary_is_summarized_once(
 ) -> None:
     with OpenAIServer() as llm:
         llm.script(slow(HANG_S, "summary after a hang"))
-        data = isolated_settings.model_dump()
-        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model", timeout_s=30)
-        settings = isolated_worker_settings(Settings(**data), event_threshold=3, job_timeout_s=JOB_TIMEOUT_S)
+        settings = scripted_pipeline_settings(
+            isolated_settings, llm.base_url, llm={"timeout_s": 30}, event_threshold=3, job_timeout_s=JOB_TIMEOUT_S
+        )
         await create_topics(settings)
         b = SessionBuilder(app="hang")
         events = [b.user("Find a flat in Porto."), b.assistant("Three listings found."),
@@ -94,10 +94,11 @@ async def test_job_in_flight_at_a_sigkill_is_reemitted_by_the_restarted_worker(
         # The first worker's call hangs until it is killed; the restarted worker's re-run of the
         # (unacked) job hangs past the timeout too, so the key is still in flight at its sweeps.
         llm.script(slow(60.0, "never read"), slow(25.0, "summary after the restart"))
-        data = isolated_settings.model_dump()
-        data["llm"].update(base_url=llm.base_url, api_key="k", max_retries=0, model="scripted-model", timeout_s=90)
-        data["worker"].update(store=store, data_dir=str(tmp_path / "faust"))
-        settings = isolated_worker_settings(Settings(**data), event_threshold=3, job_timeout_s=RESTART_TIMEOUT_S)
+        settings = scripted_pipeline_settings(
+            isolated_settings, llm.base_url, llm={"timeout_s": 90},
+            worker={"store": store, "data_dir": str(tmp_path / "faust")},
+            event_threshold=3, job_timeout_s=RESTART_TIMEOUT_S,
+        )  # fmt: skip
         await create_topics(settings)
         b = SessionBuilder(app="restart")
         events = [b.user("Book a table for two."), b.assistant("Which evening?"),
