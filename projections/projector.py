@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from projections.rows import (
     summary_latest_values,
 )
 from schemas import DeadLetter, DeleteSession, SessionEvent, SessionSummary, parse_event_record
-from schemas.records import RecordDecodeError
+from schemas.records import RecordDecodeError, json_object
 
 log = logging.getLogger("distill.projector")
 
@@ -132,12 +131,7 @@ def parse_summary_record(raw: bytes | None) -> SessionSummary | None:
     """A summary, or ``None`` for other records of the summaries topic (``summary_failure``)."""
     if raw is None:
         raise RecordDecodeError("empty record value")
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordDecodeError(f"not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RecordDecodeError(f"expected a JSON object, got {type(data).__name__}")
+    data = json_object(raw)
     kind = data.get("type", "summary")
     if kind == "summary_failure":
         return None

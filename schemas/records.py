@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -29,14 +29,27 @@ def parse_event_record(raw: bytes | str) -> EventTopicRecord:
     bytes that are not a JSON object and ``pydantic.ValidationError`` (which
     names the field and the problem) for a record that breaks the schema.
     """
+    data = json_object(raw)
+    data.setdefault("type", "event")
+    return _ADAPTER.validate_python(data)
+
+
+def json_object(raw: bytes | str) -> dict[str, Any]:
+    """``raw`` as a JSON object; ``RecordDecodeError`` for anything else (bad UTF-8, bad JSON, a list...)."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordDecodeError(f"not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise RecordDecodeError(f"expected a JSON object, got {type(data).__name__}")
-    data.setdefault("type", "event")
-    return _ADAPTER.validate_python(data)
+    return data
 
 
-__all__ = ["EventRecord", "EventTopicRecord", "RecordDecodeError", "ValidationError", "parse_event_record"]
+__all__ = [
+    "EventRecord",
+    "EventTopicRecord",
+    "RecordDecodeError",
+    "ValidationError",
+    "json_object",
+    "parse_event_record",
+]
