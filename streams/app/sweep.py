@@ -22,6 +22,18 @@ from streams.app.tracked import TrackedKey
 from streams.rules.boundaries import to_micros
 
 
+def pokable(entry: TrackedKey, *, idle: bool) -> bool:
+    """Whether the sweep can ever poke ``entry``, the clock aside.
+
+    A job in flight whose emission time is known (job timeout), or — with the
+    idle sweep on — pending content with no job in flight and no emission time.
+    """
+    state = entry.state
+    if state.in_flight is not None:
+        return entry.emitted_wall is not None
+    return idle and bool(state.pending) and state.content > 0 and entry.emitted_wall is None
+
+
 def sweep_commands(
     entries: Iterable[TrackedKey],
     *,
@@ -33,16 +45,15 @@ def sweep_commands(
     now_us = to_micros(now)
     out: list[tuple[int | None, Summarize]] = []
     for entry in entries:
+        if not pokable(entry, idle=idle_after_s is not None):
+            continue
         state = entry.state
         origin: str | None = None
         if state.in_flight is not None:
-            emitted = entry.emitted_wall
-            if emitted is not None and now.timestamp() - emitted > job_timeout_s:
+            if now.timestamp() - (entry.emitted_wall or 0.0) > job_timeout_s:
                 origin = "retry"
-        elif idle_after_s is not None and state.pending and state.content and entry.emitted_wall is None:
-            last = state.pending[-1].ts
-            if now_us - last > idle_after_s * 1e6:
-                origin = "idle_sweep"
+        elif idle_after_s is not None and now_us - state.pending[-1].ts > idle_after_s * 1e6:
+            origin = "idle_sweep"
         if origin is None:
             continue
         marker = f"{origin}:{state.session_id}:{state.filter_key}:{state.version}:{now_us // 1_000_000}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, ValuesView
 
+from streams.app.sweep import pokable
 from streams.app.tracked import TrackedKey
 
 
@@ -39,11 +40,8 @@ class SweepWatch:
         return key in self._entries
 
     def watches(self, value: TrackedKey) -> bool:
-        """Whether the sweep can poke ``value`` at some time (the clock aside)."""
-        state = value.state
-        if state.in_flight is not None:
-            return value.emitted_wall is not None
-        return self.idle and bool(state.pending) and state.content > 0 and value.emitted_wall is None
+        """Whether the sweep can poke ``value`` at some time (the clock aside): :func:`~streams.app.sweep.pokable`."""
+        return pokable(value, idle=self.idle)
 
     def note(self, key: str, value: TrackedKey | None) -> None:
         """The table's ``key`` now holds ``value`` (``None``: deleted)."""
