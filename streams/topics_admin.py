@@ -60,8 +60,9 @@ async def ensure_topics(settings: Settings) -> dict[str, str]:
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
-    # Right after creation the broker may describe a topic with no partitions yet: ask again briefly.
-    for _ in range(50):
+    # Right after creation the broker may describe a topic with no partitions yet: ask again (for up
+    # to 30 s: a busy 2-core box has been seen to take more than 5 s).
+    for _ in range(300):
         described = await admin.describe_topics(names)
         counts = {d["topic"]: len(d["partitions"]) for d in described}
         if all(counts.get(n, 0) > 0 for n in names):

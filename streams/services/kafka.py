@@ -58,8 +58,15 @@ log4j.logger.kafka.request.logger=WARN
 
 
 def new_cluster_id() -> str:
-    """A Kafka cluster id (the 22-character url-safe base64 form of a UUID)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id (the 22-character url-safe base64 form of a UUID).
+
+    Never starting with ``-``: the storage tool would read such an id as an option
+    (``-t -abc…`` → "expected one argument"), as Kafka's own ids avoid too.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def jvm_command(java: str, jars: Path, data_dir: Path, heap_mb: int, main: list[str]) -> list[str]:
