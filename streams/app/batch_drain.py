@@ -14,7 +14,8 @@ Faust's semantics are kept record for record:
   active-partition filter, seek back to committed offsets while flow is
   stopped);
 * before each record, delivery stops when flow is no longer active or the
-  consumer generation changed (what ``getmany`` checks between records);
+  consumer generation is no longer the one the batch was fetched under (what
+  ``getmany`` checks between records, against the generation read after the fetch);
 * read offsets, gap registration (a gap counts as acked when committing) and
   count-based commits happen per record, before its callback, as in Faust;
 * when ``stop_flow`` or a stop interrupts a callback, that callback is cancelled
@@ -106,14 +107,13 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                generation_id = self.app.consumer_generation_id  # the generation the fetch belongs to
                 batch = self.getmany(timeout=1.0)
                 # Faust sleeps here too: getmany may return at once, without releasing the loop.
                 await self.sleep(0)
                 if not self.should_stop:
                     records = [item async for item in batch]
                     if records:
-                        await self._deliver_batch(records, generation_id)
+                        await self._deliver_batch(records)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -131,11 +131,15 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
-    async def _deliver_batch(self, records: list[tuple[Any, Any]], generation_id: int | None = None) -> None:
+    async def _deliver_batch(self, records: list[tuple[Any, Any]]) -> None:
         """Deliver ``records`` in one task, interrupted by ``stop_flow`` or a stop (see the module)."""
         cursor = _Cursor()
-        if generation_id is None:
-            generation_id = self.app.consumer_generation_id
+        # The generation the records were fetched under: ``getmany`` stamps each message when it
+        # converts it, after the fetch, and stops yielding if the generation changes meanwhile.
+        # Not the generation before the call: the fetch can wait out a whole rebalance (flow
+        # stopped, partitions re-assigned and sought back), and its records then belong to the
+        # new generation; dropping them would lose them for good (the fetch position has passed).
+        generation_id = records[0][1].generation_id
         await self.wait_first(self._deliver(records, cursor, generation_id), self.suspend_flow.wait())
         if cursor.tp is not None:  # interrupted inside a callback: Faust still marks it read
             self._read_offset[cursor.tp] = cursor.offset

@@ -107,9 +107,12 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
                 behind = {
                     sid: latest.get(sid) for sid, ev in last.items() if latest.get(sid, (0, ""))[1] != ev.event_id
                 }
-                problems = [x for x in procs[1].log_text().splitlines() if '"warning"' in x or '"error"' in x]
+                # The survivor's own story (rebalances, assignments, ledger, errors), not its LLM calls.
+                story = [
+                    x for x in procs[1].log_text().splitlines() if "httpx" not in x and "summary published" not in x
+                ]
                 pytest.fail(
-                    f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(problems[-30:])
+                    f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(story[-40:])
                 )
             assert procs[1].proc.poll() is None, procs[1].log_text()[-3000:]
         summaries = summaries_of(records)

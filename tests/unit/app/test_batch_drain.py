@@ -58,9 +58,13 @@ def _consumer() -> Any:
     return consumer
 
 
-def _records(*offsets: int, partition: int = 0) -> list[tuple[TP, Message]]:
+def _records(*offsets: int, partition: int = 0, generation: int = 0) -> list[tuple[TP, Message]]:
+    """Records as Faust's ``getmany`` yields them: stamped with the generation they were fetched under."""
     tp = TP(TOPIC, partition)
-    return [(tp, Message(TOPIC, partition, o, 0.0, 0, None, b"k", b"v", None, tp=tp)) for o in offsets]
+    return [
+        (tp, Message(TOPIC, partition, o, 0.0, 0, None, b"k", b"v", None, tp=tp, generation_id=generation))
+        for o in offsets
+    ]
 
 
 async def test_every_record_is_delivered_in_order_and_marked_read() -> None:
@@ -130,6 +134,40 @@ async def test_a_generation_change_stops_delivery_before_the_next_record() -> No
     await consumer._deliver_batch(_records(1, 2, 3))
     assert seen == [1]
     assert consumer._read_offset[TP(TOPIC, 0)] == 1
+
+
+async def test_a_fetch_that_waited_out_a_rebalance_is_delivered() -> None:
+    """The fetch began under generation 1 and returned after the re-assignment (generation 2).
+
+    Faust seeks the re-assigned partitions back to their committed offsets and the fetch
+    returns from there: these records are the new generation's and must be delivered (the
+    fetch position has moved past them; nothing would fetch them again).
+    """
+    consumer = _consumer()
+    consumer.app.consumer_generation_id = 1
+    seen: list[int] = []
+
+    async def callback(message: Message) -> None:
+        seen.append(message.offset)
+
+    async def getmany(timeout: float) -> Any:
+        if consumer.app.consumer_generation_id == 1:
+            consumer.app.consumer_generation_id = 2  # the rebalance completes while the fetch waits
+            for record in _records(7, 8, generation=2):
+                yield record
+        else:
+            consumer._stopped.set()
+            return
+
+    class Fetcher:
+        _stopped = asyncio.Event()
+
+    consumer.callback = callback
+    consumer.getmany = getmany
+    consumer.resume_flow()
+    await asyncio.wait_for(consumer._drain_messages(Fetcher()), 5)
+    assert seen == [7, 8]
+    assert consumer._read_offset[TP(TOPIC, 0)] == 8
 
 
 def test_install_refuses_an_app_whose_transport_exists() -> None:
