@@ -91,8 +91,14 @@ class WorkerRuntime:
         await self.reader.stop()
 
     async def on_revoked(self, partitions: set[int]) -> None:
+        """Jobs partitions revoked: fence and drain their jobs (no job of theirs runs once this returns)."""
         await self.pool.drain(partitions)
         self.ledger.forget(partitions)
+
+    async def on_assigned(self, partitions: set[int]) -> None:
+        """Jobs partitions assigned: accept their jobs again; their summaries tails are read first."""
+        self.ledger.forget(partitions)
+        self.pool.unfence(partitions)
 
     # -- track side ------------------------------------------------------------------------
     def track_logged(self, out: TrackOutput, coords: Coordinates) -> None:
@@ -116,6 +122,7 @@ class WorkerRuntime:
         fields = {**coords.log_fields(), "session_id": job.session_id, "filter_key": job.filter_key,
                   "job_id": job.job_id}  # fmt: skip
         attempt = unexpected = 0
+        given_up: Exception | None = None
         await self.cache_ready.wait()
         while True:
             try:
@@ -125,13 +132,8 @@ class WorkerRuntime:
             except asyncio.CancelledError:
                 raise
             except (RetryableError, KafkaError) as exc:
-                retry_after = exc.retry_after if isinstance(exc, RetryableError) else None
-                delay = self.backoff.delay(attempt, retry_after)
+                await self._back_off(exc, attempt, "summary job failed, retrying", fields)
                 attempt += 1
-                metrics.FAILURES.labels("summarize", type(exc).__name__, "yes").inc()
-                log.warning("summary job failed, retrying", extra={**fields, "attempt": attempt,
-                            "error_class": type(exc).__name__, "retry_in_s": round(delay, 3)})  # fmt: skip
-                await asyncio.sleep(delay)
             except Exception as exc:
                 unexpected += 1
                 permanent = is_permanent(exc) or unexpected >= self.max_unexpected_attempts
@@ -141,8 +143,10 @@ class WorkerRuntime:
                 if not permanent:
                     await asyncio.sleep(self.backoff.delay(unexpected))
                     continue
-                await self._give_up(job, exc, coords, key)
+                given_up = exc
                 break
+        if given_up is not None:
+            await self._give_up(job, given_up, coords, key, fields)
         if produced_at is not None:
             metrics.JOB_AGE.observe(max(0.0, time.time() - produced_at))
 
@@ -170,15 +174,42 @@ class WorkerRuntime:
                        "events": result.events},
             )  # fmt: skip
 
-    async def _give_up(self, job: SummaryJob, exc: BaseException, coords: Coordinates, key: bytes) -> None:
+    async def _give_up(
+        self, job: SummaryJob, exc: BaseException, coords: Coordinates, key: bytes, fields: dict[str, Any]
+    ) -> None:
+        """Answer the job with a failure and dead-letter it; each send retried like a transient failure."""
         failure: SummaryFailure = self.summarize.failure(job, exc)
-        assert self.send is not None
-        await self.send(self.topics.summaries, key, failure.model_dump_json().encode(), coords.partition, [])
         dl: DeadLetter = dead_letter_for(
             job.model_dump_json().encode(), key, coords, type(exc).__name__, str(exc)[:2000], "summarize"
         )
-        await self.send(self.topics.dead_letters, key, dl.model_dump_json().encode(), coords.partition, [])
+        await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
+        await self._send_retrying(self.topics.dead_letters, key, dl.model_dump_json().encode(), coords, fields)
         metrics.DEAD_LETTERS.labels("summarize", type(exc).__name__).inc()
+
+    async def _send_retrying(
+        self, topic: str, key: bytes, value: bytes, coords: Coordinates, fields: dict[str, Any]
+    ) -> None:
+        """``send`` to the job's partition of ``topic``, retried with backoff while Kafka fails (never dropped)."""
+        assert self.send is not None
+        attempt = 0
+        while True:
+            try:
+                await self.send(topic, key, value, coords.partition, [])
+                return
+            except (RetryableError, KafkaError) as exc:
+                await self._back_off(exc, attempt, "summary job failure send failed, retrying",
+                                     {**fields, "to_topic": topic})  # fmt: skip
+                attempt += 1
+
+    async def _back_off(self, exc: RetryableError | KafkaError, attempt: int, message: str,
+                        fields: dict[str, Any]) -> None:  # fmt: skip
+        """A transient failure of a job's ``attempt`` (0-based): count it, log it, sleep the backoff."""
+        retry_after = exc.retry_after if isinstance(exc, RetryableError) else None
+        delay = self.backoff.delay(attempt, retry_after)
+        metrics.FAILURES.labels("summarize", type(exc).__name__, "yes").inc()
+        log.warning(message, extra={**fields, "attempt": attempt + 1, "error_class": type(exc).__name__,
+                                    "retry_in_s": round(delay, 3)})  # fmt: skip
+        await asyncio.sleep(delay)
 
 
 def job_pool_key(job: SummaryJob) -> str:
