@@ -212,6 +212,8 @@ def create_app(
     )
     summarizer_for, warm_model = _summarizers(settings, ext)
     runtime = WorkerRuntime(settings, topics, track, summarizer_for)
+    # A job that fails outside its retry loop is never acked: stop, so it is delivered again.
+    runtime.pool.on_error = app.crash
     # The keys the sweep can poke. Not in replay mode: a replay reads the live events topic
     # (replay_topics keeps it), so sweep commands would land in the live stream. A replay has
     # no idle time to sweep (its events are history) and is re-run rather than healed if a job is lost.
@@ -378,6 +380,8 @@ def create_app(
             write_table(stream, batch, {batch.partition: event}, outgoing)
             await send_all(outgoing)
 
+    revoked_generation: list[int | None] = [None]  # see current_job; set by _revoked
+
     @app.agent(jobs_topic, name="summarize", concurrency=1)
     async def summarize_jobs(stream: faust.StreamT[Any]) -> None:
         async for event in cast(Any, stream).noack().events():
@@ -389,11 +393,14 @@ def create_app(
                 job_pool_key(job), msg.partition, msg.offset,
                 partial(runtime.run_job, job, coords, msg.key or b"", produced),
                 event.ack,
+                # A job of a revoked consumer generation is re-delivered from the committed offset.
+                valid=partial(current_job, app, msg, revoked_generation),
             )  # fmt: skip
 
     @cast(Any, app.on_partitions_revoked).connect  # type: ignore[untyped-decorator]  # mode signals: loose types
     async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         revoked: set[Any] = args[0] if args else _.get("revoked", set())
+        revoked_generation[0] = app.consumer_generation_id
         runtime.reader.recent.reset({tp.partition for tp in revoked if tp.topic == topics.events})
         if watch is not None:  # the table is co-partitioned with the events topic
             watch.drop_partitions({tp.partition for tp in revoked if tp.topic == topics.events})
@@ -406,6 +413,7 @@ def create_app(
         if watch is not None:  # states recovered from the changelog: the next sweep scans the table
             watch.needs_scan = True
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
+        await runtime.on_assigned(set(mine))
         log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 
     @cast(Any, app.on_before_shutdown).connect  # type: ignore[untyped-decorator]
@@ -474,6 +482,17 @@ def _register_sweep(app: faust.App, table: Any, watch: SweepWatch, settings: Set
                 None,
                 None,
             )
+
+
+def current_job(app: Any, message: Any, revoked: list[int | None]) -> bool:
+    """``message`` was fetched under the current consumer generation, and it is not being revoked.
+
+    ``revoked[0]`` is the generation whose partitions were last revoked: from the revoke
+    until the next assignment the generation number does not change yet, but the jobs of
+    the revoked assignment must not start (another worker may own their partition next).
+    """
+    generation = message.generation_id
+    return bool(generation == app.consumer_generation_id and generation != revoked[0])
 
 
 def _recovered(app: Any) -> bool:

@@ -167,10 +167,14 @@ class JobPool:
         return True
 
     def _refused(self, partition: int, offset: int, valid: Callable[[], bool] | None) -> bool:
-        if self.fenced(partition):
-            reason = "partition fenced"
-        elif valid is not None and not valid():
+        # ``valid`` knows the consumer generations and decides alone: the fence is lifted by an
+        # assignment hook that may run after the new generation's first jobs are delivered.
+        if valid is not None:
+            if valid():
+                return False
             reason = "stale generation"
+        elif self.fenced(partition):
+            reason = "partition fenced"
         else:
             return False
         log.info("job dropped, delivered again later", extra={"partition": partition, "offset": offset,

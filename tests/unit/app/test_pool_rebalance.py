@@ -221,3 +221,36 @@ async def test_on_revoked_fences_and_on_assigned_lifts_the_fence() -> None:
     assert await runtime.pool.submit("b", 1, 0, _recorder(ran, "not assigned"), lambda: None) is False
     await runtime.pool.drain(None)
     assert ran == ["assigned"] and forgotten == [{0, 1}, {0}]
+
+
+async def test_validity_decides_alone_when_given_so_a_late_unfence_never_drops_current_jobs() -> None:
+    # The assignment hook lifting the fence may run after the new generation's first jobs
+    # arrive; those jobs are current (``valid``) and must run, not be dropped unacked.
+    pool = JobPool(concurrency=1)
+    ran: list[str] = []
+    await pool.drain({0})
+    assert pool.fenced(0)
+    assert await pool.submit("a", 0, 0, _recorder(ran, "current"), lambda: None, valid=lambda: True) is True
+    assert await pool.submit("a", 0, 1, _recorder(ran, "revoked"), lambda: None, valid=lambda: False) is False
+    await pool.drain(None)
+    assert ran == ["current"]
+
+
+class _Msg:
+    def __init__(self, generation_id: int) -> None:
+        self.generation_id = generation_id
+
+
+class _App:
+    def __init__(self, consumer_generation_id: int) -> None:
+        self.consumer_generation_id = consumer_generation_id
+
+
+def test_a_job_is_current_only_in_its_generation_and_not_while_that_generation_is_revoked() -> None:
+    from streams.app.factory import current_job
+
+    assert current_job(_App(3), _Msg(3), [None])
+    assert current_job(_App(3), _Msg(3), [2])
+    assert not current_job(_App(3), _Msg(3), [3])  # revoke under way: the assignment is not ours yet
+    assert not current_job(_App(4), _Msg(3), [3])  # fetched before the rebalance
+    assert current_job(_App(4), _Msg(4), [3])  # the new assignment's jobs
