@@ -69,6 +69,7 @@ class WorkerProcess:
 
 @contextmanager
 def workers(settings: Settings, tmp: Path, count: int = 1) -> Iterator[list[WorkerProcess]]:
+    tmp.mkdir(parents=True, exist_ok=True)
     procs = [WorkerProcess(settings, tmp / f"worker-{i}.log") for i in range(count)]
     try:
         yield procs

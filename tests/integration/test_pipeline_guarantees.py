@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """Guarantees under failure: two workers share partitions, one is SIGKILLed mid-run.
 
 Afterwards every session has exactly one summary per boundary, versions grow
@@ -23,6 +22,7 @@ from schemas.settings import Settings
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     SessionBuilder,
+    WorkerProcess,
     create_topics,
     read_topic,
     scripted_pipeline_settings,
@@ -61,9 +61,15 @@ def check_chain(summaries: list[dict[str, Any]]) -> None:
             assert nxt["previous_boundary"]["last_event_id"] == prev["boundary"]["last_event_id"], key
 
 
+@pytest.mark.parametrize("killed", ["first", "second"])
 async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
-    service_settings: Settings, tmp_path: Path
+    service_settings: Settings, tmp_path: Path, killed: str
 ) -> None:
+    """Worker A starts alone (all partitions), B joins and takes half, then one is SIGKILLed.
+
+    ``killed="first"``: B takes over partitions it never had. ``killed="second"``: A gets back
+    partitions it owned before B joined (its table, consumer and ledger state of them is old).
+    """
     with OpenAIServer(default=delayed(echo_summary, 0.3)) as llm:
         settings = scripted_pipeline_settings(
             service_settings, llm.base_url, partitions=4, event_threshold=3, job_timeout_s=8
@@ -71,52 +77,69 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
         await create_topics(settings)
         builders = [SessionBuilder(app="kill") for _ in range(SESSIONS)]
         last: dict[str, SessionEvent] = {}
-        with workers(settings, tmp_path, count=2) as procs:
-            await wait_for_assignment(procs[0])
-            async with DistillClient(settings) as client:
-                for round_ in range(ROUNDS):
-                    batch = []
-                    for b in builders:
-                        batch += [b.user(f"round {round_} request for {b.session}"), b.assistant(f"answer {round_}"),
-                                  b.user(f"follow-up {round_}", new_request=False), b.assistant(f"done {round_}")]  # fmt: skip
-                        last[b.session] = batch[-1]
-                    await client.publish_many(batch)
-                    if round_ == 0:
-                        await read_topic(settings, settings.topics.summaries, min_records=SESSIONS // 2, timeout=90)
-                    if round_ == 1:
-                        procs[0].kill()
-                    await asyncio.sleep(1.0)
-                for b in builders:
-                    await client.publish(
-                        Summarize(app_name=b.app_name, user_id=b.user_id, session_id=b.session,
-                                  command_id=f"final-{b.session}", force=True)
-                    )  # fmt: skip
-
-            def complete(records: list[Any]) -> bool:
-                latest: dict[str, str] = {}
-                for s in summaries_of(records):
-                    if s["filter_key"] == "":
-                        latest[s["session_id"]] = s["boundary"]["last_event_id"]
-                return all(latest.get(sid) == ev.event_id for sid, ev in last.items())
-
-            started = time.monotonic()
-            records = await read_topic(settings, settings.topics.summaries, until=complete, timeout=150)
-            if not complete(records):
-                latest = {s["session_id"]: (s["version"], s["boundary"]["last_event_id"]) for s in summaries_of(records)
-                          if s["filter_key"] == ""}  # fmt: skip
-                behind = {
-                    sid: latest.get(sid) for sid, ev in last.items() if latest.get(sid, (0, ""))[1] != ev.event_id
-                }
-                # The survivor's own story (rebalances, assignments, ledger, errors), not its LLM calls.
-                story = [
-                    x for x in procs[1].log_text().splitlines() if "httpx" not in x and "summary published" not in x
-                ]
-                pytest.fail(
-                    f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(story[-40:])
-                )
-            assert procs[1].proc.poll() is None, procs[1].log_text()[-3000:]
+        with workers(settings, tmp_path / "a") as (first,):
+            await wait_for_assignment(first)
+            with workers(settings, tmp_path / "b") as (second,):
+                await wait_for_assignment(second)
+                victim, survivor = (first, second) if killed == "first" else (second, first)
+                last = await publish_rounds_killing(settings, builders, victim)
+                records = await wait_for_final_summaries(settings, last, survivor)
+                assert survivor.proc.poll() is None, survivor.log_text()[-3000:]
         summaries = summaries_of(records)
         check_chain(summaries)
         assert len(summaries) >= SESSIONS * 2
-        killed_log = [json.loads(x) for x in procs[0].log_text().splitlines() if x.startswith("{")]
+        killed_log = [json.loads(x) for x in victim.log_text().splitlines() if x.startswith("{")]
         assert any(x.get("msg") == "summary published" for x in killed_log), "the killed worker did some work"
+
+
+async def publish_rounds_killing(
+    settings: Settings, builders: list[SessionBuilder], victim: WorkerProcess
+) -> dict[str, SessionEvent]:
+    """ROUNDS rounds of 4 events per session, ``victim`` SIGKILLed after round 1, then a forced summary each.
+
+    Returns the last event of every session (what its last summary must end with).
+    """
+    last: dict[str, SessionEvent] = {}
+    async with DistillClient(settings) as client:
+        for round_ in range(ROUNDS):
+            batch = []
+            for b in builders:
+                batch += [b.user(f"round {round_} request for {b.session}"), b.assistant(f"answer {round_}"),
+                          b.user(f"follow-up {round_}", new_request=False), b.assistant(f"done {round_}")]  # fmt: skip
+                last[b.session] = batch[-1]
+            await client.publish_many(batch)
+            if round_ == 0:
+                await read_topic(settings, settings.topics.summaries, min_records=SESSIONS // 2, timeout=90)
+            if round_ == 1:
+                victim.kill()
+            await asyncio.sleep(1.0)
+        for b in builders:
+            await client.publish(
+                Summarize(app_name=b.app_name, user_id=b.user_id, session_id=b.session,
+                          command_id=f"final-{b.session}", force=True)
+            )  # fmt: skip
+    return last
+
+
+async def wait_for_final_summaries(
+    settings: Settings, last: dict[str, SessionEvent], survivor: WorkerProcess
+) -> list[Any]:
+    """The summaries topic once every session's latest summary ends at its last event (or fail)."""
+
+    def complete(records: list[Any]) -> bool:
+        latest: dict[str, str] = {}
+        for s in summaries_of(records):
+            if s["filter_key"] == "":
+                latest[s["session_id"]] = s["boundary"]["last_event_id"]
+        return all(latest.get(sid) == ev.event_id for sid, ev in last.items())
+
+    started = time.monotonic()
+    records = await read_topic(settings, settings.topics.summaries, until=complete, timeout=150)
+    if not complete(records):
+        latest = {s["session_id"]: (s["version"], s["boundary"]["last_event_id"]) for s in summaries_of(records)
+                  if s["filter_key"] == ""}  # fmt: skip
+        behind = {sid: latest.get(sid) for sid, ev in last.items() if latest.get(sid, (0, ""))[1] != ev.event_id}
+        # The survivor's own story (rebalances, assignments, ledger, errors), not its LLM calls.
+        story = [x for x in survivor.log_text().splitlines() if "httpx" not in x and "summary published" not in x]
+        pytest.fail(f"not caught up after {time.monotonic() - started:.0f}s: {behind}\n" + "\n".join(story[-40:]))
+    return records
