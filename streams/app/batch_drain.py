@@ -13,6 +13,9 @@ Faust's semantics are kept record for record:
 * the batch comes from Faust's own ``getmany`` (round-robin over partitions,
   active-partition filter, seek back to committed offsets while flow is
   stopped);
+* a stream (non-changelog) record is not delivered while the app is rebalancing:
+  see :meth:`BatchDrainConsumer._until_rebalanced` (Faust's own per-record loop has
+  the same window, narrower; a whole batch made it likely);
 * before each record, delivery stops when flow is no longer active or the
   consumer generation is no longer the one the batch was fetched under (what
   ``getmany`` checks between records, against the generation read after the fetch);
@@ -55,6 +58,8 @@ _EXPECTED_DRAIN = (
     "if self._n_acked >= commit_every:",
     "getmany(timeout=1.0)",
 )
+REBALANCE_POLL_S = 0.01
+"""How often a stream record held back during a rebalance looks whether it is over."""
 YIELD_EVERY = 100
 """Records delivered between forced yields to the event loop (Faust's value)."""
 
@@ -151,9 +156,14 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         commit_every = self._commit_every
         acks_enabled_for = app.topics.acks_enabled_for
         since_yield = 0
+        is_changelog = self._is_changelog_tp
         for tp, message in records:
             if not self.flow_active or app.consumer_generation_id != generation_id:
                 return
+            if app.rebalancing and not is_changelog(tp):
+                await self._until_rebalanced(generation_id)
+                if not self.flow_active or app.consumer_generation_id != generation_id:
+                    return
             since_yield += 1
             if since_yield > YIELD_EVERY:
                 await asyncio.sleep(0)
@@ -174,6 +184,20 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             await callback(message)
             cursor.tp = None
             read_offset[tp] = offset
+
+    async def _until_rebalanced(self, generation_id: int) -> None:
+        """Wait until the rebalance of ``generation_id`` is over (or another one began).
+
+        Faust resumes the consumer's flow while the tables recover, then resumes the
+        stream partitions and seeks them, and only then resumes ``app.flow_control``,
+        which *clears every agent queue*. A stream record delivered before that clear
+        is wiped from its agent's queue after its read offset moved past it: nothing
+        fetches it again, and the next record's gap counts it as acked. So stream records
+        wait here until the rebalance ended (changelog records flow: recovery reads them).
+        """
+        app = self.app
+        while app.rebalancing and app.consumer_generation_id == generation_id and not self.should_stop:
+            await asyncio.sleep(REBALANCE_POLL_S)
 
 
 # mode names a subclass's logger after its module; keep Faust's, whose level the worker configures.

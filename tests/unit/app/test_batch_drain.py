@@ -181,3 +181,47 @@ def test_the_consumer_logs_under_faust_s_logger() -> None:
     from faust.transport.drivers import aiokafka as faust_aiokafka
 
     assert BatchDrainConsumer.logger is faust_aiokafka.logger
+
+
+async def test_stream_records_wait_for_the_rebalance_to_end_changelog_records_do_not() -> None:
+    """Faust clears the agents' queues when a rebalance's recovery resumes flow: a stream record
+    delivered before that would be wiped after its read offset passed it (lost for good)."""
+    consumer = _consumer()
+    changelog = "app-table-changelog"
+    consumer._is_changelog_tp = lambda tp: tp.topic == changelog
+    seen: list[tuple[str, int]] = []
+
+    async def callback(message: Message) -> None:
+        seen.append((message.topic, message.offset))
+
+    consumer.callback = callback
+    consumer.resume_flow()
+    consumer.app.rebalancing = True
+    ctp = TP(changelog, 0)
+    records = [(ctp, Message(changelog, 0, 5, 0.0, 0, None, b"k", b"v", None, tp=ctp, generation_id=0))]
+    records += _records(1, 2)
+    deliver = asyncio.ensure_future(consumer._deliver_batch(records))
+    await asyncio.sleep(0.05)
+    assert seen == [(changelog, 5)]  # recovery reads the changelog; the events wait
+    assert consumer._read_offset[TP(TOPIC, 0)] is None
+    consumer.app.rebalancing = False  # recovery resumed flow (and cleared the queues)
+    await asyncio.wait_for(deliver, 2)
+    assert seen == [(changelog, 5), (TOPIC, 1), (TOPIC, 2)]
+
+
+async def test_a_stream_record_held_in_a_rebalance_that_moves_on_is_not_delivered() -> None:
+    consumer = _consumer()
+    seen: list[int] = []
+
+    async def callback(message: Message) -> None:
+        seen.append(message.offset)
+
+    consumer.callback = callback
+    consumer.resume_flow()
+    consumer.app.rebalancing = True
+    deliver = asyncio.ensure_future(consumer._deliver_batch(_records(1, 2)))
+    await asyncio.sleep(0.03)
+    consumer.app.consumer_generation_id += 1  # another assignment: these records are re-fetched
+    await asyncio.wait_for(deliver, 2)
+    assert seen == []
+    assert consumer._read_offset[TP(TOPIC, 0)] is None
