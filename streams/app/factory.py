@@ -283,7 +283,6 @@ def create_app(
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
         last_of: dict[int, Any] = {}
         kinds: dict[str, int] = {}
-        dead_letters = 0
         for event in events:
             msg = event.message
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
@@ -312,12 +311,11 @@ def create_app(
             for reply in out.replies:
                 outgoing.append((topics.summaries, key, reply.model_dump_json().encode(), msg.partition))
             if out.dead_letter is not None:
-                dead_letters += 1
                 outgoing.append((topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition))
         write_table(stream, batch, last_of, outgoing)
         for kind, n in kinds.items():
             metrics.EVENTS.labels(kind).inc(n)
-        await send_all(outgoing, wait=dead_letters > 0)
+        await send_all(outgoing)
 
     def write_table(
         stream: Any, batch: TableBatch, last_of: dict[int, Any], outgoing: list[tuple[str, bytes, bytes | None, int]]
@@ -345,18 +343,20 @@ def create_app(
                 if watch is not None:
                     watch.note(tkey, value)
 
-    async def send_all(outgoing: list[tuple[str, bytes, bytes | None, int]], *, wait: bool = False) -> None:
-        """Queue the records on the producer in order (``wait``: until the broker has them).
+    async def send_all(outgoing: list[tuple[str, bytes, bytes | None, int]]) -> None:
+        """Produce the records in order; return once the broker has every one of them.
 
-        Not waiting is safe: Faust flushes the producer before it commits offsets, so the
-        records an event caused are on the broker before the event counts as consumed (as
-        with Faust's own changelog writes).
+        Raises if one could not be written: the caller then acks nothing and stops the
+        worker, so its records are delivered again. (Faust flushes the producer before it
+        commits, but a flush does not fail on a batch that expired: without the wait, an
+        outage longer than the request timeout let offsets be committed past lost jobs and
+        changelog writes.) While a batch waits, the next one queues up behind it.
         """
         pending = [await app.producer.send(t, k, v, p, None, None) for t, k, v, p in outgoing]
         store = cast(Any, table).data
         for (t, _, _, p), fut in zip(outgoing, pending, strict=True):
             cast(Any, fut).add_done_callback(partial(_sent, store, t, p))
-        if wait and pending:
+        if pending:
             await asyncio.gather(*pending)
 
     def _sent(store: Any, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
@@ -378,7 +378,12 @@ def create_app(
             track.on_summary_record(event.value, batch)
             outgoing: list[tuple[str, bytes, bytes | None, int]] = []
             write_table(stream, batch, {batch.partition: event}, outgoing)
-            await send_all(outgoing)
+            try:
+                await send_all(outgoing)
+            except Exception as exc:  # not written: stop before this record is acked (re-delivered)
+                log.exception("absorbing a summary failed; stopping the worker", extra={"partition": batch.partition})
+                await app.crash(exc)
+                raise
 
     revoked_generation: list[int | None] = [None]  # see current_job; set by _revoked
 
