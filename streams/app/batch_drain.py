@@ -157,13 +157,19 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         acks_enabled_for = app.topics.acks_enabled_for
         since_yield = 0
         is_changelog = self._is_changelog_tp
+        rewind: dict[Any, int] = {}  # stream partition → first record not delivered (fetched again)
         for tp, message in records:
             if not self.flow_active or app.consumer_generation_id != generation_id:
                 return
+            if tp in rewind:
+                continue
             if app.rebalancing and not is_changelog(tp):
                 await self._until_rebalanced(generation_id)
                 if not self.flow_active or app.consumer_generation_id != generation_id:
                     return
+                if app.rebalancing:  # tables are recovering through this loop: it must not wait
+                    rewind[tp] = message.offset
+                    continue
             since_yield += 1
             if since_yield > YIELD_EVERY:
                 await asyncio.sleep(0)
@@ -184,6 +190,8 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             await callback(message)
             cursor.tp = None
             read_offset[tp] = offset
+        for tp, offset in rewind.items():
+            await self.seek(tp, offset)  # also sets the read offset: no gap is registered past them
 
     async def _until_rebalanced(self, generation_id: int) -> None:
         """Wait until the rebalance of ``generation_id`` is over (or another one began).
@@ -194,9 +202,16 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         is wiped from its agent's queue after its read offset moved past it: nothing
         fetches it again, and the next record's gap counts it as acked. So stream records
         wait here until the rebalance ended (changelog records flow: recovery reads them).
+        While the tables recover, this loop must go on fetching their changelogs: then
+        it returns at once and the caller skips the partition and seeks it back.
         """
         app = self.app
-        while app.rebalancing and app.consumer_generation_id == generation_id and not self.should_stop:
+        while (
+            app.rebalancing
+            and not app.in_recovery
+            and app.consumer_generation_id == generation_id
+            and not self.should_stop
+        ):
             await asyncio.sleep(REBALANCE_POLL_S)
 
 

@@ -372,18 +372,22 @@ def create_app(
 
     @app.agent(summaries_topic, name="absorb", concurrency=1)
     async def absorb_summaries(stream: faust.StreamT[Any]) -> None:
-        async for event in stream.events():
+        # Manual acks: a record is acked only once its writes are on the broker (an exception
+        # unwinding Faust's stream iterator would ack the record being processed).
+        manual = cast(Any, stream).noack()
+        async for event in manual.events():
             batch = TableBatch(cast(Any, table))
             batch.partition = event.message.partition
             track.on_summary_record(event.value, batch)
             outgoing: list[tuple[str, bytes, bytes | None, int]] = []
-            write_table(stream, batch, {batch.partition: event}, outgoing)
+            write_table(manual, batch, {batch.partition: event}, outgoing)
             try:
                 await send_all(outgoing)
             except Exception as exc:  # not written: stop before this record is acked (re-delivered)
                 log.exception("absorbing a summary failed; stopping the worker", extra={"partition": batch.partition})
                 await app.crash(exc)
                 raise
+            await manual.ack(event)
 
     revoked_generation: list[int | None] = [None]  # see current_job; set by _revoked
 
@@ -418,6 +422,8 @@ def create_app(
         if watch is not None:  # states recovered from the changelog: the next sweep scans the table
             watch.needs_scan = True
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
+        # A member rejoining a stable group may keep its generation number: its jobs are current.
+        revoked_generation[0] = None
         await runtime.on_assigned(set(mine))
         log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 

@@ -169,7 +169,9 @@ class JobPool:
     def _refused(self, partition: int, offset: int, valid: Callable[[], bool] | None) -> bool:
         # ``valid`` knows the consumer generations and decides alone: the fence is lifted by an
         # assignment hook that may run after the new generation's first jobs are delivered.
-        if valid is not None:
+        if self._fence_all and partition not in self._open:
+            reason = "pool stopping"  # drain(None): the worker stops; nothing starts any more
+        elif valid is not None:
             if valid():
                 return False
             reason = "stale generation"

@@ -225,3 +225,31 @@ async def test_a_stream_record_held_in_a_rebalance_that_moves_on_is_not_delivere
     await asyncio.wait_for(deliver, 2)
     assert seen == []
     assert consumer._read_offset[TP(TOPIC, 0)] is None
+
+
+async def test_while_tables_recover_stream_records_are_skipped_and_sought_back_not_waited_for() -> None:
+    """Recovery reads the changelog through this same loop: it must not wait on a stream record."""
+    consumer = _consumer()
+    changelog = "app-table-changelog"
+    consumer._is_changelog_tp = lambda tp: tp.topic == changelog
+    seen: list[tuple[str, int]] = []
+    sought: list[tuple[TP, int]] = []
+
+    async def callback(message: Message) -> None:
+        seen.append((message.topic, message.offset))
+
+    async def seek(tp: TP, offset: int) -> None:
+        sought.append((tp, offset))
+
+    consumer.callback = callback
+    consumer.seek = seek
+    consumer.resume_flow()
+    consumer.app.rebalancing = True
+    consumer.app.in_recovery = True
+    ctp = TP(changelog, 0)
+    changelog_record = (ctp, Message(changelog, 0, 9, 0.0, 0, None, b"k", b"v", None, tp=ctp, generation_id=0))
+    records = [*_records(4, 5), changelog_record, *_records(6), *_records(2, partition=1)]
+    await asyncio.wait_for(consumer._deliver_batch(records), 2)
+    assert seen == [(changelog, 9)]
+    assert sought == [(TP(TOPIC, 0), 4), (TP(TOPIC, 1), 2)]
+    assert not consumer._gap[TP(TOPIC, 0)]

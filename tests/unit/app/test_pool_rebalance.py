@@ -254,3 +254,12 @@ def test_a_job_is_current_only_in_its_generation_and_not_while_that_generation_i
     assert not current_job(_App(3), _Msg(3), [3])  # revoke under way: the assignment is not ours yet
     assert not current_job(_App(4), _Msg(3), [3])  # fetched before the rebalance
     assert current_job(_App(4), _Msg(4), [3])  # the new assignment's jobs
+
+
+async def test_once_the_pool_is_drained_for_a_stop_even_a_current_job_never_starts() -> None:
+    pool = JobPool(concurrency=1)
+    ran: list[str] = []
+    await pool.drain(None)  # the worker stops: no revoke, so ``valid`` still says "current"
+    assert await pool.submit("a", 0, 0, _recorder(ran, "late"), lambda: None, valid=lambda: True) is False
+    await asyncio.sleep(0)
+    assert ran == []
