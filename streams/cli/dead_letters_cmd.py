@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -107,7 +108,19 @@ def list_command(as_json: bool, follow: bool, **params: Any) -> None:
     tally = _Tally()
 
     async def run() -> None:
-        async for batch in _stored_batches(settings, follow):
+        stop = asyncio.Event()
+        if follow:
+            # Ctrl-C ends the follow loop here, within a fetch timeout. (Cancelling the task, as
+            # asyncio.run does on SIGINT, can be swallowed inside the Kafka client's fetch: the
+            # listing then never ended and its summary was never printed.)
+            def on_sigint() -> None:
+                if stop.is_set():  # a second Ctrl-C: stop now
+                    raise KeyboardInterrupt
+                stop.set()
+
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_sigint)
+        async for batch in _stored_batches(settings, follow, stop):
             _report_invalid(settings, batch, tally, as_json)
             remaining = None if selection.limit is None else selection.limit - len(tally.letters)
             for letter in replace(selection, limit=remaining).apply(r.letter for r in batch if r.letter):
@@ -199,8 +212,13 @@ async def _collect(settings: Settings, selection: Selection, tally: _Tally) -> N
         tally.letters.extend(selection.apply(r.letter for r in batch if r.letter))
 
 
-async def _stored_batches(settings: Settings, follow: bool) -> AsyncIterator[list[StoredRecord]]:
-    """The dead-letters topic from its beginning: everything up to the current end, then (``follow``) new batches."""
+async def _stored_batches(
+    settings: Settings, follow: bool, stop: asyncio.Event | None = None
+) -> AsyncIterator[list[StoredRecord]]:
+    """The dead-letters topic from its beginning: everything up to the current end, then (``follow``) new batches.
+
+    Following ends when ``stop`` is set (checked between fetches of at most a second).
+    """
     from aiokafka import AIOKafkaConsumer
 
     from streams.kafka_config import consumer_kwargs
@@ -214,7 +232,7 @@ async def _stored_batches(settings: Settings, follow: bool) -> AsyncIterator[lis
         while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
             backlog.extend(_decode(await consumer.getmany(*tps, timeout_ms=500)))
         yield backlog
-        while follow:
+        while follow and not (stop is not None and stop.is_set()):
             yield _decode(await consumer.getmany(timeout_ms=1000))
     finally:
         await consumer.stop()

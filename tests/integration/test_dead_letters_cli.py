@@ -196,13 +196,16 @@ def test_follow_prints_new_dead_letters_until_interrupted(dlq: Topic) -> None:
     lines: Queue[str] = Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()], daemon=True).start()
 
+    seen: list[str] = []
+
     def wait_for(text: str) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with contextlib.suppress(Empty):
-                if text in lines.get(timeout=1):
+                seen.append(lines.get(timeout=1))
+                if text in seen[-1]:
                     return
-        raise AssertionError(f"{text!r} never printed")
+        raise AssertionError(f"{text!r} never printed; exit code {proc.poll()}; output:\n" + "".join(seen))
 
     try:
         wait_for("OversizedRecord")
