@@ -55,3 +55,16 @@ def test_format_1_values_from_an_older_worker_still_read() -> None:
 def test_corrupt_values_raise_a_typed_error(raw: bytes, reason: str) -> None:
     with pytest.raises(CorruptTriggerStateError, match=reason):
         TrackedKeyCodec().loads(raw)
+
+
+def test_non_ascii_ids_and_pending_events_round_trip() -> None:
+    from tests.unit.app.test_track_handler import event, feed, handler
+
+    table: dict[str, TrackedKey] = {}
+    feed(handler(threshold=1000), table, [event(i, "user" if i % 4 == 1 else "assistant") for i in range(1, 12)])
+    for value in table.values():
+        assert value.state.pending, "a state with pending events"
+        assert TrackedKey.from_bytes(value.to_bytes()) == value
+    unicode = TrackedKey(SessionTriggerState("应用", "ユーザー", "séance", "app/分支"), first_offset=1)
+    assert TrackedKey.from_bytes(unicode.to_bytes()) == unicode
+    assert json.loads(unicode.to_bytes())[4][:3] == ["应用", "ユーザー", "séance"]
