@@ -357,6 +357,9 @@ def create_app(
         for (t, _, _, p), fut in zip(outgoing, pending, strict=True):
             cast(Any, fut).add_done_callback(partial(_sent, store, t, p))
         if pending:
+            # Flush: send now rather than after the producer's linger, which every batch would
+            # otherwise wait out; then any failure of these records raises here.
+            await app.producer.flush()
             await asyncio.gather(*pending)
 
     def _sent(store: Any, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
