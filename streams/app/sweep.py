@@ -69,6 +69,12 @@ def sweep_commands(
                         "command_id": hashlib.sha256(marker.encode()).hexdigest()[:24],
                         "force": False,
                         "origin": origin,
+                        # A retry asks for the job again: with the request context it was emitted with.
+                        **(
+                            {"context": dict(state.in_flight.context)}
+                            if origin == "retry" and state.in_flight and state.in_flight.context
+                            else {}
+                        ),
                     }
                 ),
             )

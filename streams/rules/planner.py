@@ -132,10 +132,13 @@ def apply_event(
                 context=event.context,
             )
             jobs.append(job)
+            context = job.context or None
             if target in updated:  # already this call's to change
-                state.in_flight = InFlight(job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt)
+                state.in_flight = InFlight(job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, context)
             else:
-                updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt)
+                updated[target] = mark_emitted(
+                    state, job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, context
+                )
     return Outcome(updated, tuple(decisions), tuple(jobs))
 
 
@@ -200,7 +203,9 @@ def apply_command(
                 context=command.context,
             )
             jobs.append(job)
-            updated[target] = mark_emitted(state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt)
+            updated[target] = mark_emitted(
+                state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None
+            )
         elif states.get(target) is None:
             updated[target] = state
     return Outcome(updated, tuple(decisions), tuple(jobs))

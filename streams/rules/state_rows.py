@@ -54,9 +54,16 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         state.pending,
         _scope_row(state.own),
         {k: _scope_row(s) for k, s in state.scopes.items()} if state.scopes else None,
-        state.in_flight,
+        _flight_row(state.in_flight),
         state.high_offset,
     ]
+
+
+def _flight_row(flight: InFlight | None) -> list[Any] | None:
+    # Without a context the row keeps its four fields, as written before contexts were kept.
+    if flight is None:
+        return None
+    return list(flight) if flight.context else list(flight[:4])
 
 
 def state_from_row(row: Any) -> SessionTriggerState:

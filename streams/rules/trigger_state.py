@@ -68,6 +68,8 @@ class InFlight(NamedTuple):
     emitted_at: int
     """Timestamp (µs) of the event that emitted it."""
     attempt: int = 0
+    context: Mapping[str, str] | None = None
+    """The request context the job carries (``None``: none): a retry of the job carries it again."""
 
 
 @dataclass(slots=True)
@@ -357,11 +359,16 @@ def rebase(
 
 
 def mark_emitted(
-    state: SessionTriggerState, job_id: str, upto_event_id: str, at: int, attempt: int = 0
+    state: SessionTriggerState,
+    job_id: str,
+    upto_event_id: str,
+    at: int,
+    attempt: int = 0,
+    context: Mapping[str, str] | None = None,
 ) -> SessionTriggerState:
     """A copy of ``state`` with the job now in flight for this key."""
     out = state.copy()
-    out.in_flight = InFlight(job_id, upto_event_id, at, attempt)
+    out.in_flight = InFlight(job_id, upto_event_id, at, attempt, dict(context) if context else None)
     return out
 
 
@@ -500,7 +507,7 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["sc"] = {k: _scope_out(s) for k, s in state.scopes.items()}
     if state.in_flight is not None:
         f = state.in_flight
-        out["i"] = [f.job_id, f.upto_event_id, f.emitted_at, f.attempt]
+        out["i"] = [f.job_id, f.upto_event_id, f.emitted_at, f.attempt, *([f.context] if f.context else [])]
     if state.high_offset is not None:
         out["h"] = state.high_offset
     return out

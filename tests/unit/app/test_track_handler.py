@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -162,6 +163,27 @@ def test_sweep_pokes_idle_keys_and_timed_out_jobs() -> None:
     assert [c.model_extra["origin"] for _, c in late] == ["retry"]
     out = h2.on_record(late[0][1], Coordinates("ev", 0, 5), table2, log_time=T0)
     assert out.jobs and out.jobs[0].origin == "retry"
+
+
+def test_a_retried_job_carries_the_request_context_it_was_emitted_with() -> None:
+    h = handler(threshold=1, wall_clock=lambda: T0.timestamp())
+    table: dict[str, TrackedKey] = {}
+    gold = {"tenant_tier": "gold"}
+    jobs = feed(h, table, [event(1, "user", context=gold), event(2, context=gold)])
+    assert [j.context for j in jobs] == [{"tenant_tier": "gold"}]
+    value = table[table_key("a", "u", "s", "")]
+    assert TrackedKey.from_bytes(value.to_bytes()) == value  # the context survives the changelog
+    retry = sweep_commands(table.values(), now=T0 + timedelta(seconds=500), idle_after_s=None, job_timeout_s=120)
+    assert [c.context for _, c in retry] == [{"tenant_tier": "gold"}]
+    out = h.on_record(retry[0][1], Coordinates("ev", 0, 5), table, log_time=T0)
+    assert [(j.origin, j.context) for j in out.jobs] == [("retry", {"tenant_tier": "gold"})]
+
+
+def test_a_job_without_context_keeps_the_four_field_in_flight_row() -> None:
+    table: dict[str, TrackedKey] = {}
+    feed(handler(threshold=1), table, [event(1, "user"), event(2)])
+    row = json.loads(table[table_key("a", "u", "s", "")].to_bytes())[4]
+    assert len(row[10]) == 4  # readable by a build that keeps no contexts
 
 
 def test_table_values_round_trip() -> None:
