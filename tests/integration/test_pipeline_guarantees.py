@@ -8,10 +8,12 @@ ended, and the last boundary is the session's last event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +84,7 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
             with workers(settings, tmp_path / "b") as (second,):
                 await wait_for_assignment(second)
                 victim, survivor = (first, second) if killed == "first" else (second, first)
-                last = await publish_rounds_killing(settings, builders, victim)
+                last = await publish_rounds(settings, builders, after_round_1=lambda: asyncio.to_thread(victim.kill))
                 records = await wait_for_final_summaries(settings, last, survivor)
                 assert survivor.proc.poll() is None, survivor.log_text()[-3000:]
         summaries = summaries_of(records)
@@ -92,10 +94,10 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
         assert any(x.get("msg") == "summary published" for x in killed_log), "the killed worker did some work"
 
 
-async def publish_rounds_killing(
-    settings: Settings, builders: list[SessionBuilder], victim: WorkerProcess
+async def publish_rounds(
+    settings: Settings, builders: list[SessionBuilder], after_round_1: Callable[[], Awaitable[object]]
 ) -> dict[str, SessionEvent]:
-    """ROUNDS rounds of 4 events per session, ``victim`` SIGKILLed after round 1, then a forced summary each.
+    """ROUNDS rounds of 4 events per session, ``after_round_1`` awaited (a kill, a join), then a forced summary each.
 
     Returns the last event of every session (what its last summary must end with).
     """
@@ -111,7 +113,7 @@ async def publish_rounds_killing(
             if round_ == 0:
                 await read_topic(settings, settings.topics.summaries, min_records=SESSIONS // 2, timeout=90)
             if round_ == 1:
-                victim.kill()
+                await after_round_1()
             await asyncio.sleep(1.0)
         for b in builders:
             await client.publish(
@@ -119,6 +121,36 @@ async def publish_rounds_killing(
                           command_id=f"final-{b.session}", force=True)
             )  # fmt: skip
     return last
+
+
+async def test_a_worker_joining_mid_run_takes_over_without_losing_or_repeating_a_boundary(
+    service_settings: Settings, tmp_path: Path
+) -> None:
+    """B joins while A is busy (jobs in flight on a slow model): A's revoked partitions are drained
+    and handed over; afterwards every boundary has exactly one summary and versions grow by one."""
+    with OpenAIServer(default=delayed(echo_summary, 0.3)) as llm:
+        settings = scripted_pipeline_settings(
+            service_settings, llm.base_url, partitions=4, event_threshold=3, job_timeout_s=8
+        )
+        await create_topics(settings)
+        builders = [SessionBuilder(app="join") for _ in range(SESSIONS)]
+        with contextlib.ExitStack() as stack:
+            (first,) = stack.enter_context(workers(settings, tmp_path / "a"))
+            await wait_for_assignment(first)
+            joined: list[WorkerProcess] = []
+
+            async def join() -> None:  # round 1's jobs are in flight on the slow model meanwhile
+                joined.extend(stack.enter_context(workers(settings, tmp_path / "b")))
+                await wait_for_assignment(joined[0])
+
+            last = await publish_rounds(settings, builders, after_round_1=join)
+            records = await wait_for_final_summaries(settings, last, first)
+            assert all(p.proc.poll() is None for p in (first, *joined))
+        summaries = summaries_of(records)
+        check_chain(summaries)
+        assert len(summaries) >= SESSIONS * 2
+        logs = [json.loads(x) for x in joined[0].log_text().splitlines() if x.startswith("{")]
+        assert any(x.get("msg") == "summary published" for x in logs), "the joining worker took over some work"
 
 
 async def wait_for_final_summaries(
