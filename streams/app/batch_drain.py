@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -46,6 +47,8 @@ import faust
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_FAUST = ((0, 15, 2), (0, 16, 0))
 """faust-streaming versions ``[low, high)`` whose ``_drain_messages`` this module replaces."""
@@ -192,6 +195,11 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             read_offset[tp] = offset
         for tp, offset in rewind.items():
             await self.seek(tp, offset)  # also sets the read offset: no gap is registered past them
+        if rewind:
+            log.info(
+                "records fetched during table recovery: partitions sought back",
+                extra={"partitions": ",".join(f"{tp.topic}[{tp.partition}]@{o}" for tp, o in rewind.items())},
+            )
 
     async def _until_rebalanced(self, generation_id: int) -> None:
         """Wait until the rebalance of ``generation_id`` is over (or another one began).
