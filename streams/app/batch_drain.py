@@ -193,8 +193,13 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             await callback(message)
             cursor.tp = None
             read_offset[tp] = offset
-        for tp, offset in rewind.items():
-            await self.seek(tp, offset)  # also sets the read offset: no gap is registered past them
+        if rewind and app.consumer_generation_id == generation_id:  # else the new assignment seeks
+            assigned = self.assignment()
+            rewind = {tp: offset for tp, offset in rewind.items() if tp in assigned}
+            for tp, offset in rewind.items():
+                # Back to the first record not delivered (never past one: everything before it in
+                # this generation was delivered); also sets the read offset, so no gap covers them.
+                await self.seek(tp, offset)
         if rewind:
             log.info(
                 "records fetched during table recovery: partitions sought back",

@@ -357,9 +357,6 @@ def create_app(
         for (t, _, _, p), fut in zip(outgoing, pending, strict=True):
             cast(Any, fut).add_done_callback(partial(_sent, store, t, p))
         if pending:
-            # Flush: send now rather than after the producer's linger, which every batch would
-            # otherwise wait out; then any failure of these records raises here.
-            await app.producer.flush()
             await asyncio.gather(*pending)
 
     def _sent(store: Any, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
@@ -379,15 +376,16 @@ def create_app(
         # unwinding Faust's stream iterator would ack the record being processed).
         manual = cast(Any, stream).noack()
         async for event in manual.events():
-            batch = TableBatch(cast(Any, table))
-            batch.partition = event.message.partition
-            track.on_summary_record(event.value, batch)
-            outgoing: list[tuple[str, bytes, bytes | None, int]] = []
-            write_table(manual, batch, {batch.partition: event}, outgoing)
+            partition = event.message.partition
             try:
+                batch = TableBatch(cast(Any, table))
+                batch.partition = partition
+                track.on_summary_record(event.value, batch)
+                outgoing: list[tuple[str, bytes, bytes | None, int]] = []
+                write_table(manual, batch, {partition: event}, outgoing)
                 await send_all(outgoing)
-            except Exception as exc:  # not written: stop before this record is acked (re-delivered)
-                log.exception("absorbing a summary failed; stopping the worker", extra={"partition": batch.partition})
+            except Exception as exc:  # unacked, it would stall the partition's commits: stop, re-deliver
+                log.exception("absorbing a summary failed; stopping the worker", extra={"partition": partition})
                 await app.crash(exc)
                 raise
             await manual.ack(event)

@@ -23,6 +23,7 @@ from streams.rules.state_rows import ROW_FORMAT, state_from_row, state_to_row
 from streams.rules.trigger_state import SessionTriggerState, from_dict
 
 KEY_SEPARATOR = "\x1f"
+_json_encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 def table_key(app_name: str, user_id: str, session_id: str, filter_key: str) -> str:
@@ -55,7 +56,10 @@ class TrackedKey:
         # orjson: a changelog record per changed key per batch, ~4x cheaper than the json module
         # (the row's pending events are named tuples, written as lists like json writes them).
         row = [ROW_FORMAT, self.first_offset, self.partition, self.emitted_wall, state_to_row(self.state)]
-        return orjson.dumps(row, default=list)
+        try:
+            return orjson.dumps(row, default=list)
+        except TypeError:  # an integer beyond 64 bits (e.g. a huge context_window): json writes any int
+            return _json_encode(row).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes | str) -> TrackedKey:
@@ -67,8 +71,9 @@ class TrackedKey:
         is a replay (fresh changelog), which rebuilds every state from the log.
         """
         try:
-            raw = orjson.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:  # orjson's error is a JSONDecodeError
+            # json, not orjson: read back exactly, integers beyond 64 bits included (orjson: floats).
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptTriggerStateError(f"track-state value is not JSON: {exc}") from exc
         if isinstance(raw, list):
             if len(raw) != 5 or raw[0] != ROW_FORMAT:

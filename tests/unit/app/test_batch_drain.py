@@ -243,6 +243,7 @@ async def test_while_tables_recover_stream_records_are_skipped_and_sought_back_n
 
     consumer.callback = callback
     consumer.seek = seek
+    consumer.assignment = lambda: {TP(TOPIC, 0), TP(TOPIC, 1)}
     consumer.resume_flow()
     consumer.app.rebalancing = True
     consumer.app.in_recovery = True
@@ -253,3 +254,23 @@ async def test_while_tables_recover_stream_records_are_skipped_and_sought_back_n
     assert seen == [(changelog, 9)]
     assert sought == [(TP(TOPIC, 0), 4), (TP(TOPIC, 1), 2)]
     assert not consumer._gap[TP(TOPIC, 0)]
+
+
+async def test_a_skipped_partition_no_longer_assigned_is_not_sought() -> None:
+    consumer = _consumer()
+    sought: list[tuple[TP, int]] = []
+
+    async def seek(tp: TP, offset: int) -> None:
+        sought.append((tp, offset))
+
+    async def callback(message: Message) -> None:
+        raise AssertionError("nothing is delivered while tables recover")
+
+    consumer.callback = callback
+    consumer.seek = seek
+    consumer.assignment = lambda: {TP(TOPIC, 1)}  # partition 0 went to another worker meanwhile
+    consumer.resume_flow()
+    consumer.app.rebalancing = True
+    consumer.app.in_recovery = True
+    await asyncio.wait_for(consumer._deliver_batch([*_records(4), *_records(2, partition=1)]), 2)
+    assert sought == [(TP(TOPIC, 1), 2)]

@@ -68,3 +68,12 @@ def test_non_ascii_ids_and_pending_events_round_trip() -> None:
     unicode = TrackedKey(SessionTriggerState("应用", "ユーザー", "séance", "app/分支"), first_offset=1)
     assert TrackedKey.from_bytes(unicode.to_bytes()) == unicode
     assert json.loads(unicode.to_bytes())[4][:3] == ["应用", "ユーザー", "séance"]
+
+
+def test_integers_beyond_64_bits_round_trip_exactly() -> None:
+    from tests.unit.app.test_track_handler import event, feed, handler
+
+    table: dict[str, TrackedKey] = {}
+    feed(handler(threshold=1000), table, [event(1, "user", context_window=2**70), event(2)])
+    for value in table.values():
+        assert TrackedKey.from_bytes(value.to_bytes()) == value
