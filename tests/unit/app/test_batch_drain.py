@@ -21,6 +21,7 @@ from streams.app.batch_drain import (
 )
 
 TOPIC = "events"
+CHANGELOG = "app-table-changelog"
 ORIGINAL_DRAIN = inspect.getsource(FaustConsumer._drain_messages)
 
 
@@ -58,6 +59,41 @@ def _consumer() -> Any:
     return consumer
 
 
+def _deliveries(consumer: Any, *, with_topic: bool = False) -> list[Any]:
+    """Make ``consumer`` record what it delivers: offsets, or ``(topic, offset)`` pairs."""
+    seen: list[Any] = []
+
+    async def callback(message: Message) -> None:
+        seen.append((message.topic, message.offset) if with_topic else message.offset)
+
+    consumer.callback = callback
+    return seen
+
+
+def _seeks(consumer: Any) -> list[tuple[TP, int]]:
+    """Make ``consumer`` record its seeks instead of performing them."""
+    sought: list[tuple[TP, int]] = []
+
+    async def seek(tp: TP, offset: int) -> None:
+        sought.append((tp, offset))
+
+    consumer.seek = seek
+    return sought
+
+
+def _rebalancing(consumer: Any, *, recovering: bool) -> None:
+    """Flow active, the app rebalancing (its tables ``recovering`` or not), ``CHANGELOG`` a changelog topic."""
+    consumer._is_changelog_tp = lambda tp: tp.topic == CHANGELOG
+    consumer.resume_flow()
+    consumer.app.rebalancing = True
+    consumer.app.in_recovery = recovering
+
+
+def _changelog_record(topic: str, offset: int) -> tuple[TP, Message]:
+    tp = TP(topic, 0)
+    return tp, Message(topic, 0, offset, 0.0, 0, None, b"k", b"v", None, tp=tp, generation_id=0)
+
+
 def _records(*offsets: int, partition: int = 0, generation: int = 0) -> list[tuple[TP, Message]]:
     """Records as Faust's ``getmany`` yields them: stamped with the generation they were fetched under."""
     tp = TP(TOPIC, partition)
@@ -69,12 +105,7 @@ def _records(*offsets: int, partition: int = 0, generation: int = 0) -> list[tup
 
 async def test_every_record_is_delivered_in_order_and_marked_read() -> None:
     consumer = _consumer()
-    seen: list[int] = []
-
-    async def callback(message: Message) -> None:
-        seen.append(message.offset)
-
-    consumer.callback = callback
+    seen = _deliveries(consumer)
     consumer._read_offset[TP(TOPIC, 0)] = 9
     await consumer._deliver_batch(_records(10, 11, 12))
     assert seen == [10, 11, 12]
@@ -83,12 +114,7 @@ async def test_every_record_is_delivered_in_order_and_marked_read() -> None:
 
 async def test_a_hole_in_the_offsets_is_registered_as_a_gap_and_old_records_are_dropped() -> None:
     consumer = _consumer()
-    seen: list[int] = []
-
-    async def callback(message: Message) -> None:
-        seen.append(message.offset)
-
-    consumer.callback = callback
+    seen = _deliveries(consumer)
     tp = TP(TOPIC, 0)
     consumer._read_offset[tp] = 5
     await consumer._deliver_batch(_records(3, 6, 9))
@@ -187,38 +213,21 @@ async def test_stream_records_wait_for_the_rebalance_to_end_changelog_records_do
     """Faust clears the agents' queues when a rebalance's recovery resumes flow: a stream record
     delivered before that would be wiped after its read offset passed it (lost for good)."""
     consumer = _consumer()
-    changelog = "app-table-changelog"
-    consumer._is_changelog_tp = lambda tp: tp.topic == changelog
-    seen: list[tuple[str, int]] = []
-
-    async def callback(message: Message) -> None:
-        seen.append((message.topic, message.offset))
-
-    consumer.callback = callback
-    consumer.resume_flow()
-    consumer.app.rebalancing = True
-    ctp = TP(changelog, 0)
-    records = [(ctp, Message(changelog, 0, 5, 0.0, 0, None, b"k", b"v", None, tp=ctp, generation_id=0))]
-    records += _records(1, 2)
-    deliver = asyncio.ensure_future(consumer._deliver_batch(records))
+    seen = _deliveries(consumer, with_topic=True)
+    _rebalancing(consumer, recovering=False)
+    deliver = asyncio.ensure_future(consumer._deliver_batch([_changelog_record(CHANGELOG, 5), *_records(1, 2)]))
     await asyncio.sleep(0.05)
-    assert seen == [(changelog, 5)]  # recovery reads the changelog; the events wait
+    assert seen == [(CHANGELOG, 5)]  # recovery reads the changelog; the events wait
     assert consumer._read_offset[TP(TOPIC, 0)] is None
     consumer.app.rebalancing = False  # recovery resumed flow (and cleared the queues)
     await asyncio.wait_for(deliver, 2)
-    assert seen == [(changelog, 5), (TOPIC, 1), (TOPIC, 2)]
+    assert seen == [(CHANGELOG, 5), (TOPIC, 1), (TOPIC, 2)]
 
 
 async def test_a_stream_record_held_in_a_rebalance_that_moves_on_is_not_delivered() -> None:
     consumer = _consumer()
-    seen: list[int] = []
-
-    async def callback(message: Message) -> None:
-        seen.append(message.offset)
-
-    consumer.callback = callback
-    consumer.resume_flow()
-    consumer.app.rebalancing = True
+    seen = _deliveries(consumer)
+    _rebalancing(consumer, recovering=False)
     deliver = asyncio.ensure_future(consumer._deliver_batch(_records(1, 2)))
     await asyncio.sleep(0.03)
     consumer.app.consumer_generation_id += 1  # another assignment: these records are re-fetched
@@ -230,47 +239,23 @@ async def test_a_stream_record_held_in_a_rebalance_that_moves_on_is_not_delivere
 async def test_while_tables_recover_stream_records_are_skipped_and_sought_back_not_waited_for() -> None:
     """Recovery reads the changelog through this same loop: it must not wait on a stream record."""
     consumer = _consumer()
-    changelog = "app-table-changelog"
-    consumer._is_changelog_tp = lambda tp: tp.topic == changelog
-    seen: list[tuple[str, int]] = []
-    sought: list[tuple[TP, int]] = []
-
-    async def callback(message: Message) -> None:
-        seen.append((message.topic, message.offset))
-
-    async def seek(tp: TP, offset: int) -> None:
-        sought.append((tp, offset))
-
-    consumer.callback = callback
-    consumer.seek = seek
+    seen = _deliveries(consumer, with_topic=True)
+    sought = _seeks(consumer)
     consumer.assignment = lambda: {TP(TOPIC, 0), TP(TOPIC, 1)}
-    consumer.resume_flow()
-    consumer.app.rebalancing = True
-    consumer.app.in_recovery = True
-    ctp = TP(changelog, 0)
-    changelog_record = (ctp, Message(changelog, 0, 9, 0.0, 0, None, b"k", b"v", None, tp=ctp, generation_id=0))
-    records = [*_records(4, 5), changelog_record, *_records(6), *_records(2, partition=1)]
+    _rebalancing(consumer, recovering=True)
+    records = [*_records(4, 5), _changelog_record(CHANGELOG, 9), *_records(6), *_records(2, partition=1)]
     await asyncio.wait_for(consumer._deliver_batch(records), 2)
-    assert seen == [(changelog, 9)]
+    assert seen == [(CHANGELOG, 9)]
     assert sought == [(TP(TOPIC, 0), 4), (TP(TOPIC, 1), 2)]
     assert not consumer._gap[TP(TOPIC, 0)]
 
 
 async def test_a_skipped_partition_no_longer_assigned_is_not_sought() -> None:
     consumer = _consumer()
-    sought: list[tuple[TP, int]] = []
-
-    async def seek(tp: TP, offset: int) -> None:
-        sought.append((tp, offset))
-
-    async def callback(message: Message) -> None:
-        raise AssertionError("nothing is delivered while tables recover")
-
-    consumer.callback = callback
-    consumer.seek = seek
+    seen = _deliveries(consumer)
+    sought = _seeks(consumer)
     consumer.assignment = lambda: {TP(TOPIC, 1)}  # partition 0 went to another worker meanwhile
-    consumer.resume_flow()
-    consumer.app.rebalancing = True
-    consumer.app.in_recovery = True
+    _rebalancing(consumer, recovering=True)
     await asyncio.wait_for(consumer._deliver_batch([*_records(4), *_records(2, partition=1)]), 2)
+    assert seen == []  # nothing is delivered while tables recover
     assert sought == [(TP(TOPIC, 1), 2)]
