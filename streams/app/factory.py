@@ -425,7 +425,7 @@ def create_app(
         mine = sorted(tp.partition for tp in assigned if tp.topic == topics.jobs)
         # A member rejoining a stable group may keep its generation number: its jobs are current.
         revoked_generation[0] = None
-        await runtime.on_assigned(set(mine))
+        runtime.on_assigned(set(mine))
         log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
 
     @cast(Any, app.on_before_shutdown).connect  # type: ignore[untyped-decorator]

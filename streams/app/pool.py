@@ -18,15 +18,15 @@ Guarantees:
 * Cancellation. A job cancelled while it waits for the previous job of its key
   never runs; how the previous job ended (done, failed, cancelled) does not
   matter to the next one.
-* Rebalances. :meth:`JobPool.drain` fences its partitions before it waits: from
-  then on no job of those partitions starts — a :meth:`JobPool.submit` for a
-  fenced partition, even one already waiting for room, returns without
-  registering, running or acking it (Kafka delivers the record again from the
-  committed offset) — until :meth:`JobPool.unfence` lifts the fence when the
-  partitions are assigned again. ``submit``'s ``valid()`` drops, the same way,
-  a record of a consumer generation that is gone. So once ``drain`` returns,
-  no job of its partitions runs or starts (bar one that ignored cancellation
-  for the whole timeout, which is logged).
+* Rebalances. ``submit``'s ``valid()`` says whether the record still belongs to
+  this worker's current assignment (the caller knows the consumer generations;
+  from the start of a revoke it is false for the revoked assignment's records). A
+  record that is not valid, even one whose submit was waiting for room, is dropped
+  without being registered, run or acked (Kafka delivers it again from the
+  committed offset). :meth:`JobPool.drain` waits until no job of its partitions is
+  left, those that started meanwhile included: once it returns, none runs (bar one
+  that ignored cancellation for the whole timeout, which is logged). After
+  ``drain(None)`` (a stop) no job starts at all.
 """
 
 from __future__ import annotations
@@ -105,34 +105,13 @@ class JobPool:
         self._held = asyncio.Semaphore(capacity or concurrency * 16)
         self._tails: dict[Hashable, asyncio.Task[None]] = {}
         self._tasks: dict[asyncio.Task[None], int] = {}
-        self._fenced: set[int] = set()
-        self._fence_all = False  # set by drain(None); then only the partitions in _open may start jobs
-        self._open: set[int] = set()
+        self._stopping = False  # set by drain(None): no job starts any more
         self._callbacks: set[asyncio.Future[object]] = set()
         self.acker = InOrderAcker()
         self.active = 0
 
     def __len__(self) -> int:
         return len(self._tasks)
-
-    def fenced(self, partition: int) -> bool:
-        """Whether jobs of ``partition`` are refused (drained, not assigned again yet)."""
-        return partition in self._fenced or (self._fence_all and partition not in self._open)
-
-    def fence(self, partitions: set[int] | None) -> None:
-        """Refuse new jobs of ``partitions`` (all when ``None``) until :meth:`unfence`."""
-        if partitions is None:
-            self._fence_all = True
-            self._fenced.clear()
-            self._open.clear()
-        else:
-            self._fenced |= partitions
-            self._open -= partitions
-
-    def unfence(self, partitions: set[int]) -> None:
-        """Accept jobs of ``partitions`` again (they were assigned to this worker)."""
-        self._fenced -= partitions
-        self._open |= partitions
 
     async def submit(
         self,
@@ -147,10 +126,9 @@ class JobPool:
         """Queue ``run`` behind the previous job of ``key``; ``ack`` is called in offset order.
 
         Waits for room first. Returns ``False``, having registered, run and acked nothing,
-        when the partition is fenced (being or been drained) or ``valid()`` is false (the
-        record belongs to a consumer generation that is gone), both checked again once there
-        is room; the record is delivered again from the committed offset. Returns ``True``
-        once queued.
+        when ``valid()`` is false (the record belongs to an assignment that is gone or being
+        revoked) or the pool is stopping, both checked again once there is room; the record
+        is delivered again from the committed offset. Returns ``True`` once queued.
         """
         if self._refused(partition, offset, valid):
             return False
@@ -167,16 +145,10 @@ class JobPool:
         return True
 
     def _refused(self, partition: int, offset: int, valid: Callable[[], bool] | None) -> bool:
-        # ``valid`` knows the consumer generations and decides alone: the fence is lifted by an
-        # assignment hook that may run after the new generation's first jobs are delivered.
-        if self._fence_all and partition not in self._open:
-            reason = "pool stopping"  # drain(None): the worker stops; nothing starts any more
-        elif valid is not None:
-            if valid():
-                return False
-            reason = "stale generation"
-        elif self.fenced(partition):
-            reason = "partition fenced"
+        if self._stopping:
+            reason = "pool stopping"
+        elif valid is not None and not valid():
+            reason = "not of the current assignment"
         else:
             return False
         log.info("job dropped, delivered again later", extra={"partition": partition, "offset": offset,
@@ -239,13 +211,13 @@ class JobPool:
         return {t for t, p in self._tasks.items() if partitions is None or p in partitions}
 
     async def drain(self, partitions: set[int] | None = None, timeout: float = 10.0) -> None:
-        """Fence ``partitions`` (all when ``None``) and wait for their jobs, cancelling after ``timeout``.
+        """Wait for the jobs of ``partitions`` (all, and stop the pool, when ``None``).
 
         Waits until no job of theirs is left: up to ``timeout``, then cancels what is left
-        and waits up to ``timeout`` more. Then forgets their unacked offsets. The fence stays
-        until :meth:`unfence`.
+        and waits up to ``timeout`` more. Then forgets their unacked offsets.
         """
-        self.fence(partitions)
+        if partitions is None:
+            self._stopping = True
         deadline = time.monotonic() + timeout
         while (tasks := self._tasks_of(partitions)) and (left := deadline - time.monotonic()) > 0:
             await asyncio.wait(tasks, timeout=left)

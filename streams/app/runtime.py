@@ -91,14 +91,16 @@ class WorkerRuntime:
         await self.reader.stop()
 
     async def on_revoked(self, partitions: set[int]) -> None:
-        """Jobs partitions revoked: fence and drain their jobs (no job of theirs runs once this returns)."""
+        """Jobs partitions revoked: drain their jobs (no job of theirs runs once this returns).
+
+        The caller's ``valid`` already refuses the revoked assignment's jobs (see ``JobPool``).
+        """
         await self.pool.drain(partitions)
         self.ledger.forget(partitions)
 
-    async def on_assigned(self, partitions: set[int]) -> None:
-        """Jobs partitions assigned: accept their jobs again; their summaries tails are read first."""
+    def on_assigned(self, partitions: set[int]) -> None:
+        """Jobs partitions assigned: their summaries tails are read again before their next job."""
         self.ledger.forget(partitions)
-        self.pool.unfence(partitions)
 
     # -- track side ------------------------------------------------------------------------
     def track_logged(self, out: TrackOutput, coords: Coordinates) -> None:

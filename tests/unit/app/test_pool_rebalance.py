@@ -53,10 +53,14 @@ async def test_a_submit_waiting_for_room_during_a_drain_never_starts() -> None:
     ran: list[str] = []
     acked: list[int] = []
     gate = asyncio.Event()
+    revoking = False
     await pool.submit("a", 0, 0, _recorder(ran, "first", gate), lambda: acked.append(0))
-    blocked = asyncio.ensure_future(pool.submit("b", 0, 1, _recorder(ran, "second"), lambda: acked.append(1)))
+    blocked = asyncio.ensure_future(
+        pool.submit("b", 0, 1, _recorder(ran, "second"), lambda: acked.append(1), valid=lambda: not revoking)
+    )
     await asyncio.sleep(0.01)
     assert not blocked.done()  # the agent waits for room
+    revoking = True  # the revoke begins: the worker's validity check refuses the revoked assignment
     drain = asyncio.ensure_future(pool.drain({0}, timeout=1.0))
     await asyncio.sleep(0.01)
     gate.set()  # the first job finishes within the drain: room for the waiting submit
@@ -69,9 +73,12 @@ async def test_a_submit_waiting_for_room_during_a_drain_never_starts() -> None:
 async def test_a_submit_waiting_for_room_freed_by_a_drain_cancelling_never_starts() -> None:
     pool = JobPool(concurrency=1, capacity=1)
     ran: list[str] = []
+    revoking = False
     await pool.submit("a", 0, 0, _forever, lambda: None)
-    blocked = asyncio.ensure_future(pool.submit("b", 0, 1, _recorder(ran, "second"), lambda: None))
+    blocked = asyncio.ensure_future(pool.submit("b", 0, 1, _recorder(ran, "second"), lambda: None,
+                                                valid=lambda: not revoking))  # fmt: skip
     await asyncio.sleep(0.01)
+    revoking = True
     await pool.drain({0}, timeout=0.05)
     assert await blocked is False
     await asyncio.sleep(0.05)
@@ -105,21 +112,21 @@ async def test_validity_is_checked_once_there_is_room() -> None:
     assert ran == ["first"]
 
 
-async def test_a_drained_partition_takes_jobs_again_only_once_unfenced() -> None:
-    pool = JobPool(concurrency=2)
+async def test_a_job_that_starts_during_a_drain_is_waited_for_too() -> None:
+    pool = JobPool(concurrency=1, capacity=1)
     ran: list[str] = []
-    await pool.drain({0})
-    assert await pool.submit("a", 0, 0, _recorder(ran, "p0 fenced"), lambda: None) is False
-    assert await pool.submit("b", 1, 0, _recorder(ran, "p1"), lambda: None) is True
-    pool.unfence({0})
-    assert await pool.submit("a", 0, 1, _recorder(ran, "p0 again"), lambda: None) is True
-    await pool.drain(None)  # fences everything
-    assert await pool.submit("c", 2, 0, _recorder(ran, "p2 fenced"), lambda: None) is False
-    pool.unfence({2})
-    assert await pool.submit("c", 2, 1, _recorder(ran, "p2 again"), lambda: None) is True
-    assert await pool.submit("d", 3, 0, _recorder(ran, "p3 fenced"), lambda: None) is False
-    await pool.drain({2})
-    assert sorted(ran) == ["p0 again", "p1", "p2 again"]
+    first, second = asyncio.Event(), asyncio.Event()
+    await pool.submit("a", 0, 0, _recorder(ran, "first", first), lambda: None)
+    blocked = asyncio.ensure_future(pool.submit("b", 0, 1, _recorder(ran, "second", second), lambda: None))
+    drain = asyncio.ensure_future(pool.drain({0}, timeout=1.0))
+    await asyncio.sleep(0.01)
+    first.set()  # "first" ends inside the drain; "second" gets its room and starts
+    assert await blocked is True
+    await asyncio.sleep(0.05)
+    assert not drain.done()  # "second" is still running: the drain waits for it too
+    second.set()
+    await drain
+    assert ran == ["first", "second"] and len(pool) == 0
 
 
 async def test_a_drain_is_bounded_by_a_job_ignoring_cancellation() -> None:
@@ -209,27 +216,28 @@ async def test_giving_up_survives_kafka_failing_and_sends_each_record_once() -> 
     assert sent == ["sum", "dl"]
 
 
-async def test_on_revoked_fences_and_on_assigned_lifts_the_fence() -> None:
+async def test_revoked_and_assigned_partitions_read_their_summary_tails_again() -> None:
     runtime = _runtime()
     forgotten: list[set[int]] = []
     runtime.ledger.forget = forgotten.append  # type: ignore[method-assign]
     ran: list[str] = []
-    await runtime.on_revoked({0, 1})
-    assert await runtime.pool.submit("a", 0, 0, _recorder(ran, "fenced"), lambda: None) is False
-    await runtime.on_assigned({0})
-    assert await runtime.pool.submit("a", 0, 1, _recorder(ran, "assigned"), lambda: None) is True
-    assert await runtime.pool.submit("b", 1, 0, _recorder(ran, "not assigned"), lambda: None) is False
-    await runtime.pool.drain(None)
-    assert ran == ["assigned"] and forgotten == [{0, 1}, {0}]
+    gate = asyncio.Event()
+    await runtime.pool.submit("a", 0, 0, _recorder(ran, "in flight", gate), lambda: None)
+    revoke = asyncio.ensure_future(runtime.on_revoked({0, 1}))
+    await asyncio.sleep(0.01)
+    assert not revoke.done()  # the revoke waits for the job of partition 0
+    gate.set()
+    await revoke
+    runtime.on_assigned({0})
+    assert ran == ["in flight"] and forgotten == [{0, 1}, {0}]
 
 
-async def test_validity_decides_alone_when_given_so_a_late_unfence_never_drops_current_jobs() -> None:
-    # The assignment hook lifting the fence may run after the new generation's first jobs
-    # arrive; those jobs are current (``valid``) and must run, not be dropped unacked.
+async def test_a_drain_refuses_nothing_by_itself_validity_decides() -> None:
+    # A drained partition assigned again takes jobs at once: no hook has to re-open it (one that
+    # ran late would drop the new assignment's first jobs unacked).
     pool = JobPool(concurrency=1)
     ran: list[str] = []
     await pool.drain({0})
-    assert pool.fenced(0)
     assert await pool.submit("a", 0, 0, _recorder(ran, "current"), lambda: None, valid=lambda: True) is True
     assert await pool.submit("a", 0, 1, _recorder(ran, "revoked"), lambda: None, valid=lambda: False) is False
     await pool.drain(None)
