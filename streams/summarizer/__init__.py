@@ -14,13 +14,20 @@ from streams.summarizer.hooks import SummaryHooks
 from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsage, SummaryModel
 from streams.summarizer.plan import PreviousSummaryTooLargeError, SourceTooLargeError
 from streams.summarizer.prompts import PromptError, PromptSet, build_prompts
-from streams.summarizer.summarizer import Summarizer, SummarizerLike, SummaryResult, SummarySkipped
+from streams.summarizer.summarizer import (
+    EmptySummaryError,
+    Summarizer,
+    SummarizerLike,
+    SummaryResult,
+    SummarySkipped,
+)
 
 __all__ = [
     "EXTRACTIVE_MODEL_NAME",
     "ContextLengthError",
     "ConversationFormatter",
     "DynamicSummarizer",
+    "EmptySummaryError",
     "ExtractiveModel",
     "ModelResponse",
     "ModelUsage",

@@ -66,6 +66,7 @@ def build_summarizer(
         system_prompt=summary.system_prompt,
         fork_prompt=summary.fork_prompt,
         cache_safe_forking=summary.cache_safe_forking,
+        empty_answer_retries=summary.empty_answer_retries,
         max_summary_words=summary.max_summary_words,
         max_summary_length=summary.max_summary_length,
         formatter=formatter,

@@ -21,9 +21,9 @@ from streams.summarizer.plan import PreviousSummaryTooLargeError, RequestBuilder
 from streams.summarizer.prompts import SOURCE_BOUNDARY, build_prompts
 from streams.summarizer.request import count_request
 from streams.summarizer.selection import skip_last
-from streams.summarizer.summarizer import Summarizer, SummarySkipped
+from streams.summarizer.summarizer import EmptySummaryError, Summarizer, SummarySkipped
 
-from .helpers import SESSION, ScriptedModel, event, rounds, user_text
+from .helpers import SESSION, EchoModel, ScriptedModel, event, markers, rounds, user_text
 
 COUNTER = SimpleTokenCounter()
 SMALL = "{conversation_text}"
@@ -121,9 +121,8 @@ async def test_prefix_with_whole_previous_summary_preferred_over_cutting_it() ->
     assert result.caught_up
 
 
-@pytest.mark.parametrize("first", ["", "   ", ContextLengthError("maximum context length exceeded")])
-async def test_one_retry_at_half_budget(first: object) -> None:
-    model = ScriptedModel(first, "good", context_window=1000)  # type: ignore[arg-type]
+async def test_one_retry_at_half_budget_after_a_context_length_error() -> None:
+    model = ScriptedModel(ContextLengthError("maximum context length exceeded"), "good", context_window=1000)
     result = await make(model).summarize("", rounds(2), session=SESSION)
     assert result.text == "good"
     assert len(model.requests) == 2
@@ -132,18 +131,54 @@ async def test_one_retry_at_half_budget(first: object) -> None:
     assert second_call.outcome == "ok" and second_call.budget_tokens == 350
 
 
+@pytest.mark.parametrize("empty", ["", "   "])
+async def test_empty_answer_is_asked_again_with_the_same_request_at_the_same_budget(empty: str) -> None:
+    # The previous summary is larger than half the budget: a half-budget retry would cut it.
+    previous = " ".join(f"P{i}" for i in range(120))
+    events = [event(1, "user", "M1 please"), event(2, "agent", "M2 done")]
+    model = EchoModel(empty, context_window=600)
+    prompt = "prev={previous_summary}\nnew={conversation_text}"
+    result = await make(model, prompt=prompt).summarize(previous, events, session=SESSION)
+    assert len(model.requests) == 2
+    assert model.requests[1].messages == model.requests[0].messages
+    assert TRUNCATION_MARKER not in user_text(model.requests[1])
+    assert set(markers(result.text)) == {f"P{i}" for i in range(120)} | {"M1", "M2"}
+    first_call, second_call = result.report.calls
+    assert (first_call.outcome, first_call.error) == ("retried", "empty answer")
+    assert first_call.budget_tokens == second_call.budget_tokens == 420
+    assert second_call.outcome == "ok"
+    assert not result.report.truncated_previous_summary
+
+
+async def test_empty_answers_fail_as_a_retryable_failure_never_as_a_cut() -> None:
+    model = ScriptedModel("", "", "", "never asked")
+    reports: list[tuple[SummaryReport, BaseException | None]] = []
+    s = make(model, empty_answer_retries=2, hooks=SummaryHooks(report=lambda r, e: reports.append((r, e))))
+    with pytest.raises(EmptySummaryError, match=r"generated empty summary \(input_chars=") as info:
+        await s.summarize("", rounds(1), session=SESSION)
+    assert isinstance(info.value, RetryableError)
+    assert len(model.requests) == 3
+    assert all(r.messages == model.requests[0].messages for r in model.requests)
+    report, error = reports[0]
+    assert error is info.value
+    assert [c.outcome for c in report.calls] == ["retried", "retried", "failed"]
+    assert {c.budget_tokens for c in report.calls} == {700}
+
+
+async def test_empty_answer_after_a_context_length_retry_is_asked_again_at_that_budget() -> None:
+    model = ScriptedModel(ContextLengthError("too many tokens"), "", "S", context_window=1000)
+    result = await make(model).summarize("", rounds(2), session=SESSION)
+    assert result.text == "S"
+    assert [c.outcome for c in result.report.calls] == ["retried", "retried", "ok"]
+    assert [c.budget_tokens for c in result.report.calls] == [700, 350, 350]
+    assert model.requests[2].messages == model.requests[1].messages
+
+
 async def test_retry_may_shrink_to_a_smaller_prefix() -> None:
     model = ScriptedModel(ContextLengthError("too many tokens"), "S", "T", context_window=200)
     result = await make(model).summarize("", rounds(4), session=SESSION)
     assert count_request(model.requests[1], COUNTER) <= 70
     assert result.caught_up
-
-
-async def test_empty_twice_is_an_error_and_nothing_is_returned() -> None:
-    model = ScriptedModel("", "")
-    with pytest.raises(PermanentError, match=r"generated empty summary \(input_chars="):
-        await make(model).summarize("", rounds(1), session=SESSION)
-    assert len(model.requests) == 2
 
 
 async def test_other_errors_are_not_retried_here() -> None:
@@ -228,7 +263,7 @@ async def test_fork_uses_the_callers_request() -> None:
 
 
 async def test_fork_retry_is_standalone_with_the_source_boundary() -> None:
-    model = ScriptedModel("", "S")
+    model = ScriptedModel(ContextLengthError("maximum context length"), "S")
     await make(model).summarize("", rounds(1), model_request=PARENT, session=SESSION)
     second = model.requests[1]
     assert len(second.messages) == 1
@@ -425,3 +460,14 @@ def test_previous_summary_is_never_dropped_a_shorter_prefix_or_an_error_instead(
     with pytest.raises(PreviousSummaryTooLargeError, match="smallest complete prefix") as info:
         plan_pass(events, previous, tight, builder, DEFAULT_FORMATTER)
     assert isinstance(info.value, SourceTooLargeError) and info.value.tokens > info.value.budget == tight
+
+
+async def test_settings_choose_how_often_an_empty_answer_is_asked_again() -> None:
+    from schemas.settings import Settings
+    from streams.summarizer import build_summarizer
+
+    model = ScriptedModel("", "unused")
+    s = build_summarizer(Settings(summary={"empty_answer_retries": 0}), model=model, token_counter=COUNTER)
+    with pytest.raises(EmptySummaryError):
+        await s.summarize("", rounds(1), session=SESSION)
+    assert len(model.requests) == 1
