@@ -36,7 +36,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import TokenCounter, get_token_counter
 from streams.summarizer.budget import halve, input_budget, resolve_context_window
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
-from streams.summarizer.fork import fit_fork, fork_request
+from streams.summarizer.fork import fit_fork, fork_misses, fork_request
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -361,9 +361,15 @@ class Summarizer:
         """
         budget = self.input_budget()
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
-        forked = None
+        forked, declined = None, None
         if fork_parent is not None:
             forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
+            if forked is None:
+                declined = f"the caller's request does not fit the input budget ({budget} tokens)"
+            else:
+                # A fork covers only what it holds: a tailored view is summarized standalone instead.
+                declined = fork_misses(forked.messages[:-1], events, previous, self.formatter)
+                forked = None if declined else forked
         if forked is not None:
             # The caller's request already holds the conversation: hook edits cannot reach it.
             text = self.formatter.conversation_text(events)
@@ -375,7 +381,9 @@ class Summarizer:
             plan, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context)
             request, mode = plan.request, "standalone"
         try:
-            text = await self._answer(request, mode, budget, attempt, context, plan, previous, retry_follows=True)
+            text = await self._answer(
+                request, mode, budget, attempt, context, plan, previous, retry_follows=True, fork_declined=declined
+            )
         except ContextLengthError:
             retry_budget = halve(budget)
             if hooked is not None:
@@ -384,7 +392,9 @@ class Summarizer:
             else:
                 plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
             mode = "standalone"
-            text = await self._answer(plan.request, mode, retry_budget, attempt, context, plan, previous)
+            text = await self._answer(
+                plan.request, mode, retry_budget, attempt, context, plan, previous, fork_declined=declined
+            )
         self._note_plan(attempt, plan, mode)
         return text, plan.events
 
@@ -405,6 +415,7 @@ class Summarizer:
         previous: str,
         *,
         retry_follows: bool = False,
+        fork_declined: str | None = None,
     ) -> str:
         """The non-empty answer to ``request``: the first call plus the same-budget retries of an empty one.
 
@@ -413,7 +424,16 @@ class Summarizer:
         """
         tries = 1 + self.empty_answer_retries
         for n in range(1, tries + 1):
-            text = await self._call(request.clone(), mode, budget, attempt, context, retry_follows, last=n == tries)
+            text = await self._call(
+                request.clone(),
+                mode,
+                budget,
+                attempt,
+                context,
+                retry_follows,
+                last=n == tries,
+                fork_declined=fork_declined,
+            )
             if text:
                 return text
         chars = len(plan.text.encode()) + len(previous.encode())
@@ -431,6 +451,7 @@ class Summarizer:
         context_retry_follows: bool,
         *,
         last: bool,
+        fork_declined: str | None = None,
     ) -> str:
         """Callbacks, one model call, its report; the stripped answer (``""`` when empty).
 
@@ -449,6 +470,7 @@ class Summarizer:
                     budget_tokens=budget,
                     outcome=outcome,
                     error=None if text else EMPTY_ANSWER,
+                    fork_declined=fork_declined,
                 )
             )
             return text
@@ -458,7 +480,13 @@ class Summarizer:
                 f"summary request no longer fits after before-model callbacks: "
                 f"{estimated} tokens, input budget {budget}"
             )
-        call = CallReport(mode=mode, model=model, estimated_prompt_tokens=estimated, budget_tokens=budget)
+        call = CallReport(
+            mode=mode,
+            model=model,
+            estimated_prompt_tokens=estimated,
+            budget_tokens=budget,
+            fork_declined=fork_declined,
+        )
         started = time.monotonic()
         try:
             response = await self.model.complete(request)

@@ -121,3 +121,17 @@ class EchoModel(ScriptedModel):
         self.requests.append(request.clone())
         seen = " ".join(str(m.get("content") or "") for m in request.messages)
         return ModelResponse(text=" ".join(dict.fromkeys(markers(seen))), model=self.name, usage=self.usage)
+
+
+def request_messages(events: Iterable[SessionEvent]) -> list[dict[str, Any]]:
+    """The events as chat-completions messages, as a caller's own request would hold them."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        m = e.message
+        raw: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            raw["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+        if m.tool_call_id:
+            raw["tool_call_id"] = m.tool_call_id
+        out.append(raw)
+    return out

@@ -23,7 +23,7 @@ from tests.support.openai_server import (
     slow,
 )
 
-from .helpers import SESSION, rounds
+from .helpers import SESSION, request_messages, rounds
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ async def test_other_client_errors_are_permanent_and_not_retried(fresh: OpenAISe
 
 async def test_forked_request_keeps_tools_and_extra_params(fresh: OpenAIServer) -> None:
     parent = {
-        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+        "messages": request_messages(rounds(1)),
         "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}],
         "top_p": 0.5,
         "vendor_option": {"x": 1},

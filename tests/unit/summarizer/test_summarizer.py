@@ -8,6 +8,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import SimpleTokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER, safe_prefix_ends
 from streams.summarizer.conversation import DEFAULT_FORMATTER
+from streams.summarizer.fork import fork_misses
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -23,7 +24,7 @@ from streams.summarizer.request import count_request
 from streams.summarizer.selection import skip_last
 from streams.summarizer.summarizer import EmptySummaryError, Summarizer, SummarySkipped
 
-from .helpers import SESSION, EchoModel, ScriptedModel, event, markers, rounds, user_text
+from .helpers import SESSION, EchoModel, ScriptedModel, event, markers, request_messages, rounds, user_text
 
 COUNTER = SimpleTokenCounter()
 SMALL = "{conversation_text}"
@@ -238,11 +239,7 @@ async def test_max_summary_length_cuts_at_a_sentence() -> None:
 # Cache-safe forking ---------------------------------------------------------------------------
 
 PARENT = {
-    "messages": [
-        {"role": "system", "content": "agent rules"},
-        {"role": "user", "content": "question 0"},
-        {"role": "assistant", "content": "answer 0"},
-    ],
+    "messages": [{"role": "system", "content": "agent rules"}, *request_messages(rounds(1))],
     "tools": [{"type": "function", "function": {"name": "t", "parameters": {}}}],
     "stream": True,
 }
@@ -419,10 +416,15 @@ async def test_report_hook_failure_is_swallowed() -> None:
 
 
 async def test_fork_is_tried_before_standalone_prefixing() -> None:
-    # The standalone source would not fit, but the caller's (already compact) request does.
+    # The standalone source would not fit, but the caller's request (with the big tool result
+    # replaced by a marker when fitted) does, and it still holds every event.
     model = ScriptedModel(context_window=300)
-    events = [event(1, "user", "w " * 400), event(2, "agent", "ok")]
-    compact = {"messages": [{"role": "user", "content": "compacted view"}, {"role": "assistant", "content": "ok"}]}
+    events = [
+        event(1, "user", "look it up"),
+        event(2, "agent", None, tool_calls=[("c1", "lookup", "{}")]),
+        event(3, "agent", "w " * 400, tool_call_id="c1", name="lookup"),
+        event(4, "agent", "ok"),
+    ]
     seen: list[str] = []
 
     def note(ctx: PreSummaryContext) -> None:
@@ -430,10 +432,68 @@ async def test_fork_is_tried_before_standalone_prefixing() -> None:
         ctx.text = "ignored in fork mode"
 
     s = make(model, hooks=SummaryHooks(pre_summary=note))
-    result = await s.summarize("", events, model_request=compact, session=SESSION)
-    assert result.fork_used and result.covered_events == 2
-    assert model.requests[0].messages[0]["content"] == "compacted view"
-    assert seen and seen[0].startswith("user: w")
+    parent = {"messages": request_messages(events)}
+    result = await s.summarize("", events, model_request=parent, session=SESSION)
+    assert result.fork_used and result.covered_events == 4
+    assert model.requests[0].messages[0]["content"] == "look it up"
+    assert model.requests[0].messages[2]["content"].startswith("[Tool result left out")
+    assert seen and seen[0].startswith("user: look it up")
+
+
+async def test_a_fork_that_holds_only_part_of_the_delta_is_not_used() -> None:
+    # assemble tailored the caller's request down to the last 3 of 12 messages.
+    events = [event(i, "user" if i % 2 == 0 else "agent", f"M{i} 第{i}步") for i in range(12)]
+    tailored = {"messages": [{"role": "system", "content": "rules"}, *request_messages(events[-3:])]}
+    model = EchoModel()
+    result = await make(model).summarize("", events, model_request=tailored, session=SESSION)
+    assert not result.fork_used
+    assert set(markers(result.text)) == {f"M{i}" for i in range(12)}
+    call = result.report.calls[0]
+    assert call.mode == "standalone"
+    assert call.fork_declined is not None and "lacks 9 of the pass's 12 events (e0, e1, e2, e3, e4, ...)" in (
+        call.fork_declined
+    )
+    assert result.last_event is not None and result.last_event.event_id == "e11"
+
+
+async def test_a_fork_without_the_previous_summary_is_not_used() -> None:
+    events = rounds(1)
+    model = EchoModel()
+    parent = {"messages": request_messages(events)}
+    result = await make(model).summarize("P1 P2 old facts", events, model_request=parent, session=SESSION)
+    assert not result.fork_used
+    assert result.report.calls[0].fork_declined == "the caller's request lacks the previous summary"
+    assert {"P1", "P2"} <= set(markers(result.text))
+    with_summary = {
+        "messages": [{"role": "system", "content": "rules\n\nSummary:\nP1  P2 old facts"}, *parent["messages"]]
+    }
+    forked = await make(EchoModel()).summarize("P1 P2 old facts", events, model_request=with_summary)
+    assert forked.fork_used and forked.report.calls[0].fork_declined is None
+
+
+async def test_fork_containment_reads_parts_cjk_and_tool_ids() -> None:
+    events = [
+        event(1, "user", "请总结以下对话：关键决策"),
+        event(2, "agent", None, tool_calls=[("c1", "search", '{"q": "東京"}')]),
+        event(3, "agent", "結果：晴れ", tool_call_id="c1", name="search"),
+        event(4, "agent", "กรุงเทพ อากาศดี"),
+        event(5, "agent", "ok"),
+        event(6, "agent", "ok"),
+    ]
+    messages = request_messages(events)
+    # List-of-parts content, decomposed Unicode and other whitespace are the same message.
+    messages[0]["content"] = [{"type": "text", "text": "请总结以下对话："}, {"type": "text", "text": "关键决策"}]
+    messages[3]["content"] = "กรุงเทพ   อากาศดี"
+    messages[2]["content"] = "[Tool result left out]"
+    assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+    # Two events "ok" need two messages holding "ok".
+    missing = fork_misses(messages[:5], events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e6)" in missing
+    no_call = [m for m in messages if m.get("tool_call_id") != "c1"]
+    missing = fork_misses(no_call, events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e3)" in missing
+    decomposed = [{**messages[0], "content": "Cafe\u0301"}]
+    assert fork_misses(decomposed, [event(1, "user", "Café")], "", DEFAULT_FORMATTER) is None
 
 
 @pytest.mark.parametrize("prompt", ["P {previous_summary}\nC {conversation_text}", "C {conversation_text}"])
