@@ -236,6 +236,29 @@ async def test_max_summary_length_cuts_at_a_sentence() -> None:
     assert result.text == "First fact."
 
 
+# The Python guide's own Chinese prompt (its "自定义提示模板" example).
+GUIDE_PROMPT_ZH = (
+    "请总结以下对话，重点关注：\n1. 关键决策\n2. 重要信息\n3. 行动计划\n\n对话内容：\n{conversation_text}\n\n总结："
+)
+
+
+async def test_max_summary_length_keeps_a_chinese_summary_and_rolls_it_forward() -> None:
+    sentences = [f"第{i}条决定：用户要求保留标记M{i}并在周五前完成迁移。" for i in range(30)]
+    answer = "".join(sentences)
+    assert len(answer) > 720
+    model = ScriptedModel(answer, "下一版摘要。")
+    s = make(model, prompt=GUIDE_PROMPT_ZH, max_summary_length=600, max_summary_words=None)
+    events = [event(1, "user", "请帮我迁移数据库"), event(2, "agent", "好的，我会在周五前完成。")]
+    result = await s.summarize("", events, session=SESSION)
+    assert 0 < len(result.text) <= 600 and result.text != "…"
+    assert answer.startswith(result.text) and result.text.endswith("。")
+    kept = [f"M{i}" for i in range(30) if f"M{i}" in result.text]
+    assert kept == [f"M{i}" for i in range(len(kept))] and len(kept) >= 20
+    # What rolls forward as the previous summary is that text.
+    await s.summarize(result.text, [event(3, "user", "还有别的吗")], session=SESSION)
+    assert result.text in user_text(model.requests[1])
+
+
 # Cache-safe forking ---------------------------------------------------------------------------
 
 PARENT = {
