@@ -516,8 +516,11 @@ class Summarizer:
     ) -> tuple[PassPlan, _Hooked | None]:
         """Let the pre-summary hook edit the pass input, then re-bound the request.
 
-        With ``apply=False`` (a forked request) the hook runs for its side
-        effects only.
+        With ``apply=False`` (a forked request) the hook's edits cannot reach
+        the request; they are kept (when there are any) for a standalone
+        retry. A hook that leaves no conversation text (every event removed,
+        or the text emptied) raises :class:`SummarySkipped`: nothing is
+        summarized and no boundary moves.
         """
         hook = self.hooks.pre_summary
         if hook is None:
@@ -529,8 +532,6 @@ class Summarizer:
             if self.hooks.abort_on_error:
                 raise PermanentError(f"pre-summary hook failed: {exc}") from exc
             return plan, None
-        if not apply:
-            return plan, None
         if ctx.text != plan.text:
             text = ctx.text
         elif ctx.events != plan.events:
@@ -538,6 +539,15 @@ class Summarizer:
         else:
             text = plan.text
         hooked = _Hooked(text, ctx.previous_summary.strip())
+        if not text.strip() and (plan.events or not hooked.previous):
+            sid = session.session_id if session else "?"
+            raise SummarySkipped(
+                f"no conversation text extracted for session {sid} (events={len(plan.events)}): "
+                f"the pre-summary hook left nothing to summarize"
+            )
+        if not apply:
+            edited = text != plan.text or hooked.previous != previous
+            return plan, hooked if edited else None
         try:
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:

@@ -345,6 +345,56 @@ async def test_pre_hook_edits_events_and_previous_summary() -> None:
     assert result.covered_events == 2
 
 
+def _drop_all(ctx: PreSummaryContext) -> None:
+    ctx.events = []
+
+
+def _blank(ctx: PreSummaryContext) -> None:
+    ctx.text = "  \n "
+
+
+async def _async_drop_all(ctx: PreSummaryContext) -> None:
+    ctx.events = []
+
+
+@pytest.mark.parametrize("hook", [_drop_all, _blank, _async_drop_all])
+@pytest.mark.parametrize("previous", ["", "P1 old summary"])
+@pytest.mark.parametrize("forked", [False, True])
+async def test_a_pre_hook_that_leaves_no_text_summarizes_nothing(hook: object, previous: str, forked: bool) -> None:
+    model = ScriptedModel()
+    reports: list[BaseException | None] = []
+    hooks = SummaryHooks(pre_summary=hook, report=lambda r, e: reports.append(e))  # type: ignore[arg-type]
+    events = rounds(2)
+    parent = {"messages": [{"role": "system", "content": previous}, *request_messages(events)]}
+    s = make(model, prompt="{previous_summary}|{conversation_text}", hooks=hooks)
+    with pytest.raises(SummarySkipped, match=r"no conversation text extracted for session s1 \(events=4\)"):
+        await s.summarize(previous, events, session=SESSION, model_request=parent if forked else None)
+    assert model.requests == []
+    assert isinstance(reports[0], SummarySkipped)
+
+
+async def test_a_pre_hook_edit_applies_to_the_standalone_retry_of_a_fork() -> None:
+    model = ScriptedModel(ContextLengthError("maximum context length"), "S")
+
+    def redact(ctx: PreSummaryContext) -> None:
+        ctx.text = ctx.text.replace("question", "[redacted]")
+
+    events = rounds(1)
+    s = make(model, hooks=SummaryHooks(pre_summary=redact))
+    await s.summarize("", events, session=SESSION, model_request={"messages": request_messages(events)})
+    assert model.requests[0].messages[0]["content"].startswith("question 0")  # the fork: not redactable
+    retry = user_text(model.requests[1])
+    assert "[redacted] 0" in retry and "question 0" not in retry
+
+
+async def test_a_post_hook_that_empties_the_summary_keeps_the_models_text() -> None:
+    def blank(ctx: PostSummaryContext) -> None:
+        ctx.summary = "   "
+
+    result = await make(ScriptedModel("M1 kept"), hooks=SummaryHooks(post_summary=blank)).summarize("", rounds(1))
+    assert result.text == "M1 kept"
+
+
 @pytest.mark.parametrize("abort", [False, True])
 async def test_pre_hook_errors(abort: bool) -> None:
     model = ScriptedModel()
