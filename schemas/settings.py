@@ -146,6 +146,9 @@ class SummarySettings(_Section):
     fork_prompt: str | None = None
     """The instruction appended to the caller's own request when summarizing cache-safe (a
     ``summarize_sync`` carrying ``model_request``); ``None``: the built-in one."""
+    empty_answer_retries: int = Field(default=1, ge=0, le=5)
+    """How many times an empty model answer is asked again with the same request (same budget)
+    before the summary fails as retryable; an empty answer never cuts the input."""
     cache_safe_forking: bool = True
     """Summarize a ``summarize_sync`` that carries the caller's ``model_request`` as a fork of that
     request (shares its prompt cache). On by default, unlike Go's option: a caller only sends

@@ -70,6 +70,9 @@ class CallReport(ContractModel):
     latency_ms: float | None = None
     outcome: Literal["ok", "retried", "failed"] = "ok"
     error: str | None = None
+    fork_declined: str | None = None
+    """Why a standalone call was made although the caller sent its own request to fork
+    (it lacks events of the pass or the previous summary, or does not fit)."""
 
 
 class SummaryReport(ContractModel):

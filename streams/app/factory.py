@@ -51,7 +51,7 @@ from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.rules.policy import policies_from_settings
-from streams.summarizer import SummarizerLike, build_summarizer
+from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
 from streams.summarizer.factory import build_model
 from streams.summarizer.model import ModelResponse, SummaryModel
 from streams.summarizer.request import ChatRequest
@@ -161,8 +161,16 @@ def create_app(
     extensions: Extensions | None = None,
     replay: ReplayOptions | None = None,
 ) -> faust.App:
-    """Build the Faust app (topics, table, agents, timers). Nothing connects until it starts."""
+    """Build the Faust app (topics, table, agents, timers). Nothing connects until it starts.
+
+    Raises :class:`~streams.errors.ConfigurationError` when the global summary settings or
+    an ``[summary.apps.<app>]`` override is invalid (a prompt without ``{conversation_text}``,
+    an unknown key...), naming the app and the rule.
+    """
     ext = extensions or Extensions()
+    # Every prompt and per-app override is checked first: a bad one stops the worker at startup
+    # (naming the app and the rule) instead of dead-lettering each job of that app.
+    validate_summarizers(settings)
     register_codecs(settings.kafka.max_record_bytes)
     t = settings.topics
     topics = replay_topics(settings, replay.run_id) if replay else Topics(t.events, t.jobs, t.summaries, t.dead_letters)

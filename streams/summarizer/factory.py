@@ -3,15 +3,22 @@
 With an API key or a base URL configured (``DISTILL_LLM__API_KEY`` /
 ``DISTILL_LLM__BASE_URL``) the OpenAI-compatible endpoint answers;
 otherwise the embedded extractive summarizer does, with no network.
+
+Every configured summarizer is checked at startup (:func:`validate_summarizers`):
+a prompt that breaks a rule fails the worker with the app and the rule named,
+instead of dead-lettering every job of that app.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from schemas.settings import LLMSettings, Settings, SummarySettings
+from streams.errors import ConfigurationError
 from streams.rules.policy import counter_from_settings
-from streams.rules.tokens import TokenCounter
+from streams.rules.tokens import SimpleTokenCounter, TokenCounter
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
 from streams.summarizer.extractive import ExtractiveModel
 from streams.summarizer.hooks import SummaryHooks
@@ -37,6 +44,25 @@ def summary_settings_for(settings: Settings, app_name: str | None) -> SummarySet
         return settings.summary
     merged = {**settings.summary.model_dump(), **overrides}
     return SummarySettings.model_validate(merged)
+
+
+def validate_summarizers(settings: Settings) -> None:
+    """Build the summarizer of ``[summary]`` and of every ``[summary.apps.<app>]`` override, or fail.
+
+    Raises :class:`~streams.errors.ConfigurationError` naming the section
+    (and the app) and the broken rule, e.g. ``[summary.apps.support] (app
+    'support'): prompt.conversation_text_required: ...``. No model is built
+    and nothing is called.
+    """
+    for app_name in (None, *sorted(settings.summary.apps)):
+        where = "[summary]" if app_name is None else f"[summary.apps.{app_name}] (app {app_name!r})"
+        try:
+            build_summarizer(settings, app_name=app_name, model=ExtractiveModel(), token_counter=SimpleTokenCounter())
+        except ValidationError as exc:
+            details = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ConfigurationError(f"{where}: invalid summary override: {details}") from exc
+        except (ConfigurationError, ValueError) as exc:
+            raise ConfigurationError(f"{where}: {exc}") from exc
 
 
 def build_summarizer(
@@ -66,6 +92,7 @@ def build_summarizer(
         system_prompt=summary.system_prompt,
         fork_prompt=summary.fork_prompt,
         cache_safe_forking=summary.cache_safe_forking,
+        empty_answer_retries=summary.empty_answer_retries,
         max_summary_words=summary.max_summary_words,
         max_summary_length=summary.max_summary_length,
         formatter=formatter,

@@ -4,19 +4,28 @@ The clone keeps the caller's prefix byte for byte (messages, tools,
 generation settings) so a provider's prompt cache can serve it; only the
 summary instruction is appended. Fitting edits the clone, never the caller's
 request, and never drops a conversation turn.
+
+A fork is used only when it holds every event of its pass and the previous
+summary (:func:`fork_misses`): the caller's request may be a tailored view
+of the session, and an event the fork does not hold would be covered by a
+summary that never saw it.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from schemas import SessionEvent
 from streams.errors import PermanentError
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.targets import skips_cascade_for_fork
 from streams.rules.tokens import TokenCounter
+from streams.summarizer.conversation import ConversationFormatter, is_tool_result
 from streams.summarizer.request import ChatRequest, as_message, count_request
 
 _DROPPED_PARAMS = ("stream", "stream_options", "response_format", "model", "n")
@@ -125,3 +134,70 @@ def skip_cascade_after_fork(trigger_filter_key: str, fork_used: bool) -> bool:
     when a ``summarize_sync`` command carries a model request.
     """
     return skips_cascade_for_fork(trigger_filter_key, FULL_SESSION, fork_used)
+
+
+def _normal(text: str) -> str:
+    """``text`` compared as the model reads it: NFC, whitespace runs as one space."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # The same flattening as the event schema: the text parts, joined.
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return ""
+
+
+def fork_misses(
+    messages: Sequence[Mapping[str, Any]],
+    events: Sequence[SessionEvent],
+    previous_summary: str,
+    formatter: ConversationFormatter,
+) -> str | None:
+    """Why ``messages`` (a fork's conversation, the fork prompt excluded) do not hold the pass; ``None`` when they do.
+
+    An event is held when a message names it: a tool result by its
+    ``tool_call_id`` (its payload may have been replaced by a marker), tool
+    calls by their ids, and text content (plain or list-of-parts) by a
+    message whose text contains it, compared after NFC normalization and
+    whitespace folding (as many such messages as events with that text).
+    Events with no summary text are not needed. A non-empty previous
+    summary must appear inside one message (the caller's injected summary).
+    """
+    texts = [_normal(_message_text(m)) for m in messages]
+    call_ids = {str(c.get("id")) for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, Mapping)}
+    result_ids = {str(m["tool_call_id"]) for m in messages if m.get("tool_call_id")}
+    wanted: Counter[str] = Counter()
+    owners: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for event in events:
+        if not formatter.event_text(event):
+            continue
+        message = event.message
+        if is_tool_result(message) and message.tool_call_id:
+            if message.tool_call_id not in result_ids:
+                missing.append(event.event_id)
+            continue
+        if any(call.id not in call_ids for call in message.tool_calls):
+            missing.append(event.event_id)
+            continue
+        content = _normal(message.content or "")
+        if content:
+            wanted[content] += 1
+            owners.setdefault(content, []).append(event.event_id)
+    for content, needed in wanted.items():
+        found = sum(1 for text in texts if content in text)
+        if found < needed:
+            missing.extend(owners[content][found:])
+    if missing:
+        order = {e.event_id: i for i, e in enumerate(events)}
+        missing.sort(key=lambda eid: order.get(eid, 0))
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        return f"the caller's request lacks {len(missing)} of the pass's {len(events)} events ({shown})"
+    summary = _normal(previous_summary)
+    if summary and not any(summary in text for text in texts):
+        return "the caller's request lacks the previous summary"
+    return None

@@ -1,26 +1,79 @@
-"""The Python guide's ``max_summary_length``: a character cap that respects sentences and words."""
+"""The Python guide's ``max_summary_length``: a character cap that respects sentences, words and characters.
+
+The invariant here: a capped summary is never empty and never a bare
+ellipsis while the text has content, since the capped text rolls forward
+as the previous summary (the only copy of what lies before the boundary).
+"""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 ELLIPSIS = "…"
-_SENTENCE_END = re.compile(r"[.!?。！？](?=\s|$)")
+_CLOSERS = "\"'”’」』）)\\]】》〉»›"
+# Full-width ends close a sentence whatever follows (CJK text has no space after them);
+# ASCII ends only when no letter or digit follows (not in "3.5", "v1.2" or "example.com").
+# A run of ends ("?!", "...") and the closing quotes or brackets after it stay with the sentence.
+# "；" and "…" are not sentence ends: a cut there leaves a clause hanging.
+_SENTENCE_END = re.compile(rf"(?:[。！？．｡।؟۔]+|[.!?]+(?=[{_CLOSERS}]*(?![A-Za-z0-9])))[{_CLOSERS}]*")
+_JOINERS = {"\u200d", "\u200c", "\u034f"}
+_REGIONAL = range(0x1F1E6, 0x1F200)
 
 
 def cap_length(text: str, max_chars: int | None) -> str:
-    """``text`` cut to at most ``max_chars`` characters.
+    """``text`` cut to at most ``max_chars`` characters (code points).
 
-    The cut falls after the last complete sentence that fits; without one,
-    at the last word boundary, marked with an ellipsis. A word is never cut
-    in two (a single overlong word yields just the ellipsis).
+    The cut falls after the last sentence end (``。！？.!?`` and their kin,
+    with any closing quotes or brackets) that fits; without one, at the last
+    word boundary when that keeps at least half the room (spaced text);
+    else at a character boundary, never inside a combining sequence, emoji
+    sequence or flag. The last two are marked with an ellipsis. A text with
+    content never becomes empty or a bare ellipsis: in the degenerate case
+    of a cap too small for one character and the ellipsis, the first
+    character (with its combining marks) is kept.
     """
     if not max_chars or len(text) <= max_chars:
         return text
-    ends = [m.end() for m in _SENTENCE_END.finditer(text) if m.end() <= max_chars]
-    if ends:
-        return text[: ends[-1]].rstrip()
-    room = text[:max_chars]
-    cut = max(room.rfind(" "), room.rfind("\n"))
-    head = room[:cut].rstrip() if cut > 0 else ""
-    return (head + ELLIPSIS) if head else ELLIPSIS[:max_chars]
+    ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, max_chars + 1) if m.end() <= max_chars]
+    for end in reversed(ends):
+        head = text[:end].rstrip()
+        if _has_content(head):
+            return head
+    room = max_chars - len(ELLIPSIS)
+    spaces = [i for i in range(min(room, len(text)), 0, -1) if text[i].isspace()]
+    if spaces and spaces[0] >= room // 2:
+        head = text[: spaces[0]].rstrip()
+        if _has_content(head):
+            return head + ELLIPSIS
+    cut = room
+    while cut > 0 and _inside_cluster(text, cut):
+        cut -= 1
+    head = text[:cut].rstrip()
+    if _has_content(head):
+        return head + ELLIPSIS
+    first = 1
+    while first < len(text) and _inside_cluster(text, first):
+        first += 1
+    return text[:first]
+
+
+def _has_content(text: str) -> bool:
+    return any(unicodedata.category(c)[0] in "LNS" for c in text)
+
+
+def _inside_cluster(text: str, i: int) -> bool:
+    """Whether a cut before ``text[i]`` would split a user-perceived character."""
+    if i <= 0 or i >= len(text):
+        return False
+    before, at = text[i - 1], text[i]
+    if unicodedata.category(at) in ("Mn", "Mc", "Me") or at in _JOINERS or before == "\u200d":
+        return True
+    if 0x1F3FB <= ord(at) <= 0x1F3FF or 0xE0020 <= ord(at) <= 0xE007F:  # skin tones, emoji tags
+        return True
+    if ord(at) in _REGIONAL and ord(before) in _REGIONAL:
+        run = 0
+        while i - 1 - run >= 0 and ord(text[i - 1 - run]) in _REGIONAL:
+            run += 1
+        return run % 2 == 1
+    return "\udc00" <= at <= "\udfff"

@@ -4,6 +4,14 @@ One call runs as many passes as needed to cover the selected delta (each
 pass covers a complete prefix and rolls its summary into the next), up to
 ``max_passes``. It stores nothing: on any failure or cancellation the caller
 keeps its boundary, and a result exists only when every step succeeded.
+
+The invariant kept here: every event a result's boundary covers was in the
+input of one of its passes (directly, or inside the previous summary that
+pass rolled forward). So the input is shrunk only for a context-length
+refusal (one standalone retry at half the budget); an empty answer is asked
+again with the same request and then fails, never cut; a forked caller
+request is used only when it holds every event of the pass; and a
+pre-summary hook that leaves no text summarizes nothing.
 """
 
 from __future__ import annotations
@@ -23,12 +31,12 @@ from schemas import (
     SummaryStats,
     TriggerReport,
 )
-from streams.errors import DistillError, PermanentError
+from streams.errors import DistillError, PermanentError, RetryableError
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import TokenCounter, get_token_counter
 from streams.summarizer.budget import halve, input_budget, resolve_context_window
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
-from streams.summarizer.fork import fit_fork, fork_request
+from streams.summarizer.fork import fit_fork, fork_misses, fork_request
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -50,6 +58,20 @@ from streams.summarizer.selection import SkipRecent, select_events
 
 class SummarySkipped(DistillError):
     """There is nothing to summarize (or no summarizer applies): no summary, no retry."""
+
+
+EMPTY_ANSWER = "empty answer"
+"""The ``error`` of a :class:`CallReport` whose model answered no text."""
+
+
+class EmptySummaryError(RetryableError):
+    """The model answered no text, also when asked again with the same request.
+
+    Retryable: an empty answer says nothing about the request's size (it is
+    never answered by cutting the input), and is usually a provider fault
+    that passes; the job's failure policy retries it with backoff within its
+    timeout and then publishes the failure. The boundary does not move.
+    """
 
 
 @dataclass(frozen=True)
@@ -140,7 +162,9 @@ class Summarizer:
 
     ``context_window`` overrides the model's window (settings'
     ``DISTILL_LLM__CONTEXT_WINDOW``); ``token_counter`` defaults to the
-    process-wide counter at call time. Prompts are validated here, so a bad
+    process-wide counter at call time. An empty answer is asked again
+    ``empty_answer_retries`` times with the same request, then fails with
+    :class:`EmptySummaryError`. Prompts are validated here, so a bad
     prompt fails at configuration with the rule it breaks; a word limit that
     no prompt states is only logged (see :meth:`PromptSet.validate`).
     """
@@ -161,10 +185,14 @@ class Summarizer:
         context_window: int | None = None,
         token_counter: TokenCounter | None = None,
         max_passes: int = 8,
+        empty_answer_retries: int = 1,
         name: str = "default",
     ) -> None:
         if max_passes < 1:
             raise ValueError("max_passes must be >= 1")
+        if empty_answer_retries < 0:
+            raise ValueError("empty_answer_retries must be >= 0")
+        self.empty_answer_retries = empty_answer_retries
         self.model = model
         self.prompts: PromptSet = build_prompts(prompt, system_prompt, fork_prompt, max_summary_words)
         self.max_summary_length = max_summary_length or None
@@ -324,44 +352,94 @@ class Summarizer:
         fork_parent: Mapping[str, Any] | None,
         context: dict[str, Any],
     ) -> tuple[str, list[SessionEvent]]:
-        """One request (plus at most one retry) covering a prefix of ``events``."""
+        """One request covering a prefix of ``events``.
+
+        An empty answer is asked again with the same request at the same
+        budget (``empty_answer_retries`` times), then fails with
+        :class:`EmptySummaryError`. Only a context-length refusal retries
+        once, as a standalone request at half the budget.
+        """
         budget = self.input_budget()
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
-        forked = None
+        forked, declined = None, None
         if fork_parent is not None:
             forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
+            if forked is None:
+                declined = f"the caller's request does not fit the input budget ({budget} tokens)"
+            else:
+                # A fork covers only what it holds: a tailored view is summarized standalone instead.
+                declined = fork_misses(forked.messages[:-1], events, previous, self.formatter)
+                forked = None if declined else forked
         if forked is not None:
             # The caller's request already holds the conversation: hook edits cannot reach it.
             text = self.formatter.conversation_text(events)
             plan = PassPlan(list(events), text, forked, False, False)
-            await self._pre_hook(plan, previous, budget, builder, session, filter_key, context, apply=False)
-            request, mode, hooked = forked, "cache_safe_fork", None
+            _, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context, apply=False)
+            request, mode = forked, "cache_safe_fork"
         else:
             plan = plan_pass(events, previous, budget, builder, self.formatter)
             plan, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context)
             request, mode = plan.request, "standalone"
-        response = await self._call(request, mode, budget, attempt, context, retry_follows=True)
-        if response is not None and response.text.strip():
-            self._note_plan(attempt, plan, mode)
-            return response.text.strip(), plan.events
-        retry_budget = halve(budget)
-        if hooked is not None:
-            request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
-            plan = replace(plan, request=request, truncated_previous=truncated)
-        else:
-            plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
-        response = await self._call(plan.request, "standalone", retry_budget, attempt, context, retry_follows=False)
-        if response is None or not response.text.strip():
-            chars = len(plan.text.encode()) + len(previous.encode())
-            raise PermanentError(f"generated empty summary (input_chars={chars})")
-        self._note_plan(attempt, plan, "standalone")
-        return response.text.strip(), plan.events
+        try:
+            text = await self._answer(
+                request, mode, budget, attempt, context, plan, previous, retry_follows=True, fork_declined=declined
+            )
+        except ContextLengthError:
+            retry_budget = halve(budget)
+            if hooked is not None:
+                request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
+                plan = replace(plan, request=request, truncated_previous=truncated)
+            else:
+                plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
+            mode = "standalone"
+            text = await self._answer(
+                plan.request, mode, retry_budget, attempt, context, plan, previous, fork_declined=declined
+            )
+        self._note_plan(attempt, plan, mode)
+        return text, plan.events
 
     @staticmethod
     def _note_plan(attempt: _Attempt, plan: PassPlan, mode: str) -> None:
         attempt.truncated = attempt.truncated or (plan.truncated_previous and mode != "cache_safe_fork")
         attempt.partial = attempt.partial or plan.partial_prefix
         attempt.fork_used = attempt.fork_used or mode == "cache_safe_fork"
+
+    async def _answer(
+        self,
+        request: ChatRequest,
+        mode: str,
+        budget: int,
+        attempt: _Attempt,
+        context: dict[str, Any],
+        plan: PassPlan,
+        previous: str,
+        *,
+        retry_follows: bool = False,
+        fork_declined: str | None = None,
+    ) -> str:
+        """The non-empty answer to ``request``: the first call plus the same-budget retries of an empty one.
+
+        ``retry_follows``: a context-length refusal will be retried by the
+        caller (reported ``retried``, else ``failed``); it is re-raised either way.
+        """
+        tries = 1 + self.empty_answer_retries
+        for n in range(1, tries + 1):
+            text = await self._call(
+                request.clone(),
+                mode,
+                budget,
+                attempt,
+                context,
+                retry_follows,
+                last=n == tries,
+                fork_declined=fork_declined,
+            )
+            if text:
+                return text
+        chars = len(plan.text.encode()) + len(previous.encode())
+        raise EmptySummaryError(
+            f"generated empty summary (input_chars={chars}): {tries} empty answer(s) at budget {budget}"
+        )
 
     async def _call(
         self,
@@ -370,39 +448,59 @@ class Summarizer:
         budget: int,
         attempt: _Attempt,
         context: dict[str, Any],
+        context_retry_follows: bool,
         *,
-        retry_follows: bool,
-    ) -> ModelResponse | None:
-        """Callbacks, the model call, its report. ``None`` asks for the half-budget retry."""
+        last: bool,
+        fork_declined: str | None = None,
+    ) -> str:
+        """Callbacks, one model call, its report; the stripped answer (``""`` when empty).
+
+        An empty answer is reported ``retried`` (``failed`` when ``last``)
+        with the error ``empty answer``.
+        """
         model = self.model.name
         custom = await run_before_model(self.hooks.before_model, BeforeModelArgs(request, model, context))
         if custom is not None:
-            attempt.calls.append(CallReport(mode="custom_response", model=model, budget_tokens=budget))
-            return ModelResponse(text=custom.custom_response, model=model)
+            text = custom.custom_response.strip()
+            outcome = "ok" if text else ("failed" if last else "retried")
+            attempt.calls.append(
+                CallReport(
+                    mode="custom_response",
+                    model=model,
+                    budget_tokens=budget,
+                    outcome=outcome,
+                    error=None if text else EMPTY_ANSWER,
+                    fork_declined=fork_declined,
+                )
+            )
+            return text
         estimated = count_request(request, self.counter())
         if estimated > budget:
             raise PermanentError(
                 f"summary request no longer fits after before-model callbacks: "
                 f"{estimated} tokens, input budget {budget}"
             )
-        call = CallReport(mode=mode, model=model, estimated_prompt_tokens=estimated, budget_tokens=budget)
+        call = CallReport(
+            mode=mode,
+            model=model,
+            estimated_prompt_tokens=estimated,
+            budget_tokens=budget,
+            fork_declined=fork_declined,
+        )
         started = time.monotonic()
         try:
             response = await self.model.complete(request)
         except ContextLengthError as exc:
-            if not retry_follows:
-                attempt.calls.append(_finished(call, started, None, "failed", exc))
-                raise
-            attempt.calls.append(_finished(call, started, None, "retried", exc))
-            return None
+            attempt.calls.append(_finished(call, started, None, "retried" if context_retry_follows else "failed", exc))
+            raise
         except BaseException as exc:
             attempt.calls.append(_finished(call, started, None, "failed", exc))
             raise
         response = await run_after_model(self.hooks.after_model, AfterModelArgs(request, response, context))
-        empty = not response.text.strip()
-        outcome = "retried" if empty and retry_follows else ("failed" if empty else "ok")
-        attempt.calls.append(_finished(call, started, response, outcome, None))
-        return None if empty and retry_follows else response
+        text = response.text.strip()
+        outcome = "ok" if text else ("failed" if last else "retried")
+        attempt.calls.append(_finished(call, started, response, outcome, None, None if text else EMPTY_ANSWER))
+        return text
 
     async def _pre_hook(
         self,
@@ -418,8 +516,11 @@ class Summarizer:
     ) -> tuple[PassPlan, _Hooked | None]:
         """Let the pre-summary hook edit the pass input, then re-bound the request.
 
-        With ``apply=False`` (a forked request) the hook runs for its side
-        effects only.
+        With ``apply=False`` (a forked request) the hook's edits cannot reach
+        the request; they are kept (when there are any) for a standalone
+        retry. A hook that leaves no conversation text (every event removed,
+        or the text emptied) raises :class:`SummarySkipped`: nothing is
+        summarized and no boundary moves.
         """
         hook = self.hooks.pre_summary
         if hook is None:
@@ -431,8 +532,6 @@ class Summarizer:
             if self.hooks.abort_on_error:
                 raise PermanentError(f"pre-summary hook failed: {exc}") from exc
             return plan, None
-        if not apply:
-            return plan, None
         if ctx.text != plan.text:
             text = ctx.text
         elif ctx.events != plan.events:
@@ -440,6 +539,15 @@ class Summarizer:
         else:
             text = plan.text
         hooked = _Hooked(text, ctx.previous_summary.strip())
+        if not text.strip() and (plan.events or not hooked.previous):
+            sid = session.session_id if session else "?"
+            raise SummarySkipped(
+                f"no conversation text extracted for session {sid} (events={len(plan.events)}): "
+                f"the pre-summary hook left nothing to summarize"
+            )
+        if not apply:
+            edited = text != plan.text or hooked.previous != previous
+            return plan, hooked if edited else None
         try:
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
@@ -487,6 +595,7 @@ def _finished(
     response: ModelResponse | None,
     outcome: str,
     error: BaseException | None,
+    note: str | None = None,
 ) -> CallReport:
     usage = response.usage if response is not None else None
     return call.model_copy(
@@ -496,6 +605,6 @@ def _finished(
             "provider_cached_tokens": usage.cached_tokens if usage else None,
             "completion_tokens": usage.completion_tokens if usage else None,
             "outcome": outcome,
-            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+            "error": f"{type(error).__name__}: {error}" if error is not None else note,
         }
     )

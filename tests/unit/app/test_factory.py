@@ -91,3 +91,48 @@ def test_the_worker_creates_the_data_directorys_parents(tmp_path: Any) -> None:
     assert (tmp_path / "a" / "b").is_dir()
     app._create_directories()  # what Faust runs at startup: mkdir of datadir and tabledir
     assert (tmp_path / "a" / "b" / "x").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("summary", "where", "rule"),
+    [
+        (
+            {"apps": {"support": {"prompt": "总结一下这段对话"}}},
+            r"\[summary\.apps\.support\] \(app 'support'\)",
+            "prompt.conversation_text_required",
+        ),
+        (
+            {"apps": {"ok": {}, "billing": {"system_prompt": "{conversation_text} is data"}}},
+            r"\[summary\.apps\.billing\]",
+            "system_prompt.no_conversation_placeholders",
+        ),
+        (
+            {"apps": {"x": {"fork_prompt": "continue {nope}"}}},
+            r"\[summary\.apps\.x\]",
+            "fork_prompt.unknown_placeholder",
+        ),
+        ({"prompt": "Summarize please"}, r"\[summary\]", "prompt.conversation_text_required"),
+        (
+            {"apps": {"typo": {"promt": "{conversation_text}"}}},
+            r"\[summary\.apps\.typo\]",
+            "invalid summary override: promt",
+        ),
+    ],
+)
+def test_a_bad_prompt_or_override_stops_the_worker_at_startup_naming_the_app(
+    tmp_path: Any, summary: dict[str, Any], where: str, rule: str
+) -> None:
+    from streams.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=rf"{where}.*{rule}"):
+        create_app(_settings(tmp_path, **summary))
+
+
+def test_good_per_app_prompts_start_and_are_used(tmp_path: Any) -> None:
+    from streams.app.extensions import Extensions
+    from streams.app.factory import _summarizers
+
+    settings = _settings(tmp_path, apps={"zh": {"prompt": "请总结以下对话：\n{conversation_text}\n\n总结："}})
+    create_app(settings)
+    summarizer_for, _ = _summarizers(settings, Extensions())
+    assert summarizer_for("zh").metadata()["prompt_version"] != summarizer_for("other").metadata()["prompt_version"]

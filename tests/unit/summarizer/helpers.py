@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -101,3 +102,36 @@ class ScriptedModel:
 def user_text(request: ChatRequest) -> str:
     """The content of the request's last user message."""
     return str([m for m in request.messages if m["role"] == "user"][-1]["content"])
+
+
+MARKER = re.compile(r"\b[A-Z]\d+\b")
+
+
+def markers(text: str) -> list[str]:
+    """The oracle markers (``M12``, ``P3``: a capital and digits) in ``text``."""
+    return MARKER.findall(text)
+
+
+class EchoModel(ScriptedModel):
+    """Answers the scripted faults first, then echoes every marker of the request it got."""
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        if self.replies:
+            return await super().complete(request)
+        self.requests.append(request.clone())
+        seen = " ".join(str(m.get("content") or "") for m in request.messages)
+        return ModelResponse(text=" ".join(dict.fromkeys(markers(seen))), model=self.name, usage=self.usage)
+
+
+def request_messages(events: Iterable[SessionEvent]) -> list[dict[str, Any]]:
+    """The events as chat-completions messages, as a caller's own request would hold them."""
+    out: list[dict[str, Any]] = []
+    for e in events:
+        m = e.message
+        raw: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            raw["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+        if m.tool_call_id:
+            raw["tool_call_id"] = m.tool_call_id
+        out.append(raw)
+    return out

@@ -11,7 +11,7 @@ from streams.errors import PermanentError, RetryableError
 from streams.summarizer.model import ContextLengthError
 from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.request import standalone_request
-from streams.summarizer.summarizer import Summarizer
+from streams.summarizer.summarizer import EmptySummaryError, Summarizer
 from tests.support.openai_server import (
     OpenAIServer,
     answer,
@@ -23,7 +23,7 @@ from tests.support.openai_server import (
     slow,
 )
 
-from .helpers import SESSION, rounds
+from .helpers import SESSION, request_messages, rounds
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +90,11 @@ async def test_context_length_error_translation(fresh: OpenAIServer) -> None:
 async def test_empty_answer_is_retried_once_then_fails(fresh: OpenAIServer) -> None:
     fresh.script(empty_answer(), empty_answer())
     model = model_for(fresh)
-    with pytest.raises(PermanentError, match="generated empty summary"):
+    with pytest.raises(EmptySummaryError, match="generated empty summary"):
         await Summarizer(model).summarize("", rounds(1), session=SESSION)
     assert len(fresh.requests) == 2
+    # Asked again with the same request: an empty answer is not a budget problem.
+    assert fresh.requests[1].body["messages"] == fresh.requests[0].body["messages"]
     await model.aclose()
 
 
@@ -157,7 +159,7 @@ async def test_other_client_errors_are_permanent_and_not_retried(fresh: OpenAISe
 
 async def test_forked_request_keeps_tools_and_extra_params(fresh: OpenAIServer) -> None:
     parent = {
-        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+        "messages": request_messages(rounds(1)),
         "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}],
         "top_p": 0.5,
         "vendor_option": {"x": 1},

@@ -8,6 +8,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import SimpleTokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER, safe_prefix_ends
 from streams.summarizer.conversation import DEFAULT_FORMATTER
+from streams.summarizer.fork import fork_misses
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -21,9 +22,9 @@ from streams.summarizer.plan import PreviousSummaryTooLargeError, RequestBuilder
 from streams.summarizer.prompts import SOURCE_BOUNDARY, build_prompts
 from streams.summarizer.request import count_request
 from streams.summarizer.selection import skip_last
-from streams.summarizer.summarizer import Summarizer, SummarySkipped
+from streams.summarizer.summarizer import EmptySummaryError, Summarizer, SummarySkipped
 
-from .helpers import SESSION, ScriptedModel, event, rounds, user_text
+from .helpers import SESSION, EchoModel, ScriptedModel, event, markers, request_messages, rounds, user_text
 
 COUNTER = SimpleTokenCounter()
 SMALL = "{conversation_text}"
@@ -121,9 +122,8 @@ async def test_prefix_with_whole_previous_summary_preferred_over_cutting_it() ->
     assert result.caught_up
 
 
-@pytest.mark.parametrize("first", ["", "   ", ContextLengthError("maximum context length exceeded")])
-async def test_one_retry_at_half_budget(first: object) -> None:
-    model = ScriptedModel(first, "good", context_window=1000)  # type: ignore[arg-type]
+async def test_one_retry_at_half_budget_after_a_context_length_error() -> None:
+    model = ScriptedModel(ContextLengthError("maximum context length exceeded"), "good", context_window=1000)
     result = await make(model).summarize("", rounds(2), session=SESSION)
     assert result.text == "good"
     assert len(model.requests) == 2
@@ -132,18 +132,54 @@ async def test_one_retry_at_half_budget(first: object) -> None:
     assert second_call.outcome == "ok" and second_call.budget_tokens == 350
 
 
+@pytest.mark.parametrize("empty", ["", "   "])
+async def test_empty_answer_is_asked_again_with_the_same_request_at_the_same_budget(empty: str) -> None:
+    # The previous summary is larger than half the budget: a half-budget retry would cut it.
+    previous = " ".join(f"P{i}" for i in range(120))
+    events = [event(1, "user", "M1 please"), event(2, "agent", "M2 done")]
+    model = EchoModel(empty, context_window=600)
+    prompt = "prev={previous_summary}\nnew={conversation_text}"
+    result = await make(model, prompt=prompt).summarize(previous, events, session=SESSION)
+    assert len(model.requests) == 2
+    assert model.requests[1].messages == model.requests[0].messages
+    assert TRUNCATION_MARKER not in user_text(model.requests[1])
+    assert set(markers(result.text)) == {f"P{i}" for i in range(120)} | {"M1", "M2"}
+    first_call, second_call = result.report.calls
+    assert (first_call.outcome, first_call.error) == ("retried", "empty answer")
+    assert first_call.budget_tokens == second_call.budget_tokens == 420
+    assert second_call.outcome == "ok"
+    assert not result.report.truncated_previous_summary
+
+
+async def test_empty_answers_fail_as_a_retryable_failure_never_as_a_cut() -> None:
+    model = ScriptedModel("", "", "", "never asked")
+    reports: list[tuple[SummaryReport, BaseException | None]] = []
+    s = make(model, empty_answer_retries=2, hooks=SummaryHooks(report=lambda r, e: reports.append((r, e))))
+    with pytest.raises(EmptySummaryError, match=r"generated empty summary \(input_chars=") as info:
+        await s.summarize("", rounds(1), session=SESSION)
+    assert isinstance(info.value, RetryableError)
+    assert len(model.requests) == 3
+    assert all(r.messages == model.requests[0].messages for r in model.requests)
+    report, error = reports[0]
+    assert error is info.value
+    assert [c.outcome for c in report.calls] == ["retried", "retried", "failed"]
+    assert {c.budget_tokens for c in report.calls} == {700}
+
+
+async def test_empty_answer_after_a_context_length_retry_is_asked_again_at_that_budget() -> None:
+    model = ScriptedModel(ContextLengthError("too many tokens"), "", "S", context_window=1000)
+    result = await make(model).summarize("", rounds(2), session=SESSION)
+    assert result.text == "S"
+    assert [c.outcome for c in result.report.calls] == ["retried", "retried", "ok"]
+    assert [c.budget_tokens for c in result.report.calls] == [700, 350, 350]
+    assert model.requests[2].messages == model.requests[1].messages
+
+
 async def test_retry_may_shrink_to_a_smaller_prefix() -> None:
     model = ScriptedModel(ContextLengthError("too many tokens"), "S", "T", context_window=200)
     result = await make(model).summarize("", rounds(4), session=SESSION)
     assert count_request(model.requests[1], COUNTER) <= 70
     assert result.caught_up
-
-
-async def test_empty_twice_is_an_error_and_nothing_is_returned() -> None:
-    model = ScriptedModel("", "")
-    with pytest.raises(PermanentError, match=r"generated empty summary \(input_chars="):
-        await make(model).summarize("", rounds(1), session=SESSION)
-    assert len(model.requests) == 2
 
 
 async def test_other_errors_are_not_retried_here() -> None:
@@ -200,14 +236,33 @@ async def test_max_summary_length_cuts_at_a_sentence() -> None:
     assert result.text == "First fact."
 
 
+# The Python guide's own Chinese prompt (its "自定义提示模板" example).
+GUIDE_PROMPT_ZH = (
+    "请总结以下对话，重点关注：\n1. 关键决策\n2. 重要信息\n3. 行动计划\n\n对话内容：\n{conversation_text}\n\n总结："
+)
+
+
+async def test_max_summary_length_keeps_a_chinese_summary_and_rolls_it_forward() -> None:
+    sentences = [f"第{i}条决定：用户要求保留标记M{i}并在周五前完成迁移。" for i in range(30)]
+    answer = "".join(sentences)
+    assert len(answer) > 720
+    model = ScriptedModel(answer, "下一版摘要。")
+    s = make(model, prompt=GUIDE_PROMPT_ZH, max_summary_length=600, max_summary_words=None)
+    events = [event(1, "user", "请帮我迁移数据库"), event(2, "agent", "好的，我会在周五前完成。")]
+    result = await s.summarize("", events, session=SESSION)
+    assert 0 < len(result.text) <= 600 and result.text != "…"
+    assert answer.startswith(result.text) and result.text.endswith("。")
+    kept = [f"M{i}" for i in range(30) if f"M{i}" in result.text]
+    assert kept == [f"M{i}" for i in range(len(kept))] and len(kept) >= 20
+    # What rolls forward as the previous summary is that text.
+    await s.summarize(result.text, [event(3, "user", "还有别的吗")], session=SESSION)
+    assert result.text in user_text(model.requests[1])
+
+
 # Cache-safe forking ---------------------------------------------------------------------------
 
 PARENT = {
-    "messages": [
-        {"role": "system", "content": "agent rules"},
-        {"role": "user", "content": "question 0"},
-        {"role": "assistant", "content": "answer 0"},
-    ],
+    "messages": [{"role": "system", "content": "agent rules"}, *request_messages(rounds(1))],
     "tools": [{"type": "function", "function": {"name": "t", "parameters": {}}}],
     "stream": True,
 }
@@ -228,7 +283,7 @@ async def test_fork_uses_the_callers_request() -> None:
 
 
 async def test_fork_retry_is_standalone_with_the_source_boundary() -> None:
-    model = ScriptedModel("", "S")
+    model = ScriptedModel(ContextLengthError("maximum context length"), "S")
     await make(model).summarize("", rounds(1), model_request=PARENT, session=SESSION)
     second = model.requests[1]
     assert len(second.messages) == 1
@@ -288,6 +343,56 @@ async def test_pre_hook_edits_events_and_previous_summary() -> None:
     assert user_text(model.requests[0]).startswith("edited prev|user: question 0")
     assert "answer 0" not in user_text(model.requests[0])
     assert result.covered_events == 2
+
+
+def _drop_all(ctx: PreSummaryContext) -> None:
+    ctx.events = []
+
+
+def _blank(ctx: PreSummaryContext) -> None:
+    ctx.text = "  \n "
+
+
+async def _async_drop_all(ctx: PreSummaryContext) -> None:
+    ctx.events = []
+
+
+@pytest.mark.parametrize("hook", [_drop_all, _blank, _async_drop_all])
+@pytest.mark.parametrize("previous", ["", "P1 old summary"])
+@pytest.mark.parametrize("forked", [False, True])
+async def test_a_pre_hook_that_leaves_no_text_summarizes_nothing(hook: object, previous: str, forked: bool) -> None:
+    model = ScriptedModel()
+    reports: list[BaseException | None] = []
+    hooks = SummaryHooks(pre_summary=hook, report=lambda r, e: reports.append(e))  # type: ignore[arg-type]
+    events = rounds(2)
+    parent = {"messages": [{"role": "system", "content": previous}, *request_messages(events)]}
+    s = make(model, prompt="{previous_summary}|{conversation_text}", hooks=hooks)
+    with pytest.raises(SummarySkipped, match=r"no conversation text extracted for session s1 \(events=4\)"):
+        await s.summarize(previous, events, session=SESSION, model_request=parent if forked else None)
+    assert model.requests == []
+    assert isinstance(reports[0], SummarySkipped)
+
+
+async def test_a_pre_hook_edit_applies_to_the_standalone_retry_of_a_fork() -> None:
+    model = ScriptedModel(ContextLengthError("maximum context length"), "S")
+
+    def redact(ctx: PreSummaryContext) -> None:
+        ctx.text = ctx.text.replace("question", "[redacted]")
+
+    events = rounds(1)
+    s = make(model, hooks=SummaryHooks(pre_summary=redact))
+    await s.summarize("", events, session=SESSION, model_request={"messages": request_messages(events)})
+    assert model.requests[0].messages[0]["content"].startswith("question 0")  # the fork: not redactable
+    retry = user_text(model.requests[1])
+    assert "[redacted] 0" in retry and "question 0" not in retry
+
+
+async def test_a_post_hook_that_empties_the_summary_keeps_the_models_text() -> None:
+    def blank(ctx: PostSummaryContext) -> None:
+        ctx.summary = "   "
+
+    result = await make(ScriptedModel("M1 kept"), hooks=SummaryHooks(post_summary=blank)).summarize("", rounds(1))
+    assert result.text == "M1 kept"
 
 
 @pytest.mark.parametrize("abort", [False, True])
@@ -384,10 +489,15 @@ async def test_report_hook_failure_is_swallowed() -> None:
 
 
 async def test_fork_is_tried_before_standalone_prefixing() -> None:
-    # The standalone source would not fit, but the caller's (already compact) request does.
+    # The standalone source would not fit, but the caller's request (with the big tool result
+    # replaced by a marker when fitted) does, and it still holds every event.
     model = ScriptedModel(context_window=300)
-    events = [event(1, "user", "w " * 400), event(2, "agent", "ok")]
-    compact = {"messages": [{"role": "user", "content": "compacted view"}, {"role": "assistant", "content": "ok"}]}
+    events = [
+        event(1, "user", "look it up"),
+        event(2, "agent", None, tool_calls=[("c1", "lookup", "{}")]),
+        event(3, "agent", "w " * 400, tool_call_id="c1", name="lookup"),
+        event(4, "agent", "ok"),
+    ]
     seen: list[str] = []
 
     def note(ctx: PreSummaryContext) -> None:
@@ -395,10 +505,68 @@ async def test_fork_is_tried_before_standalone_prefixing() -> None:
         ctx.text = "ignored in fork mode"
 
     s = make(model, hooks=SummaryHooks(pre_summary=note))
-    result = await s.summarize("", events, model_request=compact, session=SESSION)
-    assert result.fork_used and result.covered_events == 2
-    assert model.requests[0].messages[0]["content"] == "compacted view"
-    assert seen and seen[0].startswith("user: w")
+    parent = {"messages": request_messages(events)}
+    result = await s.summarize("", events, model_request=parent, session=SESSION)
+    assert result.fork_used and result.covered_events == 4
+    assert model.requests[0].messages[0]["content"] == "look it up"
+    assert model.requests[0].messages[2]["content"].startswith("[Tool result left out")
+    assert seen and seen[0].startswith("user: look it up")
+
+
+async def test_a_fork_that_holds_only_part_of_the_delta_is_not_used() -> None:
+    # assemble tailored the caller's request down to the last 3 of 12 messages.
+    events = [event(i, "user" if i % 2 == 0 else "agent", f"M{i} 第{i}步") for i in range(12)]
+    tailored = {"messages": [{"role": "system", "content": "rules"}, *request_messages(events[-3:])]}
+    model = EchoModel()
+    result = await make(model).summarize("", events, model_request=tailored, session=SESSION)
+    assert not result.fork_used
+    assert set(markers(result.text)) == {f"M{i}" for i in range(12)}
+    call = result.report.calls[0]
+    assert call.mode == "standalone"
+    assert call.fork_declined is not None and "lacks 9 of the pass's 12 events (e0, e1, e2, e3, e4, ...)" in (
+        call.fork_declined
+    )
+    assert result.last_event is not None and result.last_event.event_id == "e11"
+
+
+async def test_a_fork_without_the_previous_summary_is_not_used() -> None:
+    events = rounds(1)
+    model = EchoModel()
+    parent = {"messages": request_messages(events)}
+    result = await make(model).summarize("P1 P2 old facts", events, model_request=parent, session=SESSION)
+    assert not result.fork_used
+    assert result.report.calls[0].fork_declined == "the caller's request lacks the previous summary"
+    assert {"P1", "P2"} <= set(markers(result.text))
+    with_summary = {
+        "messages": [{"role": "system", "content": "rules\n\nSummary:\nP1  P2 old facts"}, *parent["messages"]]
+    }
+    forked = await make(EchoModel()).summarize("P1 P2 old facts", events, model_request=with_summary)
+    assert forked.fork_used and forked.report.calls[0].fork_declined is None
+
+
+async def test_fork_containment_reads_parts_cjk_and_tool_ids() -> None:
+    events = [
+        event(1, "user", "请总结以下对话：关键决策"),
+        event(2, "agent", None, tool_calls=[("c1", "search", '{"q": "東京"}')]),
+        event(3, "agent", "結果：晴れ", tool_call_id="c1", name="search"),
+        event(4, "agent", "กรุงเทพ อากาศดี"),
+        event(5, "agent", "ok"),
+        event(6, "agent", "ok"),
+    ]
+    messages = request_messages(events)
+    # List-of-parts content, decomposed Unicode and other whitespace are the same message.
+    messages[0]["content"] = [{"type": "text", "text": "请总结以下对话："}, {"type": "text", "text": "关键决策"}]
+    messages[3]["content"] = "กรุงเทพ   อากาศดี"
+    messages[2]["content"] = "[Tool result left out]"
+    assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+    # Two events "ok" need two messages holding "ok".
+    missing = fork_misses(messages[:5], events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e6)" in missing
+    no_call = [m for m in messages if m.get("tool_call_id") != "c1"]
+    missing = fork_misses(no_call, events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e3)" in missing
+    decomposed = [{**messages[0], "content": "Cafe\u0301"}]
+    assert fork_misses(decomposed, [event(1, "user", "Café")], "", DEFAULT_FORMATTER) is None
 
 
 @pytest.mark.parametrize("prompt", ["P {previous_summary}\nC {conversation_text}", "C {conversation_text}"])
@@ -425,3 +593,14 @@ def test_previous_summary_is_never_dropped_a_shorter_prefix_or_an_error_instead(
     with pytest.raises(PreviousSummaryTooLargeError, match="smallest complete prefix") as info:
         plan_pass(events, previous, tight, builder, DEFAULT_FORMATTER)
     assert isinstance(info.value, SourceTooLargeError) and info.value.tokens > info.value.budget == tight
+
+
+async def test_settings_choose_how_often_an_empty_answer_is_asked_again() -> None:
+    from schemas.settings import Settings
+    from streams.summarizer import build_summarizer
+
+    model = ScriptedModel("", "unused")
+    s = build_summarizer(Settings(summary={"empty_answer_retries": 0}), model=model, token_counter=COUNTER)
+    with pytest.raises(EmptySummaryError):
+        await s.summarize("", rounds(1), session=SESSION)
+    assert len(model.requests) == 1
