@@ -103,3 +103,12 @@ def test_a_producer_naming_its_user_counts_rounds() -> None:
     state = fold(rounds(4, author="alice"))
     assert state.counters.rounds == 4
     assert decide(state, policy(ConversationThreshold(3))).fire
+
+
+def test_per_app_hold_back_reaches_that_apps_policy() -> None:
+    from streams.rules.policy import policies_from_settings
+
+    settings = SummarySettings(keep_recent_rounds=4, apps={"x": {"keep_recent_rounds": 2, "conversation_threshold": 1}})
+    policies = policies_from_settings(settings)
+    assert policies.default.keep_recent_rounds == 4
+    assert policies.for_app("x").keep_recent_rounds == 2
