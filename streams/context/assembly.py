@@ -43,6 +43,7 @@ from streams.context.recall_tools import (
 from streams.context.tailoring import tailor
 from streams.context.validity import assert_valid
 from streams.errors import DistillError
+from streams.rules.eligibility import is_user_turn_message
 from streams.rules.filter_keys import related
 from streams.rules.tokens import TokenCounter, get_token_counter
 
@@ -135,7 +136,7 @@ def _locate_current(
         return None, HistoryItem(msg, origin="current"), NEW_TURN_UNIT
     for i in range(len(events) - 1, -1, -1):
         found = event_message(events[i])
-        if found is not None and found.role == "user":
+        if found is not None and is_user_turn_message(found):
             return i, None, _unit_of(events[i])
     return None, None, None
 

@@ -71,6 +71,10 @@ class SummaryPolicy:
     ``context`` is merged into the context dict custom checks receive.
     ``important_keywords`` is derived from the :class:`ImportantContent` checks:
     the fold flags the events that contain one.
+    ``keep_recent_rounds`` / ``skip_recent_events`` are the summarizer's (the same
+    settings): the events a summary holds back do not count toward the next
+    trigger, and no job is emitted while a pass would hold back everything
+    (see :mod:`streams.rules.held_back`).
     """
 
     checks: tuple[Check, ...] = field(default_factory=default_checks)
@@ -80,6 +84,8 @@ class SummaryPolicy:
     max_summary_words: int | None = DEFAULT_MAX_SUMMARY_WORDS
     job_timeout_s: float = 120.0
     context: Mapping[str, Any] = field(default_factory=dict)
+    keep_recent_rounds: int = 0
+    skip_recent_events: int = 0
     important_keywords: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
@@ -178,6 +184,8 @@ def policy_from_settings(
         "counter": counter_from_settings(settings, model),
         "max_summary_words": settings.max_summary_words or None,
         "job_timeout_s": settings.job_timeout_s,
+        "keep_recent_rounds": settings.keep_recent_rounds,
+        "skip_recent_events": settings.skip_recent_events,
     }
     values.update(python_overrides)
     return SummaryPolicy(**values)

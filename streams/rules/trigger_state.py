@@ -44,6 +44,7 @@ from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
+from streams.rules.held_back import all_held_back, held_back_prefix, without_held_back
 from streams.rules.policy import SummaryPolicy
 
 STATE_FORMAT = 1
@@ -388,7 +389,9 @@ class TriggerDecision(NamedTuple):
     """Whether to summarize ``filter_key`` now, and why (immutable).
 
     ``reason`` is ``fired``, ``force``, ``checks_failed``, ``not_triggering`` (the
-    event may not trigger), ``in_flight``, ``empty_delta``, ``no_content`` or
+    event may not trigger), ``in_flight``, ``empty_delta``, ``no_content``,
+    ``held_back`` (a pass now would keep every pending event back, see
+    ``held_back``) or
     ``not_allowed`` (a sync command for a key the allowlist refuses; see
     ``planner.apply_command``).
     ``upto`` is the last pending event: the furthest the job may advance to.
@@ -464,9 +467,14 @@ def decide(
         return TriggerDecision(True, key, tk, "force", outcome.report(), (outcome,), upto, True, retry)
     if not state.content:
         return _no(key, tk, "no_content")
+    counters = scope.counters
+    if policy.keep_recent_rounds or policy.skip_recent_events:
+        if all_held_back(pending, policy.keep_recent_rounds, policy.skip_recent_events):
+            return _no(key, tk, "held_back")
+        counters = _counters_after_held_back(state, policy, scope, tk)
     checks = policy.checks
     if not checks:
-        outcome = CheckOutcome("always", True, scope.counters.events, 0, "events")
+        outcome = CheckOutcome("always", True, counters.events, 0, "events")
         return TriggerDecision(True, key, tk, "fired", outcome.report(), (outcome,), upto, False, retry)
     view = _new_tuple(
         TriggerView,
@@ -474,7 +482,7 @@ def decide(
             key,
             tk,
             state.app_name,
-            scope.counters,
+            counters,
             scope.activity,
             state,
             now if isinstance(now, SessionEvent) else None,
@@ -488,6 +496,19 @@ def decide(
     best = preferred_outcome(outcomes)
     report = best.report() if best is not None else None
     return TriggerDecision(True, key, tk, "fired", report, outcomes, upto, False, retry)
+
+
+def _counters_after_held_back(
+    state: SessionTriggerState, policy: SummaryPolicy, scope: Scope, trigger_key: str
+) -> Counters:
+    """The scope's counters without the events the last summary held back (none before a first summary)."""
+    if state.boundary_ts is None:
+        return scope.counters
+    held = state.pending[: held_back_prefix(state.pending, policy.keep_recent_rounds, policy.skip_recent_events)]
+    key, app = state.filter_key, state.app_name
+    if key or not trigger_key or scope is state.own:
+        return without_held_back(scope.counters, held, lambda p: counts_toward(p.filter_key, key, app))
+    return without_held_back(scope.counters, held, lambda p: in_summary_input(p.filter_key, trigger_key))
 
 
 def to_dict(state: SessionTriggerState) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from schemas import SessionEvent
 from streams.rules.context_windows import lookup_context_window
+from streams.rules.eligibility import is_user_turn
 from streams.summarizer.conversation import ConversationFormatter, is_tool_result
 
 DEFAULT_CONTEXT_WINDOW = 8192
@@ -92,7 +93,7 @@ def safe_prefix_ends(events: Sequence[SessionEvent], formatter: ConversationForm
             break
         if open_calls or not text_since_end or event.partial:
             continue
-        if message.role in ("user", "system") or event.author in ("user", "system") or message.tool_calls:
+        if is_user_turn(event) or message.role == "system" or event.author == "system" or message.tool_calls:
             continue
         if _same_response(event, events[i + 1]):
             continue
