@@ -43,7 +43,7 @@ from streams.summarizer.length import cap_length
 from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
 from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
-from streams.summarizer.report import MANUAL_TRIGGER, compression_stats, emit_report
+from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
 from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.selection import SkipRecent, select_events
 
@@ -109,6 +109,7 @@ class SummarizerLike(Protocol):
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult: ...
 
     def metadata(self) -> dict[str, Any]: ...
@@ -119,6 +120,8 @@ class _Attempt:
     """Mutable bookkeeping of one ``summarize`` call."""
 
     trigger: TriggerReport
+    context_window: int | None = None
+    """This call's window override (a window learned from a context-length refusal)."""
     calls: list[CallReport] = field(default_factory=list)
     passes: int = 0
     truncated: bool = False
@@ -194,9 +197,14 @@ class Summarizer:
     def counter(self) -> TokenCounter:
         return self.token_counter or get_token_counter()
 
-    def input_budget(self) -> int:
-        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``."""
+    def input_budget(self, context_window: int | None = None) -> int:
+        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``.
+
+        ``context_window`` (a window a provider named when it refused a request) caps the window.
+        """
         window = resolve_context_window(self.context_window, self.model.name, self.model.context_window)
+        if context_window is not None and context_window > 0:
+            window = min(window, context_window)
         return input_budget(window, self.model.provider_budget)
 
     def metadata(self) -> dict[str, Any]:
@@ -225,15 +233,18 @@ class Summarizer:
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult:
         """Summarize ``events`` (the delta after the boundary, in order) on top of ``previous_summary``.
+
+        ``context_window`` caps the model's window for this call (see :meth:`input_budget`).
 
         Raises :class:`SummarySkipped` when nothing is left to summarize,
         :class:`~streams.errors.RetryableError` for transient model failures
         and :class:`~streams.errors.PermanentError` otherwise. The report
-        hook sees every attempt, failed ones included.
+        hook sees every attempt, failed ones included, and the error carries it (``report_of``).
         """
-        attempt = _Attempt(trigger or MANUAL_TRIGGER)
+        attempt = _Attempt(trigger or MANUAL_TRIGGER, context_window)
         try:
             result = await self._summarize(
                 previous_summary,
@@ -246,6 +257,7 @@ class Summarizer:
                 dict(context or {}),
             )
         except BaseException as exc:
+            attach_report(exc, attempt.report())
             await emit_report(self.hooks.report, attempt.report(), exc)
             raise
         await emit_report(self.hooks.report, result.report, None)
@@ -325,7 +337,7 @@ class Summarizer:
         context: dict[str, Any],
     ) -> tuple[str, list[SessionEvent]]:
         """One request (plus at most one retry) covering a prefix of ``events``."""
-        budget = self.input_budget()
+        budget = self.input_budget(attempt.context_window)
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         forked = None
         if fork_parent is not None:
