@@ -212,8 +212,9 @@ def test_event_fast_path_decodes_like_the_full_parser() -> None:
 
 
 def _given_up(job: SummaryJob, window: int | None = None) -> SummaryFailure:
-    return SummaryFailure(app_name="a", user_id="u", session_id="s", job_id=job.job_id, error_class="RetryableError",
-                          reason="given up", created_at=T0, gave_up=True, retryable=True, context_window=window)  # fmt: skip
+    return SummaryFailure(app_name="a", user_id="u", session_id="s", job_id=job.job_id,
+                          error_class="RetryableError", reason="given up", created_at=T0, gave_up=True,
+                          retryable=True, context_window=window)  # fmt: skip
 
 
 def test_a_given_up_job_cools_its_key_down_and_the_idle_sweep_leaves_it_alone() -> None:

@@ -13,8 +13,8 @@ from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.request import standalone_request
 from streams.summarizer.summarizer import Summarizer
 from tests.support.openai_server import (
-    Reply,
     OpenAIServer,
+    Reply,
     answer,
     bad_request,
     context_length_exceeded,
@@ -89,9 +89,18 @@ async def test_context_length_error_translation(fresh: OpenAIServer) -> None:
 
 
 async def test_a_context_refusal_carries_the_window_the_provider_named(fresh: OpenAIServer) -> None:
-    vllm = Reply(status=400, body={"object": "error", "type": "BadRequestError", "code": 400, "message": (
-        "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
-        "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.")})
+    vllm = Reply(
+        status=400,
+        body={
+            "object": "error",
+            "type": "BadRequestError",
+            "code": 400,
+            "message": (
+                "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+                "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
+            ),
+        },
+    )
     fresh.script(context_length_exceeded(tokens=9000, limit=8192), vllm, context_length_exceeded(limit=0))
     model = model_for(fresh, max_retries=0)
     windows = []
