@@ -26,7 +26,7 @@ from streams.app.pool import JobPool
 from streams.app.summarize import JobResult, SummarizeHandler, is_permanent
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import table_key
-from streams.errors import RetryableError
+from streams.errors import PermanentError, RetryableError
 from streams.summarizer import SummarizerLike
 from streams.summarizer.model import ContextLengthError
 from streams.summarizer.report import report_of
@@ -81,6 +81,8 @@ class WorkerRuntime:
     pool: JobPool = field(init=False)
     cache_ready: asyncio.Event = field(default_factory=asyncio.Event)
     _head_locks: dict[str, list[Any]] = field(default_factory=dict, init=False, repr=False)
+    _given_up: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    """Key → loop time its last job was given up (re-emissions of it are not run again)."""
 
     def __post_init__(self) -> None:
         n = self.settings.summary.async_summary_num
@@ -139,6 +141,13 @@ class WorkerRuntime:
         await self.cache_ready.wait()
         policy = self.track.policies.for_app(job.app_name)
         loop = asyncio.get_running_loop()
+        if job.origin == "retry" and self._recently_given_up(job, policy.job_timeout_s, loop.time()):
+            # A re-emission of a job this worker has just given up: answered (released), not re-run.
+            superseded = self.summarize.failure(job, JobSupersededError(
+                f"job {job.job_id} re-emitted while its key's job was being given up: not run again"))  # fmt: skip
+            await self._send_retrying(self.topics.summaries, key, superseded.model_dump_json().encode(), coords, fields)
+            metrics.JOBS_DONE.labels("stale").inc()
+            return
         deadline = loop.time() + policy.job_timeout_s
         run = _Run(job)
         while True:
@@ -248,6 +257,16 @@ class WorkerRuntime:
                    "events": result.events},
         )  # fmt: skip
 
+    def _recently_given_up(self, job: SummaryJob, within_s: float, now: float) -> bool:
+        at = self._given_up.get(job_pool_key(job))
+        return at is not None and now - at <= within_s
+
+    def _note_given_up(self, job: SummaryJob, now: float) -> None:
+        if len(self._given_up) >= 10_000:  # a bound: the oldest half goes
+            for name in sorted(self._given_up, key=self._given_up.__getitem__)[:5_000]:
+                del self._given_up[name]
+        self._given_up[job_pool_key(job)] = now
+
     @contextlib.asynccontextmanager
     async def _head_lock(self, record: SessionSummary) -> AsyncIterator[None]:
         """The per-key lock of the compare-and-set (dropped once nobody holds or waits for it)."""
@@ -270,6 +289,7 @@ class WorkerRuntime:
     ) -> None:  # fmt: skip
         """Answer the job with a failure and dead-letter it; each send retried like a transient failure."""
         job = run.job
+        self._note_given_up(job, asyncio.get_running_loop().time())
         reason = f"given up after {run.attempts} attempt(s): {type(exc).__name__}: {exc}"
         failure: SummaryFailure = self.summarize.failure(job, exc).model_copy(
             update={"gave_up": True, "retryable": retryable, "attempts": run.attempts, "reason": reason[:2000],
@@ -312,6 +332,10 @@ class WorkerRuntime:
 
 class JobTimeoutError(RetryableError):
     """A job ran past its ``job_timeout_s``: the attempt in progress was cancelled."""
+
+
+class JobSupersededError(PermanentError):
+    """A re-emitted job whose key's job was just given up (answered, not run, no cooldown)."""
 
 
 def learned_window(exc: BaseException) -> int | None:

@@ -525,7 +525,8 @@ def decide(
         if facts is None or facts.entry.ts - in_flight.emitted_at <= policy.job_timeout_us:
             return _no(key, tk, "in_flight")
         retry = in_flight
-    elif state.failed is not None and not force and cooling_down(state, policy, facts.entry.ts if facts else None):
+    # A key cooling down re-emits no timed-out job either: its failure answered the job.
+    if state.failed is not None and not force and cooling_down(state, policy, facts.entry.ts if facts else None):
         return _no(key, tk, "cooling_down")
     pending = state.pending
     if not pending:

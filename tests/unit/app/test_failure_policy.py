@@ -229,3 +229,16 @@ async def test_a_result_built_on_an_older_head_is_dropped() -> None:
         "error_class": "SummarySkipped", "reason": "nothing"})  # fmt: skip
     await rt._publish_checked(JobResult("skipped", answer), 0, b"k", {})
     assert len(sent.on("sum")) == 1
+
+
+async def test_a_re_emission_of_a_job_just_given_up_is_answered_without_a_model_call() -> None:
+    model = ScriptedModel(*[RetryableError("HTTP 503")] * 2, context_window=100_000)
+    rt, sent, _ = runtime(model, job_max_attempts=2)
+    await run(rt, job(3))
+    await run(rt, job(5, origin="retry"))  # the sweep re-emitted it while it was failing
+    assert len(model.requests) == 2
+    given_up, superseded = sent.on("sum")
+    assert given_up["gave_up"] is True
+    assert superseded["gave_up"] is False and superseded["error_class"] == "JobSupersededError"
+    assert superseded["job_id"] == job(5).job_id  # releases the re-emission's in-flight mark
+    assert len(sent.on("dl")) == 1

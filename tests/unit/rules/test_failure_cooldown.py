@@ -151,3 +151,13 @@ def test_rows_without_failures_keep_the_older_layout_and_older_rows_read() -> No
     assert len(row) == 12  # what builds before the cooldown wrote and read
     back = state_from_row(row)
     assert back == state and back.failed is None and back.learned_window is None
+
+
+def test_a_timed_out_in_flight_job_is_not_re_emitted_while_its_key_cools_down() -> None:
+    # J1 given up, and a re-emission J2 still marked in flight: later events re-emit nothing
+    # during the cooldown (the event-time job timeout is 5 s here).
+    p = SummaryPolicy(checks=(EventThreshold(0),), counter=SIMPLE, job_timeout_s=5, failure_cooldown_s=60)
+    state = _failed_at(fold([ev("e0", 0)]), 0)
+    state = mark_emitted(state, "job-2", "e0", 0, attempt=1)
+    event = ev("e30", 30)
+    assert decide(fold([event], state=state), p, event).reason == "cooling_down"
