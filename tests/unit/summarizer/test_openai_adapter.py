@@ -97,7 +97,7 @@ async def test_a_context_refusal_carries_the_window_the_provider_named(fresh: Op
             "code": 400,
             "message": (
                 "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
-                "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
+                "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages."
             ),
         },
     )
