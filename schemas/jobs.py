@@ -44,6 +44,9 @@ class SummaryJob(ContractModel):
     model_request: dict[str, Any] | None = None
     context_window: int | None = None
     model_hint: str | None = None
+    summary_context_window: int | None = Field(default=None, gt=0)
+    """The summary model's window as a provider's context-length refusal taught it for this
+    key (``None``: the configured one): the summarizer budgets this job's requests with it."""
     attempt: int = 0
     created_at: datetime
     context: dict[str, str] = Field(default_factory=dict)

@@ -157,6 +157,17 @@ class SummarySettings(_Section):
     keep_recent_rounds: int = Field(default=0, ge=0)
     async_summary_num: int = Field(default=4, gt=0)
     job_timeout_s: float = Field(default=120.0, gt=0)
+    """How long one job may take on the summarize side: its model calls and their retries. A
+    call still running then is cancelled (its late result is never published) and the job ends
+    as a failure record plus a dead letter; the boundary stays."""
+    job_max_attempts: int = Field(default=5, ge=1)
+    """Model calls of one job on transient failures (429, 5xx, timeouts) before it is given up,
+    whichever of this and ``job_timeout_s`` comes first."""
+    failure_cooldown_s: float = Field(default=30.0, ge=0)
+    """After a key's job is given up, no new job for the key until an event this much later
+    (event time); doubled with each further failure in a row, up to ``failure_cooldown_max_s``.
+    The first job after the cooldown is the half-open retry; a summary resets it. 0: off."""
+    failure_cooldown_max_s: float = Field(default=1800.0, ge=0)
     idle_summary_after_s: float | None = Field(default=None, gt=0)
     apps: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

@@ -132,7 +132,14 @@ class SessionSummary(ContractModel):
 
 
 class SummaryFailure(ContractModel):
-    """Published instead of a summary when a ``summarize_sync`` cannot be answered."""
+    """Published instead of a summary when a job cannot be answered.
+
+    A job given up (``gave_up``: its retries or its ``job_timeout_s`` ran out, or
+    a permanent error) starts its key's failure cooldown on the track side; a
+    sync command that had nothing to summarize does not. ``report`` holds the
+    model calls the job made, ``context_window`` the window a provider's
+    context-length refusal named (the key's next jobs budget with it).
+    """
 
     schema_version: int = SCHEMA_VERSION
     type: Literal["summary_failure"] = "summary_failure"
@@ -145,3 +152,9 @@ class SummaryFailure(ContractModel):
     error_class: str
     reason: str
     created_at: datetime
+    gave_up: bool = False
+    retryable: bool | None = None
+    """Whether the error that ended the job was transient (retries or time ran out)."""
+    attempts: int | None = None
+    report: SummaryReport | None = None
+    context_window: int | None = Field(default=None, gt=0)

@@ -140,6 +140,8 @@ class SummarizeHandler:
                 force=job.force,
                 # The producer's markers first: distill's own keys cannot be spoofed by them.
                 context={**job.context, "job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
+                # A window a context-length refusal taught the key (only passed when there is one).
+                **({"context_window": job.summary_context_window} if job.summary_context_window else {}),
             )
         except SummarySkipped as exc:
             return self._nothing(job, str(exc), version)

@@ -34,11 +34,18 @@ from schemas.commands import NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected
 from streams.app.tracked import TrackedKey, table_key
-from streams.rules.boundaries import delta_after
+from streams.rules.boundaries import delta_after, to_micros
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, command_targets, session_keys
 from streams.rules.policy import PolicySet, SummaryPolicy
-from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_failed, on_summary, rebase
+from streams.rules.trigger_state import (
+    SessionTriggerState,
+    cooling_down,
+    new_state,
+    on_job_failed,
+    on_summary,
+    rebase,
+)
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +201,7 @@ class TrackHandler:
         for target in command_targets(command, policy):
             found = self._load(store, sk, target)
             states[target] = found.state if found else None
-        if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy.job_timeout_s):
+        if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy, at):
             return TrackOutput()
         if origin is not None:
             command = command.model_copy(update={"force": True})
@@ -211,13 +218,15 @@ class TrackHandler:
         origin: str,
         states: dict[str, SessionTriggerState | None],
         command: Summarize | SummarizeSync,
-        timeout_s: float,
+        policy: SummaryPolicy,
+        at: datetime,
     ) -> bool:
         state = states.get(command.filter_key)
         if state is None:
             return False
         if origin == "idle_sweep":
-            return state.in_flight is None and bool(state.pending)
+            # A key cooling down after failed jobs is not swept (the sweep forces its job).
+            return state.in_flight is None and bool(state.pending) and not cooling_down(state, policy, to_micros(at))
         return state.in_flight is not None
 
     def _write(
@@ -280,7 +289,8 @@ class TrackHandler:
         if isinstance(record, SessionSummary):
             state = on_summary(found.state, record)
         else:
-            state = on_job_failed(found.state, record.job_id)
+            state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
+                                  at=to_micros(record.created_at), window=record.context_window)  # fmt: skip
         if state is not found.state:
             store[key] = replace(found, state=state)
 

@@ -51,7 +51,7 @@ from streams.summarizer.length import cap_length
 from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
 from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
-from streams.summarizer.report import MANUAL_TRIGGER, compression_stats, emit_report
+from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
 from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.selection import SkipRecent, select_events
 
@@ -131,6 +131,7 @@ class SummarizerLike(Protocol):
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult: ...
 
     def metadata(self) -> dict[str, Any]: ...
@@ -141,6 +142,8 @@ class _Attempt:
     """Mutable bookkeeping of one ``summarize`` call."""
 
     trigger: TriggerReport
+    context_window: int | None = None
+    """This call's window override (a window learned from a context-length refusal)."""
     calls: list[CallReport] = field(default_factory=list)
     passes: int = 0
     truncated: bool = False
@@ -222,9 +225,14 @@ class Summarizer:
     def counter(self) -> TokenCounter:
         return self.token_counter or get_token_counter()
 
-    def input_budget(self) -> int:
-        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``."""
+    def input_budget(self, context_window: int | None = None) -> int:
+        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``.
+
+        ``context_window`` (a window a provider named when it refused a request) caps the window.
+        """
         window = resolve_context_window(self.context_window, self.model.name, self.model.context_window)
+        if context_window is not None and context_window > 0:
+            window = min(window, context_window)
         return input_budget(window, self.model.provider_budget)
 
     def metadata(self) -> dict[str, Any]:
@@ -253,15 +261,18 @@ class Summarizer:
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult:
         """Summarize ``events`` (the delta after the boundary, in order) on top of ``previous_summary``.
+
+        ``context_window`` caps the model's window for this call (see :meth:`input_budget`).
 
         Raises :class:`SummarySkipped` when nothing is left to summarize,
         :class:`~streams.errors.RetryableError` for transient model failures
         and :class:`~streams.errors.PermanentError` otherwise. The report
-        hook sees every attempt, failed ones included.
+        hook sees every attempt, failed ones included, and the error carries it (``report_of``).
         """
-        attempt = _Attempt(trigger or MANUAL_TRIGGER)
+        attempt = _Attempt(trigger or MANUAL_TRIGGER, context_window)
         try:
             result = await self._summarize(
                 previous_summary,
@@ -274,6 +285,7 @@ class Summarizer:
                 dict(context or {}),
             )
         except BaseException as exc:
+            attach_report(exc, attempt.report())
             await emit_report(self.hooks.report, attempt.report(), exc)
             raise
         await emit_report(self.hooks.report, result.report, None)
@@ -359,7 +371,7 @@ class Summarizer:
         :class:`EmptySummaryError`. Only a context-length refusal retries
         once, as a standalone request at half the budget.
         """
-        budget = self.input_budget()
+        budget = self.input_budget(attempt.context_window)
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         forked, declined = None, None
         if fork_parent is not None:

@@ -10,8 +10,11 @@ from schemas import (
     DeleteSession,
     SessionEvent,
     SessionSummary,
+    Summarize,
     SummarizeSync,
     SummaryBoundary,
+    SummaryFailure,
+    SummaryJob,
     SummaryReport,
     TriggerReport,
 )
@@ -206,3 +209,24 @@ def test_event_fast_path_decodes_like_the_full_parser() -> None:
                              (bad_schema, "ValidationError")):  # fmt: skip
         rejected = decode_event_record(raw, 1 << 20)
         assert isinstance(rejected, Rejected) and rejected.error_class == error_class
+
+
+def _given_up(job: SummaryJob, window: int | None = None) -> SummaryFailure:
+    return SummaryFailure(app_name="a", user_id="u", session_id="s", job_id=job.job_id,
+                          error_class="RetryableError", reason="given up", created_at=T0, gave_up=True,
+                          retryable=True, context_window=window)  # fmt: skip
+
+
+def test_a_given_up_job_cools_its_key_down_and_the_idle_sweep_leaves_it_alone() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(1),), failure_cooldown_s=60)))
+    job = feed(h, table, [event(1, "user"), event(2)])[0]
+    h.on_summary_record(_given_up(job, window=2048), table)
+    state = table[table_key("a", "u", "s", "")].state
+    assert state.in_flight is None and state.failed is not None and state.learned_window == 2048
+    assert not feed(h, table, [event(n) for n in range(3, 40)], start=3)  # every event within 60 s
+    idle = Summarize.model_validate({"app_name": "a", "user_id": "u", "session_id": "s", "command_id": "c1",
+                                     "origin": "idle_sweep"})  # fmt: skip
+    assert not h.on_record(idle, Coordinates("ev", 1, 50), table, log_time=T0 + timedelta(seconds=30)).jobs
+    [retry] = feed(h, table, [event(62)], start=60)  # the half-open retry, budgeted with the learned window
+    assert retry.summary_context_window == 2048
