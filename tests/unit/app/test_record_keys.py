@@ -127,8 +127,13 @@ def test_a_deleted_session_keeps_its_key() -> None:
 
 @pytest.mark.parametrize(
     ("key", "named"),
-    [(None, "null"), (b"a:u:s", "'a:u:s'"), (b"\xff\x00", "base64:/wA="), (b"tab\there", "base64:dGFiCWhlcmU="),
-     ("会话".encode(), "'会话'")],  # fmt: skip
+    [
+        (None, "null"),
+        (b"a:u:s", "'a:u:s'"),
+        (b"\xff\x00", "base64:/wA="),
+        (b"tab\there", "base64:dGFiCWhlcmU="),
+        ("会话".encode(), "'会话'"),
+    ],
 )
 def test_keys_are_named_readably(key: bytes | None, named: str) -> None:
     assert describe_key(key) == named
