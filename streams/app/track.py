@@ -132,6 +132,21 @@ def nothing_to_summarize(
     )
 
 
+def key_refused(command: SummarizeSync, reason: str, at: datetime) -> SummaryFailure:
+    """The answer to a ``summarize_sync`` whose record key was refused (``error_class`` ``RecordKeyError``)."""
+    return SummaryFailure(
+        app_name=command.app_name,
+        user_id=command.user_id,
+        session_id=command.session_id,
+        filter_key=command.filter_key,
+        job_id=f"command:{command.command_id}",
+        reply_to=command.reply_to,
+        error_class=RECORD_KEY_ERROR,
+        reason=reason,
+        created_at=at,
+    )
+
+
 class TrackHandler:
     """Per-record logic of the track agent (see the module docstring)."""
 
@@ -192,11 +207,14 @@ class TrackHandler:
         )  # fmt: skip
         if problem is not None:
             value = raw if raw is not None else record.model_dump_json().encode()
-            return TrackOutput(
+            out = TrackOutput(
                 dead_letter=dead_letter_for(
                     value, record_key, coords, RECORD_KEY_ERROR, problem, "track", self.dead_letter_limit
                 )
             )
+            if isinstance(record, SummarizeSync):  # its caller waits for an answer
+                out.replies.append(key_refused(record, problem, log_time or datetime.now(UTC)))
+            return out
         assert record_key is not None
         kept = stored_key(record_key, sk)
         if isinstance(record, SessionEvent):

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from aiokafka.partitioner import murmur2
 
-from schemas import SessionEvent
+from schemas import SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams.app.event_log import EventLogReader, RangePastLogEndError
-from streams.client import DistillClient
+from streams.client import DistillClient, SummaryUnavailableError
 from streams.rules.record_keys import describe_key
 from tests.integration.pipeline_support import (
     SessionBuilder,
@@ -173,6 +173,25 @@ async def test_null_and_second_keys_are_dead_lettered_naming_them(pipeline: Sett
     (summary,) = (await final_summaries(pipeline, [mixed])).values()
     assert set(MARKER.findall(summary["summary"])) == set(mixed.markers)
     assert all(e.event_id not in json.dumps(summary) for e in refused)
+
+
+async def test_a_sync_request_is_answered_under_the_sessions_own_key(client: DistillClient) -> None:
+    """With the canonical key the request is refused at once, naming both keys (it used to read
+    another partition's offsets: nothing, or a stalled partition); with the session's key it is summarized."""
+    session = Marked()
+    key = f"keys:u1:{session.b.session}".encode()
+    await publish(client, key, session.events(2))
+    sk = SessionKey(session.b.app_name, session.b.user_id, session.b.session)
+    with pytest.raises(SummaryUnavailableError) as refused:
+        await client.request_summary(sk, force=True, timeout=30)
+    assert refused.value.failure.error_class == "RecordKeyError"
+    assert (
+        describe_key(key) in refused.value.failure.reason
+        and describe_key(sk.kafka_key()) in refused.value.failure.reason
+    )
+    summary = await client.request_summary(sk, force=True, timeout=30, key=key)
+    assert summary is not None and summary.boundary.last_event_id == session.last_event_id
+    assert set(MARKER.findall(summary.summary)) == set(session.markers)
 
 
 async def test_a_read_past_the_partitions_end_fails_at_once(pipeline: Settings) -> None:

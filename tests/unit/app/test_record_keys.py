@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 
-from schemas import Summarize
+from schemas import Summarize, SummarizeSync
 from streams.app.coordinates import Coordinates
 from streams.app.sweep import sweep_commands
 from streams.app.track import TrackHandler
@@ -102,6 +102,19 @@ def test_commands_follow_the_same_rule() -> None:
     assert wrong.dead_letter is not None and not wrong.jobs
     right = h.on_record(force, Coordinates("ev", 1, 3), table, key=b"a:u:s", log_time=T0)
     assert right.dead_letter is None and [j.events_key() for j in right.jobs] == [b"a:u:s"]
+
+
+def test_a_refused_sync_request_is_answered_naming_the_keys() -> None:
+    """The caller waits for an answer: it gets a failure saying why, not a timeout."""
+    table: dict[str, TrackedKey] = {}
+    h = handler(threshold=100)
+    fold(h, table, b"a:u:s", range(1, 3))
+    sync = SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="corr")
+    out = h.on_record(sync, Coordinates("ev", 1, 3), table, key=b"a/u/s", log_time=T0)
+    assert out.dead_letter is not None and not out.jobs
+    (reply,) = out.replies
+    assert (reply.reply_to, reply.error_class) == ("corr", RECORD_KEY_ERROR)
+    assert "'a/u/s'" in reply.reason and "'a:u:s'" in reply.reason
 
 
 def test_the_sweep_pokes_a_session_with_its_own_key() -> None:
