@@ -39,7 +39,7 @@ from streams.rules.boundaries import delta_after
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, command_targets, session_keys
 from streams.rules.policy import PolicySet, SummaryPolicy
-from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem, stored_key
+from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
 from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_failed, on_summary, rebase
 
 log = logging.getLogger(__name__)
@@ -199,10 +199,11 @@ class TrackHandler:
         if self.accept is not None and not self.accept(record.session_key):
             return TrackOutput()
         sk = record.session_key
-        record_key: bytes | None = sk.kafka_key() if isinstance(key, _Canonical) else key
+        canonical = sk.kafka_key()
+        record_key: bytes | None = canonical if isinstance(key, _Canonical) else key
         full = self._load(store, sk, FULL_SESSION)
         problem = key_problem(
-            record_key, sk, known=full is not None, known_key=full.record_key if full else None,
+            record_key, sk, canonical, known=full is not None, known_key=full.record_key if full else None,
             known_partition=full.partition if full else None, partition=coords.partition,
         )  # fmt: skip
         if problem is not None:
@@ -215,8 +216,7 @@ class TrackHandler:
             if isinstance(record, SummarizeSync):  # its caller waits for an answer
                 out.replies.append(key_refused(record, problem, log_time or datetime.now(UTC)))
             return out
-        assert record_key is not None
-        kept = stored_key(record_key, sk)
+        kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None
         if isinstance(record, SessionEvent):
             return with_events_key(self._on_event(record, coords, store, kept), kept)
         if isinstance(record, DeleteSession):

@@ -41,14 +41,10 @@ def describe_key(key: bytes | None) -> str:
     return repr(text)
 
 
-def stored_key(key: bytes, session: SessionKey) -> bytes | None:
-    """How the state keeps ``key``: ``None`` for the canonical ``SessionKey.kafka_key()``."""
-    return None if key == session.kafka_key() else key
-
-
 def key_problem(
     key: bytes | None,
     session: SessionKey,
+    canonical: bytes,
     *,
     known: bool,
     known_key: bytes | None,
@@ -57,27 +53,29 @@ def key_problem(
 ) -> str | None:
     """Why a record of ``session`` with ``key`` on ``partition`` is refused, or ``None``.
 
-    ``known``: the session has a track state, whose key is ``known_key``
-    (``None``: canonical) and partition ``known_partition`` (``None``: unknown).
+    ``canonical`` is ``session.kafka_key()`` (computed once by the caller: this runs
+    for every record). ``known``: the session has a track state, whose key is
+    ``known_key`` (``None``: canonical) and partition ``known_partition`` (``None``: unknown).
     """
-    name = "/".join(session)
     if key is None:
         return (
-            f"record of session {name} has no Kafka key (null): a session's records must all carry one "
-            f"non-null key so that they share a partition (the client uses {describe_key(session.kafka_key())})"
+            f"record of session {'/'.join(session)} has no Kafka key (null): a session's records must all carry "
+            f"one non-null key so that they share a partition (the client uses {describe_key(canonical)})"
         )
     if not known:
         return None
-    expected = known_key if known_key is not None else session.kafka_key()
+    expected = canonical if known_key is None else known_key
     if key != expected:
         return (
-            f"record of session {name} has key {describe_key(key)} but the session's records are keyed "
-            f"{describe_key(expected)} (its first record's key): every record of a session must carry the same key"
+            f"record of session {'/'.join(session)} has key {describe_key(key)} but the session's records are "
+            f"keyed {describe_key(expected)} (its first record's key): every record of a session must carry the "
+            "same key"
         )
     if known_partition is not None and known_partition != partition:
         return (
-            f"record of session {name} (key {describe_key(key)}) arrived on partition {partition} but the "
-            f"session's records are on partition {known_partition}: every record of a session must share a partition"
+            f"record of session {'/'.join(session)} (key {describe_key(key)}) arrived on partition {partition} "
+            f"but the session's records are on partition {known_partition}: every record of a session must share "
+            "a partition"
         )
     return None
 
