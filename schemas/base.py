@@ -72,10 +72,12 @@ class SessionKey(NamedTuple):
     session_id: str
 
     def kafka_key(self) -> bytes:
-        """The Kafka record key: ``app_name/user_id/session_id`` in UTF-8.
+        """The canonical Kafka record key: ``app_name/user_id/session_id`` in UTF-8.
 
-        Every record of a session (events and commands) uses this key, so
-        they land on one partition and stay ordered.
+        The client keys every record of a session (events and commands) with it,
+        so they land on one partition and stay ordered. A producer may use any
+        other non-null key instead, as long as every record of the session carries
+        the same one (see :mod:`streams.rules.record_keys`).
         """
         return f"{self.app_name}/{self.user_id}/{self.session_id}".encode()
 
