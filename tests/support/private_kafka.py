@@ -16,6 +16,7 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +44,14 @@ class PrivateKafka:
         return self.services.kafka.pid()
 
     def start(self) -> float:
-        """Start the broker and wait until it answers metadata; returns the seconds it took."""
+        """Start the broker and wait until it answers metadata; returns the seconds it took.
+
+        The readiness probe runs its own event loop, so it runs in a thread of its own:
+        callable from inside a running loop (an async test) as well.
+        """
         t0 = time.monotonic()
-        self.services.up(self.log.append, only={"kafka"})
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(self.services.up, self.log.append, only={"kafka"}).result()
         return time.monotonic() - t0
 
     def stop(self) -> None:
@@ -70,8 +76,8 @@ def private_kafka(base: Settings, data_dir: Path) -> Iterator[PrivateKafka]:
     data["llm"]["api_key"] = base.llm.api_key
     settings = Settings(**data)
     broker = PrivateKafka(settings, LocalServices(settings))
-    broker.start()
     try:
+        broker.start()
         yield broker
     finally:
         broker.stop()
