@@ -74,10 +74,11 @@ APPS: dict[str, dict[str, Any]] = {
 SESSIONS = {"ora": 12, "big": 8, "zh": 8}
 MIX = FaultMix(server_error=0.08, rate_limited=0.05, empty=0.03, slow=0.15, slow_s=(0.05, 0.4),
                retry_after_s=0.2, context_window=8192)  # fmt: skip
-TOOL_RESULT_CHARS = (10_000, 14_000, 22_000, 30_000, 45_000, 60_000)
+FITTING_RESULT_CHARS = (10_000, 12_000, 14_000, 18_000)
+OVERSIZED_RESULT_CHARS = (22_000, 30_000, 45_000, 60_000)
 JOB_TIMEOUT_S = 15.0
-QUIESCENCE_S = 70.0
-FAILURE_WAIT_S = JOB_TIMEOUT_S + 15.0
+QUIESCENCE_S = 60.0
+FAILURE_WAIT_S = JOB_TIMEOUT_S + 10.0
 
 WORDS = ["flight", "hotel", "budget", "invoice", "route", "ticket", "museum", "dinner", "refund", "baggage"]
 CJK = "用户希望在五月去里斯本旅行预算两千欧元需要靠近老城区的酒店并且安排一次博物馆参观和周五晚餐"
@@ -108,14 +109,14 @@ class Scenario:
         ]  # fmt: skip
 
 
-def _filler(rng: random.Random, chars: int) -> str:
-    """JSON-ish lines of ASCII with a CJK sentence every ~10 lines (~10 % of the characters)."""
+def _filler(rng: random.Random, chars: int, cjk_every: int) -> str:
+    """JSON-ish lines of ASCII with a CJK sentence every ``cjk_every`` lines (3: ~30 % CJK characters)."""
     out: list[str] = []
     size = 0
     n = 0
     while size < chars:
         n += 1
-        line = (CJK[: rng.randint(12, len(CJK))] if n % 10 == 0 else
+        line = (CJK[: rng.randint(12, len(CJK))] if n % cjk_every == 0 else
                 json.dumps({"row": n, "item": rng.choice(WORDS), "price": rng.randint(10, 900)}))  # fmt: skip
         out.append(line)
         size += len(line) + 1
@@ -123,7 +124,8 @@ def _filler(rng: random.Random, chars: int) -> str:
 
 
 def build_round(sc: Scenario, rng: random.Random, b: SessionBuilder, index: int, round_: int) -> list[SessionEvent]:
-    """One round of session ``b`` (events carry their markers; ids are known before minting)."""
+    """One round of session ``b``, the ``index``-th of its app (events carry their markers;
+    an event's id is known before it is built, so its markers are minted first)."""
 
     def mark() -> str:
         return sc.book.mint(f"{b.session}-e{b.n + 1}")
@@ -146,9 +148,13 @@ def build_round(sc: Scenario, rng: random.Random, b: SessionBuilder, index: int,
         args = json.dumps({"url": f"https://example.test/{round_}", "note": mark()})
         out.append(b.event("assistant", None, message={"tool_calls": [
             {"id": call_id, "type": "function", "function": {"name": "web_fetch", "arguments": args}}]}))  # fmt: skip
-        size = TOOL_RESULT_CHARS[(index + round_) % len(TOOL_RESULT_CHARS)]
+        # Even sessions: results that fit the input budget (a retry at half of it does not);
+        # odd ones: results larger than the whole budget. Every other result is CJK-heavy
+        # (it may fit distill's estimate and still exceed the model's window).
+        sizes = FITTING_RESULT_CHARS if index % 2 == 0 else OVERSIZED_RESULT_CHARS
+        size = sizes[(index // 2 + round_) % len(sizes)]
         head, middle = mark(), mark()
-        body = _filler(rng, size)
+        body = _filler(rng, size, 3 if round_ % 2 else 10)
         content = f"{head} {body[: size // 2]} {middle} {body[size // 2 :]}"
         out.append(b.event("tool", content, message={"tool_call_id": call_id, "name": "web_fetch"}))
         out.append(b.assistant(f"The report says {rng.choice(WORDS)} {mark()} changed."))
@@ -170,8 +176,8 @@ def build_scenario() -> tuple[Scenario, list[list[SessionEvent]]]:
     rounds = []
     for round_ in range(ROUNDS):
         batch: list[SessionEvent] = []
-        for index, b in enumerate(sc.builders):
-            batch += build_round(sc, rng, b, index, round_)
+        for b in sc.builders:
+            batch += build_round(sc, rng, b, int(b.session.rsplit("-", 1)[1]), round_)
         rounds.append(batch)
     return sc, rounds
 
@@ -295,9 +301,14 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
                     if round_ == 1:
                         await asyncio.sleep(0.5)  # jobs of this round in flight on the slow, faulty model
                         second.kill()
+                        if '"summary published"' not in second.log_text():
+                            problems.append("scenario: the killed worker had published nothing before the kill")
                     if round_ == 2:
                         await asyncio.sleep(0.5)
+                        pid = broker.pid
                         numbers["broker_restart_s"] = round(await asyncio.to_thread(broker.restart), 1)
+                        if broker.pid in (None, pid):
+                            problems.append(f"scenario: the broker was not restarted (pid {pid} -> {broker.pid})")
                     await asyncio.sleep(1.5)
                 await publish(settings, [
                     Summarize(app_name=b.app_name, user_id=b.user_id, session_id=b.session, filter_key=fk,
@@ -349,7 +360,7 @@ def oracle_problems(
     numbers["llm_calls_per_boundary"] = round(len(requests) / max(len(versions), 1), 2)
     numbers["cut_events"] = len(cut_ids)
     numbers["failure_records"] = dict(Counter(f["error_class"] for f in failures))
-    problems = [v.describe() for v in verdicts if not v.ok]
+    problems = [v.describe() + chain_story(records, v.key) for v in verdicts if not v.ok]
     dups = duplicated_versions(records)
     if dups:
         problems.append(f"{len(dups)} (key, version) published more than once: {sorted(dups.items())[:10]}")
@@ -357,6 +368,22 @@ def oracle_problems(
         problems.append(f"failure record {f['session_id']}/{f['filter_key']!r}: {f['error_class']}: "
                         f"{f['reason'][:200]}")  # fmt: skip
     return problems
+
+
+def chain_story(records: list[dict[str, Any]], key: tuple[str, str]) -> str:
+    """The versions of ``key`` whose pass was not plain: retried calls, a cut previous summary."""
+    notes = []
+    for s in records:
+        if s.get("type") != "summary" or (s["session_id"], s["filter_key"]) != key:
+            continue
+        report = s.get("report") or {}
+        calls = report.get("calls") or []
+        odd = [c for c in calls if c.get("outcome") != "ok"]
+        if odd or report.get("truncated_previous_summary"):
+            steps = "/".join(f"{c.get('outcome')}({(c.get('error') or '').split(':')[0] or 'empty'})" for c in odd)
+            cut = " previous summary cut" if report.get("truncated_previous_summary") else ""
+            notes.append(f"v{s['version']}:{cut} {steps}".rstrip())
+    return f" | chain: {'; '.join(notes)}" if notes else ""
 
 
 async def model_down_probe(settings: Settings, echo: MarkerEcho, numbers: dict[str, Any]) -> list[str]:

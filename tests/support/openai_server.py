@@ -267,22 +267,28 @@ class FaultMix:
 class EchoStyle:
     """How a summary is written for requests whose text contains ``trigger``.
 
-    ``joiner`` separates the markers; the summary is padded with ``padding``
-    sentences up to ``length`` characters (a model that writes more than asked:
-    what a length cap must cut without losing what comes first).
+    Each marker (or cut) is written as ``item``, the items separated by ``joiner``;
+    the summary is padded with ``padding`` sentences up to ``length`` characters
+    (a model that writes more than asked: what a length cap must cut without
+    losing what comes first).
     """
 
     trigger: str
     head: str
     joiner: str
     tail: str
+    item: str = "{}"
     padding: str = ""
     length: int = 0
 
 
-ENGLISH = EchoStyle("", "Summary of the conversation so far: ", " ", ".")
+ENGLISH = EchoStyle(
+    "", "Summary of the conversation so far:\n", "\n", "\n",
+    "- {}: the request, the decision taken and the figures given are kept as stated",
+)  # fmt: skip
+"""Prose around every marker, so previous summaries weigh in the budget as a real model's do."""
 CHINESE_CAPPED = EchoStyle(
-    "请总结以下对话", "对话摘要：", "、", "。", "用户确认了行程安排，并要求保留所有细节以便稍后继续。", 720
+    "请总结以下对话", "对话摘要：", "、", "。", "{}", "用户确认了行程安排，并要求保留所有细节以便稍后继续。", 720
 )
 """For the Python guide's Chinese prompt: no space anywhere, padded past a 600-character cap."""
 
@@ -350,7 +356,7 @@ class MarkerEcho:
 
         style = next(s for s in self.styles if s.trigger in text)
         cuts = [f'session_load(event_id="{e}")' for e in sorted(find_cut_event_ids(text))]
-        out = style.head + style.joiner.join(find_markers(text) + cuts) + style.tail
+        out = style.head + style.joiner.join(style.item.format(x) for x in find_markers(text) + cuts) + style.tail
         while style.padding and len(out) < style.length:
             out += style.padding
         return out
