@@ -392,7 +392,8 @@ def oracle_problems(
 
 
 def chain_story(records: list[dict[str, Any]], key: tuple[str, str]) -> str:
-    """The versions of ``key`` whose pass was not plain: retried calls, a cut previous summary."""
+    """The versions of ``key`` whose pass was not plain (retried calls, a cut previous summary)
+    and its failure records: what to read first to map a lost marker to its cause."""
     notes = []
     for s in records:
         if s.get("type") != "summary" or (s["session_id"], s["filter_key"]) != key:
@@ -404,6 +405,11 @@ def chain_story(records: list[dict[str, Any]], key: tuple[str, str]) -> str:
             steps = "/".join(f"{c.get('outcome')}({(c.get('error') or '').split(':')[0] or 'empty'})" for c in odd)
             cut = " previous summary cut" if report.get("truncated_previous_summary") else ""
             notes.append(f"v{s['version']}:{cut} {steps}".rstrip())
+    failed = Counter(
+        f"{s['error_class']}: {s['reason'][:90]}" for s in records
+        if s.get("type") == "summary_failure" and (s["session_id"], s["filter_key"]) == key
+    )  # fmt: skip
+    notes += [f"failed {n}x {reason}" for reason, n in failed.items()]
     return f" | chain: {'; '.join(notes)}" if notes else ""
 
 
