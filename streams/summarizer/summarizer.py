@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from schemas import (
     CallReport,
+    PayloadCut,
     SessionEvent,
     SessionKey,
     SummaryBoundary,
@@ -124,6 +125,7 @@ class _Attempt:
     truncated: bool = False
     partial: bool = False
     fork_used: bool = False
+    cuts: list[PayloadCut] = field(default_factory=list)
 
     def report(self) -> SummaryReport:
         return SummaryReport(
@@ -132,6 +134,7 @@ class _Attempt:
             passes=max(self.passes, 1),
             truncated_previous_summary=self.truncated,
             partial_prefix=self.partial,
+            truncated_payloads=tuple(self.cuts),
         )
 
 
@@ -362,6 +365,8 @@ class Summarizer:
         attempt.truncated = attempt.truncated or (plan.truncated_previous and mode != "cache_safe_fork")
         attempt.partial = attempt.partial or plan.partial_prefix
         attempt.fork_used = attempt.fork_used or mode == "cache_safe_fork"
+        if mode != "cache_safe_fork":
+            attempt.cuts.extend(plan.cuts)
 
     async def _call(
         self,
@@ -433,18 +438,23 @@ class Summarizer:
             return plan, None
         if not apply:
             return plan, None
-        if ctx.text != plan.text:
-            text = ctx.text
-        elif ctx.events != plan.events:
-            text = self.formatter.conversation_text(ctx.events)
-        else:
-            text = plan.text
+        if ctx.text == plan.text and ctx.events != plan.events:
+            # New events: their payloads are cut as the planner would, none left out.
+            previous = ctx.previous_summary.strip()
+            try:
+                refit = plan_pass(ctx.events, previous, budget, builder, self.formatter, whole_delta=True)
+            except SourceTooLargeError as exc:
+                raise PermanentError(f"after the pre-summary hook: {exc}") from exc
+            hooked = _Hooked(refit.text, previous)
+            return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix), hooked
+        text = ctx.text if ctx.text != plan.text else plan.text
         hooked = _Hooked(text, ctx.previous_summary.strip())
         try:
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
             raise PermanentError(f"after the pre-summary hook: {exc}") from exc
-        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated), hooked
+        cuts = tuple(c for c in plan.cuts if f'session_load(event_id="{c.event_id}")' in text)
+        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated, cuts=cuts), hooked
 
     async def _post_hook(
         self,
