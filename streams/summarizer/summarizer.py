@@ -349,8 +349,7 @@ class Summarizer:
             return response.text.strip(), plan.events
         retry_budget = halve(budget)
         if hooked is not None:
-            request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
-            plan = replace(plan, request=request, truncated_previous=truncated)
+            plan = self._fit_hooked(plan, hooked, retry_budget, builder)
         else:
             plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
         response = await self._call(plan.request, "standalone", retry_budget, attempt, context, retry_follows=False)
@@ -438,23 +437,22 @@ class Summarizer:
             return plan, None
         if not apply:
             return plan, None
-        if ctx.text == plan.text and ctx.events != plan.events:
-            # New events: their payloads are cut as the planner would, none left out.
-            previous = ctx.previous_summary.strip()
-            try:
-                refit = plan_pass(ctx.events, previous, budget, builder, self.formatter, whole_delta=True)
-            except SourceTooLargeError as exc:
-                raise PermanentError(f"after the pre-summary hook: {exc}") from exc
-            hooked = _Hooked(refit.text, previous)
-            return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix), hooked
-        text = ctx.text if ctx.text != plan.text else plan.text
-        hooked = _Hooked(text, ctx.previous_summary.strip())
+        # Text left as it was: the (possibly edited) events are planned again, payload cuts included.
+        events = list(ctx.events) if ctx.text == plan.text else None
+        hooked = _Hooked(ctx.text, ctx.previous_summary.strip(), events)
+        return self._fit_hooked(plan, hooked, budget, builder), hooked
+
+    def _fit_hooked(self, plan: PassPlan, hooked: _Hooked, budget: int, builder: RequestBuilder) -> PassPlan:
+        """The pass's request for the hook's input within ``budget`` (it still covers ``plan.events``)."""
         try:
+            if hooked.events is not None:
+                refit = plan_pass(hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True)
+                return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix)
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
             raise PermanentError(f"after the pre-summary hook: {exc}") from exc
-        cuts = tuple(c for c in plan.cuts if f'session_load(event_id="{c.event_id}")' in text)
-        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated, cuts=cuts), hooked
+        cuts = tuple(c for c in plan.cuts if f'session_load(event_id="{c.event_id}")' in hooked.text)
+        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated, cuts=cuts)
 
     async def _post_hook(
         self,
@@ -489,6 +487,8 @@ class Summarizer:
 class _Hooked:
     text: str
     previous: str
+    events: list[SessionEvent] | None = None
+    """Set when the hook left the text alone: the input is these events, planned again at each budget."""
 
 
 def _finished(
