@@ -138,24 +138,28 @@ def plan_pass(
     formatter: ConversationFormatter,
     *,
     whole_delta: bool = False,
+    wrap: tuple[str, str] = ("", ""),
 ) -> PassPlan:
     """Choose the prefix of ``events`` this pass covers and build its request.
 
     With ``whole_delta`` every event is covered (no prefix is chosen): for an
-    event list a pre-summary hook has already fixed.
+    event list a pre-summary hook has already fixed. ``wrap`` is text a hook
+    put before and after the conversation text; it is kept whole.
     """
     forms = PayloadForms(events, formatter)
     n = len(events)
+    before, after = wrap
 
     def tokens(k: int, cap: int | None, prev: str) -> int:
-        return builder.tokens(forms.text(k, cap), prev)
+        return builder.tokens(before + forms.text(k, cap) + after, prev)
 
     def fits(k: int, cap: int | None, prev: str) -> bool:
         return tokens(k, cap, prev) <= budget
 
     def plan(k: int, cap: int | None, prev: str, truncated: bool) -> PassPlan:
         form = forms.form(k, cap)
-        return PassPlan(list(events[:k]), form.text, builder.request(form.text, prev), truncated, k < n, form.cuts)
+        text = before + form.text + after
+        return PassPlan(list(events[:k]), text, builder.request(text, prev), truncated, k < n, form.cuts)
 
     if fits(n, None, previous):
         return plan(n, None, previous, False)

@@ -437,16 +437,25 @@ class Summarizer:
             return plan, None
         if not apply:
             return plan, None
-        # Text left as it was: the (possibly edited) events are planned again, payload cuts included.
-        events = list(ctx.events) if ctx.text == plan.text else None
-        hooked = _Hooked(ctx.text, ctx.previous_summary.strip(), events)
+        # Text left as it was, or only added to: the (possibly edited) events are planned
+        # again, payload cuts included; only a rewritten text is bounded as it stands.
+        previous = ctx.previous_summary.strip()
+        if ctx.text == plan.text:
+            hooked = _Hooked(ctx.text, previous, list(ctx.events))
+        elif plan.text and plan.text in ctx.text:
+            before, _, after = ctx.text.partition(plan.text)
+            hooked = _Hooked(ctx.text, previous, list(plan.events), (before, after))
+        else:
+            hooked = _Hooked(ctx.text, previous)
         return self._fit_hooked(plan, hooked, budget, builder), hooked
 
     def _fit_hooked(self, plan: PassPlan, hooked: _Hooked, budget: int, builder: RequestBuilder) -> PassPlan:
         """The pass's request for the hook's input within ``budget`` (it still covers ``plan.events``)."""
         try:
             if hooked.events is not None:
-                refit = plan_pass(hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True)
+                refit = plan_pass(
+                    hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True, wrap=hooked.wrap
+                )
                 return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix)
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
@@ -488,7 +497,9 @@ class _Hooked:
     text: str
     previous: str
     events: list[SessionEvent] | None = None
-    """Set when the hook left the text alone: the input is these events, planned again at each budget."""
+    """Set unless the hook rewrote the text: the input is these events, planned again at each budget."""
+    wrap: tuple[str, str] = ("", "")
+    """What the hook added before and after the conversation text."""
 
 
 def _finished(

@@ -25,7 +25,9 @@ A failed job raises a typed error explained by an injected fault or a hook.
 And no key is left unsummarizable: once the faults are spent, the jobs cover
 every summarizable event.
 
-``DISTILL_PROPERTY_EXAMPLES`` sets the number of examples (default 40).
+Token counts use the simple and the tiktoken counter. ``DISTILL_PROPERTY_EXAMPLES``
+sets the number of examples (default 100); ``DISTILL_PROPERTY_SHRINK=1`` shrinks a
+failure to a minimal example (slow with 100 KB events).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from hypothesis import strategies as st
 
 from schemas import SessionEvent, SummaryReport
 from streams.errors import DistillError, RetryableError
-from streams.rules.tokens import SimpleTokenCounter, TokenCounter
+from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter, TokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER
 from streams.summarizer.conversation import is_summarizable
 from streams.summarizer.hooks import PreSummaryContext, SummaryHooks
@@ -55,8 +57,9 @@ from streams.summarizer.summarizer import Summarizer, SummarySkipped
 
 from .helpers import SESSION, event
 
-EXAMPLES = int(os.environ.get("DISTILL_PROPERTY_EXAMPLES", "40"))
-COUNTER = SimpleTokenCounter()
+EXAMPLES = int(os.environ.get("DISTILL_PROPERTY_EXAMPLES", "100"))
+SIMPLE = SimpleTokenCounter()
+COUNTERS: list[TokenCounter] = [SIMPLE, SIMPLE, SIMPLE, TiktokenCounter("gpt-4o")]  # tiktoken is slow on 100 KB
 MARK = re.compile(r"⟦(?:m|p)\d+⟧|⟦cut:e\d+⟧")
 LOAD = re.compile(r'session_load\(event_id="(e\d+)"\)')
 LATIN = "the quick brown fox reads the build log and finds nothing unusual "
@@ -259,6 +262,7 @@ PHASES = (
     hook_actions=st.one_of(st.none(), HOOK_ACTIONS),
     cjk_answer=st.booleans(),
     filler_chars=st.integers(0, 2500),
+    counter=st.sampled_from(COUNTERS),
 )
 async def test_every_marker_survives_and_every_key_progresses(
     events: list[SessionEvent],
@@ -270,6 +274,7 @@ async def test_every_marker_survives_and_every_key_progresses(
     hook_actions: list[str] | None,
     cjk_answer: bool,
     filler_chars: int,
+    counter: TokenCounter,
 ) -> None:
     model = EchoModel(
         name="never-heard-of-it" if window is None else "scripted",
@@ -284,11 +289,11 @@ async def test_every_marker_survives_and_every_key_progresses(
         model,
         prompt=prompt,
         max_summary_length=cap,
-        token_counter=COUNTER,
+        token_counter=counter,
         hooks=SummaryHooks(pre_summary=hook, report=lambda r, e: reports.append((r, e))),
     )
     budget = summarizer.input_budget()
-    builder = RequestBuilder(summarizer.prompts, COUNTER)
+    builder = RequestBuilder(summarizer.prompts, counter)
     never_sent = [e for e in events if not is_summarizable(e)]
     note(f"prompt {'with' if prompt and '{previous_summary}' in prompt else 'without'} previous_summary")
 
@@ -307,10 +312,10 @@ async def test_every_marker_survives_and_every_key_progresses(
             assert not isinstance(exc, SummarySkipped) or hook is not None, "skipped with events to summarize"
             note(f"job failed: {type(exc).__name__}")
             report, _ = reports[-1]
-            check_calls(report, model.requests[sent_before:], budget, COUNTER)
+            check_calls(report, model.requests[sent_before:], budget, counter)
             continue
         requests = model.requests[sent_before:]
-        check_calls(result.report, requests, budget, COUNTER)
+        check_calls(result.report, requests, budget, counter)
         sent = "\n".join(str(m.get("content") or "") for r in requests for m in r.messages)
         for e in never_sent:
             assert f"⟦m{e.event_id[1:]}⟧" not in sent, f"{e.event_id} is not summarizable but was sent"

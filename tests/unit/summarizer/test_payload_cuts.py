@@ -15,6 +15,8 @@ from schemas import SessionEvent, SummaryReport
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER, truncate_middle
 from streams.summarizer.conversation import DEFAULT_FORMATTER
+from streams.summarizer.hooks import PreSummaryContext, SummaryHooks
+from streams.summarizer.model import ContextLengthError
 from streams.summarizer.payloads import MIN_PAYLOAD_KEEP, cut_event, cut_marker
 from streams.summarizer.plan import RequestBuilder, plan_pass
 from streams.summarizer.prompts import build_prompts
@@ -186,3 +188,32 @@ def test_cut_event_marker_names_event_and_call() -> None:
 def test_old_reports_without_the_new_field_still_parse() -> None:
     report = SummaryReport.model_validate({"trigger": {"name": "manual"}, "truncated_previous_summary": True})
     assert report.truncated_payloads == ()
+
+
+HOOK_PROMPT = "S {previous_summary}\nC {conversation_text}"
+
+
+async def test_a_hook_that_adds_text_still_gets_payloads_cut_before_the_previous_summary() -> None:
+    def add_note(ctx: PreSummaryContext) -> None:
+        ctx.text = "(hook) " + ctx.text + "\nnote from the pre-summary hook: " + "n" * 200
+
+    model = ScriptedModel(context_window=1000)  # budget 700
+    previous = "P-HEAD ⟦p⟧ " + "p" * 1500 + " P-TAIL"
+    s = Summarizer(model, prompt=HOOK_PROMPT, token_counter=COUNTER, hooks=SummaryHooks(pre_summary=add_note))
+    result = await s.summarize(previous, tool_round(0, "r" * 50_000))
+    sent = user_text(model.requests[0])
+    assert previous in sent and "note from the pre-summary hook" in sent and sent.count("(hook) ") == 1
+    assert count_request(model.requests[0], COUNTER) <= 700
+    assert not result.report.truncated_previous_summary
+    assert [c.event_id for c in result.report.truncated_payloads] == ["e2"]
+
+
+async def test_the_half_budget_retry_after_a_hook_cuts_payloads_not_the_previous_summary() -> None:
+    model = ScriptedModel(ContextLengthError("maximum context length exceeded"), "S", context_window=1000)
+    previous = "P-HEAD ⟦p⟧ " + "p" * 1000 + " P-TAIL"  # ~250 tokens: fits beside the smallest form in 350
+    s = Summarizer(model, prompt=HOOK_PROMPT, token_counter=COUNTER, hooks=SummaryHooks(pre_summary=lambda c: None))
+    result = await s.summarize(previous, tool_round(0, "r" * 50_000))
+    assert result.text == "S" and [c.budget_tokens for c in result.report.calls] == [700, 350]
+    assert previous in user_text(model.requests[1])
+    assert count_request(model.requests[1], COUNTER) <= 350
+    assert not result.report.truncated_previous_summary
