@@ -63,7 +63,7 @@ COUNTERS: list[TokenCounter] = [SIMPLE, SIMPLE, SIMPLE, TiktokenCounter("gpt-4o"
 MARK = re.compile(r"⟦(?:m|p)\d+⟧|⟦cut:e\d+⟧")
 LOAD = re.compile(r'session_load\(event_id="(e\d+)"\)')
 LATIN = "the quick brown fox reads the build log and finds nothing unusual "
-CJK = "数据库查询返回了一行结果用户确认了配置没有变化"
+CJK = "数据库查询返回了一行结果，用户确认了配置没有变化。"
 
 PROMPTS: list[str | None] = [
     None,
