@@ -178,7 +178,7 @@ class Sources:
                         for tp, meta in offsets.items() if tp.topic in ours}  # fmt: skip
                 if mine:
                     committed[group] = mine
-            tps = []
+            tps: list[TopicPartition] = []
             for topic in sorted(ours):
                 tps.extend(TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ()))
             ends = await consumer.end_offsets(tps) if tps else {}

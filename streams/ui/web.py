@@ -32,7 +32,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from schemas import SessionKey
 from streams.context.recall_tools import SCOPES, SESSION_LOAD, SESSION_SEARCH
 from streams.dead_letters import format_refusal, parse_offset
-from streams.errors import DistillError
 from streams.ui import views
 from streams.ui.sources import Sources, now
 
@@ -87,6 +86,11 @@ def _key_label(filter_key: str) -> str:
     return filter_key or "full session"
 
 
+def _short_label(filter_key: str) -> str:
+    """The last segment of a branch key (column headers are narrow; the full key is the title)."""
+    return filter_key.rsplit("/", 1)[-1] if filter_key else "full session"
+
+
 class UI:
     """Routes and rendering; ``sources`` is opened by the caller (the CLI) and shared by every request."""
 
@@ -95,7 +99,7 @@ class UI:
         self.allow_writes = allow_writes
         self.token = secrets.token_urlsafe(32)
         self.env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
-        self.env.filters.update(dt=_dt, size=_size, key_label=_key_label)
+        self.env.filters.update(dt=_dt, size=_size, key_label=_key_label, short_label=_short_label)
         self.env.globals.update(urlencode=urlencode, scopes=SCOPES)
 
     # -- plumbing --------------------------------------------------------------------------------------------
@@ -278,20 +282,33 @@ class UI:
 
         return await asyncio.gather(*aws)
 
+    def guarded(self, endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """``endpoint`` answering a failure of its sources (Cassandra, Kafka) with an error page, not a 500."""
+
+        async def run(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except HTTPException:
+                raise
+            except Exception as exc:
+                return await self.on_error(request, exc)
+
+        return run
+
     def app(self) -> Starlette:
-        routes = [
-            Route("/", self.sessions),
-            Route("/session", self.session),
-            Route("/summary", self.summary),
-            Route("/recall", self.recall),
-            Route("/dead-letters", self.dead_letters),
-            Route("/dead-letters/redrive", self.redrive, methods=["POST"]),
-            Route("/session/delete", self.delete, methods=["POST"]),
-            Route("/ops", self.ops),
-            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        pages: list[tuple[str, Callable[[Request], Awaitable[Response]], list[str]]] = [
+            ("/", self.sessions, ["GET"]),
+            ("/session", self.session, ["GET"]),
+            ("/summary", self.summary, ["GET"]),
+            ("/recall", self.recall, ["GET"]),
+            ("/dead-letters", self.dead_letters, ["GET"]),
+            ("/dead-letters/redrive", self.redrive, ["POST"]),
+            ("/session/delete", self.delete, ["POST"]),
+            ("/ops", self.ops, ["GET"]),
         ]
-        handlers: dict[Any, Any] = {HTTPException: self.on_error, DistillError: self.on_error, Exception: self.on_error}
-        app = Starlette(routes=routes, exception_handlers=handlers)
+        routes: list[Route | Mount] = [Route(path, self.guarded(fn), methods=m) for path, fn, m in pages]
+        routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
+        app = Starlette(routes=routes, exception_handlers={HTTPException: self.on_error})
         app.add_middleware(AccessLog)
         return app
 
@@ -302,7 +319,7 @@ def _digits(value: str | None) -> bool:
 
 def _int(request: Request, name: str) -> int | None:
     value = request.query_params.get(name)
-    return int(value) if _digits(value) else None
+    return int(value) if value is not None and _digits(value) else None
 
 
 def create_app(sources: Sources, *, allow_writes: bool = False) -> Starlette:

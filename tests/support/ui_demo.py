@@ -48,8 +48,13 @@ FULL_V2 = (
     "Booked flight TP1350 and Alfama Inn (together 992 EUR). Vegetarian restaurants were researched and Arkhe is "
     "reserved for May 14 at 20:00. Sintra moved to May 14 after Tom's work call (train 12:41), back for dinner."
 )
-RESEARCH_V1 = "研究代理为阿尔法玛附近的素食餐厅做了调研：Princesa do Castelo 便宜的自助餐，Ao 26 纯素小馆，Arkhe 需提前两周预订。"
-RESEARCH_V2 = "研究代理为阿尔法玛附近的素食餐厅做了调研：Princesa do Castelo 便宜的自助餐，Ao 26 纯素小馆。已预订 Arkhe，5月14日20:00。"
+RESEARCH_V1 = (
+    "研究代理为阿尔法玛附近的素食餐厅做了调研：Princesa do Castelo 便宜的自助餐，Ao 26 纯素小馆，Arkhe 需提前两周预订。"
+)
+RESEARCH_V2 = (
+    "研究代理为阿尔法玛附近的素食餐厅做了调研：Princesa do Castelo 便宜的自助餐，Ao 26 纯素小馆。"
+    "已预订 Arkhe，5月14日20:00。"
+)
 ITINERARY_V1 = (
     "Day-by-day plan: May 12 Alfama, May 13 Belém, May 14 Gulbenkian and LX Factory with dinner at Arkhe, "
     "May 15 Sintra day trip, May 16 Time Out Market and the flight home at 18:40."
@@ -74,6 +79,7 @@ def _summary(
         return SummaryBoundary(cutoff_at=datetime.fromisoformat(ev["timestamp"]), last_event_id=ev["event_id"])
 
     tokens = covered * 42
+    out_tokens = max(1, len(text) // 4)
     return SessionSummary(
         app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
         summary=text, version=version, previous_version=version - 1 if version > 1 else None,
@@ -81,12 +87,12 @@ def _summary(
         model="extractive-demo", prompt_version="demo-1", created_at=created,
         stats=SummaryStats(original_event_count=covered, compressed_event_count=1,
                            compression_ratio=round(covered / 1, 2), original_tokens=tokens,
-                           summary_tokens=len(text) // 4, token_compression_ratio=round(tokens / max(1, len(text) // 4), 2),
-                           input_tokens=tokens + 180, output_tokens=len(text) // 4),
+                           summary_tokens=out_tokens, token_compression_ratio=round(tokens / out_tokens, 2),
+                           input_tokens=tokens + 180, output_tokens=out_tokens),
         report=SummaryReport(
             trigger=trigger,
             calls=(CallReport(mode="standalone", model="extractive-demo", estimated_prompt_tokens=tokens + 180,
-                              budget_tokens=6000, latency_ms=12.5, completion_tokens=len(text) // 4),),
+                              budget_tokens=6000, latency_ms=12.5, completion_tokens=out_tokens),),
             truncated_previous_summary=False,
         ),
         job_id=f"job-{filter_key or 'full'}-{version}",
