@@ -170,14 +170,15 @@ class Sources:
         await admin.start()
         await consumer.start()
         try:
-            groups = [g[0] if isinstance(g, tuple) else g for g in await admin.list_consumer_groups()]
+            groups = sorted(g[0] if isinstance(g, tuple) else g for g in await admin.list_consumer_groups())
+            answers = await asyncio.gather(*(admin.list_consumer_group_offsets(g) for g in groups))
             committed: dict[str, dict[tuple[str, int], int | None]] = {}
-            for group in sorted(groups):
-                offsets = await admin.list_consumer_group_offsets(group)
+            for group, offsets in zip(groups, answers, strict=True):
                 mine = {(tp.topic, tp.partition): (meta.offset if meta is not None else None)
                         for tp, meta in offsets.items() if tp.topic in ours}  # fmt: skip
                 if mine:
                     committed[group] = mine
+            await consumer._client.force_metadata_update()  # an unsubscribed consumer has no metadata yet
             tps: list[TopicPartition] = []
             for topic in sorted(ours):
                 tps.extend(TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ()))

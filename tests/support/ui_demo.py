@@ -33,8 +33,6 @@ from schemas.summaries import (
 )
 from streams.cli.demo_cmd import load_demo_session
 
-EVENTS_TOPIC = "events"
-SUMMARIES_TOPIC = "summaries"
 RESEARCH = "travel-agent/research"
 ITINERARY = "travel-agent/itinerary"
 HIDDEN_DETAIL = "X7Q2LM"
@@ -114,7 +112,7 @@ async def seed_demo(projector: Projector, session_id: str) -> DemoSeed:
     def source(topic: str, value: bytes) -> SourceRecord:
         return SourceRecord(topic, 0, next(offsets), key.kafka_key(), value, 0)
 
-    await projector.project([source(EVENTS_TOPIC, json.dumps(r).encode()) for r in records], sink)
+    await projector.project([source(projector.events_topic, json.dumps(r).encode()) for r in records], sink)
     created = datetime(2026, 5, 2, 10, 0, tzinfo=UTC)
     events = TriggerReport(name="event_threshold", value=13, threshold=10, unit="events")
     plan = [
@@ -130,9 +128,10 @@ async def seed_demo(projector: Projector, session_id: str) -> DemoSeed:
         _summary(key, fk, v, text, by_id[upto], by_id[prev] if prev else None, n, trig, created + timedelta(minutes=i))
         for i, (fk, v, text, upto, prev, n, trig) in enumerate(plan)
     ]
-    await projector.project([source(SUMMARIES_TOPIC, s.model_dump_json().encode()) for s in summaries], sink)
+    await projector.project([source(projector.summaries_topic, s.model_dump_json().encode()) for s in summaries], sink)
     if sink_letters:
-        raise AssertionError(f"the projector rejected demo records: {sink_letters}")
+        reasons = [f"{x.source_topic}/{x.source_offset}: {x.reason[:200]}" for x in sink_letters]
+        raise AssertionError(f"the projector rejected demo records: {reasons}")
     return DemoSeed(
         key,
         [r["event_id"] for r in records],
