@@ -230,7 +230,11 @@ def test_the_sessions_page_lists_the_demo_session_with_its_three_summary_keys(ui
 
 
 def test_each_boundary_marker_sits_between_the_right_events(ui: UIEnv) -> None:
-    ui.open("/session", **ui.session_params())
+    from streams.cli.demo_cmd import demo_url
+
+    # the address `make demo` ends with, on this server's port
+    ui.driver.get(demo_url(ui.seed.key, int(ui.url.rstrip("/").rsplit(":", 1)[1])))
+    assert ui.driver.find_element("css selector", "h1").text == ui.seed.key.session_id
     rows = ui.rows("#timeline tbody tr")
     order = [r.get("eventId") or f"marker:{r['keys']}" for r in rows]
     expected = {
