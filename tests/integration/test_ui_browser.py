@@ -170,7 +170,7 @@ async def _kafka_teardown(settings: Settings, changelog: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def ui(service_settings: Settings) -> Iterator[UIEnv]:
+def ui(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIEnv]:
     from projections.cassandra_session import connect
     from projections.migrations import apply_migrations
     from projections.projector import Projector
@@ -192,8 +192,7 @@ def ui(service_settings: Settings) -> Iterator[UIEnv]:
         )  # fmt: skip
         seed = asyncio.run(ui_demo.seed_demo(projector, f"demo-ui-{suffix}"))
         redrivable = asyncio.run(_kafka_setup(settings, seed, group, changelog))
-        log_path = ROOT / ".distill" / f"ui-test-{suffix}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path = tmp_path_factory.mktemp("ui") / "distill-ui.log"
         log_file = log_path.open("w")
         proc = subprocess.Popen(
             [sys.executable, "-c", "from streams.cli.main import main; main()", "ui", "--port", "0", "--allow-writes"],
@@ -333,11 +332,25 @@ def test_dead_letters_filter_by_reason_and_redrive_publishes_the_original_record
     button.click()
     notice = ui.driver.find_element(By.ID, "notice").text
     assert notice.startswith(f"redriven {ui.redrivable} → {ui.settings.topics.events}/"), notice
-    landed = asyncio.run(_read_redriven(ui.settings))
+    landed = [h for _, headers in asyncio.run(_read_events(ui.settings, 4)) for h in headers]
     assert landed == [ui.redrivable]
 
 
-async def _read_redriven(settings: Settings) -> list[str]:
+def test_delete_publishes_delete_session_for_this_session_only(ui: UIEnv) -> None:
+    from selenium.webdriver.common.by import By
+
+    ui.open("/session", **ui.session_params())
+    ui.driver.find_element(By.CSS_SELECTOR, "form.danger button").click()
+    ui.driver.switch_to.alert.accept()
+    assert "delete_session" in ui.driver.find_element(By.ID, "message").text
+    records = [json.loads(v) for v, _ in asyncio.run(_read_events(ui.settings, 5))]
+    deletes = [r for r in records if r.get("type") == "delete_session"]
+    k = ui.seed.key
+    assert [(d["app_name"], d["user_id"], d["session_id"]) for d in deletes] == [(k.app_name, k.user_id, k.session_id)]
+
+
+async def _read_events(settings: Settings, expected: int) -> list[tuple[bytes, list[str]]]:
+    """The events topic's records (until ``expected`` arrived or 10 s passed): value and redrive headers."""
     from aiokafka import AIOKafkaConsumer
 
     from streams.kafka_config import consumer_kwargs
@@ -346,14 +359,11 @@ async def _read_redriven(settings: Settings) -> list[str]:
                                 auto_offset_reset="earliest", enable_auto_commit=False)  # fmt: skip
     await consumer.start()
     try:
-        found: list[str] = []
+        found: list[tuple[bytes, list[str]]] = []
         deadline = time.monotonic() + 10
-        seen = 0
-        while time.monotonic() < deadline and seen < 4:
+        while time.monotonic() < deadline and len(found) < expected:
             for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                for m in msgs:
-                    seen += 1
-                    found += [v.decode() for k, v in (m.headers or ()) if k == REDRIVE_HEADER]
+                found += [(m.value, [v.decode() for k, v in (m.headers or ()) if k == REDRIVE_HEADER]) for m in msgs]
         return found
     finally:
         await consumer.stop()
