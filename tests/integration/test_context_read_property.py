@@ -36,6 +36,7 @@ SYSTEM = "You are a travel agent. 你是旅行助手。"
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look up", "parameters": {}}}]
 WRITE_CHUNK = 4000
 READERS = 48
+KEYS_PER_CHECK = int(os.environ.get("DISTILL_CONTEXT_READ_KEYS", "1"))
 
 
 def _records(steps: list[SessionEvent | SessionSummary], offsets: dict[str, int]) -> list[SourceRecord]:
@@ -76,7 +77,7 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
     async def check(i: int, upto: int) -> None:
         g = sessions[i]
         local = random.Random(f"{SEED}-{i}-{upto}")
-        for filter_key in local.sample(KEYS, 2):
+        for filter_key in local.sample(KEYS, KEYS_PER_CHECK):
             opts = AssemblyOptions(add_session_summary=True, injection_mode=local.choice(("system", "user")),
                                    filter_key=filter_key)  # fmt: skip
             current = "and tomorrow? 明天呢？" if local.random() < 0.2 else None
@@ -121,4 +122,4 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
     print(f"\ncontext read equivalence: {len(sessions)} sessions, {stats} in {elapsed:.1f}s")
     assert dead == []
     assert not failures, f"{len(failures)} of {stats['reads']} reads differ; first:\n" + "\n\n".join(failures[:3])
-    assert stats["reads"] >= 2 * len(sessions)
+    assert stats["reads"] >= len(sessions) * KEYS_PER_CHECK

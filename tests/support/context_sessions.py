@@ -81,7 +81,7 @@ class _Builder:
         return ev
 
     def maybe_summary(self) -> None:
-        if not self.events or self.rng.random() > 0.18:
+        if not self.events or self.rng.random() > 0.15:
             return
         key = self.rng.choice(KEYS)
         start = self.boundaries.get(key, -1) + 1
@@ -114,7 +114,7 @@ class _Builder:
         else:
             self.event("user", user_key, inv, req, content=f"{rng.choice(TEXTS)} #{n}")
         self.maybe_summary()
-        for _ in range(rng.choice((0, 1, 1, 2, 3))):
+        for _ in range(rng.choice((0, 1, 1, 2))):
             rkey = key if rng.random() < 0.8 else rng.choice(KEYS)
             if rng.random() < 0.15:
                 self.event("assistant", rkey, inv, req, content="思考中…", extra={"partial": True})
@@ -143,15 +143,15 @@ class _Builder:
 
 
 def generate(rng: random.Random, session_id: str) -> Generated:
-    """One session of 2-6 runs with 1-3 check points (always one at the end)."""
+    """One session of 2-4 runs with 1-3 check points (always one at the end)."""
     b = _Builder(rng, session_id)
-    runs = rng.randint(2, 5)
+    runs = rng.randint(2, 4)
     for n in range(1, runs + 1):
         b.run(n)
-        if n < runs and rng.random() < 0.3:
+        if n < runs and rng.random() < 0.2:
             b.g.checks.append(len(b.g.steps))
-    # Mid-run check points: after a tool round of the last run, before its answer.
-    if rng.random() < 0.5 and len(b.g.steps) > 3:
+    # A mid-run check point (after a tool round, before an answer: the resume tail) or a random one.
+    if len(b.g.steps) > 3:
         b.g.checks.append(rng.randint(len(b.g.steps) // 2, len(b.g.steps) - 1))
     b.g.checks.append(len(b.g.steps))
     b.g.checks = sorted(set(b.g.checks))
