@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -343,11 +344,7 @@ class Projector:
             for start in range(0, len(items), step):
                 batches = self._batches(items, start, min(len(items), start + step), vectors)
                 work = [(b.statement(), b.params()) for b in batches]
-                future = asyncio.wrap_future(
-                    self._session.execute_concurrent_async(
-                        work, concurrency=self._concurrency, raise_on_first_error=False
-                    )
-                )
+                future = asyncio.wrap_future(self._submit_concurrent(work))
                 in_flight.append((batches, future))
                 if len(in_flight) >= 2:
                     await settle(*in_flight.pop(0))
@@ -509,16 +506,29 @@ class Projector:
         except DriverException as exc:
             raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
 
+    def _submit_concurrent(self, work: list[tuple[Any, Any]]) -> concurrent.futures.Future[Any]:
+        """``execute_concurrent_async``, with its failure to start turned into ``StoreUnavailable``.
+
+        With every host down the driver fails the first statements while
+        submitting, then fails itself sorting their errors and raises
+        ``InvalidStateError`` from the submission: that is an outage, to be
+        retried like ``NoHostAvailable``, not a crash of the projector.
+        """
+        try:
+            future: concurrent.futures.Future[Any] = self._session.execute_concurrent_async(
+                work, concurrency=self._concurrency, raise_on_first_error=False
+            )
+        except concurrent.futures.InvalidStateError as exc:
+            raise StoreUnavailable(f"cassandra unavailable: the driver could not submit the writes: {exc}") from exc
+        return future
+
     async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
         """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``."""
         items = list(work)
         if not items:
             return []
         try:
-            future = self._session.execute_concurrent_async(
-                items, concurrency=self._concurrency, raise_on_first_error=False
-            )
-            results = await asyncio.wrap_future(future)
+            results = await asyncio.wrap_future(self._submit_concurrent(items))
         except _TRANSIENT as exc:
             raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
         return [(i, r.result_or_exc) for i, r in enumerate(results) if not r.success]
