@@ -74,6 +74,8 @@ class EventRows:
     tool_result: tuple[object, ...] | None
     recall: tuple[object, ...] | None
     recall_text: str | None
+    turn: tuple[object, ...] | None = None
+    """The ``session_turns`` row (events of an invocation or request)."""
     size: int = 0
     """Approximate bytes of the event row (for batch sizing)."""
     recall_size: int = 0
@@ -93,7 +95,7 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
         bool(call_ids), event.partial, event.skip_summarization, count_tokens(msg), size,
         stored_event_json(event),
     )  # fmt: skip
-    calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id) for tc in msg.tool_calls)
+    calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id, event.timestamp) for tc in msg.tool_calls)
     result = None
     if msg.role == "tool" and msg.tool_call_id and not event.partial:
         result = (app, user, sid, msg.tool_call_id, event.event_id, event.timestamp)
@@ -107,6 +109,12 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
             app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
             msg.tool_call_id, msg.name, size, tokens or None,
         )  # fmt: skip
+    turn = None
+    if event.invocation_id or event.request_id:
+        turn = (
+            app, user, sid, event.invocation_id, event.request_id, event.timestamp, event.event_id, seq,
+            event.filter_key, msg.role, event.partial,
+        )  # fmt: skip
     event_json = event_row[-1]
     assert isinstance(event_json, str)
     return EventRows(
@@ -118,6 +126,7 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
         tool_result=result,
         recall=recall,
         recall_text=recall_text,
+        turn=turn,
     )
 
 
