@@ -25,6 +25,31 @@ def test_normalize_window(before: int | None, after: int | None, expected: tuple
     assert normalize_window(before, after) == expected
 
 
+@given(st.integers(-(10**6), 10**6) | st.none(), st.integers(-(10**6), 10**6) | st.none())
+def test_normalize_window_matches_the_loop_rule(before: int | None, after: int | None) -> None:
+    b = 1 if before is None else max(0, before)
+    a = 1 if after is None else max(0, after)
+    if (b, a) == (0, 0):
+        b, a = 1, 1
+    # The Go rule, with the larger side shrunk one at a time (after first on ties), done in closed form.
+    excess = max(0, b + a - 4)
+    big_first = max(0, min(excess, abs(b - a)))
+    if b > a:
+        b -= big_first
+    else:
+        a -= big_first
+    excess -= big_first
+    a -= (excess + 1) // 2
+    b -= excess // 2
+    assert normalize_window(before, after) == (b, a)
+
+
+def test_normalize_window_is_fast_for_huge_sides() -> None:
+    # A model may send any integer; the span rule must not step down one by one from it.
+    assert normalize_window(10**18, 10**15) == (2, 2)
+    assert normalize_window(10**18, 0) == (4, 0)
+
+
 def test_normalize_content() -> None:
     assert normalize_content(None, None) == (0, 16 * 1024)
     assert normalize_content(-5, 0) == (0, 16 * 1024)
