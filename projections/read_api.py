@@ -327,6 +327,8 @@ class SessionReader:
         of exactly ``filter_key``; with none, every event of the key. Partial
         events are never included. An event-id boundary is exact; a
         timestamp-only boundary keeps the events at the cutoff timestamp.
+        ``skip_summarization`` events are included like any other (visible
+        while after the boundary; hidden, yet searchable, once it passes them).
         A branch key takes its subtree plus the events without a key.
         Chronological (timestamp, then arrival order).
         """
