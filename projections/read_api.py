@@ -26,7 +26,13 @@ from projections.errors import AnchorNotFound, InvalidRequest
 from projections.filter_keys import in_summary_input
 from projections.rows import RECALL_ROLES, restore_event_json
 from projections.statements import vector_table
-from projections.summary_selection import SelectedSummary, SummaryCut, select_for_prompt, select_hidden
+from projections.summary_selection import (
+    SelectedSummary,
+    SummaryCut,
+    select_for_display,
+    select_for_prompt,
+    select_hidden,
+)
 from projections.windows import normalize_content, normalize_window, slice_content
 from schemas import SessionEvent, SessionKey, SessionSummary
 
@@ -236,7 +242,7 @@ class SessionReader:
     # -- summaries -------------------------------------------------------------------------------------------
 
     async def get_summary(self, key: SessionKey, filter_key: str = "") -> StoredSummary | None:
-        """The summary for ``filter_key`` with the guide's fallback order.
+        """The stored summary for ``filter_key`` with the guide's fallback order (for display, not for a prompt).
 
         1. the summary of ``filter_key`` itself;
         2. else the full-session summary (``""``);
@@ -262,26 +268,32 @@ class SessionReader:
         return _summary(best)
 
     async def get_summary_view(self, key: SessionKey, filter_key: str = "") -> SelectedSummary | None:
-        """The summary standing for ``filter_key``, branch aggregates included.
+        """The summary a prompt for ``filter_key`` injects and cuts its history at.
 
-        1. the summary of ``filter_key`` itself;
-        2. else, for a branch key, the prefix aggregate of its subtree (the
-           descendants' summaries by key, joined by a blank line; boundary =
-           their earliest cutoff, no event id — see
-           ``projections.summary_selection``), as the Go injection does;
-        3. else the full-session summary (``""``);
-        4. else the freshest summary of any key (as :meth:`get_summary`).
-
-        ``source`` on the result says which rule answered. Pass it as
-        ``summary=`` to :meth:`events_after_boundary` for the events the
-        next prompt must add.
+        The key's own summary, else its nearest ancestor's, else the full
+        session's (``projections.summary_selection.select_for_prompt``); never
+        an unrelated branch's or a descendants' aggregate, which did not see
+        the key's events. ``None``: inject nothing, cut nothing. ``source`` on
+        the result says which rule answered. Pass it as ``summary=`` to
+        :meth:`events_after_boundary` for the events the next prompt must add.
         """
         rows = await aexecute(self._s, self._summary_all, tuple(key))
         return select_for_prompt((_cut(r) for r in rows), filter_key)
 
     async def get_summary_text(self, key: SessionKey, filter_key: str = "") -> str | None:
-        """The text of :meth:`get_summary_view` (see its order), or ``None`` when the session has none."""
-        found = await self.get_summary_view(key, filter_key)
+        """A summary text to *show* for ``filter_key``, in the guide's fallback order; ``None`` when there is none.
+
+        1. the summary of ``filter_key`` itself;
+        2. else, for a branch key, the prefix aggregate of its subtree (the
+           descendants' summaries by key, joined by a blank line);
+        3. else the full-session summary (``""``);
+        4. else the freshest summary of any key.
+
+        For display (``distill show``, a UI): the text may be another
+        branch's. A prompt uses :meth:`get_summary_view`, which never is.
+        """
+        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        found = select_for_display((_cut(r) for r in rows), filter_key)
         return found.summary if found else None
 
     async def latest_summary(self, key: SessionKey, filter_key: str = "") -> StoredSummary | None:
