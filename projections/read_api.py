@@ -49,6 +49,8 @@ _EVENT_COLS = (
     "skip_summarization, token_count, content_size"
 )
 _DOC_COLS = "session_id, ts, event_id, seq, filter_key, role, text, tool_call_id, tool_name, content_bytes"
+_DOC_TABLES = ("recall_docs", "recall_chunks")
+"""Where a document's indexed chunks live: the first in ``recall_docs``, the rest in ``recall_chunks``."""
 MAX_PLAN = 6
 """Broadening cap: at most this many queries of a plan run (the strictest first)."""
 MAX_TERMS = 8
@@ -168,6 +170,8 @@ class _Doc:
     tool_call_id: str | None
     tool_name: str | None
     content_bytes: int
+    chunk: int = 0
+    """0: the document's first chunk (``recall_docs``); n ≥ 1: its ``recall_chunks`` row n."""
     score: float = 0.0
     sources: set[str] = field(default_factory=set)
 
@@ -645,7 +649,7 @@ class SessionReader:
             accept = await gate
             if accept is None:
                 return
-            prepared: dict[tuple[str, str], lexical.ScoredText] = {}
+            prepared: dict[tuple[str, str, int], lexical.ScoredText] = {}
             for n, i in enumerate(runnable):
                 if n > 0 and self._count(found, "lexical") >= enough:
                     break
@@ -669,12 +673,12 @@ class SessionReader:
                     self._score(found, prepared, whole, doc, accept, min_score)
 
     def _score(
-        self, found: dict[tuple[str, str], _Doc], prepared: dict[tuple[str, str], lexical.ScoredText],
+        self, found: dict[tuple[str, str], _Doc], prepared: dict[tuple[str, str, int], lexical.ScoredText],
         lq: lexical.LexicalQuery, doc: _Doc, accept: _Accept, min_score: float,
     ) -> None:  # fmt: skip
         if not accept(doc):
             return
-        ident = (doc.session_id, doc.event_id)
+        ident = (doc.session_id, doc.event_id, doc.chunk)
         text = prepared.get(ident)
         if text is None:
             text = prepared[ident] = lexical.ScoredText(doc.text)
@@ -683,17 +687,19 @@ class SessionReader:
             self._merge(found, doc, value, "lexical")
 
     async def _absent_terms(self, key: SessionKey, terms: Sequence[str], session_id: str | None) -> set[str]:
-        """Which of ``terms`` no document of the scope holds (one concurrent ``LIMIT 1`` probe per term)."""
+        """Which of ``terms`` no document of the scope holds, in any chunk (concurrent ``LIMIT 1`` probes)."""
         unique = list(dict.fromkeys(terms))
         if not unique:
             return set()
         where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
-        stmt = await self._prep_async(
-            f"SELECT event_id FROM {self._ks}.recall_docs WHERE {where} AND tokens CONTAINS ? LIMIT 1"
-        )
+        stmts = await asyncio.gather(*(
+            self._prep_async(f"SELECT event_id FROM {self._ks}.{table} WHERE {where} AND tokens CONTAINS ? LIMIT 1")
+            for table in _DOC_TABLES
+        ))  # fmt: skip
         params: tuple[str, ...] = (key.app_name, key.user_id) + ((session_id,) if session_id is not None else ())
-        found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in unique))
-        return {t for t, rows in zip(unique, found, strict=True) if not list(rows)}
+        found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in unique for stmt in stmts))
+        present = {t for i, t in enumerate(unique) for j in range(len(stmts)) if list(found[i * len(stmts) + j])}
+        return set(unique) - present
 
     @staticmethod
     def _count(found: dict[tuple[str, str], _Doc], source: str) -> int:
@@ -707,17 +713,22 @@ class SessionReader:
             doc.sources.add(source)
             found[(doc.session_id, doc.event_id)] = doc
         else:
+            if value > current.score and doc.chunk != current.chunk:
+                current.text, current.chunk = doc.text, doc.chunk  # the snippet shows the best-matching chunk
             current.score = max(current.score, value)
             current.sources.add(source)
 
     async def _fetch_terms(
         self, key: SessionKey, terms: Sequence[str], session_id: str | None, exclude: str | None, limit: int
     ) -> list[_Doc]:
-        """Documents holding every one of ``terms`` (the first ``MAX_TERMS``), at most ``limit`` per slice.
+        """Chunks holding every one of ``terms`` (the first ``MAX_TERMS``), at most ``limit`` per slice and table.
 
-        With ``exclude`` (and no ``session_id``) the tenant partition is read as
-        two clustering slices around that session, so its rows never take up
-        the ``LIMIT`` of a search over the other sessions.
+        Both ``recall_docs`` (first chunks) and ``recall_chunks`` (the rest of
+        long documents) are read, concurrently; one document may answer with
+        several chunks (the caller keeps its best score). With ``exclude``
+        (and no ``session_id``) the tenant partition is read as two clustering
+        slices around that session, so its rows never take up the ``LIMIT``
+        of a search over the other sessions.
         """
         terms = list(terms)[:MAX_TERMS]
         if not terms:
@@ -726,16 +737,18 @@ class SessionReader:
         contains = "".join(" AND tokens CONTAINS ?" for _ in terms)
         if session_id is not None or exclude is None:
             where = base + (" AND session_id = ?" if session_id is not None else "")
-            stmt = await self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {where}{contains} "
-                                          "LIMIT ?")  # fmt: skip
             params: list[Any] = [key.app_name, key.user_id] + ([session_id] if session_id is not None else [])
-            return [_doc(r) for r in await aexecute(self._s, stmt, (*params, *terms, limit))]
-        below, above = await asyncio.gather(*(
-            self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {base} AND session_id {op} ?"
-                             f"{contains} LIMIT ?") for op in ("<", ">")
+            slices = [(f"{where}{contains}", (*params, *terms, limit))]
+        else:
+            slices = [(f"{base} AND session_id {op} ?{contains}", (key.app_name, key.user_id, exclude, *terms, limit))
+                      for op in ("<", ">")]  # fmt: skip
+        queries = [(table, where, values) for table in _DOC_TABLES for where, values in slices]
+        stmts = await asyncio.gather(*(
+            self._prep_async(f"SELECT {_DOC_COLS}{', chunk' if table == 'recall_chunks' else ''} FROM "
+                             f"{self._ks}.{table} WHERE {where} LIMIT ?") for table, where, _ in queries
         ))  # fmt: skip
         pages = await asyncio.gather(
-            *(aexecute(self._s, stmt, (key.app_name, key.user_id, exclude, *terms, limit)) for stmt in (below, above))
+            *(aexecute(self._s, stmt, values) for stmt, (_, _, values) in zip(stmts, queries, strict=True))
         )
         return [_doc(r) for rows in pages for r in rows]
 
@@ -828,7 +841,7 @@ def _doc(row: Any) -> _Doc:
     return _Doc(
         session_id=row.session_id, ts=_utc(row.ts), event_id=row.event_id, seq=row.seq,
         filter_key=row.filter_key or "", role=row.role, text=row.text or "", tool_call_id=row.tool_call_id,
-        tool_name=row.tool_name, content_bytes=row.content_bytes or 0,
+        tool_name=row.tool_name, content_bytes=row.content_bytes or 0, chunk=getattr(row, "chunk", 0) or 0,
     )  # fmt: skip
 
 

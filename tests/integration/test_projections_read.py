@@ -265,3 +265,33 @@ async def test_session_search_broadens_compound_questions(store: Store, key: Ses
     assert {h.event_id for h in hits} == {"d1", "d2"}
     assert all(h.score >= 0.45 for h in hits)
     assert len(await store.reader.session_search(key, "lunch", "current_session", top_k=50)) == 1
+
+
+async def test_search_finds_a_detail_deep_inside_a_long_tool_result(store: Store, key: SessionKey) -> None:
+    # Issue 12 point 5: only the first 8 KiB of a document was indexed; compaction hides exactly the rest.
+    filler = " ".join(f"row {i} status nominal" for i in range(600))  # ~12 KB
+    latin = filler[:10_000] + " refund reference ZX9041 approved by finance " + filler
+    cjk_filler = "".join(chr(0x4E00 + (i * 7) % 3000) for i in range(4000))
+    chinese = cjk_filler + "退款编号九零四一已经批准" + cjk_filler
+    await store.events(
+        event(key, "u1", at=1, content="look up the refunds"),
+        event(key, "a1", at=2, role="assistant", content=None, tool_calls=_call("c1", "ledger")),
+        event(key, "t1", at=3, role="tool", content=latin, tool_call_id="c1", name="ledger"),
+        event(key, "a2", at=4, role="assistant", content=None, tool_calls=_call("c2", "ledger_zh")),
+        event(key, "t2", at=5, role="tool", content=chinese, tool_call_id="c2", name="ledger_zh"),
+        event(key, "a3", at=6, role="assistant", content="done"),
+    )
+    hits = await store.reader.session_search(key, "refund reference ZX9041", "current_session")
+    assert [h.event_id for h in hits][:1] == ["t1"]
+    assert hits[0].content_bytes == len(latin.encode())
+    zh = await store.reader.session_search(key, "退款编号", "current_session")
+    assert [h.event_id for h in zh][:1] == ["t2"]
+    # Behind a summary boundary the same detail is found in current_hidden.
+    await store.summaries(summary(key, 1, text="refunds looked up", cutoff=6, last_event_id="a3"))
+    hidden = await store.reader.session_search(key, "ZX9041 approved", "current_hidden")
+    assert "t1" in {h.event_id for h in hidden}
+    # A deleted session leaves no chunk behind.
+    await store.events({"type": "delete_session", "command_id": "d1", "app_name": key.app_name,
+                        "user_id": key.user_id, "session_id": key.session_id})  # fmt: skip
+    rows = store.session.execute(f"SELECT count(*) FROM {store.settings.cassandra.keyspace}.recall_chunks")
+    assert int(rows.one()[0]) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -138,3 +139,49 @@ def test_doc_tokens_survive_the_memo_filling_up(monkeypatch: pytest.MonkeyPatch)
     second = lexical.doc_tokens("foxtrot golf hotel india juliet kilo lima")
     assert len(first) == 5 and len(second) == 7
     assert lexical.doc_tokens("theta alpha") == {lexical._index_token("theta"), lexical._index_token("alpha")}
+
+
+@given(
+    st.lists(
+        st.sampled_from(["deploy", "invoice", "kafka", "订单", "号码", "退款", "ACME-42", "\n", " ", "。"])
+        | st.text(alphabet="abcdefghij 中文字符", min_size=1, max_size=12),
+        max_size=400,
+    ),
+    st.integers(40, 400),
+    st.integers(5, 60),
+)
+def test_chunks_cover_the_whole_text_within_both_caps(parts: list[str], max_chars: int, max_tokens: int) -> None:
+    text = " ".join(parts)
+    chunks = lexical.chunk_index(text, max_chars=max_chars, max_tokens=max_tokens, overlap=20)
+    if not text:
+        assert chunks == []
+        return
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(text)
+    for (s1, e1, _), (s2, _, _) in itertools.pairwise(chunks):
+        assert s1 < s2 <= e1  # contiguous or overlapping, always moving on
+    for start, end, tokens in chunks:
+        assert end - start <= max_chars
+        assert tokens == lexical.doc_tokens(text[start:end]) and len(tokens) <= max_tokens
+    indexed = set().union(*(t for _, _, t in chunks))
+    assert lexical.doc_tokens(text) <= indexed or len(lexical.doc_tokens(text)) >= lexical.MAX_DOC_TOKENS
+
+
+def test_a_detail_deep_in_a_long_document_is_indexed() -> None:
+    from projections.rows import event_rows
+    from schemas import SessionEvent
+
+    filler = " ".join(f"line {i} status ok" for i in range(3000))  # ~50 KB of Latin text
+    cjk_filler = "".join(chr(0x4E00 + (i * 7) % 3000) for i in range(6000))  # 6,000 CJK characters
+    for body, needle in ((filler + " refund code ZX-9041 approved " + filler, "9041"),
+                         (cjk_filler + "退款编号九零四一已批准" + cjk_filler, "退款")):  # fmt: skip
+        event = SessionEvent(
+            app_name="a", user_id="u", session_id="s", event_id="e1", timestamp=T, author="tool",
+            message={"role": "tool", "tool_call_id": "c1", "content": body},
+        )  # fmt: skip
+        rows = event_rows(event, 1, lambda m: 1)
+        assert rows.recall is not None and rows.chunks
+        first_tokens = rows.recall[12]
+        assert isinstance(first_tokens, set) and needle not in first_tokens
+        assert any(needle in (chunk[13] or set()) for chunk in rows.chunks)
+        covered = "".join(str(c[9]) for c in rows.chunks)
+        assert covered.endswith(body[-100:])
