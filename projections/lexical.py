@@ -203,11 +203,13 @@ def chunk_index(
         chunks.append((start, end, tokens))
         if end >= len(text):
             return chunks
-        nxt = max(start + 1, end - overlap)
-        while nxt > start + 1 and lowered[nxt - 1].isalnum() and lowered[nxt].isalnum():
-            if _CJK.match(lowered[nxt]):
-                break  # CJK is indexed by character pairs: any position is a start
-            nxt -= 1  # back to the start of the word the overlap begins in
+        # Overlap at most half the chunk, so each chunk moves the start on by at least half its size.
+        nxt = max(start + 1, end - min(overlap, (end - start) // 2))
+        cut, lowest = nxt, max(start + 1, nxt - overlap)
+        while cut > lowest and lowered[cut - 1].isalnum() and lowered[cut].isalnum() and not _CJK.match(lowered[cut]):
+            cut -= 1  # back to the start of the word the overlap begins in (CJK: any position is a start)
+        if cut > lowest or not (lowered[cut - 1].isalnum() and lowered[cut].isalnum()):
+            nxt = cut  # else a word longer than the overlap: cut it rather than step back further
         start = nxt
 
 

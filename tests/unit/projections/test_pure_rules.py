@@ -185,3 +185,12 @@ def test_a_detail_deep_in_a_long_document_is_indexed() -> None:
         assert any(needle in (chunk[13] or set()) for chunk in rows.chunks)
         covered = "".join(str(c[9]) for c in rows.chunks)
         assert covered.endswith(body[-100:])
+
+
+def test_chunking_a_huge_single_word_is_linear() -> None:
+    import time
+
+    started = time.perf_counter()
+    chunks = lexical.chunk_index("x" * 200_000)
+    assert time.perf_counter() - started < 2.0
+    assert chunks[-1][1] == 200_000 and len(chunks) < 40
