@@ -51,6 +51,8 @@ _EVENT_COLS = (
 _DOC_COLS = "session_id, ts, event_id, seq, filter_key, role, text, tool_call_id, tool_name, content_bytes"
 _DOC_TABLES = ("recall_docs", "recall_chunks")
 """Where a document's indexed chunks live: the first in ``recall_docs``, the rest in ``recall_chunks``."""
+_FIRST_CHUNKS = ("recall_docs",)
+_LATER_CHUNKS = ("recall_chunks",)
 MAX_PLAN = 6
 """Broadening cap: at most this many queries of a plan run (the strictest first)."""
 MAX_TERMS = 8
@@ -620,6 +622,11 @@ class SessionReader:
         of 4+ terms that matches nothing reads every row holding its two
         chosen terms (60-160 ms at 100k events). Such queries are skipped when
         a probe (``LIMIT 1`` per term, ~1 ms) finds one of their terms absent.
+
+        Each query reads the first chunks (``recall_docs``); the later chunks
+        of long documents (``recall_chunks``) only when the answer is still
+        short of ``k`` documents after it — a detail deep in a tool result is
+        found, and a search that the first chunks answer costs what it did.
         """
         plan = lexical.plan(query)[:MAX_PLAN]
         if not plan:
@@ -633,9 +640,18 @@ class SessionReader:
 
         def start(i: int) -> None:
             terms = plan[i].index_terms
-            pending[i] = asyncio.ensure_future(self._fetch_terms(key, terms, session_id, exclude, limit))
+            pending[i] = asyncio.ensure_future(
+                self._fetch_terms(key, terms, session_id, exclude, limit, tables=_FIRST_CHUNKS)
+            )
+
+        def start_deep(i: int) -> None:
+            terms = plan[i].index_terms
+            deep[i] = asyncio.ensure_future(
+                self._fetch_terms(key, terms, session_id, exclude, max(10, 2 * k), tables=_LATER_CHUNKS)
+            )
 
         pending: dict[int, asyncio.Future[list[_Doc]]] = {}
+        deep: dict[int, asyncio.Future[list[_Doc]]] = {}
         for i, lq in enumerate(plan[:_FIRST_WAVE]):
             if not wide(lq):
                 start(i)
@@ -658,8 +674,16 @@ class SessionReader:
                         start(j)
                 for doc in await pending.pop(i):
                     self._score(found, prepared, plan[i], doc, accept, min_score)
+                if self._count(found, "lexical") < k:
+                    # The first chunks do not fill the answer: look into the rest of long documents, for
+                    # this query and the others of its wave (their first chunks are already on the way).
+                    for j in runnable[n:]:
+                        if j not in deep and (j == i or j in pending):
+                            start_deep(j)
+                    for doc in await deep.pop(i):
+                        self._score(found, prepared, plan[i], doc, accept, min_score)
         finally:
-            for f in pending.values():
+            for f in (*pending.values(), *deep.values()):
                 f.cancel()
         if not found:
             # Last resort: any single keyword (OR semantics), scored against the whole query.
@@ -687,19 +711,22 @@ class SessionReader:
             self._merge(found, doc, value, "lexical")
 
     async def _absent_terms(self, key: SessionKey, terms: Sequence[str], session_id: str | None) -> set[str]:
-        """Which of ``terms`` no document of the scope holds, in any chunk (concurrent ``LIMIT 1`` probes)."""
-        unique = list(dict.fromkeys(terms))
-        if not unique:
-            return set()
+        """Which of ``terms`` no document of the scope holds in any chunk (concurrent ``LIMIT 1`` probes).
+
+        The first chunks are probed first; only the terms they lack are probed in the later chunks.
+        """
+        absent = list(dict.fromkeys(terms))
         where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
-        stmts = await asyncio.gather(*(
-            self._prep_async(f"SELECT event_id FROM {self._ks}.{table} WHERE {where} AND tokens CONTAINS ? LIMIT 1")
-            for table in _DOC_TABLES
-        ))  # fmt: skip
         params: tuple[str, ...] = (key.app_name, key.user_id) + ((session_id,) if session_id is not None else ())
-        found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in unique for stmt in stmts))
-        present = {t for i, t in enumerate(unique) for j in range(len(stmts)) if list(found[i * len(stmts) + j])}
-        return set(unique) - present
+        for table in _DOC_TABLES:
+            if not absent:
+                break
+            stmt = await self._prep_async(
+                f"SELECT event_id FROM {self._ks}.{table} WHERE {where} AND tokens CONTAINS ? LIMIT 1"
+            )
+            found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in absent))
+            absent = [t for t, rows in zip(absent, found, strict=True) if not list(rows)]
+        return set(absent)
 
     @staticmethod
     def _count(found: dict[tuple[str, str], _Doc], source: str) -> int:
@@ -719,13 +746,14 @@ class SessionReader:
             current.sources.add(source)
 
     async def _fetch_terms(
-        self, key: SessionKey, terms: Sequence[str], session_id: str | None, exclude: str | None, limit: int
-    ) -> list[_Doc]:
+        self, key: SessionKey, terms: Sequence[str], session_id: str | None, exclude: str | None, limit: int,
+        *, tables: Sequence[str] = _DOC_TABLES,
+    ) -> list[_Doc]:  # fmt: skip
         """Chunks holding every one of ``terms`` (the first ``MAX_TERMS``), at most ``limit`` per slice and table.
 
-        Both ``recall_docs`` (first chunks) and ``recall_chunks`` (the rest of
-        long documents) are read, concurrently; one document may answer with
-        several chunks (the caller keeps its best score). With ``exclude``
+        ``tables``: ``recall_docs`` (first chunks) and/or ``recall_chunks``
+        (the rest of long documents), read concurrently; one document may
+        answer with several chunks (the caller keeps its best score). With ``exclude``
         (and no ``session_id``) the tenant partition is read as two clustering
         slices around that session, so its rows never take up the ``LIMIT``
         of a search over the other sessions.
@@ -742,7 +770,7 @@ class SessionReader:
         else:
             slices = [(f"{base} AND session_id {op} ?{contains}", (key.app_name, key.user_id, exclude, *terms, limit))
                       for op in ("<", ">")]  # fmt: skip
-        queries = [(table, where, values) for table in _DOC_TABLES for where, values in slices]
+        queries = [(table, where, values) for table in tables for where, values in slices]
         stmts = await asyncio.gather(*(
             self._prep_async(f"SELECT {_DOC_COLS}{', chunk' if table == 'recall_chunks' else ''} FROM "
                              f"{self._ks}.{table} WHERE {where} LIMIT ?") for table, where, _ in queries
