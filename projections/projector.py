@@ -190,7 +190,8 @@ class Projector:
     def _prepare(self) -> dict[str, PreparedStatement]:
         names = {
             "event": q.INSERT_EVENT, "event_id": q.INSERT_EVENT_ID, "tool_call": q.UPSERT_TOOL_CALL,
-            "tool_result": q.UPSERT_TOOL_RESULT, "recall": q.INSERT_RECALL, "history": q.INSERT_SUMMARY_HISTORY,
+            "tool_result": q.UPSERT_TOOL_RESULT, "recall": q.INSERT_RECALL, "recall_chunk": q.INSERT_RECALL_CHUNK,
+            "history": q.INSERT_SUMMARY_HISTORY,
             "latest_insert": q.INSERT_SUMMARY_LATEST, "latest_update": q.UPDATE_SUMMARY_LATEST,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED,
             "save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS, "turn": q.INSERT_TURN,
@@ -202,6 +203,9 @@ class Projector:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
         out["delete_recall"] = self._session.prepare(
             f"DELETE FROM {self._ks}.recall_docs WHERE app_name = ? AND user_id = ? AND session_id = ?"
+        )
+        out["delete_recall_chunks"] = self._session.prepare(
+            f"DELETE FROM {self._ks}.recall_chunks WHERE app_name = ? AND user_id = ? AND session_id = ?"
         )
         if self._embedder is not None:
             dims = self._embedder.dimensions
@@ -396,9 +400,10 @@ class Projector:
                 r = rows.tool_result
                 session_group.append((p["tool_result"], (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
             if rows.recall is not None:
-                groups.setdefault((ev.app_name, ev.user_id), []).append(
-                    (p["recall"], rows.recall, index, rows.recall_size)
-                )
+                tenant_group = groups.setdefault((ev.app_name, ev.user_id), [])
+                tenant_group.append((p["recall"], rows.recall, index, rows.recall_size))
+                for chunk in rows.chunks:
+                    tenant_group.append((p["recall_chunk"], chunk, index, len(str(chunk[9])) + 256))
                 if rows.recall_text is not None:
                     vectors.append((rows.recall[:5], rows.recall_text))
         batches: list[_Batch] = []
@@ -490,6 +495,7 @@ class Projector:
         await self._run(self._p["insert_deleted"], (*pk, deleted_at))
         work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]
         work.append((self._p["delete_recall"], pk))
+        work.append((self._p["delete_recall_chunks"], pk))
         if "delete_vectors" in self._p:
             work.append((self._p["delete_vectors"], pk))
         failed = await self._run_concurrent(work)

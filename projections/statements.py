@@ -23,6 +23,10 @@ INSERT_RECALL = (
     "INSERT INTO {ks}.recall_docs (app_name, user_id, session_id, ts, event_id, seq, filter_key, role, text, "
     "tool_call_id, tool_name, content_bytes, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+INSERT_RECALL_CHUNK = (
+    "INSERT INTO {ks}.recall_chunks (app_name, user_id, session_id, ts, event_id, chunk, seq, filter_key, role, "
+    "text, tool_call_id, tool_name, content_bytes, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 INSERT_SUMMARY_HISTORY = (
     "INSERT INTO {ks}.summaries_history (app_name, user_id, session_id, filter_key, version, summary, cutoff_at, "
     "last_event_id, prev_cutoff_at, prev_last_event_id, created_at, summary_json) "

@@ -319,9 +319,12 @@ class Summarizer:
 
         summary, remaining, covered = previous, list(selected), 0
         last_event: SessionEvent | None = None
+        # The caller's request shows the delta's skip_summarization events (they are visible while after
+        # the boundary); forking it would put them in the summary input, so such a delta is sent standalone.
+        may_fork = self.cache_safe_forking and not any(e.skip_summarization for e in events)
         while True:
             attempt.passes += 1
-            fork_parent = model_request if attempt.passes == 1 and self.cache_safe_forking else None
+            fork_parent = model_request if attempt.passes == 1 and may_fork else None
             text, pass_events = await self._pass(summary, remaining, attempt, session, filter_key, fork_parent, context)
             summary = text
             covered += len(pass_events)
