@@ -216,7 +216,7 @@ def create_app(
         accept=session_filter(sessions) if sessions else None,
         job_origin="replay" if replay else None,
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
-        optimistic=replay is not None,
+        optimistic=False,  # decisions are a pure function of the log: a replay keeps the real queue
     )
     summarizer_for, warm_model = _summarizers(settings, ext)
     runtime = WorkerRuntime(settings, topics, track, summarizer_for)

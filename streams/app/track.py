@@ -37,16 +37,26 @@ from streams.app.decoding import Rejected
 from streams.app.tracked import TrackedKey, table_key
 from streams.rules.boundaries import delta_after, to_micros
 from streams.rules.filter_keys import FULL_SESSION
-from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, command_targets, session_keys
+from streams.rules.planner import (
+    Outcome,
+    affected_keys,
+    apply_command,
+    apply_event,
+    command_targets,
+    resend_job,
+    session_keys,
+)
 from streams.rules.policy import PolicySet, SummaryPolicy
 from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
 from streams.rules.trigger_state import (
+    InFlight,
     SessionTriggerState,
     cooling_down,
     new_state,
     on_job_failed,
     on_summary,
     rebase,
+    record_decision,
 )
 
 log = logging.getLogger(__name__)
@@ -267,6 +277,11 @@ class TrackHandler:
             states[target] = found.state if found else None
         if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy, at):
             return TrackOutput()
+        if origin == "retry":
+            # The job is emitted again as it was: a sweep's poke never moves the decided boundary.
+            outcome = resend(states.get(command.filter_key), at)
+            return self._write(outcome, store, full.first_offset if full is not None else None, origin=origin,
+                               partition=coords.partition, record_key=record_key)  # fmt: skip
         if origin is not None:
             command = command.model_copy(update={"force": True})
             policy = replace(policy, cascade_full_session=False)
@@ -289,8 +304,12 @@ class TrackHandler:
         if state is None:
             return False
         if origin == "idle_sweep":
-            # A key cooling down after failed jobs is not swept (the sweep forces its job).
-            return state.in_flight is None and bool(state.pending) and not cooling_down(state, policy, to_micros(at))
+            # A key cooling down after failed jobs is not swept (the sweep forces its job). Whether
+            # the key's earlier jobs are answered does not matter: the sweep's command is in the
+            # log, and a replay must take the same decision on it.
+            return (
+                len(state.pending) > state.skip and state.content > 0 and not cooling_down(state, policy, to_micros(at))
+            )
         return state.in_flight is not None
 
     def _write(
@@ -358,6 +377,18 @@ class TrackHandler:
                                   at=to_micros(record.created_at), window=record.context_window)  # fmt: skip
         if state is not found.state:
             store[key] = replace(found, state=state)
+
+
+def resend(state: SessionTriggerState | None, at: datetime) -> Outcome:
+    """The key's oldest unanswered job emitted again (a sweep's ``retry`` poke), if it has one."""
+    if state is None or state.in_flight is None:
+        return Outcome()
+    head = state.in_flight
+    job = resend_job(state, head, created_at=at)
+    if job is None:
+        return Outcome()
+    flight = InFlight(job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None)
+    return Outcome({state.filter_key: record_decision(state.copy(), flight)}, (), (job,))
 
 
 def with_events_key(out: TrackOutput, record_key: bytes | None) -> TrackOutput:

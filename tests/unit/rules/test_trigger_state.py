@@ -184,18 +184,28 @@ def test_conversation_rounds_count_user_messages_in_the_delta() -> None:
     assert state.counters.rounds == 0
 
 
-def test_in_flight_blocks_until_answered_or_timed_out() -> None:
+def test_a_job_in_flight_does_not_hold_the_next_decision_back_and_a_timed_out_one_is_re_emitted() -> None:
+    # The decision counts after the decided boundary (job-1's target), not after the applied summary.
     p = policy(job_timeout_s=60)
     state = mark_emitted(fold([ev("a", 0)]), "job-1", "a", to_micros(at(0)))
+    assert state.decided_id == "a" and state.counters.events == 0 and state.in_flight is not None
     state = fold([ev("b", 30)], state=state)
-    assert decide(state, p, ev("b", 30)).reason == "in_flight"
+    decision = decide(state, p, ev("b", 30))
+    assert decision.fire and decision.upto is not None and decision.upto.event_id == "b"
+    assert decision.retry_of is None
+    queued = mark_emitted(state, "job-2", "b", to_micros(at(30)))
+    assert [j.job_id for j in queued.unanswered] == ["job-1", "job-2"] and queued.decided_id == "b"
     state = fold([ev("c", 61)], state=state)
     retry = decide(state, p, ev("c", 61))
-    assert retry.fire and retry.retry_of is not None and retry.retry_of.job_id == "job-1"
+    assert retry.retry_of is not None and retry.retry_of.job_id == "job-1"
+    again = mark_emitted(state, "job-1", "a", to_micros(at(61)), attempt=1)  # the same job re-emitted
+    assert again.decided_id == "a" and again.in_flight is not None and again.in_flight.attempt == 1
+    assert again.counters.events == state.counters.events == 2  # the boundary did not move
     assert on_job_failed(state, "job-1").in_flight is None
     assert on_job_failed(state, "other").in_flight is not None
-    answered = on_summary(state, summary(1, "a", 0, job_id="job-1"))
-    assert answered.in_flight is None
+    answered = on_summary(queued, summary(1, "a", 0, job_id="job-1"))
+    assert answered.unanswered == (queued.queued[0],) and answered.decided_id == "b"
+    assert on_summary(answered, summary(2, "b", 30, job_id="job-2")).in_flight is None
 
 
 def test_force_skips_checks_but_not_an_empty_delta() -> None:
