@@ -137,9 +137,10 @@ def apply_event(
         decisions.append(decision)
         job: SummaryJob | None = None
         if decision.fire:
+            # A new job (its range covers the timed-out one's, which it answers): not a retry.
             job = build_job(
                 state,
-                decision,
+                decision._replace(retry_of=None) if decision.retry_of is not None else decision,
                 created_at=event.timestamp,
                 offset=offset if decision.upto and decision.upto.event_id == event.event_id else None,
                 context=event.context,
@@ -208,9 +209,10 @@ def apply_command(
         )
         decisions.append(decision)
         if decision.fire:
+            # A new job (its range covers the timed-out one's, which it answers): not a retry.
             job = build_job(
                 state,
-                decision,
+                decision._replace(retry_of=None) if decision.retry_of is not None else decision,
                 created_at=at,
                 origin="command",
                 reply_to=sync.reply_to if sync is not None else None,

@@ -189,7 +189,7 @@ def replay(config: dict[str, object], events: list[SessionEvent], delays: list[i
     return run
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     config=st.sampled_from(CONFIGS),
     seed=st.integers(0, 10_000),
