@@ -85,15 +85,18 @@ def session_filter(specs: frozenset[str] | set[str]) -> Callable[[SessionKey], b
     """
     full: set[tuple[str, str, str]] = set()
     bare: set[str] = set()
+    apps: set[str] = set()
     for spec in specs:
         parts = spec.split("/")
-        if len(parts) == 3 and all(parts):
+        if len(parts) == 3 and parts[0] and parts[1:] == ["*", "*"]:
+            apps.add(parts[0])  # APP/*/*: every session of the app (``distill replay --app``)
+        elif len(parts) == 3 and all(parts):
             full.add((parts[0], parts[1], parts[2]))
         else:
             bare.add(spec)
 
     def accept(sk: SessionKey) -> bool:
-        return sk.session_id in bare or (sk.app_name, sk.user_id, sk.session_id) in full
+        return sk.session_id in bare or sk.app_name in apps or (sk.app_name, sk.user_id, sk.session_id) in full
 
     return accept
 
