@@ -210,13 +210,21 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
         tps = [TopicPartition(settings.topics.events, p) for p in range(settings.topics.partitions)]
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
+        starts = await consumer.beginning_offsets(tps)
         await consumer.seek_to_beginning(*tps)
-        left = {tp for tp in tps if ends.get(tp, 0) > 0}
-        while left:
-            batch = await consumer.getmany(*left, timeout_ms=1000, max_records=5000)
+        # Until the last record before each end was read (a position read right after the seek
+        # may still be unresolved).
+        reached = {tp: starts.get(tp, 0) for tp in tps}
+        while any(reached[tp] < ends.get(tp, 0) for tp in tps):
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
             for tp, messages in batch.items():
                 out.extend((tp.partition, m.offset, m.key or b"", m.value) for m in messages if m.value is not None)
-            left = {tp for tp in left if await consumer.position(tp) < ends[tp]}
+                if messages:
+                    reached[tp] = messages[-1].offset + 1
+            if not batch:  # gaps before the end (transaction markers, compaction): the position says
+                for tp in tps:
+                    if reached[tp] < ends.get(tp, 0) and await consumer.position(tp) >= ends[tp]:
+                        reached[tp] = ends[tp]
     finally:
         await consumer.stop()
     # Sessions are independent and a session lives in one partition: partition by partition is log order.
