@@ -516,13 +516,16 @@ def on_job_failed(
     if not (index is not None or gave_up or learns):
         return state
     out = state.copy()
+    left = jobs
     if index is not None:
         left = jobs[:index] + jobs[index + 1 :]
         out.in_flight = left[0] if left else None
         out.queued = left[1:]
-        if gave_up and index == len(jobs) - 1:
-            out.decided_id = left[-1].upto_event_id if left else None
-            _recount(out, _skip_for(out.pending, out.decided_id))
+    # The given-up job was the last decided one; or it already left the queue (a re-emission of
+    # it was answered first) and no job is left that would cover its range.
+    if gave_up and (index == len(jobs) - 1 or (index is None and not jobs)) and state.decided_id is not None:
+        out.decided_id = left[-1].upto_event_id if left else None
+        _recount(out, _skip_for(out.pending, out.decided_id))
     if gave_up:
         anchor = _latest_ts(state)
         count = state.failed.failures + 1 if state.failed is not None else 1

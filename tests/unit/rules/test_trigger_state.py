@@ -295,3 +295,18 @@ def test_corrupt_state_bytes_raise_a_typed_error_naming_the_part() -> None:
     with pytest.raises(CorruptTriggerStateError, match="not valid JSON"):
         SessionTriggerState.from_bytes(b'{"f": 1, "p": [')
     assert SessionTriggerState.from_bytes(json.dumps(good)) == from_dict(good)
+
+
+def test_a_given_up_job_gives_its_range_back_even_after_a_re_emission_of_it_was_answered() -> None:
+    # The sweep's re-emission of job-1 is answered first ("superseded", not given up): it leaves the
+    # queue. The original's give-up then still returns the decided boundary, so its events count again.
+    p = policy(EventThreshold(2))
+    state = mark_emitted(fold([ev("a", 0), ev("b", 1), ev("c", 2)]), "job-1", "c", to_micros(at(2)))
+    assert state.counters.events == 0
+    released = on_job_failed(state, "job-1")  # the re-emission's answer
+    assert released.in_flight is None and released.decided_id == "c"
+    failed = on_job_failed(released, "job-1", gave_up=True)
+    assert failed.decided_id is None and failed.counters.events == 3 and failed.failed is not None
+    later = ev("d", 3600)  # after the cooldown: the half-open retry covers a..d
+    retry = decide(fold([later], state=failed.copy()), p, later)
+    assert retry.fire and retry.outcomes[0].value == 4
