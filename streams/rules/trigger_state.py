@@ -34,8 +34,10 @@ Contracts (the track agent relies on them):
   anchored at the latest
   event time the state has seen: ``decide`` then answers ``cooling_down`` until
   an event at least ``policy.cooldown_us(failures)`` later (exponential,
-  capped); the first job after that is the half-open retry, a summary resets
-  the count. A window a context-length refusal named is kept
+  capped); the first job after that is the half-open retry, and no other job
+  is decided while it is unanswered (failures are the one input that is not in
+  the log: only then do decisions wait for answers); a summary resets the
+  count. A window a context-length refusal named is kept
   (``learned_window``) and every next job of the key carries it.
 * ``on_summary``, ``on_job_failed`` and ``mark_emitted`` are copy-on-write: they
   return a new state when something changes and the very same object when
@@ -640,8 +642,13 @@ def decide(
     ):
         retry = head  # re-emitted as it was: the decided boundary does not move
     # A key cooling down re-emits no timed-out job either: its failure answered the job.
-    if state.failed is not None and not force and cooling_down(state, policy, facts.entry.ts if facts else None):
-        return _no(key, tk, "cooling_down")
+    if state.failed is not None and not force:
+        if cooling_down(state, policy, facts.entry.ts if facts else None):
+            return _no(key, tk, "cooling_down")
+        if state.in_flight is not None or state.queued:
+            # Half-open: after failures one trial job at a time (no queue behind it) until it is answered.
+            held = _no(key, tk, "cooling_down")
+            return held._replace(retry_of=retry) if retry is not None else held
     decision = _decide_view(state, policy, now, scope, key, tk, force, context)
     return decision._replace(retry_of=retry) if retry is not None else decision
 
