@@ -400,11 +400,12 @@ def with_events_key(out: TrackOutput, record_key: bytes | None) -> TrackOutput:
 
 
 def assume_done(outcome: Outcome) -> Outcome:
-    """Replay mode: treat every emitted job as already summarized up to its target.
+    """Treat every emitted job as already summarized up to its target (``optimistic``).
 
-    Trigger decisions then depend on the event log alone (not on how fast the
-    LLM answered), so two replays make the same jobs and reach the same
-    boundaries. The summarize side still runs the jobs of a key in order.
+    No longer needed for determinism (decisions count after the decided boundary
+    whatever the answers; the worker's replay keeps the real queue, so its
+    timed-out jobs are re-emitted): it gives the same jobs, and is kept for tests
+    that want no queue.
     """
     states = dict(outcome.states)
     for job in outcome.jobs:

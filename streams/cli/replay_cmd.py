@@ -47,8 +47,10 @@ def command(
 ) -> None:
     """Replay the events topic with a fresh consumer group into new jobs/summaries topics.
 
-    Trigger decisions depend on the event log only (each emitted job is taken as
-    done), so replaying twice yields the same boundaries. Summaries whose inputs
+    Trigger decisions are a pure function of the event log (each decided against
+    the previous job's target, whatever the LLM latency), so a replay reaches the
+    live run's boundaries and replaying twice yields the same ones. Timed-out
+    jobs are re-emitted as in a live run. Summaries whose inputs
     (previous summary, delta, prompt, model) are unchanged are reused from the
     content-addressed cache (filled from the live summaries topic and earlier
     replays) instead of calling the LLM. Output: <summaries>.replay-<RUN>.
