@@ -54,6 +54,9 @@ class CassandraSettings(_Section):
     local_datacenter: str = "datacenter1"
     request_timeout_s: float = Field(default=10.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    reconnect_max_delay_s: float = Field(default=2.0, gt=0)
+    """Cap of the driver's reconnection to a host it saw go down (its default grows to 10 minutes) and of the
+    projector's retry backoff while Cassandra is unavailable: once Cassandra answers, work resumes within it."""
 
     @property
     def contact_list(self) -> list[str]:

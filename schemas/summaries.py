@@ -75,14 +75,41 @@ class CallReport(ContractModel):
     (it lacks events of the pass or the previous summary, or does not fit)."""
 
 
+PayloadPart = Literal["tool_result", "tool_arguments", "content"]
+
+
+class PayloadCut(ContractModel):
+    """One event payload sent head + tail only; the event itself is stored whole.
+
+    ``session_load(event_id=...)`` returns the full payload; ``tool_call_id``
+    names the call whose result or arguments were cut.
+    """
+
+    event_id: str
+    part: PayloadPart
+    tool_call_id: str | None = None
+    chars: int = Field(ge=0)
+    """Length of the whole payload."""
+    kept_chars: int = Field(ge=0)
+    """Characters of it the summary request carried (head + tail)."""
+
+
 class SummaryReport(ContractModel):
-    """Why and how a summary was produced."""
+    """Why and how a summary was produced.
+
+    ``truncated_payloads`` lists the event payloads the summary input carried
+    only head + tail (each request marks them with the event id);
+    ``truncated_previous_summary`` says the previous summary itself was cut,
+    which happens only when it alone does not fit beside the smallest form of
+    the conversation.
+    """
 
     trigger: TriggerReport
     calls: tuple[CallReport, ...] = ()
     passes: int = 1
     truncated_previous_summary: bool = False
     partial_prefix: bool = False
+    truncated_payloads: tuple[PayloadCut, ...] = ()
 
 
 class SummaryStats(ContractModel):

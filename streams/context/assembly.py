@@ -192,7 +192,10 @@ def assemble(
     current_index, extra, current_unit = _locate_current(visible, current_user_message)
 
     text = summary.summary.strip() if summary is not None else ""
-    use_summary = opts.add_session_summary and bool(text)
+    # The history before the boundary is cut only when the summary that replaces it is shown:
+    # a formatter that renders it as nothing leaves the whole history visible.
+    block = format_summary(text, opts.injection_mode, opts.summary_formatter) if text else ""
+    use_summary = opts.add_session_summary and bool(block.strip())
     boundary = summary.boundary if use_summary and summary is not None else None
     projection = project_history(visible, boundary, current_index)
     items = projection.items + ([extra] if extra is not None else [])
@@ -209,7 +212,6 @@ def assemble(
 
     head, prefix = _head(system_prompt, opts.prefix_messages)
     if use_summary:
-        block = format_summary(text, opts.injection_mode, opts.summary_formatter)
         if opts.injection_mode == "user":
             prefix, items = place_in_user_turn(prefix, items, block)
         else:

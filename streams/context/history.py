@@ -1,4 +1,11 @@
-"""From stored events to the history the model sees: visibility, cutoff, restorations, runs."""
+"""From stored events to the history the model sees: visibility, cutoff, restorations, runs.
+
+``skip_summarization`` events get no rule of their own here, and that is the
+rule (DESIGN §2): never in a summary's input (the summarizer drops them), they
+are visible like any event while they lie after the boundary and hidden once a
+boundary passes them; their payload stays stored and recallable
+(``session_search`` / ``session_load``).
+"""
 
 from __future__ import annotations
 

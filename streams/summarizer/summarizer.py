@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from schemas import (
     CallReport,
+    PayloadCut,
     SessionEvent,
     SessionKey,
     SummaryBoundary,
@@ -151,6 +152,7 @@ class _Attempt:
     truncated: bool = False
     partial: bool = False
     fork_used: bool = False
+    cuts: list[PayloadCut] = field(default_factory=list)
 
     def report(self) -> SummaryReport:
         return SummaryReport(
@@ -159,6 +161,7 @@ class _Attempt:
             passes=max(self.passes, 1),
             truncated_previous_summary=self.truncated,
             partial_prefix=self.partial,
+            truncated_payloads=tuple(self.cuts),
         )
 
 
@@ -388,9 +391,12 @@ class Summarizer:
 
         summary, remaining, covered = previous, list(selected), 0
         last_event: SessionEvent | None = None
+        # The caller's request shows the delta's skip_summarization events (they are visible while after
+        # the boundary); forking it would put them in the summary input, so such a delta is sent standalone.
+        may_fork = self.cache_safe_forking and not any(e.skip_summarization for e in events)
         while True:
             attempt.passes += 1
-            fork_parent = model_request if attempt.passes == 1 and self.cache_safe_forking else None
+            fork_parent = model_request if attempt.passes == 1 and may_fork else None
             text, pass_events = await self._pass(summary, remaining, attempt, session, filter_key, fork_parent, context)
             summary = text
             covered += len(pass_events)
@@ -471,8 +477,7 @@ class Summarizer:
         except ContextLengthError:
             retry_budget = halve(budget)
             if hooked is not None:
-                request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
-                plan = replace(plan, request=request, truncated_previous=truncated)
+                plan = self._fit_hooked(plan, hooked, retry_budget, builder)
             else:
                 plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
             mode = "standalone"
@@ -487,6 +492,8 @@ class Summarizer:
         attempt.truncated = attempt.truncated or (plan.truncated_previous and mode != "cache_safe_fork")
         attempt.partial = attempt.partial or plan.partial_prefix
         attempt.fork_used = attempt.fork_used or mode == "cache_safe_fork"
+        if mode != "cache_safe_fork":
+            attempt.cuts.extend(plan.cuts)
 
     async def _answer(
         self,
@@ -622,21 +629,40 @@ class Summarizer:
             text = self.formatter.conversation_text(ctx.events)
         else:
             text = plan.text
-        hooked = _Hooked(text, ctx.previous_summary.strip())
-        if not text.strip() and (plan.events or not hooked.previous):
+        edited_previous = ctx.previous_summary.strip()
+        if not text.strip() and (plan.events or not edited_previous):
             sid = session.session_id if session else "?"
             raise SummarySkipped(
                 f"no conversation text extracted for session {sid} (events={len(plan.events)}): "
                 f"the pre-summary hook left nothing to summarize"
             )
+        # Text left as it was, or only added to: the (possibly edited) events are planned
+        # again, payload cuts included; only a rewritten text is bounded as it stands.
+        if ctx.text == plan.text:
+            hooked = _Hooked(text, edited_previous, list(ctx.events))
+        elif plan.text and plan.text in ctx.text:
+            before, _, after = ctx.text.partition(plan.text)
+            hooked = _Hooked(ctx.text, edited_previous, list(plan.events), (before, after))
+        else:
+            hooked = _Hooked(ctx.text, edited_previous)
         if not apply:
-            edited = text != plan.text or hooked.previous != previous
+            edited = text != plan.text or edited_previous != previous
             return plan, hooked if edited else None
+        return self._fit_hooked(plan, hooked, budget, builder), hooked
+
+    def _fit_hooked(self, plan: PassPlan, hooked: _Hooked, budget: int, builder: RequestBuilder) -> PassPlan:
+        """The pass's request for the hook's input within ``budget`` (it still covers ``plan.events``)."""
         try:
+            if hooked.events is not None:
+                refit = plan_pass(
+                    hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True, wrap=hooked.wrap
+                )
+                return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix)
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
             raise PermanentError(f"after the pre-summary hook: {exc}") from exc
-        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated), hooked
+        cuts = tuple(c for c in plan.cuts if f'session_load(event_id="{c.event_id}")' in hooked.text)
+        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated, cuts=cuts)
 
     async def _post_hook(
         self,
@@ -671,6 +697,10 @@ class Summarizer:
 class _Hooked:
     text: str
     previous: str
+    events: list[SessionEvent] | None = None
+    """Set unless the hook rewrote the text: the input is these events, planned again at each budget."""
+    wrap: tuple[str, str] = ("", "")
+    """What the hook added before and after the conversation text."""
 
 
 def _callable_name(hook: object) -> str | None:
