@@ -205,7 +205,11 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
 
     for topic in await summary_topics(settings, settings.topics.summaries, exclude=""):
         await preload_cache(settings.kafka, topic, cache)  # type: ignore[arg-type]
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None)
+    # "earliest": the reset that ``assign`` starts on its own must not race the seek to the start
+    # (with "latest" it could land last and leave the position at the end: nothing read).
+    consumer = AIOKafkaConsumer(
+        **consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
+    )
     await consumer.start()
     out: list[tuple[int, int, bytes, bytes]] = []
     try:
@@ -213,7 +217,8 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
         starts = await consumer.beginning_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
+        for tp in tps:
+            consumer.seek(tp, starts.get(tp, 0))
         # Until the last record before each end was read (a position read right after the seek
         # may still be unresolved).
         reached = {tp: starts.get(tp, 0) for tp in tps}
