@@ -1,9 +1,14 @@
 """The content-addressed summary cache: unchanged inputs reuse the summary already written.
 
-The address is a SHA-256 over everything that determines a summary: the
-previous summary text, the raw bytes of the delta events, the filter key,
-``force``, the caller's model request, the prompt version and the model. It
-is filled from the ``distill-input-hash`` header of summary records (the
+The address is what the summarizer would send: ``Summarizer.cache_key``, a
+SHA-256 over its first request as built (prompts, previous summary, selected
+events as formatted, budget cuts), every event it selected, the model and the
+settings that shape the answer after the call. So every setting that changes a
+summary changes its address through what it changes, with no list kept by hand
+(``keep_recent_rounds`` and ``skip_recent_events`` change the selection,
+``max_summary_length`` is hashed). :func:`input_hash` is the older address, kept
+for summarizers without ``cache_key`` (it misses such settings). The cache is
+filled from the ``distill-input-hash`` header of summary records (the
 ledger feeds it while reading the summaries topic; replay preloads it from
 the live topic), so a replay never calls the LLM for a summary it has.
 """

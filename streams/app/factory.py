@@ -85,15 +85,18 @@ def session_filter(specs: frozenset[str] | set[str]) -> Callable[[SessionKey], b
     """
     full: set[tuple[str, str, str]] = set()
     bare: set[str] = set()
+    apps: set[str] = set()
     for spec in specs:
         parts = spec.split("/")
-        if len(parts) == 3 and all(parts):
+        if len(parts) == 3 and parts[0] and parts[1:] == ["*", "*"]:
+            apps.add(parts[0])  # APP/*/*: every session of the app (``distill replay --app``)
+        elif len(parts) == 3 and all(parts):
             full.add((parts[0], parts[1], parts[2]))
         else:
             bare.add(spec)
 
     def accept(sk: SessionKey) -> bool:
-        return sk.session_id in bare or (sk.app_name, sk.user_id, sk.session_id) in full
+        return sk.session_id in bare or sk.app_name in apps or (sk.app_name, sk.user_id, sk.session_id) in full
 
     return accept
 
@@ -216,7 +219,7 @@ def create_app(
         accept=session_filter(sessions) if sessions else None,
         job_origin="replay" if replay else None,
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
-        optimistic=replay is not None,
+        optimistic=False,  # decisions are a pure function of the log: a replay keeps the real queue
     )
     summarizer_for, warm_model = _summarizers(settings, ext)
     runtime = WorkerRuntime(settings, topics, track, summarizer_for)

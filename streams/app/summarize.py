@@ -10,7 +10,9 @@ No Faust here. Per job:
    never yield a second summary for a boundary. A job reaching beyond the head
    is rebased on it (its delta starts after the head's boundary);
 3. the delta is read from the events topic (:mod:`streams.app.event_log`);
-4. the content-addressed cache is consulted, else the summarizer runs;
+4. the content-addressed cache is consulted — addressed by what the summarizer
+   would send (``Summarizer.cache_key``: its first request, every selected
+   event, the model, the output settings) — else the summarizer runs;
 5. the result carries version ``head + 1``: versions only grow.
 
 Transient failures raise :class:`~streams.errors.RetryableError` (the caller
@@ -118,7 +120,14 @@ class SummarizeHandler:
         meta = summarizer.metadata()
         previous_text = previous.summary if previous is not None else ""
         digest = None
-        if "prompt_version" in meta:
+        key_of = getattr(summarizer, "cache_key", None)
+        if callable(key_of):
+            # The address of what the summarizer would send (request, model, output settings).
+            digest = key_of(
+                previous_text, delta.events, filter_key=job.filter_key, model_request=job.model_request,
+                force=job.force, context_window=job.summary_context_window,
+            )  # fmt: skip
+        elif "prompt_version" in meta:
             digest = input_hash(
                 previous_text, delta.raw, filter_key=job.filter_key, force=job.force,
                 prompt_version=str(meta["prompt_version"]), model=str(meta.get("model_name", "")),

@@ -37,16 +37,26 @@ from streams.app.decoding import Rejected
 from streams.app.tracked import TrackedKey, table_key
 from streams.rules.boundaries import delta_after, to_micros
 from streams.rules.filter_keys import FULL_SESSION
-from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, command_targets, session_keys
+from streams.rules.planner import (
+    Outcome,
+    affected_keys,
+    apply_command,
+    apply_event,
+    command_targets,
+    resend_job,
+    session_keys,
+)
 from streams.rules.policy import PolicySet, SummaryPolicy
 from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
 from streams.rules.trigger_state import (
+    InFlight,
     SessionTriggerState,
     cooling_down,
     new_state,
     on_job_failed,
     on_summary,
     rebase,
+    record_decision,
 )
 
 log = logging.getLogger(__name__)
@@ -267,6 +277,11 @@ class TrackHandler:
             states[target] = found.state if found else None
         if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy, at):
             return TrackOutput()
+        if origin == "retry":
+            # The job is emitted again as it was: a sweep's poke never moves the decided boundary.
+            outcome = resend(states.get(command.filter_key), at)
+            return self._write(outcome, store, full.first_offset if full is not None else None, origin=origin,
+                               partition=coords.partition, record_key=record_key)  # fmt: skip
         if origin is not None:
             command = command.model_copy(update={"force": True})
             policy = replace(policy, cascade_full_session=False)
@@ -289,8 +304,12 @@ class TrackHandler:
         if state is None:
             return False
         if origin == "idle_sweep":
-            # A key cooling down after failed jobs is not swept (the sweep forces its job).
-            return state.in_flight is None and bool(state.pending) and not cooling_down(state, policy, to_micros(at))
+            # A key cooling down after failed jobs is not swept (the sweep forces its job). Whether
+            # the key's earlier jobs are answered does not matter: the sweep's command is in the
+            # log, and a replay must take the same decision on it.
+            return (
+                len(state.pending) > state.skip and state.content > 0 and not cooling_down(state, policy, to_micros(at))
+            )
         return state.in_flight is not None
 
     def _write(
@@ -360,6 +379,18 @@ class TrackHandler:
             store[key] = replace(found, state=state)
 
 
+def resend(state: SessionTriggerState | None, at: datetime) -> Outcome:
+    """The key's oldest unanswered job emitted again (a sweep's ``retry`` poke), if it has one."""
+    if state is None or state.in_flight is None:
+        return Outcome()
+    head = state.in_flight
+    job = resend_job(state, head, created_at=at)
+    if job is None:
+        return Outcome()
+    flight = InFlight(job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None)
+    return Outcome({state.filter_key: record_decision(state.copy(), flight)}, (), (job,))
+
+
 def with_events_key(out: TrackOutput, record_key: bytes | None) -> TrackOutput:
     """``out`` with its jobs carrying the session's record key (``None``: canonical, left out)."""
     if record_key is not None and out.jobs:
@@ -369,11 +400,12 @@ def with_events_key(out: TrackOutput, record_key: bytes | None) -> TrackOutput:
 
 
 def assume_done(outcome: Outcome) -> Outcome:
-    """Replay mode: treat every emitted job as already summarized up to its target.
+    """Treat every emitted job as already summarized up to its target (``optimistic``).
 
-    Trigger decisions then depend on the event log alone (not on how fast the
-    LLM answered), so two replays make the same jobs and reach the same
-    boundaries. The summarize side still runs the jobs of a key in order.
+    No longer needed for determinism (decisions count after the decided boundary
+    whatever the answers; the worker's replay keeps the real queue, so its
+    timed-out jobs are re-emitted): it gives the same jobs, and is kept for tests
+    that want no queue.
     """
     states = dict(outcome.states)
     for job in outcome.jobs:

@@ -25,13 +25,32 @@ from schemas.settings import Settings, load_settings
 )
 @click.option("--from-beginning/--from-latest", default=True, show_default=True,
               help="Read the events topic from its first retained record (or only new records).")  # fmt: skip
+@click.option("--app", "apps", multiple=True, metavar="APP", help="Only the sessions of this app (repeatable).")
 @click.option("--idle-exit", default=5.0, show_default=True, help="Stop after this many seconds without progress.")
 @click.option("--timeout", default=3600.0, show_default=True, help="Give up after this many seconds.")
-def command(sessions: tuple[str, ...], from_beginning: bool, idle_exit: float, timeout: float) -> None:
+@click.option("--llm-concurrency", type=click.IntRange(min=1), default=None,
+              help="At most this many LLM calls at once (default: summary.async_summary_num).")  # fmt: skip
+@click.option("--resume", "resume_run", default=None, metavar="RUN",
+              help="Continue the replay RUN after a crash: its consumer group, topics and state.")  # fmt: skip
+@click.option("--dry-run", is_flag=True,
+              help="Say how many keys and boundaries the replay would summarize and how many the cache "
+                   "answers, without running it (reads the events and summaries topics, calls no model).")  # fmt: skip
+def command(
+    sessions: tuple[str, ...],
+    from_beginning: bool,
+    apps: tuple[str, ...],
+    idle_exit: float,
+    timeout: float,
+    llm_concurrency: int | None,
+    resume_run: str | None,
+    dry_run: bool,
+) -> None:
     """Replay the events topic with a fresh consumer group into new jobs/summaries topics.
 
-    Trigger decisions depend on the event log only (each emitted job is taken as
-    done), so replaying twice yields the same boundaries. Summaries whose inputs
+    Trigger decisions are a pure function of the event log (each decided against
+    the previous job's target, whatever the LLM latency), so a replay reaches the
+    live run's boundaries and replaying twice yields the same ones. Timed-out
+    jobs are re-emitted as in a live run. Summaries whose inputs
     (previous summary, delta, prompt, model) are unchanged are reused from the
     content-addressed cache (filled from the live summaries topic and earlier
     replays) instead of calling the LLM. Output: <summaries>.replay-<RUN>.
@@ -39,20 +58,28 @@ def command(sessions: tuple[str, ...], from_beginning: bool, idle_exit: float, t
     from streams.app.factory import replay_topics
 
     settings = load_settings()
-    run_id = time.strftime("%Y%m%d%H%M%S") + f"-{os.getpid() % 1000:03d}"
+    specs = (*sessions, *(f"{app}/*/*" for app in apps))
+    if dry_run:
+        _dry_run(settings, specs)
+        return
+    run_id = resume_run or time.strftime("%Y%m%d%H%M%S") + f"-{os.getpid() % 1000:03d}"
     out = replay_topics(settings, run_id)
     asyncio.run(_create_topics(settings, out.jobs, out.summaries))
     workdir = Path(".distill") / "replay"
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{run_id}.log"
-    args = ["worker", "--replay-run", run_id, *[a for s in sessions for a in ("--replay-session", s)]]
+    args = ["worker", "--replay-run", run_id, *[a for s in specs for a in ("--replay-session", s)]]
     if not from_beginning:
         args.append("--replay-from-latest")
     from streams.local_pipeline import distill_executable
 
+    if llm_concurrency is not None:
+        args += ["--replay-concurrency", str(llm_concurrency)]
     with log_path.open("ab") as log:
         proc = subprocess.Popen([distill_executable(), *args], stdout=log, stderr=subprocess.STDOUT)
-    click.echo(f"replay {run_id}: worker pid {proc.pid}, output {out.summaries}, log {log_path}")
+    verb = "resumed" if resume_run else "started"
+    click.echo(f"replay {run_id} {verb}: worker pid {proc.pid}, output {out.summaries}, log {log_path}")
+    click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
         stats = asyncio.run(_watch(settings, f"{settings.worker.app_id}-replay-{run_id}", out.summaries, proc,
                                    idle_exit, timeout))  # fmt: skip
@@ -111,10 +138,7 @@ async def _watch(
             total = sum(ends.values())
             lag = total - done_events
             produced = sum((await consumer.end_offsets(out_tps)).values())
-            rate = done_events / max(time.monotonic() - started, 1e-3)
-            click.echo(
-                f"\r  events {done_events}/{total} ({rate:,.0f}/s), lag {lag}, summaries {produced}   ", nl=False
-            )
+            click.echo("\r  " + progress_line(done_events, total, time.monotonic() - started, produced), nl=False)
             if (done_events, produced) != last:
                 last, last_change = (done_events, produced), time.monotonic()
             elif lag == 0 and done_events > 0 and time.monotonic() - last_change > idle_exit:
@@ -124,6 +148,95 @@ async def _watch(
         await consumer.stop()
         await admin.close()
     return {"events": done_events, "summaries": produced}
+
+
+def progress_line(done: int, total: int, elapsed: float, summaries: int, width: int = 24) -> str:
+    """``[####....] 1,200/5,000 events 400/s, lag 3,800, ETA 9s, summaries 12``."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    lag = max(0, total - done)
+    filled = int(width * done / total) if total else width
+    eta = f"{lag / rate:,.0f}s" if rate > 0 else "?"
+    return (
+        f"[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} events {rate:,.0f}/s, lag {lag:,}, "
+        f"ETA {eta if lag else '0s'}, summaries {summaries:,}   "
+    )
+
+
+def _dry_run(settings: Settings, specs: tuple[str, ...]) -> None:
+    from streams.app.cache import SummaryCache
+    from streams.app.factory import session_filter
+    from streams.app.inprocess import InProcessReplay
+    from streams.rules.policy import policies_from_settings
+    from streams.summarizer import build_summarizer
+    from streams.summarizer.factory import build_model
+
+    cache = SummaryCache(max_entries=10_000_000)
+    records = asyncio.run(_read_log(settings, cache))
+    policies = policies_from_settings(
+        settings.summary, settings.llm.model, model_context_window=settings.llm.context_window
+    )
+    model = build_model(settings.llm)
+    built: dict[str, object] = {}
+
+    def summarizer_for(app: str) -> object:
+        if app not in built:
+            built[app] = build_summarizer(settings, app_name=app, model=model)
+        return built[app]
+
+    engine = InProcessReplay(
+        policies, summarizer_for,  # type: ignore[arg-type]
+        cache, dry_run=True, accept=session_filter(set(specs)) if specs else None,
+        max_record_bytes=settings.kafka.max_record_bytes,
+    )  # fmt: skip
+    stats = asyncio.run(engine.run(records, settings.topics.events))
+    click.echo(
+        f"dry run: {stats.events} events, {stats.keys} keys, {stats.jobs} boundaries to summarize: "
+        f"{stats.cache_hits} cache hits, {stats.llm_calls} LLM calls"
+    )
+
+
+async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, bytes, bytes]]:
+    """Every record of the events topic (in offset order per partition), and the cache filled."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from streams.app.factory import summary_topics
+    from streams.app.ledger import preload_cache
+    from streams.kafka_config import consumer_kwargs
+
+    for topic in await summary_topics(settings, settings.topics.summaries, exclude=""):
+        await preload_cache(settings.kafka, topic, cache)  # type: ignore[arg-type]
+    # "earliest": the reset that ``assign`` starts on its own must not race the seek to the start
+    # (with "latest" it could land last and leave the position at the end: nothing read).
+    consumer = AIOKafkaConsumer(
+        **consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    out: list[tuple[int, int, bytes, bytes]] = []
+    try:
+        tps = [TopicPartition(settings.topics.events, p) for p in range(settings.topics.partitions)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        starts = await consumer.beginning_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, starts.get(tp, 0))
+        # Until the last record before each end was read (a position read right after the seek
+        # may still be unresolved).
+        reached = {tp: starts.get(tp, 0) for tp in tps}
+        while any(reached[tp] < ends.get(tp, 0) for tp in tps):
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            for tp, messages in batch.items():
+                out.extend((tp.partition, m.offset, m.key or b"", m.value) for m in messages if m.value is not None)
+                if messages:
+                    reached[tp] = messages[-1].offset + 1
+            if not batch:  # gaps before the end (transaction markers, compaction): the position says
+                for tp in tps:
+                    if reached[tp] < ends.get(tp, 0) and await consumer.position(tp) >= ends[tp]:
+                        reached[tp] = ends[tp]
+    finally:
+        await consumer.stop()
+    # Sessions are independent and a session lives in one partition: partition by partition is log order.
+    out.sort(key=lambda r: (r[0], r[1]))
+    return out
 
 
 def _outcomes(log_path: Path) -> dict[str, int]:

@@ -19,12 +19,14 @@ from schemas.settings import load_settings
 @click.option("--replay-run", default=None, hidden=True, help="Run as replay RUN (used by 'distill replay').")
 @click.option("--replay-session", multiple=True, hidden=True)
 @click.option("--replay-from-latest", is_flag=True, hidden=True)
+@click.option("--replay-concurrency", type=click.IntRange(min=1), default=None, hidden=True)
 def command(
     app_spec: str | None,
     loglevel: str | None,
     replay_run: str | None,
     replay_session: tuple[str, ...],
     replay_from_latest: bool,
+    replay_concurrency: int | None,
 ) -> None:
     """Run a worker: the track agent (events → jobs), the summarize agent (jobs → summaries).
 
@@ -38,6 +40,8 @@ def command(
     settings = load_settings()
     if loglevel:
         settings.worker.log_level = loglevel
+    if replay_concurrency is not None:  # distill replay --llm-concurrency
+        settings.summary.async_summary_num = replay_concurrency
     replay = None
     if replay_run:
         replay = ReplayOptions(

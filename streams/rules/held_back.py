@@ -24,6 +24,14 @@ a decision stays a pure function of the state and the policy:
   ``skip_recent_events`` entries (:func:`all_held_back`): no job is emitted then
   (the summarizer would answer "no events to summarize").
 
+Once a job is decided, the next decision counts after that job's target (the
+decided boundary), not after the summary it produces: the pass's held-back
+tail lies before the decided boundary and counted toward that job, so it is
+left out whatever the time the summary comes back (a replay decides alike).
+The next pass reads that tail again, with the events after the decided
+boundary: it holds back everything only when no user turn came since
+(:func:`all_held_back_after_decision`).
+
 The counters left after the held-back head are what every check sees, except
 ``max_text_len`` (the longest text of the delta), which is not recomputed: the
 important-content check still sees the held-back text, as the guide's does.
@@ -66,6 +74,22 @@ def all_held_back(pending: Sequence[PendingEvent], keep_rounds: int, skip_events
             if seen == keep_rounds:
                 return i == 0
     return True
+
+
+def all_held_back_after_decision(view: Sequence[PendingEvent], keep_rounds: int, skip_events: int) -> bool:
+    """Whether a pass now would keep every entry back, ``view`` being the events after the decided boundary.
+
+    The pass reads the previous pass's held-back tail (its last ``keep_rounds``
+    user turns, at least ``skip_events`` entries) followed by ``view``: with a
+    new user turn in ``view`` the oldest kept round moves into the tail, so the
+    tail's head is summarized; with none, everything is kept back again. An
+    empty ``view`` holds back everything.
+    """
+    if not view:
+        return True
+    if keep_rounds <= 0:
+        return False
+    return not any(entry.flags & F_USER for entry in view)
 
 
 def without_held_back(

@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from schemas import SCHEMA_VERSION, JobBoundary, SessionEvent, Summarize, SummarizeSync, SummaryBoundary, SummaryJob
+from schemas import (
+    SCHEMA_VERSION,
+    JobBoundary,
+    SessionEvent,
+    Summarize,
+    SummarizeSync,
+    SummaryBoundary,
+    SummaryJob,
+    TriggerReport,
+)
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, from_micros, to_micros
 from streams.rules.errors import InvalidDecisionError
 from streams.rules.event_facts import EventFacts, event_facts
@@ -35,6 +44,7 @@ from streams.rules.trigger_state import (
     evolve,
     mark_emitted,
     new_state,
+    record_decision,
     seed_branch_state,
 )
 
@@ -102,7 +112,9 @@ def apply_event(
 
     ``states`` maps those keys to their stored state (``None``/absent: new). New
     branch states are seeded from the full-session state. A fired target gets a
-    job and is marked in flight.
+    job, queued for its key (its target becomes the decided boundary); a target
+    whose oldest unanswered job timed out (event time) and that does not fire
+    gets that very job again (``origin="retry"``, same id and target).
 
     The given states are evolved **in place** (see ``evolve``): ``Outcome.states``
     holds those same objects (plus the new ones), to be written back.
@@ -123,22 +135,26 @@ def apply_event(
         state = updated.get(target) or _state(states, target, full)
         decision = decide(state, policy, facts, trigger_key=trigger_key, context=event.context)
         decisions.append(decision)
+        job: SummaryJob | None = None
         if decision.fire:
+            # A new job (its range covers the timed-out one's, which it answers): not a retry.
             job = build_job(
                 state,
-                decision,
+                decision._replace(retry_of=None) if decision.retry_of is not None else decision,
                 created_at=event.timestamp,
                 offset=offset if decision.upto and decision.upto.event_id == event.event_id else None,
                 context=event.context,
             )
-            jobs.append(job)
-            context = job.context or None
-            if target in updated:  # already this call's to change
-                state.in_flight = InFlight(job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, context)
-            else:
-                updated[target] = mark_emitted(
-                    state, job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, context
-                )
+        elif decision.retry_of is not None:
+            job = resend_job(state, decision.retry_of, created_at=event.timestamp)
+        if job is None:
+            continue
+        jobs.append(job)
+        flight = InFlight(job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, job.context or None)
+        if target in updated:  # already this call's to change
+            record_decision(state, flight)
+        else:
+            updated[target] = record_decision(state.copy(), flight)
     return Outcome(updated, tuple(decisions), tuple(jobs))
 
 
@@ -193,9 +209,10 @@ def apply_command(
         )
         decisions.append(decision)
         if decision.fire:
+            # A new job (its range covers the timed-out one's, which it answers): not a retry.
             job = build_job(
                 state,
-                decision,
+                decision._replace(retry_of=None) if decision.retry_of is not None else decision,
                 created_at=at,
                 origin="command",
                 reply_to=sync.reply_to if sync is not None else None,
@@ -219,11 +236,27 @@ def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tup
 
 
 def job_id_for(state: SessionTriggerState, upto_event_id: str) -> str:
-    """Deterministic: session, key, the version it builds on and the target boundary."""
-    raw = "\x1f".join(
-        (state.app_name, state.user_id, state.session_id, state.filter_key, str(state.version), upto_event_id)
-    )
+    """Deterministic: session, key, the boundary decided before it and its target.
+
+    Not the applied version: that depends on how fast the previous summaries
+    came back, and a replay must name the same jobs as the live run.
+    """
+    before = state.decided_id if state.decided_id is not None else f"v{state.version}"
+    raw = "\x1f".join((state.app_name, state.user_id, state.session_id, state.filter_key, before, upto_event_id))
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def resend_job(
+    state: SessionTriggerState, job: InFlight, *, created_at: datetime, origin: Origin = "retry"
+) -> SummaryJob | None:
+    """The unanswered ``job`` emitted again (same id and target, next attempt), or ``None``
+    when its target left the pending index (a summary covered it)."""
+    upto = next((p for p in reversed(state.pending) if p.event_id == job.upto_event_id), None)
+    if upto is None:
+        return None
+    report = TriggerReport(name="force", detail=f"retry: attempt {job.attempt + 1} of job {job.job_id}")
+    decision = TriggerDecision(True, state.filter_key, state.filter_key, "retry", report, (), upto, False, job)
+    return build_job(state, decision, created_at=created_at, origin=origin, context=job.context, job_id=job.job_id)
 
 
 def build_job(
@@ -236,6 +269,7 @@ def build_job(
     reply_to: str | None = None,
     model_request: dict[str, object] | None = None,
     context: Mapping[str, str] | None = None,
+    job_id: str | None = None,
 ) -> SummaryJob:
     """The ``SummaryJob`` for a fired decision on ``state``; ``context``: the triggering record's markers."""
     if not decision.fire or decision.upto is None or decision.report is None:
@@ -264,7 +298,7 @@ def build_job(
     # (this runs on the hot path of the track agent).
     return SummaryJob.model_construct(
         schema_version=SCHEMA_VERSION,
-        job_id=job_id_for(state, upto.event_id),
+        job_id=job_id or job_id_for(state, upto.event_id),
         app_name=state.app_name,
         user_id=state.user_id,
         session_id=state.session_id,

@@ -9,6 +9,9 @@ and field names are not repeated in every record.
 A 13th field, ``[failures in a row, their anchor, learned window]``, is
 written only while a key has one (rows without it read as no failures), so
 rows of keys that never failed keep the 12-field layout older builds read.
+A 14th, ``[decided event id, queued jobs]`` (the decided boundary and the jobs
+queued behind the in-flight one), is written once a key has decided a job
+(the 13th is then ``null`` when the key has no failures).
 
 ``ROW_FORMAT`` versions the layout; the object form of
 :func:`~streams.rules.trigger_state.to_dict` (format 1) stays readable.
@@ -21,9 +24,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
+from streams.rules.counters import Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
-from streams.rules.trigger_state import InFlight, Scope, SessionTriggerState, failure_in, failure_row
+from streams.rules.trigger_state import (
+    InFlight,
+    Scope,
+    SessionTriggerState,
+    decided_in,
+    decided_row,
+    failure_in,
+    failure_row,
+    with_decided,
+)
 
 ROW_FORMAT = 2
 """Layout of :func:`state_to_row` (1 is the object form of ``to_dict``)."""
@@ -42,8 +54,9 @@ _PARTS = (
     "in-flight job",
     "high offset",
     "failure cooldown",
+    "decided boundary",
 )
-_BASE_FIELDS = len(_PARTS) - 1
+_BASE_FIELDS = len(_PARTS) - 2
 _STRINGS = range(4)
 
 
@@ -63,8 +76,11 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         _flight_row(state.in_flight),
         state.high_offset,
     ]
-    if state.failed is not None or state.learned_window is not None:
-        row.append(failure_row(state))
+    decided = state.decided_id is not None or state.queued
+    if decided or state.failed is not None or state.learned_window is not None:
+        row.append(failure_row(state) if state.failed is not None or state.learned_window is not None else None)
+    if decided:
+        row.append(decided_row(state))
     return row
 
 
@@ -77,8 +93,8 @@ def _flight_row(flight: InFlight | None) -> list[Any] | None:
 
 def state_from_row(row: Any) -> SessionTriggerState:
     """Read :func:`state_to_row` back (after a JSON round trip); see the module docstring."""
-    if not isinstance(row, list) or len(row) not in (_BASE_FIELDS, len(_PARTS)):
-        raise CorruptTriggerStateError(f"trigger state row must be a list of {_BASE_FIELDS} or {len(_PARTS)} fields")
+    if not isinstance(row, list) or len(row) not in (_BASE_FIELDS, _BASE_FIELDS + 1, len(_PARTS)):
+        raise CorruptTriggerStateError(f"trigger state row must be a list of {_BASE_FIELDS} to {len(_PARTS)} fields")
     part = 0
     try:
         for part in _STRINGS:
@@ -97,10 +113,12 @@ def state_from_row(row: Any) -> SessionTriggerState:
         in_flight = InFlight(*row[10]) if row[10] else None
         part = 12
         failed, window = failure_in(row[12] if len(row) > _BASE_FIELDS else None)
+        part = 13
+        decided_id, queued = decided_in(row[13] if len(row) > _BASE_FIELDS + 1 else None)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         ids = "/".join(str(x) for x in row[:3])
         raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc
-    return SessionTriggerState(
+    state = SessionTriggerState(
         row[0],
         row[1],
         row[2],
@@ -109,7 +127,7 @@ def state_from_row(row: Any) -> SessionTriggerState:
         row[5],
         row[6],
         pending,
-        sum(1 for p in pending if p.flags & F_CONTENT),
+        0,
         own,
         scopes,
         in_flight,
@@ -117,6 +135,7 @@ def state_from_row(row: Any) -> SessionTriggerState:
         failed,
         window,
     )
+    return with_decided(state, decided_id, queued)
 
 
 def _scope_row(scope: Scope) -> tuple[Any, ...]:

@@ -12,17 +12,32 @@ Contracts (the track agent relies on them):
 * ``decide(state, policy, event)`` is pure: the same state, policy and event give
   the same decision. It reads event timestamps, never the wall clock. It does not
   change the state; the caller records an emitted job with ``mark_emitted``.
-* ``state = on_summary(state, summary)`` advances the boundary to the summary's
-  and recomputes the counters over the events left after it — including events
-  that arrived while the summary was being written. Stale or duplicate summaries
-  (``version`` not above the state's) are ignored, so replay is idempotent.
+* Decisions are taken against the **decided boundary** — the target of the last
+  job emitted for the key — never against the last *applied* summary: the
+  counters, ``content`` and the held-back rule see only ``pending[skip:]``, the
+  events after that boundary. A job in flight does not hold the next decision
+  back: the key's jobs queue (``in_flight``, then ``queued``) and the summarize
+  side runs them one at a time in order, each rebased on the summary before it.
+  So the boundaries are a pure function of the event log (and the failures),
+  whatever the LLM latency: a live run and a replay with instant summaries decide
+  the same jobs.
+* ``state = on_summary(state, summary)`` advances the applied boundary to the
+  summary's (the pending index keeps what lies after it, held-back events
+  included) and answers the queued jobs up to the summary's. The decided view
+  does not move. Stale or duplicate summaries (``version`` not above the
+  state's) are ignored, so replay is idempotent.
 * ``state = on_job_failed(state, job_id, gave_up=..., at=..., window=...)``
-  releases the key's in-flight job. A job *given up* (not a sync command that
-  had nothing to do) also counts a failure in a row, anchored at the latest
+  releases the job from the key's queue. A job *given up* (not a sync command
+  that had nothing to do) gives its range back: the decided boundary returns to
+  the previous unanswered job's target (or, with none, to the applied boundary),
+  so the failed range is decided again. It also counts a failure in a row,
+  anchored at the latest
   event time the state has seen: ``decide`` then answers ``cooling_down`` until
   an event at least ``policy.cooldown_us(failures)`` later (exponential,
-  capped); the first job after that is the half-open retry, a summary resets
-  the count. A window a context-length refusal named is kept
+  capped); the first job after that is the half-open retry, and no other job
+  is decided while it is unanswered (failures are the one input that is not in
+  the log: only then do decisions wait for answers); a summary resets the
+  count. A window a context-length refusal named is kept
   (``learned_window``) and every next job of the key carries it.
 * ``on_summary``, ``on_job_failed`` and ``mark_emitted`` are copy-on-write: they
   return a new state when something changes and the very same object when
@@ -52,7 +67,12 @@ from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
-from streams.rules.held_back import all_held_back, held_back_prefix, without_held_back
+from streams.rules.held_back import (
+    all_held_back,
+    all_held_back_after_decision,
+    held_back_prefix,
+    without_held_back,
+)
 from streams.rules.policy import SummaryPolicy
 
 STATE_FORMAT = 1
@@ -118,6 +138,24 @@ class SessionTriggerState:
     """Given-up jobs in a row (``None``: the last job did not fail): the cooldown."""
     learned_window: int | None = None
     """The summary model's window as a context-length refusal named it: the next budget."""
+    queued: tuple[InFlight, ...] = ()
+    """Jobs decided after ``in_flight`` and not answered yet, oldest first."""
+    decided_id: str | None = None
+    """Target event of the last decided job (``None``: none since the last reset or given-up job)."""
+    skip: int = 0
+    """Leading ``pending`` entries at or before the decided boundary (derived from ``decided_id``)."""
+
+    @property
+    def unanswered(self) -> tuple[InFlight, ...]:
+        """The key's emitted jobs not answered yet, oldest first."""
+        if self.in_flight is None:
+            return self.queued
+        return (self.in_flight, *self.queued)
+
+    @property
+    def decided(self) -> list[PendingEvent]:
+        """The events after the decided boundary (what decisions count)."""
+        return self.pending[self.skip :]
 
     @property
     def boundary(self) -> SummaryBoundary | None:
@@ -159,6 +197,9 @@ class SessionTriggerState:
             self.high_offset,
             self.failed,
             self.learned_window,
+            self.queued,
+            self.decided_id,
+            self.skip,
         )
 
     def _replace(self, **changes: Any) -> SessionTriggerState:
@@ -185,11 +226,13 @@ def new_state(app_name: str, user_id: str, session_id: str, filter_key: str = FU
 def seed_branch_state(full: SessionTriggerState, filter_key: str) -> SessionTriggerState:
     """A new branch state built from the full-session state's pending index.
 
-    Events before the full-session boundary are not in the index, so the first
-    counters of a branch that appears late may undercount; the summarizer still
-    reads the whole branch history for its first summary.
+    Only the full session's decided view is seeded (events before its decided
+    boundary are not, so the seed does not depend on when the full session's
+    summaries were applied): the first counters of a branch that appears late
+    may undercount; the summarizer still reads the whole branch history for its
+    first summary.
     """
-    entries = [p for p in full.pending if in_summary_input(p.filter_key, filter_key)]
+    entries = [p for p in full.decided if in_summary_input(p.filter_key, filter_key)]
     scope = full.scopes.get(filter_key)
     activity = scope.activity.copy() if scope is not None else _activity_from(entries)
     return SessionTriggerState(
@@ -210,7 +253,7 @@ def _activity_from(entries: list[PendingEvent]) -> Activity:
 
 
 def _seed_scope(full: SessionTriggerState, key: str) -> Scope:
-    entries = [p for p in full.pending if in_summary_input(p.filter_key, key)]
+    entries = [p for p in full.pending[full.skip :] if in_summary_input(p.filter_key, key)]
     return Scope(Counters.of(entries), _activity_from(entries))
 
 
@@ -344,43 +387,96 @@ def rebase(
     version: int,
     job_id: str | None = None,
 ) -> SessionTriggerState:
-    """A new state with ``remaining`` as its pending index, counters recomputed."""
+    """A new state with ``remaining`` as its pending index (the applied boundary moved).
+
+    The queued jobs up to ``job_id`` (the summary's), and any whose target the
+    summary covers, are answered. The decided boundary stays: the counters keep
+    counting after it (recomputed, they are what they were).
+    """
     cutoff = to_micros(boundary.cutoff_at)
-    key, app = state.filter_key, state.app_name
     entries = list(remaining)
-    own = Scope(
-        Counters.of(p for p in entries if counts_toward(p.filter_key, key, app)),
-        state.own.activity.consume_gap(cutoff),
-    )
-    scopes = {
-        k: Scope(
-            Counters.of(p for p in entries if in_summary_input(p.filter_key, k)),
-            scope.activity.consume_gap(cutoff),
-        )
-        for k, scope in state.scopes.items()
-    }
-    in_flight = state.in_flight
-    if in_flight is not None and (
-        in_flight.job_id == job_id or all(p.event_id != in_flight.upto_event_id for p in entries)
-    ):
-        in_flight = None
-    return SessionTriggerState(
+    jobs = state.unanswered
+    answered = next((i + 1 for i, j in enumerate(jobs) if j.job_id == job_id), 0) if job_id else 0
+    present = {p.event_id for p in entries} if jobs else set()
+    while answered < len(jobs) and jobs[answered].upto_event_id not in present:
+        answered += 1
+    left = jobs[answered:]
+    out = SessionTriggerState(
         state.app_name,
         state.user_id,
         state.session_id,
-        key,
+        state.filter_key,
         version,
         boundary.last_event_id,
         cutoff,
         entries,
-        sum(1 for p in entries if p.flags & F_CONTENT),
-        own,
-        scopes,
-        in_flight,
+        0,
+        Scope(Counters(), state.own.activity.consume_gap(cutoff)),
+        {k: Scope(Counters(), scope.activity.consume_gap(cutoff)) for k, scope in state.scopes.items()},
+        left[0] if left else None,
         state.high_offset,
         None,  # a summary ends a run of failures
         state.learned_window,
+        left[1:],
+        state.decided_id,
     )
+    _recount(out, _skip_for(entries, state.decided_id))
+    return out
+
+
+def _skip_for(pending: list[PendingEvent], decided_id: str | None) -> int:
+    """How many leading entries of ``pending`` lie at or before the decided event."""
+    if decided_id is None:
+        return 0
+    for i in range(len(pending) - 1, -1, -1):
+        if pending[i].event_id == decided_id:
+            return i + 1
+    return 0
+
+
+def _recount(state: SessionTriggerState, skip: int, cutoff: int | None = None) -> None:
+    """In place: the counters, scopes and ``content`` over ``pending[skip:]`` (gaps consumed up to ``cutoff``)."""
+    view = state.pending[skip:]
+    key, app = state.filter_key, state.app_name
+    state.skip = skip
+    state.content = sum(1 for p in view if p.flags & F_CONTENT)
+    own = state.own
+    activity = own.activity.consume_gap(cutoff) if cutoff is not None else own.activity
+    state.own = Scope(Counters.of(p for p in view if counts_toward(p.filter_key, key, app)), activity)
+    if state.scopes:
+        state.scopes = {
+            k: Scope(
+                Counters.of(p for p in view if in_summary_input(p.filter_key, k)),
+                scope.activity.consume_gap(cutoff) if cutoff is not None else scope.activity,
+            )
+            for k, scope in state.scopes.items()
+        }
+
+
+def record_decision(state: SessionTriggerState, flight: InFlight) -> SessionTriggerState:
+    """In place: ``flight`` joins the key's queue and its target becomes the decided boundary.
+
+    A job already queued (same ``job_id``: a re-emission) only gets its new
+    emission time and attempt; the decided boundary does not move.
+    """
+    jobs = state.unanswered
+    for i, job in enumerate(jobs):
+        if job.job_id == flight.job_id:
+            kept = flight._replace(context=flight.context or job.context)
+            if i == 0 and state.in_flight is not None:
+                state.in_flight = kept
+            else:
+                at = i - 1 if state.in_flight is not None else i
+                state.queued = (*state.queued[:at], kept, *state.queued[at + 1 :])
+            return state
+    if state.in_flight is None and not state.queued:
+        state.in_flight = flight
+    else:
+        state.queued = (*state.queued, flight)
+    state.decided_id = flight.upto_event_id
+    skip = _skip_for(state.pending, flight.upto_event_id)
+    _recount(state, skip, state.pending[skip - 1].ts if skip else None)
+    return state
 
 
 def mark_emitted(
@@ -391,10 +487,9 @@ def mark_emitted(
     attempt: int = 0,
     context: Mapping[str, str] | None = None,
 ) -> SessionTriggerState:
-    """A copy of ``state`` with the job now in flight for this key."""
+    """A copy of ``state`` with the job queued for this key (see :func:`record_decision`)."""
     out = state.copy()
-    out.in_flight = InFlight(job_id, upto_event_id, at, attempt, dict(context) if context else None)
-    return out
+    return record_decision(out, InFlight(job_id, upto_event_id, at, attempt, dict(context) if context else None))
 
 
 def on_job_failed(
@@ -405,22 +500,34 @@ def on_job_failed(
     at: int | None = None,
     window: int | None = None,
 ) -> SessionTriggerState:
-    """A job answered with a failure: the key may trigger again (the boundary stays).
+    """A job answered with a failure: it leaves the key's queue (the applied boundary stays).
 
-    The in-flight job is released when it is ``job_id``. ``gave_up`` (the job
-    failed, rather than finding nothing to do) counts one more failure in a row,
-    anchored at the latest event time of the state (``at``, the failure's own
-    time in µs, only when the state has seen no event): the cooldown of
-    :func:`cooling_down`. ``window`` (named by a context-length refusal) becomes
-    ``learned_window``. A copy, or ``state`` itself when nothing changes.
+    ``gave_up`` (the job failed, rather than finding nothing to do) gives the
+    job's range back when it was the last decided one: the decided boundary
+    returns to the previous unanswered job's target, or to the applied boundary,
+    and the range is decided again (a later queued job covers it anyway). It also
+    counts one more failure in a row, anchored at the latest event time of the
+    state (``at``, the failure's own time in µs, only when the state has seen no
+    event): the cooldown of :func:`cooling_down`. ``window`` (named by a
+    context-length refusal) becomes ``learned_window``. A copy, or ``state``
+    itself when nothing changes.
     """
-    releases = state.in_flight is not None and state.in_flight.job_id == job_id
+    jobs = state.unanswered
+    index = next((i for i, j in enumerate(jobs) if j.job_id == job_id), None)
     learns = window is not None and window > 0 and window != state.learned_window
-    if not (releases or gave_up or learns):
+    if not (index is not None or gave_up or learns):
         return state
     out = state.copy()
-    if releases:
-        out.in_flight = None
+    left = jobs
+    if index is not None:
+        left = jobs[:index] + jobs[index + 1 :]
+        out.in_flight = left[0] if left else None
+        out.queued = left[1:]
+    # The given-up job was the last decided one; or it already left the queue (a re-emission of
+    # it was answered first) and no job is left that would cover its range.
+    if gave_up and (index == len(jobs) - 1 or (index is None and not jobs)) and state.decided_id is not None:
+        out.decided_id = left[-1].upto_event_id if left else None
+        _recount(out, _skip_for(out.pending, out.decided_id))
     if gave_up:
         anchor = _latest_ts(state)
         count = state.failed.failures + 1 if state.failed is not None else 1
@@ -458,14 +565,17 @@ class TriggerDecision(NamedTuple):
     """Whether to summarize ``filter_key`` now, and why (immutable).
 
     ``reason`` is ``fired``, ``force``, ``checks_failed``, ``not_triggering`` (the
-    event may not trigger), ``in_flight``, ``cooling_down`` (jobs of the key failed:
+    event may not trigger), ``cooling_down`` (jobs of the key failed:
     see :func:`on_job_failed`), ``empty_delta``, ``no_content``,
     ``held_back`` (a pass now would keep every pending event back, see
     ``held_back``) or
     ``not_allowed`` (a sync command for a key the allowlist refuses; see
     ``planner.apply_command``).
     ``upto`` is the last pending event: the furthest the job may advance to.
-    ``report`` is set when the decision fires; ``outcomes`` always lists the
+    ``retry_of`` (whether or not the decision fires) is the key's oldest
+    unanswered job when it has waited longer than the job timeout (event time):
+    the caller re-emits that very job (same id and target), which moves no
+    boundary. ``report`` is set when the decision fires; ``outcomes`` always lists the
     checks evaluated. A named tuple: one is made per decided target per event.
     """
 
@@ -523,33 +633,61 @@ def decide(
     ):
         return _no(key, tk, "not_triggering")
     retry: InFlight | None = None
-    in_flight = state.in_flight
-    if in_flight is not None and not force:
-        if facts is None or facts.entry.ts - in_flight.emitted_at <= policy.job_timeout_us:
-            return _no(key, tk, "in_flight")
-        retry = in_flight
+    head = state.in_flight
+    if (
+        head is not None
+        and not force
+        and facts is not None
+        and facts.entry.ts - head.emitted_at > policy.job_timeout_us
+    ):
+        retry = head  # re-emitted as it was: the decided boundary does not move
     # A key cooling down re-emits no timed-out job either: its failure answered the job.
-    if state.failed is not None and not force and cooling_down(state, policy, facts.entry.ts if facts else None):
-        return _no(key, tk, "cooling_down")
+    if state.failed is not None and not force:
+        if cooling_down(state, policy, facts.entry.ts if facts else None):
+            return _no(key, tk, "cooling_down")
+        if state.in_flight is not None or state.queued:
+            # Half-open: after failures one trial job at a time (no queue behind it) until it is answered.
+            held = _no(key, tk, "cooling_down")
+            return held._replace(retry_of=retry) if retry is not None else held
+    decision = _decide_view(state, policy, now, scope, key, tk, force, context)
+    return decision._replace(retry_of=retry) if retry is not None else decision
+
+
+def _decide_view(
+    state: SessionTriggerState,
+    policy: SummaryPolicy,
+    now: SessionEvent | EventFacts | None,
+    scope: Scope,
+    key: str,
+    tk: str,
+    force: bool,
+    context: Mapping[str, Any] | None,
+) -> TriggerDecision:
+    """The decision over the events after the decided boundary."""
     pending = state.pending
-    if not pending:
+    skip = state.skip
+    if len(pending) <= skip:
         return _no(key, tk, "empty_delta")
     upto = pending[-1]
     if force:
         outcome = CheckOutcome("force", True, scope.counters.events, 0, "events")
-        return TriggerDecision(True, key, tk, "force", outcome.report(), (outcome,), upto, True, retry)
+        return TriggerDecision(True, key, tk, "force", outcome.report(), (outcome,), upto, True, None)
     if not state.content:
         return _no(key, tk, "no_content")
     counters = scope.counters
     if policy.keep_recent_rounds or policy.skip_recent_events:
-        if all_held_back(pending, policy.keep_recent_rounds, policy.skip_recent_events):
+        if state.decided_id is not None:
+            held = all_held_back_after_decision(pending[skip:], policy.keep_recent_rounds, policy.skip_recent_events)
+        else:
+            held = all_held_back(pending, policy.keep_recent_rounds, policy.skip_recent_events)
+        if held:
             return _no(key, tk, "held_back")
         counters = _counters_after_held_back(state, policy, scope, tk)
     checks = policy.checks
     if not checks:
         outcome = CheckOutcome("always", True, counters.events, 0, "events")
-        return TriggerDecision(True, key, tk, "fired", outcome.report(), (outcome,), upto, False, retry)
-    view = _new_tuple(
+        return TriggerDecision(True, key, tk, "fired", outcome.report(), (outcome,), upto, False, None)
+    view_ = _new_tuple(
         TriggerView,
         (
             key,
@@ -562,20 +700,27 @@ def decide(
             {**policy.context, **context} if context else policy.context,
         ),
     )
-    passed, outcomes = evaluate_all(checks, view)
+    passed, outcomes = evaluate_all(checks, view_)
     if not passed:
-        return _new_tuple(TriggerDecision, (False, key, tk, "checks_failed", None, outcomes, upto, False, retry))
+        return _new_tuple(TriggerDecision, (False, key, tk, "checks_failed", None, outcomes, upto, False, None))
     # The report is only built for a firing decision: most decisions do not fire.
     best = preferred_outcome(outcomes)
     report = best.report() if best is not None else None
-    return TriggerDecision(True, key, tk, "fired", report, outcomes, upto, False, retry)
+    return TriggerDecision(True, key, tk, "fired", report, outcomes, upto, False, None)
 
 
 def _counters_after_held_back(
     state: SessionTriggerState, policy: SummaryPolicy, scope: Scope, trigger_key: str
 ) -> Counters:
-    """The scope's counters without the events the last summary held back (none before a first summary)."""
-    if state.boundary_ts is None:
+    """The scope's counters without the events the last summary held back.
+
+    After a decision the counters already start after the decided boundary:
+    the pass for it holds its tail back, and that tail counted toward it. With
+    no decision (a summary applied alone, or after a given-up job), the head
+    of the pending index the applied summary held back is left out; before any
+    summary nothing is.
+    """
+    if state.decided_id is not None or state.boundary_ts is None:
         return scope.counters
     held = state.pending[: held_back_prefix(state.pending, policy.keep_recent_rounds, policy.skip_recent_events)]
     key, app = state.filter_key, state.app_name
@@ -606,7 +751,35 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["h"] = state.high_offset
     if state.failed is not None or state.learned_window is not None:
         out["fl"] = failure_row(state)
+    if state.decided_id is not None or state.queued:
+        out["d"] = decided_row(state)
     return out
+
+
+def decided_row(state: SessionTriggerState) -> list[Any]:
+    """``[decided event id, [queued job, ...]]`` (queued jobs as in-flight rows)."""
+    return [state.decided_id, [list(f) if f.context else list(f[:4]) for f in state.queued]]
+
+
+def decided_in(row: Any) -> tuple[str | None, tuple[InFlight, ...]]:
+    """Read :func:`decided_row` back."""
+    if row is None:
+        return None, ()
+    decided_id, queued = row
+    if decided_id is not None and not isinstance(decided_id, str):
+        raise TypeError(f"decided event id must be a string, got {type(decided_id).__name__}")
+    return decided_id, tuple(InFlight(*f) for f in queued)
+
+
+def with_decided(
+    state: SessionTriggerState, decided_id: str | None, queued: tuple[InFlight, ...]
+) -> SessionTriggerState:
+    """In place: the read-back decided part, ``skip`` and ``content`` derived from it."""
+    state.decided_id = decided_id
+    state.queued = queued
+    state.skip = skip = _skip_for(state.pending, decided_id)
+    state.content = sum(1 for p in state.pending[skip:] if p.flags & F_CONTENT)
+    return state
 
 
 def failure_row(state: SessionTriggerState) -> list[Any]:
@@ -638,6 +811,7 @@ _STATE_FIELDS = {
     "sc": "branch scopes",
     "i": "in-flight job",
     "fl": "failure cooldown",
+    "d": "decided boundary",
 }
 
 
@@ -667,6 +841,8 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         scopes = {k: _scope_in(s) for k, s in data.get("sc", {}).items()}
         part = "fl"
         failed, window = failure_in(data.get("fl"))
+        part = "d"
+        decided_id, queued = decided_in(data.get("d"))
         for part in ("a", "u", "s", "k"):
             if not isinstance(data[part], str):
                 raise TypeError(f"expected a string, got {type(data[part]).__name__}")
@@ -677,7 +853,7 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         raise CorruptTriggerStateError(f"{_state_label(data)}: missing {_part_label(part)}") from exc
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         raise CorruptTriggerStateError(f"{_state_label(data)}: malformed {_part_label(part)}: {exc}") from exc
-    return SessionTriggerState(
+    state = SessionTriggerState(
         data["a"],
         data["u"],
         data["s"],
@@ -686,7 +862,7 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         boundary_event_id,
         boundary_ts,
         pending,
-        sum(1 for p in pending if p.flags & F_CONTENT),
+        0,
         own,
         scopes,
         in_flight,
@@ -694,6 +870,7 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         failed,
         window,
     )
+    return with_decided(state, decided_id, queued)
 
 
 def _state_label(data: Mapping[str, Any]) -> str:

@@ -16,6 +16,8 @@ pre-summary hook that leaves no text summarizes nothing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -293,6 +295,76 @@ class Summarizer:
             raise
         await emit_report(self.hooks.report, result.report, None)
         return result
+
+    def cache_key(
+        self,
+        previous_summary: str,
+        events: Sequence[SessionEvent],
+        *,
+        filter_key: str = "",
+        model_request: Mapping[str, Any] | None = None,
+        force: bool = False,
+        context_window: int | None = None,
+    ) -> str | None:
+        """The content address of what :meth:`summarize` would send for these inputs.
+
+        A SHA-256 over the first request this call would send (its messages,
+        tools and parameters, as built: prompts, the previous summary, the
+        selected events as formatted, the budget's cuts), every event selected
+        for the call (later passes read them), the model, and what shapes the
+        answer after the model (``max_summary_length``, ``max_passes``, the hooks
+        installed). Settings reach it through what they select or build —
+        ``keep_recent_rounds``/``skip_recent_events`` through the selection, a
+        prompt through the request — not through a list kept by hand.
+        ``None`` when the call would summarize nothing. Pure: no model call, no hook run.
+        """
+        previous = previous_summary.strip()
+        selected, _ = select_events(
+            events, self.skip_recent, has_previous_summary=bool(previous), formatter=self.formatter
+        )
+        rewrite_only = force and bool(previous) and self.prompts.separate_previous_summary
+        if not selected and not rewrite_only:
+            return None
+        try:
+            request = self._first_request(previous, selected, context_window, model_request)
+        except DistillError:
+            return None  # the call itself will fail the same way: nothing to address
+        hooks = self.hooks
+        head = {
+            "model": self.model.name,
+            "request": {"messages": request.messages, "tools": request.tools, "params": request.params},
+            "max_summary_length": self.max_summary_length,
+            "max_passes": self.max_passes,
+            "force": force,
+            "filter_key": filter_key,
+            "hooks": [
+                _callable_name(h)
+                for h in (hooks.pre_summary, hooks.post_summary, hooks.before_model, hooks.after_model)
+            ],
+        }
+        digest = hashlib.sha256(json.dumps(head, sort_keys=True, ensure_ascii=False, default=str).encode())
+        for event in selected:
+            raw = event.model_dump_json().encode()
+            digest.update(len(raw).to_bytes(8, "big"))
+            digest.update(raw)
+        return digest.hexdigest()
+
+    def _first_request(
+        self,
+        previous: str,
+        events: list[SessionEvent],
+        context_window: int | None,
+        model_request: Mapping[str, Any] | None,
+    ) -> ChatRequest:
+        """The request the first pass sends before any hook (the fork, or the planned standalone one)."""
+        budget = self.input_budget(context_window)
+        fork_parent = model_request if self.cache_safe_forking else None
+        builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
+        if fork_parent is not None:
+            forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
+            if forked is not None and not fork_misses(forked.messages[:-1], events, previous, self.formatter):
+                return forked
+        return plan_pass(events, previous, budget, builder, self.formatter).request
 
     async def _summarize(
         self,
@@ -629,6 +701,14 @@ class _Hooked:
     """Set unless the hook rewrote the text: the input is these events, planned again at each budget."""
     wrap: tuple[str, str] = ("", "")
     """What the hook added before and after the conversation text."""
+
+
+def _callable_name(hook: object) -> str | None:
+    if not hook:
+        return None
+    if isinstance(hook, list | tuple):
+        return ",".join(str(_callable_name(h)) for h in hook)
+    return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', type(hook).__qualname__)}"
 
 
 def _finished(

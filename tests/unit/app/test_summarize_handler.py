@@ -199,3 +199,44 @@ async def test_the_jobs_request_context_reaches_a_dynamic_resolver() -> None:
     assert seen[-1]["summary_model"] == "small" and seen[-1]["job_id"] == marked.job_id
     unmarked = await SummarizeHandler(MemoryLedger(), log_, lambda app: dynamic).handle(job(3), 0)
     assert unmarked.outcome != "summary"
+
+
+def _settings(**summary: Any) -> Settings:
+    return Settings.model_validate({"summary": summary})
+
+
+async def _address(settings: Settings) -> tuple[str | None, int]:
+    """The cache address of ``job(7)`` under ``settings``, and the LLM calls a second handler makes
+    for it with a cache filled by a first handler under default settings."""
+    from streams.app.cache import SummaryCache
+
+    cache = SummaryCache()
+    base, _, _, _ = handler()
+    base.cache = cache
+    first = await base.handle(job(7), 0)
+    assert first.outcome == "summary" and first.record is not None and first.input_hash
+    cache.put(first.input_hash, first.record)  # type: ignore[arg-type]
+    model = ScriptedModel(default="the summary", context_window=100_000)
+    summarizer = build_summarizer(settings, app_name=SESSION.app_name, model=model)
+    second = SummarizeHandler(MemoryLedger(), MemoryEventLog(EVENTS), lambda app: summarizer, cache)
+    again = await second.handle(job(7), 0)
+    return again.input_hash, len(model.requests)
+
+
+async def test_the_cache_address_is_what_is_sent_so_output_settings_miss_it() -> None:
+    # Unchanged settings: the address is the same, the summary comes from the cache (0 LLM calls).
+    hit, calls = await _address(Settings())
+    assert calls == 0
+    # Each of these changes what the summarizer sends or keeps: a new address, an LLM call.
+    changed = [
+        _settings(keep_recent_rounds=2),
+        _settings(skip_recent_events=3),
+        _settings(max_summary_length=40),
+        _settings(prompt="用一句话总结对话：{conversation_text}"),
+    ]
+    addresses = {hit}
+    for settings in changed:
+        address, calls = await _address(settings)
+        assert calls == 1, settings.summary
+        addresses.add(address)
+    assert len(addresses) == 1 + len(changed)

@@ -168,6 +168,35 @@ def test_sweep_pokes_idle_keys_and_timed_out_jobs() -> None:
     assert out.jobs and out.jobs[0].origin == "retry"
 
 
+def test_a_sweep_retry_re_emits_the_same_job_and_moves_no_boundary() -> None:
+    # The retry poke is in the log: a replay, whose job was long answered, must decide alike.
+    h = handler(threshold=1, wall_clock=lambda: T0.timestamp())
+    table: dict[str, TrackedKey] = {}
+    (job,) = feed(h, table, [event(1, "user"), event(2)])
+    feed(h, table, [event(3, "user")], start=2)  # not a model output: nothing decided
+    key = table_key("a", "u", "s", "")
+    before = table[key].state
+    late = sweep_commands(table.values(), now=T0 + timedelta(seconds=500), idle_after_s=None, job_timeout_s=120)
+    out = h.on_record(late[0][2], Coordinates("ev", 1, 5), table, log_time=T0)
+    (again,) = out.jobs
+    assert (again.job_id, again.upto.last_event_id, again.attempt) == (job.job_id, "e2", 1)
+    after = table[key].state
+    assert after.decided_id == before.decided_id == "e2" and after.counters == before.counters
+    assert after.in_flight is not None and after.in_flight.attempt == 1 and not after.queued
+
+
+def test_a_job_in_flight_does_not_hold_the_next_job_back() -> None:
+    # Jobs queue per key; with summaries late the jobs are those of a run whose summaries came at once.
+    events = [event(i, "user" if i % 3 == 1 else "assistant") for i in range(1, 13)]
+    slow_table: dict[str, TrackedKey] = {}
+    slow = feed(handler(threshold=2), slow_table, events)
+    state = slow_table[table_key("a", "u", "s", "")].state
+    assert len(slow) >= 3 and len(state.unanswered) == len(slow)
+    assert [j.upto.last_event_id for j in slow] == [
+        j.upto.last_event_id for j in feed(handler(threshold=2, optimistic=True), {}, events)
+    ]
+
+
 def test_a_retried_job_carries_the_request_context_it_was_emitted_with() -> None:
     h = handler(threshold=1, wall_clock=lambda: T0.timestamp())
     table: dict[str, TrackedKey] = {}

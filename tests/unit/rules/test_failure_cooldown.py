@@ -161,3 +161,20 @@ def test_a_timed_out_in_flight_job_is_not_re_emitted_while_its_key_cools_down() 
     state = mark_emitted(state, "job-2", "e0", 0, attempt=1)
     event = ev("e30", 30)
     assert decide(fold([event], state=state), p, event).reason == "cooling_down"
+
+
+def test_after_failures_the_half_open_job_is_alone_until_answered() -> None:
+    # Without failures jobs queue behind one another; after a give-up, once the cooldown is over,
+    # one trial job at a time: the events arriving while it runs decide nothing more.
+    p = SummaryPolicy(checks=(EventThreshold(0),), counter=SIMPLE, failure_cooldown_s=10)
+    state = _failed_at(fold([ev("e0", 0)]), 0)
+    trial = ev("e20", 20)
+    state = fold([trial], state=state)
+    decision = decide(state, p, trial)
+    assert decision.fire
+    state = mark_emitted(state, "job-2", "e20", to_micros(at(20)))
+    more = ev("e21", 21)
+    assert decide(fold([more], state=state), p, more).reason == "cooling_down"
+    answered = on_summary(state, summary(1, "e20", 20, job_id="job-2"))
+    assert answered.failed is None
+    assert decide(fold([more], state=answered), p, more).fire

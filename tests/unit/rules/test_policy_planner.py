@@ -18,7 +18,7 @@ from streams.rules.policy import (
     policy_from_settings,
 )
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
-from streams.rules.trigger_state import SessionTriggerState
+from streams.rules.trigger_state import SessionTriggerState, new_state
 
 from .factory import at, ev
 
@@ -114,8 +114,11 @@ def test_branch_trigger_cascades_to_the_full_session() -> None:
     assert branch_job.upto.last_event_id == "a1" and branch_job.upto.offset == 2  # type: ignore[attr-defined]
     assert branch_job.trigger.name == "event_threshold" and branch_job.trigger.value == 3  # type: ignore[attr-defined]
     assert table["app/sub"].in_flight is not None and table[""].in_flight is not None
-    assert table[""].counters.events == 1  # the full session's own count ignores the child branch
-    assert branch_job.job_id == job_id_for(table["app/sub"], "a1")  # type: ignore[attr-defined]
+    # Both keys decided up to a1: their counting restarts after it, whether or not the jobs are answered.
+    assert table[""].decided_id == table["app/sub"].decided_id == "a1" and table[""].counters.events == 0
+    quiet, _ = run(events, SummaryPolicy(counter=SIMPLE, checks=(EventThreshold(100),)))
+    assert quiet[""].counters.events == 1  # the full session's own count ignores the child branch
+    assert branch_job.job_id == job_id_for(new_state("app", "u", "s", "app/sub"), "a1")  # type: ignore[attr-defined]
 
 
 def test_no_cascade_and_disallowed_branch_emit_nothing() -> None:
@@ -266,9 +269,11 @@ def test_important_keywords_from_settings_fire_the_important_content_check() -> 
         1,
         0,
     )
-    # Once a summary covers it, the match no longer counts (and survives a changelog round trip until then).
+    # Once a job is decided over it, the match no longer counts (also after a changelog round trip,
+    # and once the summary is applied).
     state = table[""]
-    assert SessionTriggerState.from_bytes(state.to_bytes()).counters.keywords == 1
+    assert state.decided_id == "a2" and state.counters.keywords == 0
+    assert SessionTriggerState.from_bytes(state.to_bytes()) == state
     after = on_summary(state, summary(1, "a2", 3))
     assert after.counters.keywords == 0
 

@@ -184,18 +184,28 @@ def test_conversation_rounds_count_user_messages_in_the_delta() -> None:
     assert state.counters.rounds == 0
 
 
-def test_in_flight_blocks_until_answered_or_timed_out() -> None:
+def test_a_job_in_flight_does_not_hold_the_next_decision_back_and_a_timed_out_one_is_re_emitted() -> None:
+    # The decision counts after the decided boundary (job-1's target), not after the applied summary.
     p = policy(job_timeout_s=60)
     state = mark_emitted(fold([ev("a", 0)]), "job-1", "a", to_micros(at(0)))
+    assert state.decided_id == "a" and state.counters.events == 0 and state.in_flight is not None
     state = fold([ev("b", 30)], state=state)
-    assert decide(state, p, ev("b", 30)).reason == "in_flight"
+    decision = decide(state, p, ev("b", 30))
+    assert decision.fire and decision.upto is not None and decision.upto.event_id == "b"
+    assert decision.retry_of is None
+    queued = mark_emitted(state, "job-2", "b", to_micros(at(30)))
+    assert [j.job_id for j in queued.unanswered] == ["job-1", "job-2"] and queued.decided_id == "b"
     state = fold([ev("c", 61)], state=state)
     retry = decide(state, p, ev("c", 61))
-    assert retry.fire and retry.retry_of is not None and retry.retry_of.job_id == "job-1"
+    assert retry.retry_of is not None and retry.retry_of.job_id == "job-1"
+    again = mark_emitted(state, "job-1", "a", to_micros(at(61)), attempt=1)  # the same job re-emitted
+    assert again.decided_id == "a" and again.in_flight is not None and again.in_flight.attempt == 1
+    assert again.counters.events == state.counters.events == 2  # the boundary did not move
     assert on_job_failed(state, "job-1").in_flight is None
     assert on_job_failed(state, "other").in_flight is not None
-    answered = on_summary(state, summary(1, "a", 0, job_id="job-1"))
-    assert answered.in_flight is None
+    answered = on_summary(queued, summary(1, "a", 0, job_id="job-1"))
+    assert answered.unanswered == (queued.queued[0],) and answered.decided_id == "b"
+    assert on_summary(answered, summary(2, "b", 30, job_id="job-2")).in_flight is None
 
 
 def test_force_skips_checks_but_not_an_empty_delta() -> None:
@@ -285,3 +295,18 @@ def test_corrupt_state_bytes_raise_a_typed_error_naming_the_part() -> None:
     with pytest.raises(CorruptTriggerStateError, match="not valid JSON"):
         SessionTriggerState.from_bytes(b'{"f": 1, "p": [')
     assert SessionTriggerState.from_bytes(json.dumps(good)) == from_dict(good)
+
+
+def test_a_given_up_job_gives_its_range_back_even_after_a_re_emission_of_it_was_answered() -> None:
+    # The sweep's re-emission of job-1 is answered first ("superseded", not given up): it leaves the
+    # queue. The original's give-up then still returns the decided boundary, so its events count again.
+    p = policy(EventThreshold(2))
+    state = mark_emitted(fold([ev("a", 0), ev("b", 1), ev("c", 2)]), "job-1", "c", to_micros(at(2)))
+    assert state.counters.events == 0
+    released = on_job_failed(state, "job-1")  # the re-emission's answer
+    assert released.in_flight is None and released.decided_id == "c"
+    failed = on_job_failed(released, "job-1", gave_up=True)
+    assert failed.decided_id is None and failed.counters.events == 3 and failed.failed is not None
+    later = ev("d", 3600)  # after the cooldown: the half-open retry covers a..d
+    retry = decide(fold([later], state=failed.copy()), p, later)
+    assert retry.fire and retry.outcomes[0].value == 4

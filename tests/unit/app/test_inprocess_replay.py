@@ -1,0 +1,97 @@
+"""The in-process replay (``distill replay --dry-run``, the replay benchmark) and the replay CLI's pure parts."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from schemas import SessionEvent, SessionKey
+from schemas.settings import Settings
+from streams.app.cache import SummaryCache
+from streams.app.factory import session_filter
+from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
+from streams.cli.replay_cmd import progress_line
+from streams.rules.policy import policies_from_settings
+from streams.summarizer import build_summarizer
+from streams.summarizer.model import ModelResponse
+from streams.summarizer.request import ChatRequest
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+MARKER = re.compile(r"\bM\d+\b")
+
+
+class Echo:
+    name = "echo"
+    context_window = 128_000
+    provider_budget = None
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        self.calls += 1
+        text = "\n".join(str(m.get("content") or "") for m in request.messages)
+        return ModelResponse(text=" ".join(dict.fromkeys(MARKER.findall(text))), model=self.name)
+
+
+def events(sessions: int = 3, rounds: int = 8) -> list[SessionEvent]:
+    out = []
+    for r in range(rounds):
+        for s in range(sessions):
+            for role in ("user", "assistant"):
+                n = len(out)
+                out.append(
+                    SessionEvent(
+                        app_name="app" if s else "other", user_id="u", session_id=f"s{s}", event_id=f"e{n}",
+                        timestamp=T0 + timedelta(seconds=n), request_id=f"r{s}-{r}",
+                        author="user" if role == "user" else "agent",
+                        message={"role": role, "content": f"{'问题' if role == 'user' else '回答'} M{n}"},
+                    )
+                )  # fmt: skip
+    return out
+
+
+async def replay(settings: Settings, cache: SummaryCache, *, dry: bool = False) -> tuple[ReplayStats, Echo]:
+    model = Echo()
+    summarizer = build_summarizer(settings, model=model)  # type: ignore[arg-type]
+    policies = policies_from_settings(settings.summary, settings.llm.model)
+    engine = InProcessReplay(policies, lambda app: summarizer, cache, dry_run=dry)
+    return await engine.run(records_of(events(), partitions=2)), model
+
+
+async def test_a_replay_with_nothing_changed_makes_no_llm_call_and_the_same_boundaries() -> None:
+    settings = Settings.model_validate({"summary": {"event_threshold": 3}})
+    cache = SummaryCache()
+    live, live_model = await replay(settings, cache)
+    assert live.jobs >= 6 and live_model.calls == live.llm_calls == live.jobs
+    dry, dry_model = await replay(settings, cache, dry=True)
+    assert (dry.keys, dry.jobs, dry.cache_hits, dry.llm_calls, dry_model.calls) == (
+        live.keys,
+        live.jobs,
+        live.jobs,
+        0,
+        0,
+    )
+    again, model = await replay(settings, cache)
+    assert model.calls == 0 and again.cache_hits == live.jobs
+    assert again.boundaries == live.boundaries and again.texts == live.texts
+
+
+async def test_a_dry_run_after_a_prompt_change_counts_every_boundary_as_an_llm_call() -> None:
+    cache = SummaryCache()
+    live, _ = await replay(Settings.model_validate({"summary": {"event_threshold": 3}}), cache)
+    changed = Settings.model_validate({"summary": {"event_threshold": 3, "prompt": "要点：{conversation_text}"}})
+    dry, model = await replay(changed, cache, dry=True)
+    assert model.calls == 0 and dry.jobs == live.jobs and dry.llm_calls == live.jobs and dry.cache_hits == 0
+
+
+def test_replay_selects_an_app_with_app_star_star() -> None:
+    accept = session_filter({"app/*/*", "x/y/z"})
+    assert accept(SessionKey("app", "anyone", "s1")) and accept(SessionKey("x", "y", "z"))
+    assert not accept(SessionKey("other", "u", "s0"))
+
+
+def test_the_progress_line_shows_rate_lag_and_eta() -> None:
+    line = progress_line(1_000, 5_000, 2.0, 7)
+    assert "1,000/5,000 events" in line and "500/s" in line and "lag 4,000" in line and "ETA 8s" in line
+    assert "ETA 0s" in progress_line(5_000, 5_000, 2.0, 7) and "ETA ?" in progress_line(0, 10, 1.0, 0)
