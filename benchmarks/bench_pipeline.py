@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -157,6 +158,8 @@ def start_profiler(pid: int, out: str | None) -> subprocess.Popen[bytes] | None:
     if not out:
         return None
     spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():  # not installed in the venv: on the PATH (``pip install py-spy``)
+        spy = Path(shutil.which("py-spy") or spy)
     return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", out],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 

@@ -61,6 +61,14 @@ _EXPECTED_DRAIN = (
     "if self._n_acked >= commit_every:",
     "getmany(timeout=1.0)",
 )
+# Statements of Faust's ``_wait_next_records`` that :meth:`BatchDrainConsumer._wait_next_records` re-implements.
+_EXPECTED_WAIT = (
+    "await self.wait(self.can_resume_flow)",
+    "active_partitions = self._get_active_partitions()",
+    "records = await self._getmany(",
+    "await self.sleep(1)",
+    "self.not_waiting_next_records.set()",
+)
 REBALANCE_POLL_S = 0.01
 """How often a stream record held back during a rebalance looks whether it is over."""
 YIELD_EVERY = 100
@@ -79,8 +87,8 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(found[1]), int(found[2]), int(found[3] or 0)
 
 
-def check_faust(version: str, drain_source: str) -> None:
-    """Raise :class:`FaustVersionError` unless ``version`` and Faust's drain loop are the known ones."""
+def check_faust(version: str, drain_source: str, wait_source: str | None = None) -> None:
+    """Raise :class:`FaustVersionError` unless ``version`` and Faust's drain loop (and fetch wait) are the known ones."""
     low, high = SUPPORTED_FAUST
     found = parse_version(version)
     if not low <= found < high:
@@ -91,9 +99,16 @@ def check_faust(version: str, drain_source: str) -> None:
     missing = [s for s in _EXPECTED_DRAIN if s not in drain_source]
     if missing:
         raise FaustVersionError(f"faust's Consumer._drain_messages changed (no {missing[0]!r}): re-check batch_drain")
+    missing = [s for s in _EXPECTED_WAIT if wait_source is not None and s not in wait_source]
+    if missing:
+        raise FaustVersionError(f"faust's Consumer._wait_next_records changed (no {missing[0]!r}): re-check batch_drain")
 
 
-check_faust(faust.__version__, inspect.getsource(BaseConsumer._drain_messages))
+check_faust(
+    faust.__version__,
+    inspect.getsource(BaseConsumer._drain_messages),
+    inspect.getsource(BaseConsumer._wait_next_records),
+)
 
 
 class _Cursor:
@@ -108,6 +123,46 @@ class _Cursor:
 
 class BatchDrainConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with the per-batch drain loop (see the module docstring)."""
+
+    _buffer_dropped: asyncio.Event | None = None
+
+    def on_buffer_drop(self, tp: Any) -> None:
+        super().on_buffer_drop(tp)
+        if self._buffer_dropped is not None:
+            self._buffer_dropped.set()
+
+    async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
+        """Faust's fetch wait, except when every partition's stream buffer is full.
+
+        Faust then sleeps a full second (``sleep(1)``) before it looks again, while an
+        agent drains a full queue in a fraction of that: under a backlog the worker idled
+        about a fifth of the time. Here it waits until an agent's queue has drained to its
+        low mark (Faust's ``on_buffer_drop`` puts the partition back among the active
+        ones), at most ``timeout``. Memory stays bounded by ``stream_buffer_maxsize``.
+        """
+        if not self.flow_active:
+            await self.wait(self.can_resume_flow)
+        try:
+            self.not_waiting_next_records.set()
+            if self.app.client_only:
+                return await self._getmany(active_partitions=None, timeout=timeout), None
+            active_partitions = self._get_active_partitions()
+            if active_partitions:
+                return await self._getmany(active_partitions=active_partitions, timeout=timeout), active_partitions
+            if self._buffer_dropped is None:
+                self._buffer_dropped = asyncio.Event()
+            dropped = self._buffer_dropped
+            dropped.clear()
+            if not self._buffered_partitions:  # nothing will drop: paused or unassigned, Faust's wait
+                await self.sleep(timeout)
+            else:
+                try:
+                    await asyncio.wait_for(dropped.wait(), timeout)
+                except TimeoutError:
+                    pass
+            return {}, active_partitions
+        finally:
+            self.not_waiting_next_records.set()
 
     async def _drain_messages(self, fetcher: Any) -> None:
         consumer_should_stop = self._stopped.is_set

@@ -259,3 +259,44 @@ async def test_a_skipped_partition_no_longer_assigned_is_not_sought() -> None:
     await asyncio.wait_for(consumer._deliver_batch([*_records(4), *_records(2, partition=1)]), 2)
     assert seen == []  # nothing is delivered while tables recover
     assert sought == [(TP(TOPIC, 1), 2)]
+
+
+async def test_a_fetch_waiting_on_full_buffers_resumes_when_a_queue_drains() -> None:
+    # Every partition's stream buffer full: Faust slept a whole second before fetching again,
+    # while the agent drained its queue in a fraction of it (the worker idled ~20 % of a backlog).
+    consumer = _consumer()
+    tp = TP(TOPIC, 0)
+    consumer._active_partitions = {tp}
+    consumer.app.client_only = False
+    fetched: list[Any] = []
+
+    async def getmany(active_partitions: Any, timeout: float) -> dict[TP, list[Any]]:
+        fetched.append(set(active_partitions))
+        return {tp: []}
+
+    consumer._getmany = getmany
+    consumer.on_buffer_full(tp)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.05, consumer.on_buffer_drop, tp)
+    started = loop.time()
+    records, active = await consumer._wait_next_records(1.0)
+    assert loop.time() - started < 0.5
+    assert records == {} and fetched == []
+    records, active = await consumer._wait_next_records(1.0)  # the drained partition is fetched again
+    assert fetched == [{tp}] and active == {tp}
+
+
+async def test_a_fetch_with_no_partition_waits_its_timeout() -> None:
+    consumer = _consumer()
+    consumer._active_partitions = set()
+    consumer.app.client_only = False
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await consumer._wait_next_records(0.2) == ({}, set())
+    assert loop.time() - started >= 0.19
+
+
+def test_a_changed_fetch_wait_fails_loudly() -> None:
+    wait = inspect.getsource(FaustConsumer._wait_next_records).replace("await self.sleep(1)", "await self.sleep(2)")
+    with pytest.raises(FaustVersionError, match="_wait_next_records"):
+        check_faust("0.15.3", ORIGINAL_DRAIN, wait)
