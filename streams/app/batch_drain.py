@@ -37,6 +37,7 @@ a drain loop that no longer matches the consumer around it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import re
@@ -88,7 +89,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 
 def check_faust(version: str, drain_source: str, wait_source: str | None = None) -> None:
-    """Raise :class:`FaustVersionError` unless ``version`` and Faust's drain loop (and fetch wait) are the known ones."""
+    """Raise :class:`FaustVersionError` unless ``version``, Faust's drain loop and fetch wait are the known ones."""
     low, high = SUPPORTED_FAUST
     found = parse_version(version)
     if not low <= found < high:
@@ -101,7 +102,9 @@ def check_faust(version: str, drain_source: str, wait_source: str | None = None)
         raise FaustVersionError(f"faust's Consumer._drain_messages changed (no {missing[0]!r}): re-check batch_drain")
     missing = [s for s in _EXPECTED_WAIT if wait_source is not None and s not in wait_source]
     if missing:
-        raise FaustVersionError(f"faust's Consumer._wait_next_records changed (no {missing[0]!r}): re-check batch_drain")
+        raise FaustVersionError(
+            f"faust's Consumer._wait_next_records changed (no {missing[0]!r}): re-check batch_drain"
+        )
 
 
 check_faust(
@@ -156,10 +159,8 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             if not self._buffered_partitions:  # nothing will drop: paused or unassigned, Faust's wait
                 await self.sleep(timeout)
             else:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(dropped.wait(), timeout)
-                except TimeoutError:
-                    pass
             return {}, active_partitions
         finally:
             self.not_waiting_next_records.set()
