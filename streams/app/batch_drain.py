@@ -144,7 +144,7 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         ones), at most ``timeout``. Memory stays bounded by ``stream_buffer_maxsize``.
         """
         if not self.flow_active:
-            await self.wait(self.can_resume_flow)
+            await self.wait(self.can_resume_flow)  # type: ignore[arg-type]  # asyncio.Event works (as in Faust)
         try:
             self.not_waiting_next_records.set()
             if self.app.client_only:
