@@ -46,7 +46,11 @@ PARTITIONS = 4
 def backlog(sessions: int, per_session: int, tag: str) -> list[tuple[bytes, bytes]]:
     """``per_session`` events of each of ``sessions`` sessions, interleaved (event n of every session, then n+1)."""
     now = time.time()
-    return [(f"{tag}/u/s{s}".encode(), event_bytes(tag, f"s{s}", n, now + n)) for n in range(per_session) for s in range(sessions)]
+    return [
+        (f"{tag}/u/s{s}".encode(), event_bytes(tag, f"s{s}", n, now + n))
+        for n in range(per_session)
+        for s in range(sessions)
+    ]
 
 
 async def produce(settings: Settings, records: list[tuple[bytes, bytes]], rate: float | None = None) -> None:
@@ -189,7 +193,9 @@ async def main(args: argparse.Namespace) -> None:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             label = f"{n} worker(s), {sessions:,} sessions x {per} events, {'jobs' if args.jobs else 'track only'}"
             if args.rate:
-                print(f"{label} at {args.rate:.0f} ev/s: CPU {summary(rows, 'cpu_us')} µs/event (min / median of {len(rows)})")
+                print(
+                    f"{label} at {args.rate:.0f} ev/s: CPU {summary(rows, 'cpu_us')} µs/event (min / median of {len(rows)})"
+                )
                 continue
             print(f"{label}: {summary(rows, 'events_s')} events/s, CPU {summary(rows, 'cpu_us')} µs/event"
                   + (f"; drained with jobs in {summary(rows, 'drain_s')} s, CPU {summary(rows, 'cpu_all_us')} µs/event,"
