@@ -44,6 +44,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+import aiokafka
 import faust
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.consumer import Consumer as BaseConsumer
@@ -126,6 +127,9 @@ class _Cursor:
 
 class BatchDrainConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with the per-batch drain loop (see the module docstring)."""
+
+    def _new_consumer_thread(self) -> Any:
+        return BatchFetchConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     _buffer_dropped: asyncio.Event | None = None
 
@@ -283,6 +287,42 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         ):
             await asyncio.sleep(REBALANCE_POLL_S)
 
+
+FETCH_MIN_BYTES = 64 * 1024
+"""A fetch returns once this much is waiting on its partitions, or after :data:`FETCH_MAX_WAIT_MS`."""
+FETCH_MAX_WAIT_MS = 15
+"""The longest a fetch waits for :data:`FETCH_MIN_BYTES` (aiokafka's default ``fetch_min_bytes`` is 1)."""
+
+
+class BatchFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread whose fetches wait a moment for records to accumulate.
+
+    With aiokafka's ``fetch_min_bytes=1`` a fetch returns as soon as one record is
+    there: at a low rate every event is fetched, delivered, folded, written to the
+    changelog and acked alone, a batch of one (the fixed cost of each step paid per
+    event, several times the per-event cost under load). Waiting up to
+    ``FETCH_MAX_WAIT_MS`` for ``FETCH_MIN_BYTES`` makes small batches at a bounded
+    latency; under a backlog the bytes are there at once and nothing waits.
+    """
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # Read by AIOKafkaConsumer.start() when it builds its Fetcher (aiokafka 0.14 attributes).
+        consumer._fetch_min_bytes = FETCH_MIN_BYTES
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        return consumer
+
+
+def _check_aiokafka_consumer() -> None:
+    source = inspect.getsource(aiokafka.AIOKafkaConsumer.start)
+    if (
+        "fetch_min_bytes=self._fetch_min_bytes" not in source
+        or "fetch_max_wait_ms=self._fetch_max_wait_ms" not in source
+    ):
+        raise FaustVersionError("aiokafka's AIOKafkaConsumer.start changed: re-check BatchFetchConsumerThread")
+
+
+_check_aiokafka_consumer()
 
 # mode names a subclass's logger after its module; keep Faust's, whose level the worker configures.
 BatchDrainConsumer.logger = faust_aiokafka.logger

@@ -300,3 +300,13 @@ def test_a_changed_fetch_wait_fails_loudly() -> None:
     wait = inspect.getsource(FaustConsumer._wait_next_records).replace("await self.sleep(1)", "await self.sleep(2)")
     with pytest.raises(FaustVersionError, match="_wait_next_records"):
         check_faust("0.15.3", ORIGINAL_DRAIN, wait)
+
+
+async def test_the_worker_consumer_fetches_small_batches_at_a_bounded_wait() -> None:
+    # aiokafka's fetch_min_bytes=1 made every event at a low rate a batch of one.
+    from streams.app.batch_drain import FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES
+
+    consumer = _consumer()
+    kafka = consumer._thread._create_worker_consumer(consumer.transport)
+    assert (kafka._fetch_min_bytes, kafka._fetch_max_wait_ms) == (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS)
+    assert FETCH_MAX_WAIT_MS <= 20  # within the event→job budget (p99 <= 50 ms)
