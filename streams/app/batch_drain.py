@@ -44,7 +44,6 @@ import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-import aiokafka
 import faust
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.consumer import Consumer as BaseConsumer
@@ -128,8 +127,17 @@ class _Cursor:
 class BatchDrainConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with the per-batch drain loop (see the module docstring)."""
 
-    def _new_consumer_thread(self) -> Any:
-        return BatchFetchConsumerThread(self, loop=self.loop, beacon=self.beacon)
+    _flowing = False
+
+    def _fetch_mode(self, flowing: bool) -> None:
+        """Batching fetches while records flow, the long poll once a fetch found none (see set_fetch_mode)."""
+        if flowing == self._flowing:
+            return
+        kafka = getattr(self._thread, "_consumer", None)
+        fetcher = getattr(kafka, "_fetcher", None)
+        if fetcher is not None:
+            set_fetch_mode(fetcher, flowing)
+            self._flowing = flowing
 
     _buffer_dropped: asyncio.Event | None = None
 
@@ -181,7 +189,10 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
                 if not self.should_stop:
                     records = [item async for item in batch]
                     if records:
+                        self._fetch_mode(True)
                         await self._deliver_batch(records)
+                    elif not self._buffered_partitions:  # nothing came (not: every buffer was full)
+                        self._fetch_mode(False)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -289,40 +300,41 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
 
 
 FETCH_MIN_BYTES = 64 * 1024
-"""A fetch returns once this much is waiting on its partitions, or after :data:`FETCH_MAX_WAIT_MS`."""
+"""While records flow, a fetch returns once this much is waiting, or after :data:`FETCH_MAX_WAIT_MS`."""
 FETCH_MAX_WAIT_MS = 15
-"""The longest a fetch waits for :data:`FETCH_MIN_BYTES` (aiokafka's default ``fetch_min_bytes`` is 1)."""
+"""The longest a fetch waits for :data:`FETCH_MIN_BYTES` while records flow."""
+IDLE_FETCH = (1, 1500)
+"""``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
 
 
-class BatchFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust's consumer thread whose fetches wait a moment for records to accumulate.
+def set_fetch_mode(fetcher: Any, flowing: bool) -> None:
+    """Switch an aiokafka ``Fetcher`` between batching (records flow) and the idle long poll.
 
     With aiokafka's ``fetch_min_bytes=1`` a fetch returns as soon as one record is
-    there: at a low rate every event is fetched, delivered, folded, written to the
+    there: at a low rate every event was fetched, delivered, folded, written to the
     changelog and acked alone, a batch of one (the fixed cost of each step paid per
-    event, several times the per-event cost under load). Waiting up to
-    ``FETCH_MAX_WAIT_MS`` for ``FETCH_MIN_BYTES`` makes small batches at a bounded
-    latency; under a backlog the bytes are there at once and nothing waits.
+    event, several times the per-event cost under load). While records flow, a fetch
+    waits up to ``FETCH_MAX_WAIT_MS`` for ``FETCH_MIN_BYTES`` (small batches at a
+    bounded latency; under a backlog the bytes are there at once). Once a fetch finds
+    nothing, the long poll is back: a short wait on an idle worker is a fetch round
+    trip every few milliseconds (ten times the idle CPU). The fetcher reads both
+    attributes for each request it builds (aiokafka 0.14); it runs in the consumer's
+    thread, which only reads them.
     """
-
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        # Read by AIOKafkaConsumer.start() when it builds its Fetcher (aiokafka 0.14 attributes).
-        consumer._fetch_min_bytes = FETCH_MIN_BYTES
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-        return consumer
+    min_bytes, max_wait = (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS) if flowing else IDLE_FETCH
+    fetcher._fetch_min_bytes = min_bytes
+    fetcher._fetch_max_wait_ms = max_wait
 
 
-def _check_aiokafka_consumer() -> None:
-    source = inspect.getsource(aiokafka.AIOKafkaConsumer.start)
-    if (
-        "fetch_min_bytes=self._fetch_min_bytes" not in source
-        or "fetch_max_wait_ms=self._fetch_max_wait_ms" not in source
-    ):
-        raise FaustVersionError("aiokafka's AIOKafkaConsumer.start changed: re-check BatchFetchConsumerThread")
+def _check_aiokafka_fetcher() -> None:
+    from aiokafka.consumer.fetcher import Fetcher
+
+    source = inspect.getsource(Fetcher._get_actions_per_node)
+    if "self._fetch_max_wait_ms," not in source or "self._fetch_min_bytes," not in source:
+        raise FaustVersionError("aiokafka's Fetcher._get_actions_per_node changed: re-check set_fetch_mode")
 
 
-_check_aiokafka_consumer()
+_check_aiokafka_fetcher()
 
 # mode names a subclass's logger after its module; keep Faust's, whose level the worker configures.
 BatchDrainConsumer.logger = faust_aiokafka.logger

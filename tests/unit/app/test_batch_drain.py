@@ -302,11 +302,43 @@ def test_a_changed_fetch_wait_fails_loudly() -> None:
         check_faust("0.15.3", ORIGINAL_DRAIN, wait)
 
 
-async def test_the_worker_consumer_fetches_small_batches_at_a_bounded_wait() -> None:
-    # aiokafka's fetch_min_bytes=1 made every event at a low rate a batch of one.
-    from streams.app.batch_drain import FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES
+async def test_fetches_batch_while_records_flow_and_long_poll_once_idle() -> None:
+    # aiokafka's fetch_min_bytes=1 made every event at a low rate a batch of one; a short
+    # wait kept on an idle worker costs a fetch round trip every few ms.
+    from types import SimpleNamespace
+
+    from streams.app.batch_drain import FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, IDLE_FETCH
 
     consumer = _consumer()
-    kafka = consumer._thread._create_worker_consumer(consumer.transport)
-    assert (kafka._fetch_min_bytes, kafka._fetch_max_wait_ms) == (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS)
+    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500)
+    consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
+    consumer._fetch_mode(True)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS)
     assert FETCH_MAX_WAIT_MS <= 20  # within the event→job budget (p99 <= 50 ms)
+    consumer._fetch_mode(False)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
+
+
+async def test_the_drain_loop_switches_the_fetch_mode_by_what_it_got() -> None:
+    consumer = _consumer()
+    modes: list[bool] = []
+    consumer._fetch_mode = modes.append
+    batches = [_records(1, 2), []]
+
+    def getmany(timeout: float) -> Any:
+        async def gen() -> Any:
+            for item in batches.pop(0) if batches else []:
+                yield item
+            if not batches:
+                consumer._stopped.set()
+
+        return gen()
+
+    async def deliver(records: Any) -> None:
+        pass
+
+    consumer.getmany = getmany
+    consumer._deliver_batch = deliver
+    fetcher = type("F", (), {"_stopped": asyncio.Event()})()
+    await consumer._drain_messages(fetcher)
+    assert modes == [True, False]
