@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schemas.settings import Settings, load_settings
 from streams.kafka_config import common_kwargs, producer_kwargs
+from streams.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import (
     WorkerProcess,
     create_topics,
@@ -286,6 +287,8 @@ async def main(args: argparse.Namespace) -> None:
                 )
         finally:
             worker.stop()
+            # The run's topics, its worker's consumer group and internal (changelog) topics.
+            await delete_prefixed(settings.kafka, [settings.topics.events.rsplit(".", 1)[0] + ".", group])
 
 
 if __name__ == "__main__":
