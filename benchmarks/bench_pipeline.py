@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schemas.settings import Settings, load_settings
 from streams.kafka_config import common_kwargs, producer_kwargs
+from streams.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import (
     WorkerProcess,
     create_topics,
@@ -157,6 +159,8 @@ def start_profiler(pid: int, out: str | None) -> subprocess.Popen[bytes] | None:
     if not out:
         return None
     spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():  # not installed in the venv: on the PATH (``pip install py-spy``)
+        spy = Path(shutil.which("py-spy") or spy)
     return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", out],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
@@ -283,6 +287,8 @@ async def main(args: argparse.Namespace) -> None:
                 )
         finally:
             worker.stop()
+            # The run's topics, its worker's consumer group and internal (changelog) topics.
+            await delete_prefixed(settings.kafka, [settings.topics.events.rsplit(".", 1)[0] + ".", group])
 
 
 if __name__ == "__main__":

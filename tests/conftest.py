@@ -18,6 +18,25 @@ from collections.abc import Iterator
 import pytest
 
 from schemas.settings import Settings, load_settings
+from tests.support.cleanup import REGISTERED, register_prefix
+
+
+def _delete_registered(settings: Settings) -> None:
+    """Delete the topics and consumer groups the tests registered (tests/support/cleanup.py)."""
+    if not REGISTERED:
+        return
+    import asyncio
+
+    from streams.topics_prune import delete_prefixed
+
+    try:
+        pruned = asyncio.run(delete_prefixed(settings.kafka, sorted(REGISTERED)))
+    except Exception as exc:  # cleaning must not fail the session; `distill topics prune` can finish it
+        print(f"\ntest cleanup: topics not deleted ({type(exc).__name__}: {exc})")
+        return
+    finally:
+        REGISTERED.clear()
+    print(f"\ntest cleanup: deleted {len(pruned.topics)} topics, {len(pruned.groups)} consumer groups")
 
 
 def _docker_answers() -> bool:
@@ -33,7 +52,10 @@ def service_settings() -> Iterator[Settings]:
     mode = os.environ.get("DISTILL_TEST_SERVICES", "auto")
     settings = load_settings()
     if mode == "external":
-        yield settings
+        try:
+            yield settings
+        finally:
+            _delete_registered(settings)
         return
     from streams.services.manager import LocalServices
 
@@ -43,12 +65,16 @@ def service_settings() -> Iterator[Settings]:
         from tests.support.containers import docker_services
 
         with docker_services(settings) as docker_settings:
-            yield docker_settings
+            try:
+                yield docker_settings
+            finally:
+                _delete_registered(docker_settings)
         return
     started = local.up(lambda line: None)
     try:
         yield settings
     finally:
+        _delete_registered(settings)
         local.down(lambda line: None, only={name for name, now in started.items() if now})
 
 
@@ -56,6 +82,7 @@ def service_settings() -> Iterator[Settings]:
 def isolated_settings(service_settings: Settings) -> Settings:
     """Service settings with a fresh keyspace and fresh topic names, for one test."""
     suffix = uuid.uuid4().hex[:8]
+    register_prefix(f"t-{suffix}.")
     data = service_settings.model_dump()
     data["cassandra"]["keyspace"] = f"t_{suffix}"
     for name in ("events", "jobs", "summaries", "dead_letters"):

@@ -37,6 +37,7 @@ a drain loop that no longer matches the consumer around it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import re
@@ -61,6 +62,14 @@ _EXPECTED_DRAIN = (
     "if self._n_acked >= commit_every:",
     "getmany(timeout=1.0)",
 )
+# Statements of Faust's ``_wait_next_records`` that :meth:`BatchDrainConsumer._wait_next_records` re-implements.
+_EXPECTED_WAIT = (
+    "await self.wait(self.can_resume_flow)",
+    "active_partitions = self._get_active_partitions()",
+    "records = await self._getmany(",
+    "await self.sleep(1)",
+    "self.not_waiting_next_records.set()",
+)
 REBALANCE_POLL_S = 0.01
 """How often a stream record held back during a rebalance looks whether it is over."""
 YIELD_EVERY = 100
@@ -79,8 +88,8 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(found[1]), int(found[2]), int(found[3] or 0)
 
 
-def check_faust(version: str, drain_source: str) -> None:
-    """Raise :class:`FaustVersionError` unless ``version`` and Faust's drain loop are the known ones."""
+def check_faust(version: str, drain_source: str, wait_source: str | None = None) -> None:
+    """Raise :class:`FaustVersionError` unless ``version``, Faust's drain loop and fetch wait are the known ones."""
     low, high = SUPPORTED_FAUST
     found = parse_version(version)
     if not low <= found < high:
@@ -91,9 +100,18 @@ def check_faust(version: str, drain_source: str) -> None:
     missing = [s for s in _EXPECTED_DRAIN if s not in drain_source]
     if missing:
         raise FaustVersionError(f"faust's Consumer._drain_messages changed (no {missing[0]!r}): re-check batch_drain")
+    missing = [s for s in _EXPECTED_WAIT if wait_source is not None and s not in wait_source]
+    if missing:
+        raise FaustVersionError(
+            f"faust's Consumer._wait_next_records changed (no {missing[0]!r}): re-check batch_drain"
+        )
 
 
-check_faust(faust.__version__, inspect.getsource(BaseConsumer._drain_messages))
+check_faust(
+    faust.__version__,
+    inspect.getsource(BaseConsumer._drain_messages),
+    inspect.getsource(BaseConsumer._wait_next_records),
+)
 
 
 class _Cursor:
@@ -109,6 +127,56 @@ class _Cursor:
 class BatchDrainConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with the per-batch drain loop (see the module docstring)."""
 
+    _flowing = False
+
+    def _fetch_mode(self, flowing: bool) -> None:
+        """Batching fetches while records flow, the long poll once a fetch found none (see set_fetch_mode)."""
+        if flowing == self._flowing:
+            return
+        kafka = getattr(self._thread, "_consumer", None)
+        fetcher = getattr(kafka, "_fetcher", None)
+        if fetcher is not None:
+            set_fetch_mode(fetcher, flowing)
+            self._flowing = flowing
+
+    _buffer_dropped: asyncio.Event | None = None
+
+    def on_buffer_drop(self, tp: Any) -> None:
+        super().on_buffer_drop(tp)
+        if self._buffer_dropped is not None:
+            self._buffer_dropped.set()
+
+    async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
+        """Faust's fetch wait, except when every partition's stream buffer is full.
+
+        Faust then sleeps a full second (``sleep(1)``) before it looks again, while an
+        agent drains a full queue in a fraction of that: under a backlog the worker idled
+        about a fifth of the time. Here it waits until an agent's queue has drained to its
+        low mark (Faust's ``on_buffer_drop`` puts the partition back among the active
+        ones), at most ``timeout``. Memory stays bounded by ``stream_buffer_maxsize``.
+        """
+        if not self.flow_active:
+            await self.wait(self.can_resume_flow)  # type: ignore[arg-type]  # asyncio.Event works (as in Faust)
+        try:
+            self.not_waiting_next_records.set()
+            if self.app.client_only:
+                return await self._getmany(active_partitions=None, timeout=timeout), None
+            active_partitions = self._get_active_partitions()
+            if active_partitions:
+                return await self._getmany(active_partitions=active_partitions, timeout=timeout), active_partitions
+            if self._buffer_dropped is None:
+                self._buffer_dropped = asyncio.Event()
+            dropped = self._buffer_dropped
+            dropped.clear()
+            if not self._buffered_partitions:  # nothing will drop: paused or unassigned, Faust's wait
+                await self.sleep(timeout)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(dropped.wait(), timeout)
+            return {}, active_partitions
+        finally:
+            self.not_waiting_next_records.set()
+
     async def _drain_messages(self, fetcher: Any) -> None:
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
@@ -121,7 +189,10 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
                 if not self.should_stop:
                     records = [item async for item in batch]
                     if records:
+                        self._fetch_mode(True)
                         await self._deliver_batch(records)
+                    elif not self._buffered_partitions:  # nothing came (not: every buffer was full)
+                        self._fetch_mode(False)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -227,6 +298,43 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         ):
             await asyncio.sleep(REBALANCE_POLL_S)
 
+
+FETCH_MIN_BYTES = 64 * 1024
+"""While records flow, a fetch returns once this much is waiting, or after :data:`FETCH_MAX_WAIT_MS`."""
+FETCH_MAX_WAIT_MS = 15
+"""The longest a fetch waits for :data:`FETCH_MIN_BYTES` while records flow."""
+IDLE_FETCH = (1, 1500)
+"""``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
+
+
+def set_fetch_mode(fetcher: Any, flowing: bool) -> None:
+    """Switch an aiokafka ``Fetcher`` between batching (records flow) and the idle long poll.
+
+    With aiokafka's ``fetch_min_bytes=1`` a fetch returns as soon as one record is
+    there: at a low rate every event was fetched, delivered, folded, written to the
+    changelog and acked alone, a batch of one (the fixed cost of each step paid per
+    event, several times the per-event cost under load). While records flow, a fetch
+    waits up to ``FETCH_MAX_WAIT_MS`` for ``FETCH_MIN_BYTES`` (small batches at a
+    bounded latency; under a backlog the bytes are there at once). Once a fetch finds
+    nothing, the long poll is back: a short wait on an idle worker is a fetch round
+    trip every few milliseconds (ten times the idle CPU). The fetcher reads both
+    attributes for each request it builds (aiokafka 0.14); it runs in the consumer's
+    thread, which only reads them.
+    """
+    min_bytes, max_wait = (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS) if flowing else IDLE_FETCH
+    fetcher._fetch_min_bytes = min_bytes
+    fetcher._fetch_max_wait_ms = max_wait
+
+
+def _check_aiokafka_fetcher() -> None:
+    from aiokafka.consumer.fetcher import Fetcher
+
+    source = inspect.getsource(Fetcher._get_actions_per_node)
+    if "self._fetch_max_wait_ms," not in source or "self._fetch_min_bytes," not in source:
+        raise FaustVersionError("aiokafka's Fetcher._get_actions_per_node changed: re-check set_fetch_mode")
+
+
+_check_aiokafka_fetcher()
 
 # mode names a subclass's logger after its module; keep Faust's, whose level the worker configures.
 BatchDrainConsumer.logger = faust_aiokafka.logger

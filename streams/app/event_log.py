@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -41,36 +45,68 @@ class RawEvent:
     value: bytes
 
 
+@dataclass
+class Located:
+    """Where a key's records of ``start..end`` are (see :meth:`RecentEvents.locate`).
+
+    In offset order: a stretch to scan (``scan_end`` is not ``None``: ``start..scan_end``
+    was consumed before the index began), then ``fetch`` (offsets of the key's records,
+    values no longer held), then ``cached`` (records still held).
+    """
+
+    scan_end: int | None
+    fetch: list[int] = field(default_factory=list)
+    cached: list[RawEvent] = field(default_factory=list)
+
+
 class RecentEvents:
-    """The latest records the track agent consumed, per partition, within a byte budget.
+    """The latest records the track agent consumed, and where each key's records are.
 
     A job's delta was consumed by this worker's track agent a moment before, so it is
     usually still here: reading it back from Kafka (a scan of the whole offset range,
     every session's records) is then skipped. The records of a partition are kept
-    contiguously from ``low`` to the last offset seen, so a range inside that window is
-    answered completely, with the very bytes Kafka holds; anything else returns ``None``
-    (read from Kafka). A partition starts over when it is revoked or assigned, or when
-    an offset arrives out of order (re-delivery).
+    contiguously from ``low`` to the last offset seen, within ``max_bytes``, so a range
+    inside that window is answered completely, with the very bytes Kafka holds.
+
+    Past the byte budget, the offsets of each key's records are still known (an index
+    of ``max_offsets`` entries, 8 bytes each, complete from its own ``low`` per
+    partition): :meth:`locate` then names the offsets to fetch, so a job reads its own
+    records and not every session's records interleaved with them. A partition starts
+    over when it is revoked or assigned, or when an offset arrives out of order
+    (re-delivery).
     """
 
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024, max_offsets: int = 2_000_000) -> None:
         self.max_bytes = max_bytes
+        self.max_offsets = max_offsets
         self.hits = 0
         self._size = 0
         self._order: deque[tuple[int, int, bytes, int]] = deque()
         self._by_key: dict[tuple[int, bytes], deque[tuple[int, bytes]]] = {}
         self._low: dict[int, int] = {}
         self._high: dict[int, int] = {}
+        self._offsets: dict[tuple[int, bytes], array[int]] = {}
+        self._index_low: dict[int, int] = {}
+        self._indexed = 0
 
     def add(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
         high = self._high.get(partition)
         if high is not None and offset <= high:
             self.reset({partition})
         self._low.setdefault(partition, offset)
+        self._index_low.setdefault(partition, offset)
         self._high[partition] = offset
         if key is None or value is None:
             return
-        self._by_key.setdefault((partition, key), deque()).append((offset, value))
+        pk = (partition, key)
+        offsets = self._offsets.get(pk)
+        if offsets is None:
+            offsets = self._offsets[pk] = array("q")
+        offsets.append(offset)
+        self._indexed += 1
+        if self._indexed > self.max_offsets:
+            self._trim_index()
+        self._by_key.setdefault(pk, deque()).append((offset, value))
         size = len(key) + len(value) + 96
         self._order.append((partition, offset, key, size))
         self._size += size
@@ -89,8 +125,43 @@ class RecentEvents:
         for p in partitions:
             self._low.pop(p, None)
             self._high.pop(p, None)
+            self._index_low.pop(p, None)
         for pk in [pk for pk in self._by_key if pk[0] in partitions]:
             del self._by_key[pk]
+        for pk in [pk for pk in self._offsets if pk[0] in partitions]:
+            self._indexed -= len(self._offsets.pop(pk))
+
+    def _trim_index(self) -> None:
+        """Forget the older half of every partition's index (amortized: once per ``max_offsets / 2`` adds)."""
+        cut = {p: low + (self._high[p] - low) // 2 + 1 for p, low in self._index_low.items()}
+        self._index_low.update(cut)
+        for pk in list(self._offsets):
+            offsets = self._offsets[pk]
+            drop = bisect_left(offsets, cut[pk[0]])
+            if drop == len(offsets):
+                del self._offsets[pk]
+            elif drop:
+                del offsets[:drop]
+        self._indexed = sum(len(o) for o in self._offsets.values())
+
+    def locate(self, partition: int, start: int, end: int, key: bytes) -> Located | None:
+        """Where ``key``'s records at ``start..end`` are, or ``None`` when nothing is known (scan it all)."""
+        index_low = self._index_low.get(partition)
+        if index_low is None or end > self._high[partition] or end < index_low:
+            return None
+        located = Located(scan_end=index_low - 1 if start < index_low else None)
+        offsets = self._offsets.get((partition, key))
+        if offsets is None:
+            return located
+        held = self._low[partition]
+        first = bisect_left(offsets, max(start, index_low))
+        last = bisect_right(offsets, end)
+        split = bisect_left(offsets, held, first, last)
+        located.fetch = offsets[first:split].tolist()
+        if split < last:
+            low, high = offsets[split], offsets[last - 1]
+            located.cached = [RawEvent(o, v) for o, v in self._by_key.get((partition, key), ()) if low <= o <= high]
+        return located
 
     def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent] | None:
         """The records of ``key`` at ``start..end``, or ``None`` when the window does not cover it."""
@@ -101,8 +172,56 @@ class RecentEvents:
         return [RawEvent(o, v) for o, v in self._by_key.get((partition, key), ()) if start <= o <= end]
 
 
+FETCH_BYTES = 64 * 1024
+"""``max_partition_fetch_bytes`` of the consumers fetching a key's offsets one by one."""
+
+
+class _Pool:
+    """Unassigned consumers of one configuration, one per concurrent read (at most ``reader.size``)."""
+
+    def __init__(self, reader: EventLogReader, overrides: dict[str, Any]) -> None:
+        self.reader = reader
+        self.overrides = overrides
+        self._idle: asyncio.Queue[AIOKafkaConsumer] = asyncio.Queue()
+        self._all: list[AIOKafkaConsumer] = []
+        self._create_lock = asyncio.Lock()
+
+    async def stop(self) -> None:
+        for consumer in self._all:
+            await consumer.stop()
+        self._all.clear()
+
+    async def _acquire(self) -> AIOKafkaConsumer:
+        r = self.reader
+        if self._idle.empty() and len(self._all) < r.size:
+            async with self._create_lock:
+                if len(self._all) < r.size:
+                    kwargs = {**consumer_kwargs(r.kafka), **self.overrides}
+                    consumer = AIOKafkaConsumer(
+                        **kwargs, enable_auto_commit=False, group_id=None,
+                        auto_offset_reset="earliest", fetch_max_wait_ms=r.fetch_wait_ms,
+                    )  # fmt: skip
+                    await consumer.start()
+                    self._all.append(consumer)
+                    return consumer
+        return await self._idle.get()
+
+    async def run(
+        self, tp: TopicPartition, read: Callable[[AIOKafkaConsumer], Awaitable[list[RawEvent]]]
+    ) -> list[RawEvent]:
+        consumer = await self._acquire()
+        try:
+            return await read(consumer)
+        finally:
+            # An idle consumer left fetching at the log end long-polls the broker; its in-flight
+            # fetch would delay the next read's first fetch (one request per node at a time).
+            if tp in consumer.assignment():
+                consumer.pause(tp)
+            self._idle.put_nowait(consumer)
+
+
 class EventLogReader:
-    """A small pool of unassigned consumers, one per concurrent read (after :class:`RecentEvents`)."""
+    """Reads after :class:`RecentEvents`: small pools of unassigned consumers, one per concurrent read."""
 
     def __init__(
         self,
@@ -121,29 +240,17 @@ class EventLogReader:
         """How long a range may reach past the log end before the read fails (a new leader's
         high watermark can lag its predecessor's for a moment)."""
         self.fetch_wait_ms = fetch_wait_ms
-        self._idle: asyncio.Queue[AIOKafkaConsumer] = asyncio.Queue()
-        self._all: list[AIOKafkaConsumer] = []
-        self._create_lock = asyncio.Lock()
+        self._scanners = _Pool(self, {})
+        # Fetching single offsets: a fetch returns whole record batches up to this many bytes
+        # per partition (at least one batch, so larger records still come), not megabytes of
+        # other sessions' records decoded for nothing.
+        self._fetchers = _Pool(self, {"max_partition_fetch_bytes": FETCH_BYTES})
         self.records_scanned = 0
         self.recent = RecentEvents()
 
     async def stop(self) -> None:
-        for consumer in self._all:
-            await consumer.stop()
-        self._all.clear()
-
-    async def _acquire(self) -> AIOKafkaConsumer:
-        if self._idle.empty() and len(self._all) < self.size:
-            async with self._create_lock:
-                if len(self._all) < self.size:
-                    consumer = AIOKafkaConsumer(
-                        **consumer_kwargs(self.kafka), enable_auto_commit=False, group_id=None,
-                        auto_offset_reset="earliest", fetch_max_wait_ms=self.fetch_wait_ms,
-                    )  # fmt: skip
-                    await consumer.start()
-                    self._all.append(consumer)
-                    return consumer
-        return await self._idle.get()
+        await self._scanners.stop()
+        await self._fetchers.stop()
 
     async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]:
         """Records with ``key`` at offsets ``start..end`` (inclusive) of ``partition``."""
@@ -152,26 +259,77 @@ class EventLogReader:
         found = self.recent.read(partition, start, end, key)
         if found is not None:
             return found
-        consumer = await self._acquire()
+        located = self.recent.locate(partition, start, end, key)
         tp = TopicPartition(self.topic, partition)
         try:
-            return await self._scan(consumer, tp, start, end, key)
+            if located is None:
+                return await self._scanners.run(tp, lambda c: self._scan(c, tp, start, end, key))
+            found = []
+            if located.scan_end is not None:
+                scan_end = located.scan_end
+                found = await self._scanners.run(tp, lambda c: self._scan(c, tp, start, scan_end, key))
+            if located.fetch:
+                offsets = located.fetch
+                found.extend(await self._fetchers.run(tp, lambda c: self._fetch(c, tp, offsets, key)))
+            found.extend(located.cached)
+            return found
         except KafkaError as exc:
             raise RetryableError(f"reading {self.topic}[{partition}] {start}..{end}: {exc}") from exc
-        finally:
-            # An idle consumer left fetching at the log end long-polls the broker; its in-flight
-            # fetch would delay the next read's first fetch (one request per node at a time).
-            if tp in consumer.assignment():
-                consumer.pause(tp)
-            self._idle.put_nowait(consumer)
 
-    async def _scan(
-        self, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, key: bytes
+    async def _fetch(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, offsets: list[int], key: bytes
     ) -> list[RawEvent]:
+        """The records of ``key`` at ``offsets`` (ascending): a seek to each one not yet read.
+
+        Each fetch returns the record batch holding the offset and what follows it, so
+        neighbouring offsets come with one round trip; the cost per job follows its own
+        records, not the length of the stretch they are spread over.
+        """
+        self._assign(consumer, tp)
+        found: list[RawEvent] = []
+        i = 0
+        while i < len(offsets):
+            wanted = offsets[i]
+            consumer.seek(tp, wanted)
+            last_progress = time.monotonic()
+            reached = -1
+            # As many records as reach the next wanted offset (a fetch holds whole record batches:
+            # the records past it are left unread, not turned into Python objects).
+            upto = offsets[i + 1] if i + 1 < len(offsets) else wanted
+            gap = upto - wanted + 1
+            want_records = gap if gap <= 500 else 1
+            while reached < wanted:
+                batch = await consumer.getmany(tp, timeout_ms=500, max_records=want_records)
+                messages = batch.get(tp, [])
+                if not messages:
+                    if time.monotonic() - last_progress > self.stall_timeout_s:
+                        raise RetryableError(f"no progress reading {tp.topic}[{tp.partition}] at offset {wanted}")
+                    continue
+                last_progress = time.monotonic()
+                for msg in messages:
+                    self.records_scanned += 1
+                    reached = msg.offset
+                    while i < len(offsets) and offsets[i] < msg.offset:
+                        i += 1  # not a record of the log (a compacted-away or control offset)
+                    if i < len(offsets) and offsets[i] == msg.offset:
+                        i += 1
+                        if msg.key == key and msg.value is not None:
+                            found.append(RawEvent(msg.offset, msg.value))
+                    if i == len(offsets):
+                        return found
+        return found
+
+    @staticmethod
+    def _assign(consumer: AIOKafkaConsumer, tp: TopicPartition) -> None:
         if tp in consumer.assignment():
             consumer.resume(tp)
         else:
             consumer.assign([tp])
+
+    async def _scan(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, key: bytes
+    ) -> list[RawEvent]:
+        self._assign(consumer, tp)
         consumer.seek(tp, start)
         found: list[RawEvent] = []
         last_progress = time.monotonic()

@@ -46,6 +46,7 @@ from streams.app.codecs import (
 )
 from streams.app.coordinates import Coordinates
 from streams.app.extensions import Extensions
+from streams.app.monitor import LeanMonitor
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
 from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
@@ -210,6 +211,7 @@ def create_app(
         broker_heartbeat_interval=2.0,
     )
     batch_drain.install(app)
+    app.monitor = LeanMonitor(loop=app.loop, beacon=app.beacon)
     sessions = replay.sessions if replay else frozenset()
     policies = ext.policies or policies_from_settings(
         settings.summary, settings.llm.model, model_context_window=settings.llm.context_window

@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.kafka_config import consumer_kwargs
+from tests.support.cleanup import register_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTILL = str(ROOT / ".venv" / "bin" / "distill")
@@ -83,7 +84,7 @@ def workers(settings: Settings, tmp: Path, count: int = 1) -> Iterator[list[Work
 
 def isolated_worker_settings(settings: Settings, **summary: Any) -> Settings:
     data = settings.model_dump()
-    data["worker"]["app_id"] = f"distill-test-{uuid.uuid4().hex[:8]}"
+    data["worker"]["app_id"] = register_prefix(f"distill-test-{uuid.uuid4().hex[:8]}")
     data["worker"]["web_port"] = 0
     data["worker"]["log_level"] = "INFO"
     data["summary"].update(summary)
@@ -109,8 +110,9 @@ def scripted_pipeline_settings(
     """
     data = base.model_dump()
     suffix = uuid.uuid4().hex[:8]
+    run = register_prefix(f"{topic_prefix}-{suffix}.")
     for name in ("events", "jobs", "summaries", "dead_letters"):
-        data["topics"][name] = f"{topic_prefix}-{suffix}.{name}"
+        data["topics"][name] = f"{run}{name}"
     if partitions is not None:
         data["topics"]["partitions"] = partitions
     data["llm"].update({"base_url": llm_base_url, "api_key": "k", "max_retries": 0, "model": "scripted-model"})

@@ -15,6 +15,7 @@ from projections.migrations import apply_migrations, load_migrations
 from schemas.settings import Settings
 from streams.kafka_config import consumer_kwargs, producer_kwargs
 from streams.topics_admin import ensure_topics
+from tests.support.cleanup import register_prefix
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ async def test_kafka_roundtrip_with_consumer_group(isolated_settings: Settings) 
     finally:
         await producer.stop()
 
-    group = f"g-{uuid.uuid4().hex[:6]}"
+    group = register_prefix(f"g-{uuid.uuid4().hex[:6]}")
     consumer = AIOKafkaConsumer(
         topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
         **consumer_kwargs(settings.kafka),

@@ -259,3 +259,86 @@ async def test_a_skipped_partition_no_longer_assigned_is_not_sought() -> None:
     await asyncio.wait_for(consumer._deliver_batch([*_records(4), *_records(2, partition=1)]), 2)
     assert seen == []  # nothing is delivered while tables recover
     assert sought == [(TP(TOPIC, 1), 2)]
+
+
+async def test_a_fetch_waiting_on_full_buffers_resumes_when_a_queue_drains() -> None:
+    # Every partition's stream buffer full: Faust slept a whole second before fetching again,
+    # while the agent drained its queue in a fraction of it (the worker idled ~20 % of a backlog).
+    consumer = _consumer()
+    tp = TP(TOPIC, 0)
+    consumer._active_partitions = {tp}
+    consumer.app.client_only = False
+    fetched: list[Any] = []
+
+    async def getmany(active_partitions: Any, timeout: float) -> dict[TP, list[Any]]:
+        fetched.append(set(active_partitions))
+        return {tp: []}
+
+    consumer._getmany = getmany
+    consumer.on_buffer_full(tp)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.05, consumer.on_buffer_drop, tp)
+    started = loop.time()
+    records, active = await consumer._wait_next_records(1.0)
+    assert loop.time() - started < 0.5
+    assert records == {} and fetched == []
+    records, active = await consumer._wait_next_records(1.0)  # the drained partition is fetched again
+    assert fetched == [{tp}] and active == {tp}
+
+
+async def test_a_fetch_with_no_partition_waits_its_timeout() -> None:
+    consumer = _consumer()
+    consumer._active_partitions = set()
+    consumer.app.client_only = False
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await consumer._wait_next_records(0.2) == ({}, set())
+    assert loop.time() - started >= 0.19
+
+
+def test_a_changed_fetch_wait_fails_loudly() -> None:
+    wait = inspect.getsource(FaustConsumer._wait_next_records).replace("await self.sleep(1)", "await self.sleep(2)")
+    with pytest.raises(FaustVersionError, match="_wait_next_records"):
+        check_faust("0.15.3", ORIGINAL_DRAIN, wait)
+
+
+async def test_fetches_batch_while_records_flow_and_long_poll_once_idle() -> None:
+    # aiokafka's fetch_min_bytes=1 made every event at a low rate a batch of one; a short
+    # wait kept on an idle worker costs a fetch round trip every few ms.
+    from types import SimpleNamespace
+
+    from streams.app.batch_drain import FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, IDLE_FETCH
+
+    consumer = _consumer()
+    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500)
+    consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
+    consumer._fetch_mode(True)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS)
+    assert FETCH_MAX_WAIT_MS <= 20  # within the event→job budget (p99 <= 50 ms)
+    consumer._fetch_mode(False)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
+
+
+async def test_the_drain_loop_switches_the_fetch_mode_by_what_it_got() -> None:
+    consumer = _consumer()
+    modes: list[bool] = []
+    consumer._fetch_mode = modes.append
+    batches = [_records(1, 2), []]
+
+    def getmany(timeout: float) -> Any:
+        async def gen() -> Any:
+            for item in batches.pop(0) if batches else []:
+                yield item
+            if not batches:
+                consumer._stopped.set()
+
+        return gen()
+
+    async def deliver(records: Any) -> None:
+        pass
+
+    consumer.getmany = getmany
+    consumer._deliver_batch = deliver
+    fetcher = type("F", (), {"_stopped": asyncio.Event()})()
+    await consumer._drain_messages(fetcher)
+    assert modes == [True, False]

@@ -77,3 +77,19 @@ def test_integers_beyond_64_bits_round_trip_exactly() -> None:
     feed(handler(threshold=1000), table, [event(1, "user", context_window=2**70), event(2)])
     for value in table.values():
         assert TrackedKey.from_bytes(value.to_bytes()) == value
+
+
+def test_pending_events_are_written_as_json_writes_them_and_read_back() -> None:
+    from dataclasses import replace
+
+    from streams.rules.counters import PendingEvent
+    from streams.rules.state_rows import state_to_row
+
+    pending = [PendingEvent(f"e{i}", 1_700_000_000_000_000 + i, 5, "", 2, 30 + i) for i in range(3)]
+    state = replace(SessionTriggerState("app", "u", "s", ""), pending=pending, content=3)
+    value = TrackedKey(state, first_offset=1, partition=0)
+    data = value.to_bytes()
+    # the layout older workers wrote (the json module writes named tuples as arrays) and read
+    row = [2, 1, 0, None, state_to_row(state)]
+    assert json.loads(data) == json.loads(json.dumps(row))
+    assert TrackedKey.from_bytes(data) == value

@@ -1,0 +1,73 @@
+"""A job's delta read past the byte budget fetches the session's own offsets, not every interleaved record."""
+
+from __future__ import annotations
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from schemas.settings import Settings
+from streams.app.event_log import EventLogReader, RecentEvents
+from streams.kafka_config import producer_kwargs
+from streams.topics_admin import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 300
+PER_SESSION = 8
+
+
+async def _write(settings: Settings) -> list[tuple[int, bytes, bytes]]:
+    """``SESSIONS`` interleaved sessions on partition 0: ``(offset, key, value)`` as written."""
+    await ensure_topics(settings)
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    written: list[tuple[int, bytes, bytes]] = []
+    try:
+        futures = []
+        for n in range(PER_SESSION):
+            for s in range(SESSIONS):
+                key, value = f"app/u/s{s}".encode(), f"s{s} event {n} 会话".encode()
+                futures.append((key, value, await producer.send(settings.topics.events, value, key=key, partition=0)))
+        for key, value, fut in futures:
+            written.append(((await fut).offset, key, value))
+    finally:
+        await producer.stop()
+    return written
+
+
+async def test_a_delta_out_of_the_buffer_reads_only_its_own_records(isolated_settings: Settings) -> None:
+    written = await _write(isolated_settings)
+    reader = EventLogReader(isolated_settings.kafka, isolated_settings.topics.events)
+    reader.recent = RecentEvents(max_bytes=4096)  # the track agent saw everything; values of ~30 records held
+    for offset, key, value in written:
+        reader.recent.add(0, offset, key, value)
+    try:
+        key = b"app/u/s17"
+        expected = [(o, v) for o, k, v in written if k == key]
+        first, last = written[0][0], written[-1][0]
+        found = await reader.read(0, first, last, key)
+        assert [(e.offset, e.value) for e in found] == expected
+        # a seek per record of the session at most: not the 2,400 records of the stretch
+        assert reader.records_scanned <= PER_SESSION * 500
+        assert reader.records_scanned < len(written)
+
+        # the same read without the index scans the stretch, and finds the same records
+        scanner = EventLogReader(isolated_settings.kafka, isolated_settings.topics.events)
+        try:
+            assert [(e.offset, e.value) for e in await scanner.read(0, first, last, key)] == expected
+            assert scanner.records_scanned == len(written)
+        finally:
+            await scanner.stop()
+
+        # a stretch consumed before the index began is scanned, the rest fetched by offset
+        later = EventLogReader(isolated_settings.kafka, isolated_settings.topics.events)
+        later.recent = RecentEvents(max_bytes=0)
+        middle = len(written) // 2
+        for offset, k, value in written[middle:]:
+            later.recent.add(0, offset, k, value)
+        try:
+            assert [(e.offset, e.value) for e in await later.read(0, first, last, key)] == expected
+        finally:
+            await later.stop()
+    finally:
+        await reader.stop()

@@ -1,0 +1,80 @@
+"""``distill topics prune`` against the broker: a run's topics and consumer groups go, others stay."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from schemas.settings import Settings
+from streams.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
+from streams.topics_prune import delete_prefixed
+from tests.integration.pipeline_support import worker_env
+
+pytestmark = pytest.mark.integration
+
+
+async def _names(settings: Settings) -> tuple[set[str], set[str]]:
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        return set(await admin.list_topics()), {g[0] for g in await admin.list_consumer_groups()}
+    finally:
+        await admin.close()
+
+
+async def _make(settings: Settings, prefix: str) -> tuple[str, str]:
+    topic, group = f"{prefix}events", f"{prefix}group"
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"x")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                                **consumer_kwargs(settings.kafka))  # fmt: skip
+    await consumer.start()
+    try:
+        await consumer.getmany(timeout_ms=5000)
+        await consumer.commit()
+    finally:
+        await consumer.stop()
+    return topic, group
+
+
+async def test_prune_deletes_the_prefixed_topics_and_groups_only(isolated_settings: Settings) -> None:
+    run, other = f"prune-{uuid.uuid4().hex[:8]}.", f"keep-{uuid.uuid4().hex[:8]}."
+    topic, group = await _make(isolated_settings, run)
+    kept_topic, kept_group = await _make(isolated_settings, other)
+    try:
+        dry = await delete_prefixed(isolated_settings.kafka, [run], dry_run=True)
+        assert (dry.topics, dry.groups) == ([topic], [group])
+        topics, groups = await _names(isolated_settings)
+        assert topic in topics and group in groups  # a dry run deletes nothing
+
+        done = await delete_prefixed(isolated_settings.kafka, [run])
+        assert (done.topics, done.groups, done.failed) == ([topic], [group], {})
+        topics, groups = await _names(isolated_settings)
+        assert topic not in topics and group not in groups
+        assert kept_topic in topics and kept_group in groups
+    finally:
+        await delete_prefixed(isolated_settings.kafka, [run, other])
+
+
+def test_cli_refuses_a_prefix_of_the_live_topics(isolated_settings: Settings) -> None:
+    env = worker_env(isolated_settings)
+    cmd = [sys.executable, "-c", "from streams.cli.main import main; main()", "topics", "prune", "--prefix", "t-"]
+    found = subprocess.run([*cmd, "--dry-run"],
+                           env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    assert found.returncode != 0
+    assert "refusing" in found.stderr
