@@ -23,9 +23,11 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
+from projections.cassandra_session import aexecute, connect
 from projections.filter_keys import in_summary_input
 from projections.read_api import SessionReader, StoredSummary
 from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
@@ -102,6 +104,8 @@ class SessionBackend:
         self._reader = reader
         self._own_client = client is None
         self._cluster: object | None = None
+        self._cql: Any = None
+        self._lock = asyncio.Lock()
         self._pending: dict[SessionKey, _Pending] = {}
         self._latest: dict[tuple[SessionKey, str], SessionSummary] = {}
 
@@ -115,18 +119,17 @@ class SessionBackend:
         await self.close()
 
     async def start(self) -> None:
-        """Connect to Kafka and Cassandra (blocking driver steps run off the event loop)."""
-        if self._client is None:
-            self._client = DistillClient(self.settings)
-        await self._client.start()
-        if self._reader is None:
-            from projections.cassandra_session import connect
-
-            cluster, session = await asyncio.to_thread(
-                connect, self.settings.cassandra, self.settings.cassandra.keyspace
-            )
-            self._cluster = cluster
-            self._reader = await asyncio.to_thread(SessionReader, session, self.settings.cassandra.keyspace)
+        """Connect to Kafka and Cassandra (blocking driver steps run off the event loop); idempotent."""
+        async with self._lock:
+            if self._client is None:
+                self._client = DistillClient(self.settings)
+            await self._client.start()
+            if self._reader is None:
+                cluster, session = await asyncio.to_thread(
+                    connect, self.settings.cassandra, self.settings.cassandra.keyspace
+                )
+                self._cluster, self._cql = cluster, session
+                self._reader = await asyncio.to_thread(SessionReader, session, self.settings.cassandra.keyspace)
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:
@@ -135,6 +138,7 @@ class SessionBackend:
         if self._cluster is not None:
             await asyncio.to_thread(self._cluster.shutdown)  # type: ignore[attr-defined]
             self._cluster = None
+            self._cql = None
             self._reader = None
 
     @property
@@ -222,6 +226,28 @@ class SessionBackend:
             if row.event_id == wanted:
                 return row.event()
         return None
+
+    async def session_ids(self, app_name: str, user_id: str) -> dict[str, datetime]:
+        """The sessions of ``(app_name, user_id)`` with a searchable event, and their newest event time.
+
+        Not in the read API: one ``GROUP BY session_id`` over the tenant's
+        ``recall_docs`` partition (a bounded, single-partition read), plus the
+        sessions this process published to and Cassandra does not show yet.
+        """
+        out: dict[str, datetime] = {}
+        if self._cql is not None:
+            stmt = await asyncio.to_thread(
+                self._cql.prepare,
+                f"SELECT session_id, max(ts) AS last FROM {self.settings.cassandra.keyspace}.recall_docs "
+                "WHERE app_name = ? AND user_id = ? GROUP BY session_id",
+            )
+            for row in await aexecute(self._cql, stmt, (app_name, user_id)):
+                out[row.session_id] = row.last.replace(tzinfo=UTC) if row.last.tzinfo is None else row.last
+        for key, pending in self._pending.items():
+            if (key.app_name, key.user_id) == (app_name, user_id) and pending.events:
+                last = pending.events[-1].timestamp
+                out[key.session_id] = max(out.get(key.session_id, last), last)
+        return out
 
     # -- summaries and recall --------------------------------------------------------------------------------
 
