@@ -90,8 +90,8 @@ def test_the_chat_messages_are_what_distill_summarizes() -> None:
     assert [(c.id, c.function.name, c.function.arguments) for c in head.message.tool_calls] == [
         ("c1", "get_weather", '{"city": "北京"}')
     ]
-    results = _event(Part(function_response=FunctionResponse(id="c1", name="get_weather", response={"t": "晴"})),
-                     Part(function_response=FunctionResponse(id="c2", name="get_weather", response={"t": "雨"})))  # fmt: skip
+    results = _event(Part(function_response=FunctionResponse(id="c1", name="w", response={"t": "晴"})),
+                     Part(function_response=FunctionResponse(id="c2", name="w", response={"t": "雨"})))  # fmt: skip
     first, second = to_session_events(results, KEY, clock)
     assert [(m.message.role, m.message.tool_call_id, m.message.content) for m in (first, second)] == [
         ("tool", "c1", '{"t": "晴"}'), ("tool", "c2", '{"t": "雨"}')]  # fmt: skip
