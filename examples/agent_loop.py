@@ -94,7 +94,9 @@ class Agent:
         self.events.append(event)
 
     async def request(self, llm: AsyncOpenAI, model: str) -> tuple[Message, dict[str, Any]]:
-        stored = await self.reader.get_summary(self.key)
+        # The prompt takes the key's own summary only (for "" there is no ancestor): get_summary's
+        # "any key" fallback is for display and would cut this history at another branch's boundary.
+        stored = await self.reader.latest_summary(self.key)
         recall = RecallCapabilities(search=True, load=True)
         built = assemble(
             SYSTEM_PROMPT, stored.record if stored else None, self.events, tools=[WEATHER_TOOL],

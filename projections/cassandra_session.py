@@ -7,7 +7,7 @@ from typing import Any
 
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
 
 from schemas.settings import CassandraSettings
 
@@ -29,7 +29,14 @@ def open_cluster(settings: CassandraSettings) -> Cluster:
         connect_timeout=settings.connect_timeout_s,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=5,
+        reconnection_policy=reconnection_policy(settings),
     )
+
+
+def reconnection_policy(settings: CassandraSettings) -> ExponentialReconnectionPolicy:
+    """Reconnect to a downed host from 0.25 s, doubling, capped at ``reconnect_max_delay_s``, forever."""
+    cap = settings.reconnect_max_delay_s
+    return ExponentialReconnectionPolicy(base_delay=min(0.25, cap), max_delay=cap, max_attempts=None)
 
 
 def connect(settings: CassandraSettings, keyspace: str | None = None) -> tuple[Cluster, Session]:

@@ -25,3 +25,9 @@ def in_summary_input(event_key: str, target: str) -> bool:
     if target == FULL_SESSION or event_key == FULL_SESSION:
         return True
     return is_within(event_key, target)
+
+
+def ancestors_of(key: str) -> list[str]:
+    """The non-empty proper prefixes of ``key`` by whole segments, nearest first (``"a/b/c"`` → ``a/b``, ``a``)."""
+    parts = key.split(SEPARATOR) if key else []
+    return [SEPARATOR.join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]

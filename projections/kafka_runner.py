@@ -7,8 +7,14 @@ to the stored offset (or the beginning), so a restart, even after SIGKILL,
 resumes exactly where the rows stop.
 
 Cassandra unavailable → the assigned partitions are paused, the batch is
-retried with exponential backoff (the consumer keeps polling, so the group
-does not evict it), and each attempt logs one clear line. Nothing is skipped.
+retried with exponential backoff capped at ``backoff_max_s`` (2 s by default:
+once Cassandra answers again the projector resumes within that, not after a
+delay that grew during the outage), the consumer keeps polling so the group
+does not evict it, and each attempt logs one clear line. Nothing is skipped.
+
+After each batch, and every ``heartbeat_s`` while idle, the runner writes a
+heartbeat per partition (``Projector.save_progress``: its next offset and the
+log end offset it saw), which the read side reports as ``projection_lag``.
 """
 
 from __future__ import annotations
@@ -16,16 +22,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from projections.errors import StoreUnavailable
-from projections.projector import BatchOutcome, Projector, SourceRecord
+from projections.projector import BatchOutcome, PartitionProgress, Projector, SourceRecord
 from schemas import DeadLetter
 
 log = logging.getLogger("distill.projector")
+DEFAULT_BACKOFF_MAX_S = 2.0
+
+
+def next_backoff(delay: float, cap: float, jitter: float = 0.1, rng: Callable[[float, float], float] = random.uniform
+                 ) -> float:  # fmt: skip
+    """The delay after ``delay``: doubled, jittered by ±``jitter``, never above ``cap`` (pure)."""
+    return min(cap, delay * 2 * rng(1 - jitter, 1 + jitter))
 
 
 class _SeekToStored(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -56,7 +70,8 @@ class ProjectorRunner:
         max_batch: int = 2000,
         poll_timeout_ms: int = 200,
         backoff_initial_s: float = 0.5,
-        backoff_max_s: float = 30.0,
+        backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
+        heartbeat_s: float = 1.0,
         on_batch: Callable[[BatchOutcome], None] | None = None,
     ) -> None:
         self.projector = projector
@@ -67,6 +82,8 @@ class ProjectorRunner:
         self.poll_timeout_ms = poll_timeout_ms
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.heartbeat_s = heartbeat_s
+        self._last_heartbeat = 0.0
         self.on_batch = on_batch
         self.assigned: set[TopicPartition] = set()
         self._stopping = asyncio.Event()
@@ -88,7 +105,7 @@ class ProjectorRunner:
             except StoreUnavailable as exc:
                 log.warning("cannot read stored offsets (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.backoff_max_s)
+                delay = next_backoff(delay, self.backoff_max_s)
         for tp in assigned:
             offset = stored.get((tp.topic, tp.partition))
             if offset is None:
@@ -122,8 +139,11 @@ class ProjectorRunner:
                 ]  # fmt: skip
                 if records:
                     outcome = await self._project_with_retry(records)
+                    await self._heartbeat(outcome.offsets)
                     if self.on_batch is not None:
                         self.on_batch(outcome)
+                elif time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
+                    await self._heartbeat(None)
         finally:
             await self._consumer.stop()
             await self._producer.stop()
@@ -147,7 +167,7 @@ class ProjectorRunner:
                         len(records), delay, exc,
                     )  # fmt: skip
                     await self._wait(delay)
-                    delay = min(delay * 2, self.backoff_max_s) * random.uniform(0.9, 1.1)
+                    delay = next_backoff(delay, self.backoff_max_s)
         finally:
             if paused:
                 self._consumer.resume(*self._consumer.assignment())
@@ -165,6 +185,25 @@ class ProjectorRunner:
             for tp, batch in polled.items():
                 if batch:
                     self._consumer.seek(tp, batch[0].offset)
+
+    async def _heartbeat(self, offsets: dict[tuple[str, int], int] | None) -> None:
+        """Write the progress of ``offsets``' partitions (``None``: every assigned one, idle); never raises."""
+        assert self._consumer is not None
+        self._last_heartbeat = time.monotonic()
+        try:
+            if offsets is None:
+                offsets = {(tp.topic, tp.partition): await self._consumer.position(tp) for tp in self.assigned}
+            progress = []
+            for (topic, partition), next_offset in offsets.items():
+                if TopicPartition(topic, partition) not in self.assigned:
+                    continue
+                end = self._consumer.highwater(TopicPartition(topic, partition))
+                seen = end if end is not None else next_offset
+                progress.append(PartitionProgress(topic, partition, next_offset, seen))
+            if progress:
+                await self.projector.save_progress(progress)
+        except Exception as exc:  # a heartbeat is advisory: the next one retries, projection goes on
+            log.warning("projector heartbeat not written: %s", exc)
 
     def _still_assigned(self, tp: tuple[str, int]) -> bool:
         return TopicPartition(*tp) in self.assigned

@@ -17,6 +17,10 @@ from functools import lru_cache
 MIN_SCORE = 0.45
 MAX_DOC_TOKENS = 1000
 MAX_FALLBACKS = 4
+CHUNK_CHARS = 8 * 1024
+"""At most this many characters per indexed chunk of a document."""
+CHUNK_OVERLAP = 200
+"""Characters each chunk repeats of the one before, so a phrase cut by a chunk end is whole in the next chunk."""
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
@@ -131,6 +135,82 @@ def _index_token(word: str) -> str:
         skip = word in STOP_WORDS or (len(word) < 3 and not _short_keyword(word))
         token = _INDEX_TOKEN[word] = "" if skip else _stem(word)
     return token
+
+
+def _span_end(text: str, lowered: str, start: int, max_chars: int, max_tokens: int) -> int:
+    """Where the chunk starting at ``start`` ends: before the word that would pass either cap.
+
+    A word is never cut, except a single word longer than ``max_chars``. CJK
+    runs are indexed by character bigrams (see ``doc_tokens``), so they may be
+    cut between any two characters.
+    """
+    limit = min(len(text), start + max_chars)
+    tokens: set[str] = set()
+    for match in _WORD.finditer(lowered, start, limit):
+        word = match.group()
+        if _CJK.search(word):
+            chars = word
+            for i in range(max(1, len(chars) - 1)):
+                token = chars[i : i + 2]
+                if token not in tokens:
+                    if len(tokens) >= max_tokens:
+                        return max(match.start() + i, start + 1)
+                    tokens.add(token)
+            continue
+        if match.end() >= limit and limit < len(text) and match.start() > start:
+            return match.start()  # the word runs past the chunk: it goes whole into the next one
+        token = _index_token(word)
+        if token and token not in tokens:
+            if len(tokens) >= max_tokens:
+                return max(match.start(), start + 1)
+            tokens.add(token)
+    return limit
+
+
+def chunk_index(
+    text: str, max_chars: int = CHUNK_CHARS, max_tokens: int = MAX_DOC_TOKENS, overlap: int = CHUNK_OVERLAP
+) -> list[tuple[int, int, set[str]]]:
+    """``(start, end, tokens)`` chunks that together cover all of ``text``, for indexing it whole.
+
+    Each chunk holds at most ``max_chars`` characters and at most
+    ``max_tokens`` distinct index tokens, so its ``doc_tokens`` (returned as
+    ``tokens``) never hits the cap: every word of the text is indexed in some
+    chunk. For CJK text, where every character pair is a token, the token cap
+    comes first (about a thousand characters a chunk). Each chunk after the
+    first starts ``overlap`` characters before the previous one ended (at a
+    word start), so a phrase shorter than that is whole in one chunk.
+    """
+    if not text:
+        return []
+    lowered = text.lower()
+    chunks: list[tuple[int, int, set[str]]] = []
+    start = 0
+    while True:
+        end = min(len(text), start + max_chars)
+        floor = start + max_chars // 2
+        if end < len(text):
+            cut = end
+            while cut > floor and lowered[cut - 1].isalnum() and lowered[cut].isalnum():
+                cut -= 1  # do not cut a word
+            end = cut if cut > floor else end
+        piece = lowered[start:end]
+        # CJK: every character pair is a token, so the cap bites near a thousand characters: go word by word.
+        cjk = not piece.isascii() and _CJK.search(piece) is not None
+        tokens = set() if cjk else doc_tokens(piece)
+        if cjk or len(tokens) >= max_tokens:
+            end = _span_end(text, lowered, start, max_chars, max_tokens)
+            tokens = doc_tokens(lowered[start:end])
+        chunks.append((start, end, tokens))
+        if end >= len(text):
+            return chunks
+        # Overlap at most half the chunk, so each chunk moves the start on by at least half its size.
+        nxt = max(start + 1, end - min(overlap, (end - start) // 2))
+        cut, lowest = nxt, max(start + 1, nxt - overlap)
+        while cut > lowest and lowered[cut - 1].isalnum() and lowered[cut].isalnum() and not _CJK.match(lowered[cut]):
+            cut -= 1  # back to the start of the word the overlap begins in (CJK: any position is a start)
+        if cut > lowest or not (lowered[cut - 1].isalnum() and lowered[cut].isalnum()):
+            nxt = cut  # else a word longer than the overlap: cut it rather than step back further
+        start = nxt
 
 
 def normalize_query(query: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,16 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """Where the projector stands on one partition: the next offset to project and the log end it saw."""
+
+    topic: str
+    partition: int
+    next_offset: int
+    log_end_offset: int
 
 
 @dataclass
@@ -179,16 +190,22 @@ class Projector:
     def _prepare(self) -> dict[str, PreparedStatement]:
         names = {
             "event": q.INSERT_EVENT, "event_id": q.INSERT_EVENT_ID, "tool_call": q.UPSERT_TOOL_CALL,
-            "tool_result": q.UPSERT_TOOL_RESULT, "recall": q.INSERT_RECALL, "history": q.INSERT_SUMMARY_HISTORY,
+            "tool_result": q.UPSERT_TOOL_RESULT, "recall": q.INSERT_RECALL, "recall_chunk": q.INSERT_RECALL_CHUNK,
+            "history": q.INSERT_SUMMARY_HISTORY,
             "latest_insert": q.INSERT_SUMMARY_LATEST, "latest_update": q.UPDATE_SUMMARY_LATEST,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED,
-            "save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS,
+            "save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS, "turn": q.INSERT_TURN,
+            "session_source": q.UPSERT_SESSION_SOURCE, "progress": q.SAVE_PROGRESS,
+            "progress_caught_up": q.SAVE_PROGRESS_CAUGHT_UP,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
         for table in q.SESSION_TABLES:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
         out["delete_recall"] = self._session.prepare(
             f"DELETE FROM {self._ks}.recall_docs WHERE app_name = ? AND user_id = ? AND session_id = ?"
+        )
+        out["delete_recall_chunks"] = self._session.prepare(
+            f"DELETE FROM {self._ks}.recall_chunks WHERE app_name = ? AND user_id = ? AND session_id = ?"
         )
         if self._embedder is not None:
             dims = self._embedder.dimensions
@@ -213,6 +230,26 @@ class Projector:
         for (topic, partition), offset in sorted(offsets.items()):
             batch.add(self._p["save_offset"], (self.consumer_group, topic, partition, offset))
         await self._run(batch, None)
+
+    async def save_progress(self, progress: Iterable[PartitionProgress], now: datetime | None = None) -> None:
+        """Write the heartbeat row of each partition (``projector_progress``), read as ``projection_lag``.
+
+        ``caught_up_at`` is set only when the partition has nothing left to
+        project, so "seconds since caught up" is what a reader can act on.
+        """
+        at = now or datetime.now(UTC)
+        work: list[tuple[Any, Any]] = []
+        for pp in progress:
+            end = max(pp.log_end_offset, pp.next_offset)
+            if pp.next_offset >= end:
+                work.append((self._p["progress_caught_up"], (pp.next_offset, end, at, at, pp.topic, pp.partition,
+                                                             self.consumer_group)))  # fmt: skip
+            else:
+                work.append((self._p["progress"], (pp.next_offset, end, at, pp.topic, pp.partition,
+                                                   self.consumer_group)))  # fmt: skip
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra progress write failed: {failed[0][1]}")
 
     # -- the batch -------------------------------------------------------------------------------------------
 
@@ -311,11 +348,7 @@ class Projector:
             for start in range(0, len(items), step):
                 batches = self._batches(items, start, min(len(items), start + step), vectors)
                 work = [(b.statement(), b.params()) for b in batches]
-                future = asyncio.wrap_future(
-                    self._session.execute_concurrent_async(
-                        work, concurrency=self._concurrency, raise_on_first_error=False
-                    )
-                )
+                future = asyncio.wrap_future(self._submit_concurrent(work))
                 in_flight.append((batches, future))
                 if len(in_flight) >= 2:
                     await settle(*in_flight.pop(0))
@@ -351,18 +384,26 @@ class Projector:
             item = items[index]
             ev = item.event
             rows = event_rows(ev, item.record.offset, self._count)
-            session_group = groups.setdefault((ev.app_name, ev.user_id, ev.session_id), [])
+            pk = (ev.app_name, ev.user_id, ev.session_id)
+            session_group = groups.get(pk)
+            if session_group is None:
+                session_group = groups[pk] = []
+                source = (*pk, item.record.topic, item.record.partition)
+                session_group.append((p["session_source"], source, index, 64))
             session_group.append((p["event"], rows.event, index, rows.size))
+            if rows.turn is not None:
+                session_group.append((p["turn"], rows.turn, index, 96))
             session_group.append((p["event_id"], rows.event_id, index, 64))
             for r in rows.tool_calls:
-                session_group.append((p["tool_call"], (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
+                session_group.append((p["tool_call"], (r[4], r[5], r[6], r[0], r[1], r[2], r[3]), index, 64))
             if rows.tool_result is not None:
                 r = rows.tool_result
                 session_group.append((p["tool_result"], (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
             if rows.recall is not None:
-                groups.setdefault((ev.app_name, ev.user_id), []).append(
-                    (p["recall"], rows.recall, index, rows.recall_size)
-                )
+                tenant_group = groups.setdefault((ev.app_name, ev.user_id), [])
+                tenant_group.append((p["recall"], rows.recall, index, rows.recall_size))
+                for chunk in rows.chunks:
+                    tenant_group.append((p["recall_chunk"], chunk, index, len(str(chunk[9])) + 256))
                 if rows.recall_text is not None:
                     vectors.append((rows.recall[:5], rows.recall_text))
         batches: list[_Batch] = []
@@ -454,6 +495,7 @@ class Projector:
         await self._run(self._p["insert_deleted"], (*pk, deleted_at))
         work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]
         work.append((self._p["delete_recall"], pk))
+        work.append((self._p["delete_recall_chunks"], pk))
         if "delete_vectors" in self._p:
             work.append((self._p["delete_vectors"], pk))
         failed = await self._run_concurrent(work)
@@ -470,16 +512,29 @@ class Projector:
         except DriverException as exc:
             raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
 
+    def _submit_concurrent(self, work: list[tuple[Any, Any]]) -> concurrent.futures.Future[Any]:
+        """``execute_concurrent_async``, with its failure to start turned into ``StoreUnavailable``.
+
+        With every host down the driver fails the first statements while
+        submitting, then fails itself sorting their errors and raises
+        ``InvalidStateError`` from the submission: that is an outage, to be
+        retried like ``NoHostAvailable``, not a crash of the projector.
+        """
+        try:
+            future: concurrent.futures.Future[Any] = self._session.execute_concurrent_async(
+                work, concurrency=self._concurrency, raise_on_first_error=False
+            )
+        except concurrent.futures.InvalidStateError as exc:
+            raise StoreUnavailable(f"cassandra unavailable: the driver could not submit the writes: {exc}") from exc
+        return future
+
     async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
         """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``."""
         items = list(work)
         if not items:
             return []
         try:
-            future = self._session.execute_concurrent_async(
-                items, concurrency=self._concurrency, raise_on_first_error=False
-            )
-            results = await asyncio.wrap_future(future)
+            results = await asyncio.wrap_future(self._submit_concurrent(items))
         except _TRANSIENT as exc:
             raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
         return [(i, r.result_or_exc) for i, r in enumerate(results) if not r.success]

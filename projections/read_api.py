@@ -26,7 +26,13 @@ from projections.errors import AnchorNotFound, InvalidRequest
 from projections.filter_keys import in_summary_input
 from projections.rows import RECALL_ROLES, restore_event_json
 from projections.statements import vector_table
-from projections.summary_selection import SelectedSummary, SummaryCut, select_for_prompt, select_hidden
+from projections.summary_selection import (
+    SelectedSummary,
+    SummaryCut,
+    select_for_display,
+    select_for_prompt,
+    select_hidden,
+)
 from projections.windows import normalize_content, normalize_window, slice_content
 from schemas import SessionEvent, SessionKey, SessionSummary
 
@@ -43,6 +49,10 @@ _EVENT_COLS = (
     "skip_summarization, token_count, content_size"
 )
 _DOC_COLS = "session_id, ts, event_id, seq, filter_key, role, text, tool_call_id, tool_name, content_bytes"
+_DOC_TABLES = ("recall_docs", "recall_chunks")
+"""Where a document's indexed chunks live: the first in ``recall_docs``, the rest in ``recall_chunks``."""
+_FIRST_CHUNKS = ("recall_docs",)
+_LATER_CHUNKS = ("recall_chunks",)
 MAX_PLAN = 6
 """Broadening cap: at most this many queries of a plan run (the strictest first)."""
 MAX_TERMS = 8
@@ -162,6 +172,8 @@ class _Doc:
     tool_call_id: str | None
     tool_name: str | None
     content_bytes: int
+    chunk: int = 0
+    """0: the document's first chunk (``recall_docs``); n ≥ 1: its ``recall_chunks`` row n."""
     score: float = 0.0
     sources: set[str] = field(default_factory=set)
 
@@ -236,7 +248,7 @@ class SessionReader:
     # -- summaries -------------------------------------------------------------------------------------------
 
     async def get_summary(self, key: SessionKey, filter_key: str = "") -> StoredSummary | None:
-        """The summary for ``filter_key`` with the guide's fallback order.
+        """The stored summary for ``filter_key`` with the guide's fallback order (for display, not for a prompt).
 
         1. the summary of ``filter_key`` itself;
         2. else the full-session summary (``""``);
@@ -262,26 +274,32 @@ class SessionReader:
         return _summary(best)
 
     async def get_summary_view(self, key: SessionKey, filter_key: str = "") -> SelectedSummary | None:
-        """The summary standing for ``filter_key``, branch aggregates included.
+        """The summary a prompt for ``filter_key`` injects and cuts its history at.
 
-        1. the summary of ``filter_key`` itself;
-        2. else, for a branch key, the prefix aggregate of its subtree (the
-           descendants' summaries by key, joined by a blank line; boundary =
-           their earliest cutoff, no event id — see
-           ``projections.summary_selection``), as the Go injection does;
-        3. else the full-session summary (``""``);
-        4. else the freshest summary of any key (as :meth:`get_summary`).
-
-        ``source`` on the result says which rule answered. Pass it as
-        ``summary=`` to :meth:`events_after_boundary` for the events the
-        next prompt must add.
+        The key's own summary, else its nearest ancestor's, else the full
+        session's (``projections.summary_selection.select_for_prompt``); never
+        an unrelated branch's or a descendants' aggregate, which did not see
+        the key's events. ``None``: inject nothing, cut nothing. ``source`` on
+        the result says which rule answered. Pass it as ``summary=`` to
+        :meth:`events_after_boundary` for the events the next prompt must add.
         """
         rows = await aexecute(self._s, self._summary_all, tuple(key))
         return select_for_prompt((_cut(r) for r in rows), filter_key)
 
     async def get_summary_text(self, key: SessionKey, filter_key: str = "") -> str | None:
-        """The text of :meth:`get_summary_view` (see its order), or ``None`` when the session has none."""
-        found = await self.get_summary_view(key, filter_key)
+        """A summary text to *show* for ``filter_key``, in the guide's fallback order; ``None`` when there is none.
+
+        1. the summary of ``filter_key`` itself;
+        2. else, for a branch key, the prefix aggregate of its subtree (the
+           descendants' summaries by key, joined by a blank line);
+        3. else the full-session summary (``""``);
+        4. else the freshest summary of any key.
+
+        For display (``distill show``, a UI): the text may be another
+        branch's. A prompt uses :meth:`get_summary_view`, which never is.
+        """
+        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        found = select_for_display((_cut(r) for r in rows), filter_key)
         return found.summary if found else None
 
     async def latest_summary(self, key: SessionKey, filter_key: str = "") -> StoredSummary | None:
@@ -327,6 +345,8 @@ class SessionReader:
         of exactly ``filter_key``; with none, every event of the key. Partial
         events are never included. An event-id boundary is exact; a
         timestamp-only boundary keeps the events at the cutoff timestamp.
+        ``skip_summarization`` events are included like any other (visible
+        while after the boundary; hidden, yet searchable, once it passes them).
         A branch key takes its subtree plus the events without a key.
         Chronological (timestamp, then arrival order).
         """
@@ -602,6 +622,11 @@ class SessionReader:
         of 4+ terms that matches nothing reads every row holding its two
         chosen terms (60-160 ms at 100k events). Such queries are skipped when
         a probe (``LIMIT 1`` per term, ~1 ms) finds one of their terms absent.
+
+        Each query reads the first chunks (``recall_docs``); the later chunks
+        of long documents (``recall_chunks``) only when the answer is still
+        short of ``k`` documents after it — a detail deep in a tool result is
+        found, and a search that the first chunks answer costs what it did.
         """
         plan = lexical.plan(query)[:MAX_PLAN]
         if not plan:
@@ -615,9 +640,18 @@ class SessionReader:
 
         def start(i: int) -> None:
             terms = plan[i].index_terms
-            pending[i] = asyncio.ensure_future(self._fetch_terms(key, terms, session_id, exclude, limit))
+            pending[i] = asyncio.ensure_future(
+                self._fetch_terms(key, terms, session_id, exclude, limit, tables=_FIRST_CHUNKS)
+            )
+
+        def start_deep(i: int) -> None:
+            terms = plan[i].index_terms
+            deep[i] = asyncio.ensure_future(
+                self._fetch_terms(key, terms, session_id, exclude, max(10, 2 * k), tables=_LATER_CHUNKS)
+            )
 
         pending: dict[int, asyncio.Future[list[_Doc]]] = {}
+        deep: dict[int, asyncio.Future[list[_Doc]]] = {}
         for i, lq in enumerate(plan[:_FIRST_WAVE]):
             if not wide(lq):
                 start(i)
@@ -631,7 +665,7 @@ class SessionReader:
             accept = await gate
             if accept is None:
                 return
-            prepared: dict[tuple[str, str], lexical.ScoredText] = {}
+            prepared: dict[tuple[str, str, int], lexical.ScoredText] = {}
             for n, i in enumerate(runnable):
                 if n > 0 and self._count(found, "lexical") >= enough:
                     break
@@ -640,8 +674,16 @@ class SessionReader:
                         start(j)
                 for doc in await pending.pop(i):
                     self._score(found, prepared, plan[i], doc, accept, min_score)
+                if self._count(found, "lexical") < k:
+                    # The first chunks do not fill the answer: look into the rest of long documents, for
+                    # this query and the others of its wave (their first chunks are already on the way).
+                    for j in runnable[n:]:
+                        if j not in deep and (j == i or j in pending):
+                            start_deep(j)
+                    for doc in await deep.pop(i):
+                        self._score(found, prepared, plan[i], doc, accept, min_score)
         finally:
-            for f in pending.values():
+            for f in (*pending.values(), *deep.values()):
                 f.cancel()
         if not found:
             # Last resort: any single keyword (OR semantics), scored against the whole query.
@@ -655,12 +697,12 @@ class SessionReader:
                     self._score(found, prepared, whole, doc, accept, min_score)
 
     def _score(
-        self, found: dict[tuple[str, str], _Doc], prepared: dict[tuple[str, str], lexical.ScoredText],
+        self, found: dict[tuple[str, str], _Doc], prepared: dict[tuple[str, str, int], lexical.ScoredText],
         lq: lexical.LexicalQuery, doc: _Doc, accept: _Accept, min_score: float,
     ) -> None:  # fmt: skip
         if not accept(doc):
             return
-        ident = (doc.session_id, doc.event_id)
+        ident = (doc.session_id, doc.event_id, doc.chunk)
         text = prepared.get(ident)
         if text is None:
             text = prepared[ident] = lexical.ScoredText(doc.text)
@@ -669,17 +711,22 @@ class SessionReader:
             self._merge(found, doc, value, "lexical")
 
     async def _absent_terms(self, key: SessionKey, terms: Sequence[str], session_id: str | None) -> set[str]:
-        """Which of ``terms`` no document of the scope holds (one concurrent ``LIMIT 1`` probe per term)."""
-        unique = list(dict.fromkeys(terms))
-        if not unique:
-            return set()
+        """Which of ``terms`` no document of the scope holds in any chunk (concurrent ``LIMIT 1`` probes).
+
+        The first chunks are probed first; only the terms they lack are probed in the later chunks.
+        """
+        absent = list(dict.fromkeys(terms))
         where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
-        stmt = await self._prep_async(
-            f"SELECT event_id FROM {self._ks}.recall_docs WHERE {where} AND tokens CONTAINS ? LIMIT 1"
-        )
         params: tuple[str, ...] = (key.app_name, key.user_id) + ((session_id,) if session_id is not None else ())
-        found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in unique))
-        return {t for t, rows in zip(unique, found, strict=True) if not list(rows)}
+        for table in _DOC_TABLES:
+            if not absent:
+                break
+            stmt = await self._prep_async(
+                f"SELECT event_id FROM {self._ks}.{table} WHERE {where} AND tokens CONTAINS ? LIMIT 1"
+            )
+            found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in absent))
+            absent = [t for t, rows in zip(absent, found, strict=True) if not list(rows)]
+        return set(absent)
 
     @staticmethod
     def _count(found: dict[tuple[str, str], _Doc], source: str) -> int:
@@ -693,17 +740,23 @@ class SessionReader:
             doc.sources.add(source)
             found[(doc.session_id, doc.event_id)] = doc
         else:
+            if value > current.score and doc.chunk != current.chunk:
+                current.text, current.chunk = doc.text, doc.chunk  # the snippet shows the best-matching chunk
             current.score = max(current.score, value)
             current.sources.add(source)
 
     async def _fetch_terms(
-        self, key: SessionKey, terms: Sequence[str], session_id: str | None, exclude: str | None, limit: int
-    ) -> list[_Doc]:
-        """Documents holding every one of ``terms`` (the first ``MAX_TERMS``), at most ``limit`` per slice.
+        self, key: SessionKey, terms: Sequence[str], session_id: str | None, exclude: str | None, limit: int,
+        *, tables: Sequence[str] = _DOC_TABLES,
+    ) -> list[_Doc]:  # fmt: skip
+        """Chunks holding every one of ``terms`` (the first ``MAX_TERMS``), at most ``limit`` per slice and table.
 
-        With ``exclude`` (and no ``session_id``) the tenant partition is read as
-        two clustering slices around that session, so its rows never take up
-        the ``LIMIT`` of a search over the other sessions.
+        ``tables``: ``recall_docs`` (first chunks) and/or ``recall_chunks``
+        (the rest of long documents), read concurrently; one document may
+        answer with several chunks (the caller keeps its best score). With ``exclude``
+        (and no ``session_id``) the tenant partition is read as two clustering
+        slices around that session, so its rows never take up the ``LIMIT``
+        of a search over the other sessions.
         """
         terms = list(terms)[:MAX_TERMS]
         if not terms:
@@ -712,16 +765,18 @@ class SessionReader:
         contains = "".join(" AND tokens CONTAINS ?" for _ in terms)
         if session_id is not None or exclude is None:
             where = base + (" AND session_id = ?" if session_id is not None else "")
-            stmt = await self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {where}{contains} "
-                                          "LIMIT ?")  # fmt: skip
             params: list[Any] = [key.app_name, key.user_id] + ([session_id] if session_id is not None else [])
-            return [_doc(r) for r in await aexecute(self._s, stmt, (*params, *terms, limit))]
-        below, above = await asyncio.gather(*(
-            self._prep_async(f"SELECT {_DOC_COLS} FROM {self._ks}.recall_docs WHERE {base} AND session_id {op} ?"
-                             f"{contains} LIMIT ?") for op in ("<", ">")
+            slices = [(f"{where}{contains}", (*params, *terms, limit))]
+        else:
+            slices = [(f"{base} AND session_id {op} ?{contains}", (key.app_name, key.user_id, exclude, *terms, limit))
+                      for op in ("<", ">")]  # fmt: skip
+        queries = [(table, where, values) for table in tables for where, values in slices]
+        stmts = await asyncio.gather(*(
+            self._prep_async(f"SELECT {_DOC_COLS}{', chunk' if table == 'recall_chunks' else ''} FROM "
+                             f"{self._ks}.{table} WHERE {where} LIMIT ?") for table, where, _ in queries
         ))  # fmt: skip
         pages = await asyncio.gather(
-            *(aexecute(self._s, stmt, (key.app_name, key.user_id, exclude, *terms, limit)) for stmt in (below, above))
+            *(aexecute(self._s, stmt, values) for stmt, (_, _, values) in zip(stmts, queries, strict=True))
         )
         return [_doc(r) for rows in pages for r in rows]
 
@@ -814,7 +869,7 @@ def _doc(row: Any) -> _Doc:
     return _Doc(
         session_id=row.session_id, ts=_utc(row.ts), event_id=row.event_id, seq=row.seq,
         filter_key=row.filter_key or "", role=row.role, text=row.text or "", tool_call_id=row.tool_call_id,
-        tool_name=row.tool_name, content_bytes=row.content_bytes or 0,
+        tool_name=row.tool_name, content_bytes=row.content_bytes or 0, chunk=getattr(row, "chunk", 0) or 0,
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from projections.lexical import doc_tokens
+from projections.lexical import MAX_DOC_TOKENS, chunk_index, doc_tokens
 from schemas import Message, SessionEvent, SessionSummary
 
 TokenCounter = Callable[[Message], int]
@@ -19,8 +19,9 @@ TokenCounter = Callable[[Message], int]
 
 RECALL_ROLES = frozenset({"user", "assistant", "tool"})
 MAX_INDEXED_CHARS = 8 * 1024
-"""Only the first 8 Ki characters of a document are tokenized (SAI keeps memtable indexes on heap) and stored
-in ``recall_docs.text`` (scoring and snippets read that prefix; ``session_load`` reads the full event row)."""
+"""``recall_docs`` holds the first 8 Ki characters of a document and their tokens (scoring and snippets read
+that prefix; ``session_load`` reads the full event row). A longer document, or one whose prefix holds more
+than ``MAX_DOC_TOKENS`` tokens (CJK text), is indexed whole: its further chunks are ``recall_chunks`` rows."""
 
 
 def estimate_tokens(message: Message) -> int:
@@ -74,10 +75,14 @@ class EventRows:
     tool_result: tuple[object, ...] | None
     recall: tuple[object, ...] | None
     recall_text: str | None
+    turn: tuple[object, ...] | None = None
+    """The ``session_turns`` row (events of an invocation or request)."""
     size: int = 0
     """Approximate bytes of the event row (for batch sizing)."""
     recall_size: int = 0
     """Approximate bytes of the recall row."""
+    chunks: tuple[tuple[object, ...], ...] = ()
+    """``recall_chunks`` rows: the chunks after the first of a long document (see ``lexical.chunk_index``)."""
 
 
 def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> EventRows:
@@ -93,12 +98,13 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
         bool(call_ids), event.partial, event.skip_summarization, count_tokens(msg), size,
         stored_event_json(event),
     )  # fmt: skip
-    calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id) for tc in msg.tool_calls)
+    calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id, event.timestamp) for tc in msg.tool_calls)
     result = None
     if msg.role == "tool" and msg.tool_call_id and not event.partial:
         result = (app, user, sid, msg.tool_call_id, event.event_id, event.timestamp)
     recall = None
     recall_text = None
+    chunks: tuple[tuple[object, ...], ...] = ()
     if recall_eligible(event):
         recall_text = text
         indexed = text[:MAX_INDEXED_CHARS]
@@ -106,6 +112,18 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
         recall = (
             app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
             msg.tool_call_id, msg.name, size, tokens or None,
+        )  # fmt: skip
+        if len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS:
+            chunks = tuple(
+                (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
+                 msg.tool_call_id, msg.name, size, chunk_tokens or None)
+                for n, (a, b, chunk_tokens) in enumerate(chunk_index(text)[1:], start=1)
+            )  # fmt: skip
+    turn = None
+    if event.invocation_id or event.request_id:
+        turn = (
+            app, user, sid, event.invocation_id, event.request_id, event.timestamp, event.event_id, seq,
+            event.filter_key, msg.role, event.partial,
         )  # fmt: skip
     event_json = event_row[-1]
     assert isinstance(event_json, str)
@@ -118,6 +136,8 @@ def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> Eve
         tool_result=result,
         recall=recall,
         recall_text=recall_text,
+        chunks=chunks,
+        turn=turn,
     )
 
 

@@ -12,7 +12,7 @@ INSERT_EVENT_ID = (
     "INSERT INTO {ks}.event_ids (app_name, user_id, session_id, event_id, ts, seq) VALUES (?, ?, ?, ?, ?, ?)"
 )
 UPSERT_TOOL_CALL = (
-    "UPDATE {ks}.tool_calls SET tool_name = ?, call_event_id = ? "
+    "UPDATE {ks}.tool_calls SET tool_name = ?, call_event_id = ?, call_ts = ? "
     "WHERE app_name = ? AND user_id = ? AND session_id = ? AND tool_call_id = ?"
 )
 UPSERT_TOOL_RESULT = (
@@ -22,6 +22,10 @@ UPSERT_TOOL_RESULT = (
 INSERT_RECALL = (
     "INSERT INTO {ks}.recall_docs (app_name, user_id, session_id, ts, event_id, seq, filter_key, role, text, "
     "tool_call_id, tool_name, content_bytes, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_RECALL_CHUNK = (
+    "INSERT INTO {ks}.recall_chunks (app_name, user_id, session_id, ts, event_id, chunk, seq, filter_key, role, "
+    "text, tool_call_id, tool_name, content_bytes, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_SUMMARY_HISTORY = (
     "INSERT INTO {ks}.summaries_history (app_name, user_id, session_id, filter_key, version, summary, cutoff_at, "
@@ -38,11 +42,29 @@ UPDATE_SUMMARY_LATEST = (
 )
 SELECT_DELETED = "SELECT deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
 INSERT_DELETED = "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at) VALUES (?, ?, ?, ?)"
-SESSION_TABLES = ("events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history")
+SESSION_TABLES = (
+    "events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history", "session_turns",
+    "session_sources",
+)  # fmt: skip
 DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 SAVE_OFFSET = (
     "INSERT INTO {ks}.projector_offsets (consumer_group, topic, partition, next_offset, updated_at) "
     "VALUES (?, ?, ?, ?, toTimestamp(now()))"
+)
+INSERT_TURN = (
+    "INSERT INTO {ks}.session_turns (app_name, user_id, session_id, invocation_id, request_id, ts, event_id, seq, "
+    "filter_key, role, partial) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+UPSERT_SESSION_SOURCE = (
+    "INSERT INTO {ks}.session_sources (app_name, user_id, session_id, topic, partition) VALUES (?, ?, ?, ?, ?)"
+)
+SAVE_PROGRESS = (
+    "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ? "
+    "WHERE topic = ? AND partition = ? AND consumer_group = ?"
+)
+SAVE_PROGRESS_CAUGHT_UP = (
+    "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ?, caught_up_at = ? "
+    "WHERE topic = ? AND partition = ? AND consumer_group = ?"
 )
 LOAD_OFFSETS = "SELECT topic, partition, next_offset FROM {ks}.projector_offsets WHERE consumer_group = ?"
 

@@ -1,20 +1,25 @@
 """Which stored summary stands for a filter key on the read side (pure).
 
-A branch key (``"planner/flights"``) may have no summary of its own while its
-descendants do (``"planner/flights/outbound"``, ``"planner/flights/return"``).
-The key is then represented by the **prefix aggregate** of its subtree: the
-summaries whose key equals it or descends from it (whole ``/`` segments),
-sorted by key, their texts joined by a blank line. The aggregate hides only
-what *all* of them hide, so its boundary is the **earliest** cutoff with no
-event id (an event id names one branch's last event, not the aggregate's).
+Two orders, for two purposes:
 
-Lookup orders built on it:
+- :func:`select_for_prompt` (``SessionReader.get_summary_view``, and
+  ``session_search``'s ``current_hidden`` through :func:`select_hidden`):
+  the key's own summary, else its nearest ancestor's (whole ``/`` segments,
+  ``"app/a/x"`` → ``"app/a"`` → ``"app"``), else the full session's. Nothing
+  else: a prompt cuts its history at the boundary of the summary it injects,
+  and only these summaries hold the events that the cut hides. An unrelated
+  branch's summary (``"app/a"`` for an agent on ``"app/b"``) never saw
+  ``app/b``'s events, and a descendants' aggregate never saw the key's own
+  events, so either would hide history that no summary holds. With none of
+  them the prompt keeps its whole history (and nothing is "hidden").
+- :func:`select_for_display` (``SessionReader.get_summary_text``): the
+  guide's fallback order for showing a summary — exact → prefix aggregate of
+  the key's subtree → full session → the freshest summary of any key. For
+  display only: never a prompt's cut.
 
-- :func:`select_for_prompt` (``SessionReader.get_summary_view`` /
-  ``get_summary_text``): exact → prefix aggregate → full session → the
-  freshest summary of any key (the guide's "any available summary").
-- :func:`select_hidden` (``session_search`` scope ``current_hidden``):
-  exact → prefix aggregate → full session; no summary → nothing is hidden.
+A **prefix aggregate** (display only): the summaries whose key equals the
+prefix or descends from it, sorted by key, texts joined by a blank line,
+boundary the earliest cutoff with no event id.
 
 Blank texts never count as a summary.
 """
@@ -26,10 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from projections.filter_keys import FULL_SESSION, is_within
+from projections.filter_keys import FULL_SESSION, ancestors_of, is_within
 from schemas import SummaryBoundary
 
-Source = Literal["exact", "prefix", "full_session", "any"]
+Source = Literal["exact", "ancestor", "full_session", "prefix", "any"]
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,26 @@ def prefix_aggregate(cuts: Iterable[SummaryCut], prefix: str) -> SelectedSummary
     )
 
 
+def select_for_prompt(cuts: Iterable[SummaryCut], filter_key: str) -> SelectedSummary | None:
+    """Exact → nearest ancestor → full session (see the module docstring); ``None``: inject none, cut nothing."""
+    usable = _usable(cuts)
+    if filter_key in usable:
+        return _single(filter_key, usable[filter_key], "exact")
+    for ancestor in ancestors_of(filter_key):
+        if ancestor in usable:
+            return _single(filter_key, usable[ancestor], "ancestor")
+    if filter_key != FULL_SESSION and FULL_SESSION in usable:
+        return _single(filter_key, usable[FULL_SESSION], "full_session")
+    return None
+
+
 def select_hidden(cuts: Iterable[SummaryCut], filter_key: str) -> SelectedSummary | None:
-    """Exact → prefix aggregate (branch keys) → full session; ``None``: no summary hides anything."""
+    """What ``current_hidden`` searches behind: exactly the summary the prompt cuts at (:func:`select_for_prompt`)."""
+    return select_for_prompt(cuts, filter_key)
+
+
+def select_for_display(cuts: Iterable[SummaryCut], filter_key: str) -> SelectedSummary | None:
+    """The guide's order: exact → prefix aggregate → full session → the freshest of any key. Display only."""
     usable = _usable(cuts)
     if filter_key in usable:
         return _single(filter_key, usable[filter_key], "exact")
@@ -97,15 +120,8 @@ def select_hidden(cuts: Iterable[SummaryCut], filter_key: str) -> SelectedSummar
             return found
         if FULL_SESSION in usable:
             return _single(filter_key, usable[FULL_SESSION], "full_session")
-    return None
-
-
-def select_for_prompt(cuts: Iterable[SummaryCut], filter_key: str) -> SelectedSummary | None:
-    """:func:`select_hidden`, else the freshest summary of any key (latest cutoff, newest, key order)."""
-    usable = _usable(cuts)
-    found = select_hidden(usable.values(), filter_key)
-    if found is not None or not usable:
-        return found
+    if not usable:
+        return None
     floor = datetime.min
     best = max(
         usable.values(),

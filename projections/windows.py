@@ -18,8 +18,10 @@ MAX_CONTENT_LIMIT = 64 * 1024
 
 def normalize_window(before: int | None, after: int | None) -> tuple[int, int]:
     """``(before, after)`` after defaults, clamping and the span cap. An explicit zero side is kept."""
-    b = DEFAULT_BEFORE if before is None else max(0, before)
-    a = DEFAULT_AFTER if after is None else max(0, after)
+    # Clamping each side to the span first gives the same result as the loop alone
+    # (it only ever shrinks the larger side) and keeps the loop short for huge inputs.
+    b = DEFAULT_BEFORE if before is None else min(max(0, before), MAX_SPAN)
+    a = DEFAULT_AFTER if after is None else min(max(0, after), MAX_SPAN)
     if b == 0 and a == 0:
         return DEFAULT_BEFORE, DEFAULT_AFTER
     while b + a > MAX_SPAN:

@@ -13,6 +13,7 @@ from schemas.records import EventRecord, EventTopicRecord, RecordDecodeError, pa
 from schemas.summaries import (
     CallMode,
     CallReport,
+    PayloadCut,
     SessionSummary,
     SummaryBoundary,
     SummaryFailure,
@@ -35,6 +36,7 @@ __all__ = [
     "FunctionCall",
     "JobBoundary",
     "Message",
+    "PayloadCut",
     "ProducerModel",
     "RecordDecodeError",
     "SessionEvent",

@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    WithJsonSchema,
+    model_validator,
+)
 
 SCHEMA_VERSION = 1
 """Current version of every record's ``schema_version`` field."""
@@ -34,6 +43,21 @@ class ProducerModel(BaseModel):
         return data
 
 
+def json_integer(value: Any) -> Any:
+    """A before-validator: ``value`` unless it is a string or a boolean (refused with a reason)."""
+    # pydantic would also take "5" and true; the exported schema says integer, and so does the parser.
+    if isinstance(value, str | bool):
+        raise ValueError(f"must be a JSON integer, got {type(value).__name__}")
+    return value
+
+
+WireInt = Annotated[int, BeforeValidator(json_integer)]
+"""An integer field of a producer's record: a JSON number with no fraction, never a string or a boolean."""
+
+WireBool = StrictBool
+"""A boolean field of a producer's record: ``true`` or ``false``, never ``"true"`` or ``1``."""
+
+
 CONTEXT_MAX_ENTRIES = 32
 CONTEXT_MAX_KEY_CHARS = 64
 CONTEXT_MAX_VALUE_CHARS = 1024
@@ -50,7 +74,18 @@ def _bounded_context(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-RequestContext = Annotated[dict[str, str], AfterValidator(_bounded_context)]
+RequestContext = Annotated[
+    dict[str, str],
+    AfterValidator(_bounded_context),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": CONTEXT_MAX_ENTRIES,
+            "propertyNames": {"minLength": 1, "maxLength": CONTEXT_MAX_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": CONTEXT_MAX_VALUE_CHARS},
+        }
+    ),
+]
 """Per-request markers a producer attaches to an event or command (the Go guide's
 values in ``ctx``): custom checks read them as ``TriggerView.context`` and the
 summarizer (e.g. a dynamic resolver choosing a model or prompt) as its
@@ -72,10 +107,12 @@ class SessionKey(NamedTuple):
     session_id: str
 
     def kafka_key(self) -> bytes:
-        """The Kafka record key: ``app_name/user_id/session_id`` in UTF-8.
+        """The canonical Kafka record key: ``app_name/user_id/session_id`` in UTF-8.
 
-        Every record of a session (events and commands) uses this key, so
-        they land on one partition and stay ordered.
+        The client keys every record of a session (events and commands) with it,
+        so they land on one partition and stay ordered. A producer may use any
+        other non-null key instead, as long as every record of the session carries
+        the same one (see :mod:`streams.rules.record_keys`).
         """
         return f"{self.app_name}/{self.user_id}/{self.session_id}".encode()
 
@@ -83,7 +120,7 @@ class SessionKey(NamedTuple):
 class SessionRecord(ProducerModel):
     """Fields every record of the events topic carries."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: WireInt = SCHEMA_VERSION
     app_name: str = Field(min_length=1)
     user_id: str = Field(min_length=1)
     session_id: str = Field(min_length=1)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from schemas.base import RequestContext, SessionRecord
+from schemas.base import RequestContext, SessionRecord, WireBool
 
 NOTHING_TO_SUMMARIZE = "NothingToSummarize"
 """``error_class`` of the ``SummaryFailure`` answering a ``summarize_sync`` that emitted no job."""
@@ -35,7 +35,7 @@ class Summarize(SessionRecord):
     type: Literal["summarize"] = "summarize"
     command_id: str = Field(min_length=1)
     filter_key: str = ""
-    force: bool = False
+    force: WireBool = False
     context: RequestContext = Field(default_factory=dict)
     """Per-request markers for custom checks and the summarizer (see ``schemas.base.RequestContext``)."""
 
@@ -62,7 +62,7 @@ class SummarizeSync(SessionRecord):
     command_id: str = Field(min_length=1)
     reply_to: str = Field(min_length=1)
     filter_key: str = ""
-    force: bool = True
+    force: WireBool = True
     """Absent means ``True`` (the contract since the field exists); send it explicitly."""
     model_request: dict[str, Any] | None = None
     context: RequestContext = Field(default_factory=dict)

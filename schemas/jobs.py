@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from typing import Any, Literal
 
@@ -44,6 +45,9 @@ class SummaryJob(ContractModel):
     model_request: dict[str, Any] | None = None
     context_window: int | None = None
     model_hint: str | None = None
+    summary_context_window: int | None = Field(default=None, gt=0)
+    """The summary model's window as a provider's context-length refusal taught it for this
+    key (``None``: the configured one): the summarizer budgets this job's requests with it."""
     attempt: int = 0
     created_at: datetime
     context: dict[str, str] = Field(default_factory=dict)
@@ -51,7 +55,16 @@ class SummaryJob(ContractModel):
     events_from_offset: int | None = None
     """Events-topic offset (same partition as the job) from which the delta may be read
     when no previous summary gives a better start: the session's first event."""
+    events_key_b64: str | None = None
+    """Base64 of the Kafka key the session's events-topic records carry (any non-null bytes);
+    ``None``: the canonical ``SessionKey.kafka_key()``. The delta is read by this key."""
 
     @property
     def session_key(self) -> SessionKey:
         return SessionKey(self.app_name, self.user_id, self.session_id)
+
+    def events_key(self) -> bytes:
+        """The record key of the session's events (see ``events_key_b64``)."""
+        if self.events_key_b64 is None:
+            return self.session_key.kafka_key()
+        return base64.b64decode(self.events_key_b64, validate=True)

@@ -54,6 +54,9 @@ class CassandraSettings(_Section):
     local_datacenter: str = "datacenter1"
     request_timeout_s: float = Field(default=10.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    reconnect_max_delay_s: float = Field(default=2.0, gt=0)
+    """Cap of the driver's reconnection to a host it saw go down (its default grows to 10 minutes) and of the
+    projector's retry backoff while Cassandra is unavailable: once Cassandra answers, work resumes within it."""
 
     @property
     def contact_list(self) -> list[str]:
@@ -157,6 +160,17 @@ class SummarySettings(_Section):
     keep_recent_rounds: int = Field(default=0, ge=0)
     async_summary_num: int = Field(default=4, gt=0)
     job_timeout_s: float = Field(default=120.0, gt=0)
+    """How long one job may take on the summarize side: its model calls and their retries. A
+    call still running then is cancelled (its late result is never published) and the job ends
+    as a failure record plus a dead letter; the boundary stays."""
+    job_max_attempts: int = Field(default=5, ge=1)
+    """Model calls of one job on transient failures (429, 5xx, timeouts) before it is given up,
+    whichever of this and ``job_timeout_s`` comes first."""
+    failure_cooldown_s: float = Field(default=30.0, ge=0)
+    """After a key's job is given up, no new job for the key until an event this much later
+    (event time); doubled with each further failure in a row, up to ``failure_cooldown_max_s``.
+    The first job after the cooldown is the half-open retry; a summary resets it. 0: off."""
+    failure_cooldown_max_s: float = Field(default=1800.0, ge=0)
     idle_summary_after_s: float | None = Field(default=None, gt=0)
     apps: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

@@ -75,14 +75,41 @@ class CallReport(ContractModel):
     (it lacks events of the pass or the previous summary, or does not fit)."""
 
 
+PayloadPart = Literal["tool_result", "tool_arguments", "content"]
+
+
+class PayloadCut(ContractModel):
+    """One event payload sent head + tail only; the event itself is stored whole.
+
+    ``session_load(event_id=...)`` returns the full payload; ``tool_call_id``
+    names the call whose result or arguments were cut.
+    """
+
+    event_id: str
+    part: PayloadPart
+    tool_call_id: str | None = None
+    chars: int = Field(ge=0)
+    """Length of the whole payload."""
+    kept_chars: int = Field(ge=0)
+    """Characters of it the summary request carried (head + tail)."""
+
+
 class SummaryReport(ContractModel):
-    """Why and how a summary was produced."""
+    """Why and how a summary was produced.
+
+    ``truncated_payloads`` lists the event payloads the summary input carried
+    only head + tail (each request marks them with the event id);
+    ``truncated_previous_summary`` says the previous summary itself was cut,
+    which happens only when it alone does not fit beside the smallest form of
+    the conversation.
+    """
 
     trigger: TriggerReport
     calls: tuple[CallReport, ...] = ()
     passes: int = 1
     truncated_previous_summary: bool = False
     partial_prefix: bool = False
+    truncated_payloads: tuple[PayloadCut, ...] = ()
 
 
 class SummaryStats(ContractModel):
@@ -132,7 +159,14 @@ class SessionSummary(ContractModel):
 
 
 class SummaryFailure(ContractModel):
-    """Published instead of a summary when a ``summarize_sync`` cannot be answered."""
+    """Published instead of a summary when a job cannot be answered.
+
+    A job given up (``gave_up``: its retries or its ``job_timeout_s`` ran out, or
+    a permanent error) starts its key's failure cooldown on the track side; a
+    sync command that had nothing to summarize does not. ``report`` holds the
+    model calls the job made, ``context_window`` the window a provider's
+    context-length refusal named (the key's next jobs budget with it).
+    """
 
     schema_version: int = SCHEMA_VERSION
     type: Literal["summary_failure"] = "summary_failure"
@@ -145,3 +179,9 @@ class SummaryFailure(ContractModel):
     error_class: str
     reason: str
     created_at: datetime
+    gave_up: bool = False
+    retryable: bool | None = None
+    """Whether the error that ended the job was transient (retries or time ran out)."""
+    attempts: int | None = None
+    report: SummaryReport | None = None
+    context_window: int | None = Field(default=None, gt=0)

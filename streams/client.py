@@ -2,7 +2,10 @@
 
 Keys: every record of a session is keyed by ``SessionKey.kafka_key()``
 (``app_name/user_id/session_id`` in UTF-8), so a session's events and commands
-land on one partition, in order. The producer is idempotent (``acks=all``,
+land on one partition, in order. A producer with its own key layout passes
+``key=`` to :meth:`DistillClient.publish` / :meth:`DistillClient.request_summary`:
+any non-null key works, as long as every record of a session carries the same
+one (the worker dead-letters a record of a session with another key). The producer is idempotent (``acks=all``,
 ``enable_idempotence``): a retried send is never duplicated on the broker.
 
     async with DistillClient(settings) as client:
@@ -94,9 +97,12 @@ class DistillClient:
             raise DistillError("DistillClient is not started (use 'async with DistillClient(settings)')")
         return self._producer
 
-    async def publish(self, record: EventTopicRecord) -> tuple[int, int]:
-        """Send one event or command; returns its ``(partition, offset)`` once acknowledged."""
-        md = await self.producer.send_and_wait(self.settings.topics.events, _value(record), key=_key(record))
+    async def publish(self, record: EventTopicRecord, *, key: bytes | None = None) -> tuple[int, int]:
+        """Send one event or command (with the session's record ``key``, default the canonical one);
+        returns its ``(partition, offset)`` once acknowledged."""
+        md = await self.producer.send_and_wait(
+            self.settings.topics.events, _value(record), key=_key(record) if key is None else key
+        )
         return md.partition, md.offset
 
     async def publish_many(self, records: Iterable[EventTopicRecord]) -> int:
@@ -155,8 +161,11 @@ class DistillClient:
         timeout: float = 60.0,
         force: bool = False,
         model_request: dict[str, Any] | None = None,
+        key: bytes | None = None,
     ) -> SessionSummary | None:
         """Send ``summarize_sync`` for exactly ``filter_key`` and (with ``wait``) return its summary.
+
+        ``key``: the session's record key when it is not the canonical one (see the module docstring).
 
         The Go guide's ``CreateSessionSummary``: only that key is summarized (no
         cascade to the full session), and a key the allowlist refuses is a
@@ -179,11 +188,11 @@ class DistillClient:
             model_request=model_request,
         )  # fmt: skip
         if not wait:
-            await self.publish(command)
+            await self.publish(command, key=key)
             return None
         consumer = await self._follower(from_beginning=False)
         try:
-            await self.publish(command)
+            await self.publish(command, key=key)
             reply = await asyncio.wait_for(_first_reply(_records(consumer, session, True), command), timeout)
         except TimeoutError as exc:
             raise SummaryTimeoutError(f"no answer to summarize_sync {correlation} within {timeout}s") from exc
@@ -230,10 +239,13 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 async def _records(
     consumer: AIOKafkaConsumer, session: SessionKey | None, include_failures: bool
 ) -> AsyncIterator[SummaryRecord]:
-    """Decoded records of the summaries topic; a malformed one is skipped (WARNING with its coordinates)."""
-    key = session.kafka_key() if session is not None else None
+    """Decoded records of the summaries topic; a malformed one is skipped (WARNING with its coordinates).
+
+    ``session``: that session's records only, by their ids (a summary carries its session's
+    own record key, which need not be the canonical one).
+    """
     async for msg in consumer:
-        if (key is not None and msg.key != key) or msg.value is None:
+        if msg.value is None:
             continue
         try:
             record = decode_summary_record(msg.value)
@@ -245,6 +257,8 @@ async def _records(
             )  # fmt: skip
             continue
         if isinstance(record, SummaryFailure) and not include_failures:
+            continue
+        if session is not None and (record.app_name, record.user_id, record.session_id) != session:
             continue
         yield record
 

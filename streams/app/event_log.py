@@ -5,8 +5,13 @@ from Cassandra (the projector may lag) nor from the table (which holds no
 content). A job names the range: from the offset after the previous
 summary's last event (or the session's first event) to the job's ``upto``
 offset, on the job's own partition (all topics are co-partitioned). Only
-records whose key is the session's key are decoded. Replay reads exactly the
-same bytes, so the same job always sees the same delta.
+records whose key is the session's record key (the job's ``events_key``, any
+layout) are returned; the caller checks their session ids. Replay reads
+exactly the same bytes, so the same job always sees the same delta.
+
+A range reaching past the partition's end cannot be a session's own: it fails
+at once (:class:`RangePastLogEndError`, permanent) instead of waiting for
+offsets that may never come while the partition's later jobs queue behind it.
 """
 
 from __future__ import annotations
@@ -20,8 +25,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from schemas.settings import KafkaSettings
-from streams.errors import RetryableError
+from streams.errors import PermanentError, RetryableError
 from streams.kafka_config import consumer_kwargs
+
+
+class RangePastLogEndError(PermanentError):
+    """A read up to an offset the partition does not hold (the job's events are not on it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +105,21 @@ class EventLogReader:
     """A small pool of unassigned consumers, one per concurrent read (after :class:`RecentEvents`)."""
 
     def __init__(
-        self, kafka: KafkaSettings, topic: str, size: int = 4, stall_timeout_s: float = 30.0, fetch_wait_ms: int = 10
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        size: int = 4,
+        stall_timeout_s: float = 30.0,
+        fetch_wait_ms: int = 10,
+        past_end_grace_s: float = 2.0,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
         self.size = size
         self.stall_timeout_s = stall_timeout_s
+        self.past_end_grace_s = past_end_grace_s
+        """How long a range may reach past the log end before the read fails (a new leader's
+        high watermark can lag its predecessor's for a moment)."""
         self.fetch_wait_ms = fetch_wait_ms
         self._idle: asyncio.Queue[AIOKafkaConsumer] = asyncio.Queue()
         self._all: list[AIOKafkaConsumer] = []
@@ -157,11 +175,25 @@ class EventLogReader:
         consumer.seek(tp, start)
         found: list[RawEvent] = []
         last_progress = time.monotonic()
+        past_end_since: float | None = None
         while True:
             batch = await consumer.getmany(tp, timeout_ms=500, max_records=5000)
             messages = batch.get(tp, [])
             if messages:
                 last_progress = time.monotonic()
+            else:
+                log_end = (await consumer.end_offsets([tp]))[tp]
+                if end < log_end:
+                    past_end_since = None
+                else:
+                    if past_end_since is None:
+                        past_end_since = time.monotonic()
+                    if time.monotonic() - past_end_since >= self.past_end_grace_s:
+                        raise RangePastLogEndError(
+                            f"{tp.topic}[{tp.partition}] ends at offset {log_end}, the read asks for "
+                            f"{start}..{end}: these offsets are not the job's session's (its records are "
+                            "not all on this partition)"
+                        )
             for msg in messages:
                 if msg.offset > end:
                     return found

@@ -302,7 +302,7 @@ def create_app(
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
             at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
             try:
-                out = track.on_record(event.value, coords, batch, key=event.key, log_time=at)
+                out = track.on_record(event.value, coords, batch, key=msg.key, log_time=at, raw=msg.value)
             except Exception as exc:  # a bug or a poison record: keep it on the dead-letter topic, go on
                 log.exception("track handler failed", extra=coords.log_fields())
                 raw = msg.value if isinstance(msg.value, bytes) else b""
@@ -493,10 +493,10 @@ def _register_sweep(app: faust.App, table: Any, watch: SweepWatch, settings: Set
         commands = sweep_commands(
             watch.entries(), now=now, idle_after_s=idle_after, job_timeout_s=settings.summary.job_timeout_s
         )
-        for partition, command in commands:
+        for partition, key, command in commands:
             await app.producer.send(
                 topics.events,
-                command.session_key.kafka_key(),
+                key,
                 command.model_dump_json().encode(),
                 partition,
                 None,

@@ -3,30 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError
 
-from schemas import DeadLetter, SessionSummary, SummaryFailure, SummaryJob
+from schemas import CallReport, DeadLetter, SessionSummary, SummaryFailure, SummaryJob, SummaryReport
 from schemas.settings import Settings
 from streams import metrics
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.event_log import EventLogReader
 from streams.app.headers import summary_headers
-from streams.app.ledger import SummaryLedger
+from streams.app.ledger import SummaryLedger, summary_key
 from streams.app.pool import JobPool
 from streams.app.summarize import JobResult, SummarizeHandler, is_permanent
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import table_key
-from streams.errors import RetryableError
+from streams.errors import PermanentError, RetryableError
 from streams.summarizer import SummarizerLike
+from streams.summarizer.model import ContextLengthError
+from streams.summarizer.report import report_of
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,9 @@ class WorkerRuntime:
     summarize: SummarizeHandler = field(init=False)
     pool: JobPool = field(init=False)
     cache_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    _head_locks: dict[str, list[Any]] = field(default_factory=dict, init=False, repr=False)
+    _given_up: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    """Key → loop time its last job was given up (re-emissions of it are not run again)."""
 
     def __post_init__(self) -> None:
         n = self.settings.summary.async_summary_num
@@ -120,70 +126,179 @@ class WorkerRuntime:
 
     # -- summarize side --------------------------------------------------------------------
     async def run_job(self, job: SummaryJob, coords: Coordinates, key: bytes, produced_at: float | None) -> None:
-        """Run one job to completion: retried with backoff on transient failures, never dropped."""
+        """Run one job to an end: a summary, nothing (stale), or a failure record and a dead letter.
+
+        The bounded failure policy: transient failures are retried with backoff while the
+        job's ``job_timeout_s`` (from its start) and ``job_max_attempts`` last; an attempt
+        still running at the timeout is cancelled, so its late result is never published; a
+        permanent error ends the job at once, except a context-length refusal naming a
+        smaller window, which is tried once more budgeted with that window. A job given up
+        publishes a ``SummaryFailure`` (``gave_up``, the calls' report, the learned window)
+        and a dead letter; the boundary stays where it was.
+        """
         fields = {**coords.log_fields(), "session_id": job.session_id, "filter_key": job.filter_key,
                   "job_id": job.job_id}  # fmt: skip
-        attempt = unexpected = 0
-        given_up: Exception | None = None
         await self.cache_ready.wait()
+        policy = self.track.policies.for_app(job.app_name)
+        loop = asyncio.get_running_loop()
+        if job.origin == "retry" and self._recently_given_up(job, policy.job_timeout_s, loop.time()):
+            # A re-emission of a job this worker has just given up: answered (released), not re-run.
+            superseded = self.summarize.failure(job, JobSupersededError(
+                f"job {job.job_id} re-emitted while its key's job was being given up: not run again"))  # fmt: skip
+            await self._send_retrying(self.topics.summaries, key, superseded.model_dump_json().encode(), coords, fields)
+            metrics.JOBS_DONE.labels("stale").inc()
+            return
+        deadline = loop.time() + policy.job_timeout_s
+        run = _Run(job)
         while True:
             try:
-                result = await self.summarize.handle(job, coords.partition)
-                await self._publish(result, coords.partition, key)
-                break
+                async with asyncio.timeout_at(deadline):
+                    result = await self.summarize.handle(run.job, coords.partition)
             except asyncio.CancelledError:
                 raise
+            except TimeoutError as exc:
+                run.note(exc)
+                run.attempts += 1
+                metrics.FAILURES.labels("summarize", "JobTimeoutError", "no").inc()
+                timeout = JobTimeoutError(
+                    f"job {job.job_id} ran past job_timeout_s={policy.job_timeout_s:g} "
+                    f"(attempt {run.attempts}): the call in progress was cancelled"
+                )
+                await self._give_up(run, timeout, coords, key, fields, retryable=True)
+                break
             except (RetryableError, KafkaError) as exc:
-                await self._back_off(exc, attempt, "summary job failed, retrying", fields)
-                attempt += 1
+                run.note(exc)
+                run.attempts += 1
+                retry_after = exc.retry_after if isinstance(exc, RetryableError) else None
+                delay = self.backoff.delay(run.attempts - 1, retry_after)
+                if run.attempts >= policy.job_max_attempts or loop.time() + delay >= deadline:
+                    metrics.FAILURES.labels("summarize", type(exc).__name__, "no").inc()
+                    await self._give_up(run, exc, coords, key, fields, retryable=True)
+                    break
+                await self._back_off(exc, run.attempts - 1, "summary job failed, retrying", fields, delay)
+                continue
             except Exception as exc:
-                unexpected += 1
-                permanent = is_permanent(exc) or unexpected >= self.max_unexpected_attempts
+                run.note(exc)
+                run.attempts += 1
+                window = learned_window(exc)
+                if window is not None and run.retry_with_window(window):
+                    metrics.FAILURES.labels("summarize", type(exc).__name__, "yes").inc()
+                    log.warning("context length refused, retrying with the window the provider named",
+                                extra={**fields, "context_window": window})  # fmt: skip
+                    continue
+                run.unexpected += 0 if is_permanent(exc) else 1
+                permanent = is_permanent(exc) or run.unexpected >= self.max_unexpected_attempts
                 metrics.FAILURES.labels("summarize", type(exc).__name__, "no" if permanent else "yes").inc()
                 log.error("summary job failed", exc_info=not is_permanent(exc),
                           extra={**fields, "error_class": type(exc).__name__, "permanent": permanent})  # fmt: skip
-                if not permanent:
-                    await asyncio.sleep(self.backoff.delay(unexpected))
-                    continue
-                given_up = exc
-                break
-        if given_up is not None:
-            await self._give_up(job, given_up, coords, key, fields)
+                delay = self.backoff.delay(run.unexpected)
+                if permanent or loop.time() + delay >= deadline:
+                    await self._give_up(run, exc, coords, key, fields, retryable=False)
+                    break
+                await asyncio.sleep(delay)
+                continue
+            await self._publish_checked(result, coords.partition, key, fields)
+            break
         if produced_at is not None:
             metrics.JOB_AGE.observe(max(0.0, time.time() - produced_at))
 
+    async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> None:
+        """Publish ``result``, retried while Kafka fails; a send that failed re-reads the ledger first.
+
+        A send that timed out may still have landed: the next try reads the summaries
+        partition again, and the compare-and-set then finds the version taken.
+        """
+        attempt = 0
+        while True:
+            try:
+                await self._publish(result, partition, key)
+                return
+            except (RetryableError, KafkaError) as exc:
+                self.ledger.forget({partition})
+                await self._back_off(exc, attempt, "summary publish failed, retrying", fields)
+                attempt += 1
+
     async def _publish(self, result: JobResult, partition: int, key: bytes) -> None:
-        metrics.JOBS_DONE.labels(result.outcome).inc()
         record = result.record
-        if record is None:
+        if not isinstance(record, SessionSummary):
+            metrics.JOBS_DONE.labels(result.outcome).inc()
+            if record is not None:
+                assert self.send is not None
+                await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, [])
             return
-        assert self.send is not None
-        headers = summary_headers(result.events_offset, result.input_hash) if isinstance(record, SessionSummary) else []
-        await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, headers)
-        if isinstance(record, SessionSummary):
+        # Compare-and-set on the key's head: a version is published once, whatever ran at once.
+        async with self._head_lock(record):
+            await self.ledger.ready(partition)
+            head = self.ledger.head(partition, summary_key(record))
+            built_on = record.version - 1
+            if (head.version if head is not None else 0) != built_on:
+                metrics.JOBS_DONE.labels("stale").inc()
+                log.info("summary dropped: its version is taken", extra={
+                    "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
+                    "version": record.version, "head": head.version if head else 0,
+                    "job_id": record.job_id})  # fmt: skip
+                return
+            assert self.send is not None
+            headers = summary_headers(result.events_offset, result.input_hash)
+            await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, headers)
             self.ledger.record(partition, record, result.events_offset)
-            if result.input_hash:
-                self.cache.put(result.input_hash, record)
-            if result.outcome == "cached":
-                metrics.CACHE_HITS.inc()
-            metrics.TOKENS.labels("in").inc(record.stats.input_tokens)
-            metrics.TOKENS.labels("out").inc(record.stats.output_tokens)
-            log.info(
-                "summary published",
-                extra={"topic": self.topics.summaries, "partition": partition, "session_id": record.session_id,
-                       "filter_key": record.filter_key, "version": record.version, "job_id": record.job_id,
-                       "model": record.model, "prompt_version": record.prompt_version, "outcome": result.outcome,
-                       "events": result.events},
-            )  # fmt: skip
+        metrics.JOBS_DONE.labels(result.outcome).inc()
+        if result.input_hash:
+            self.cache.put(result.input_hash, record)
+        if result.outcome == "cached":
+            metrics.CACHE_HITS.inc()
+        metrics.TOKENS.labels("in").inc(record.stats.input_tokens)
+        metrics.TOKENS.labels("out").inc(record.stats.output_tokens)
+        log.info(
+            "summary published",
+            extra={"topic": self.topics.summaries, "partition": partition, "session_id": record.session_id,
+                   "filter_key": record.filter_key, "version": record.version, "job_id": record.job_id,
+                   "model": record.model, "prompt_version": record.prompt_version, "outcome": result.outcome,
+                   "events": result.events},
+        )  # fmt: skip
+
+    def _recently_given_up(self, job: SummaryJob, within_s: float, now: float) -> bool:
+        at = self._given_up.get(job_pool_key(job))
+        return at is not None and now - at <= within_s
+
+    def _note_given_up(self, job: SummaryJob, now: float) -> None:
+        if len(self._given_up) >= 10_000:  # a bound: the oldest half goes
+            for name in sorted(self._given_up, key=self._given_up.__getitem__)[:5_000]:
+                del self._given_up[name]
+        self._given_up[job_pool_key(job)] = now
+
+    @contextlib.asynccontextmanager
+    async def _head_lock(self, record: SessionSummary) -> AsyncIterator[None]:
+        """The per-key lock of the compare-and-set (dropped once nobody holds or waits for it)."""
+        name = summary_key(record)
+        entry = self._head_locks.get(name)
+        if entry is None:
+            entry = self._head_locks[name] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                self._head_locks.pop(name, None)
 
     async def _give_up(
-        self, job: SummaryJob, exc: BaseException, coords: Coordinates, key: bytes, fields: dict[str, Any]
-    ) -> None:
+        self, run: _Run, exc: BaseException, coords: Coordinates, key: bytes, fields: dict[str, Any],
+        *, retryable: bool,
+    ) -> None:  # fmt: skip
         """Answer the job with a failure and dead-letter it; each send retried like a transient failure."""
-        failure: SummaryFailure = self.summarize.failure(job, exc)
+        job = run.job
+        self._note_given_up(job, asyncio.get_running_loop().time())
+        reason = f"given up after {run.attempts} attempt(s): {type(exc).__name__}: {exc}"
+        failure: SummaryFailure = self.summarize.failure(job, exc).model_copy(
+            update={"gave_up": True, "retryable": retryable, "attempts": run.attempts, "reason": reason[:2000],
+                    "report": run.report(), "context_window": run.window})  # fmt: skip
         dl: DeadLetter = dead_letter_for(
-            job.model_dump_json().encode(), key, coords, type(exc).__name__, str(exc)[:2000], "summarize"
+            job.model_dump_json().encode(), key, coords, type(exc).__name__, reason[:2000], "summarize"
         )
+        log.error("summary job given up", extra={**fields, "error_class": type(exc).__name__,
+                  "attempts": run.attempts, "retryable": retryable, "context_window": run.window})  # fmt: skip
         await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
         await self._send_retrying(self.topics.dead_letters, key, dl.model_dump_json().encode(), coords, fields)
         metrics.DEAD_LETTERS.labels("summarize", type(exc).__name__).inc()
@@ -204,14 +319,65 @@ class WorkerRuntime:
                 attempt += 1
 
     async def _back_off(self, exc: RetryableError | KafkaError, attempt: int, message: str,
-                        fields: dict[str, Any]) -> None:  # fmt: skip
+                        fields: dict[str, Any], delay: float | None = None) -> None:  # fmt: skip
         """A transient failure of a job's ``attempt`` (0-based): count it, log it, sleep the backoff."""
-        retry_after = exc.retry_after if isinstance(exc, RetryableError) else None
-        delay = self.backoff.delay(attempt, retry_after)
+        if delay is None:
+            retry_after = exc.retry_after if isinstance(exc, RetryableError) else None
+            delay = self.backoff.delay(attempt, retry_after)
         metrics.FAILURES.labels("summarize", type(exc).__name__, "yes").inc()
         log.warning(message, extra={**fields, "attempt": attempt + 1, "error_class": type(exc).__name__,
                                     "retry_in_s": round(delay, 3)})  # fmt: skip
         await asyncio.sleep(delay)
+
+
+class JobTimeoutError(RetryableError):
+    """A job ran past its ``job_timeout_s``: the attempt in progress was cancelled."""
+
+
+class JobSupersededError(PermanentError):
+    """A re-emitted job whose key's job was just given up (answered, not run, no cooldown)."""
+
+
+def learned_window(exc: BaseException) -> int | None:
+    """The window a context-length refusal named (on ``exc`` or an error it was raised from)."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        if isinstance(current, ContextLengthError) and current.context_window:
+            return current.context_window
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
+@dataclass
+class _Run:
+    """One job's attempts: the calls they made, the window a refusal taught."""
+
+    job: SummaryJob
+    attempts: int = 0
+    unexpected: int = 0
+    window: int | None = None
+    calls: list[CallReport] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.window = self.job.summary_context_window
+
+    def note(self, exc: BaseException) -> None:
+        """Keep the calls of a failed attempt (the summarizer's report on its error)."""
+        report = report_of(exc)
+        if report is not None:
+            self.calls.extend(report.calls)
+
+    def retry_with_window(self, window: int) -> bool:
+        """Whether to try again budgeted with ``window`` (once per smaller window)."""
+        if self.window is not None and window >= self.window:
+            return False
+        self.window = window
+        self.job = self.job.model_copy(update={"summary_context_window": window})
+        return True
+
+    def report(self) -> SummaryReport:
+        return SummaryReport(trigger=self.job.trigger, calls=tuple(self.calls), passes=max(1, self.attempts))
 
 
 def job_pool_key(job: SummaryJob) -> str:

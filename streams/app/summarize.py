@@ -140,6 +140,8 @@ class SummarizeHandler:
                 force=job.force,
                 # The producer's markers first: distill's own keys cannot be spoofed by them.
                 context={**job.context, "job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
+                # A window a context-length refusal taught the key (only passed when there is one).
+                **({"context_window": job.summary_context_window} if job.summary_context_window else {}),
             )
         except SummarySkipped as exc:
             return self._nothing(job, str(exc), version)
@@ -196,7 +198,9 @@ class SummarizeHandler:
         end = job.upto.offset
         if end is None:
             raise PermanentError(f"job {job.job_id} has no target offset")
-        raw = await self.reader.read(partition, start, end, job.session_key.kafka_key())
+        # The session's own record key (any layout): records of other sessions sharing it are
+        # dropped on decode by their ids.
+        raw = await self.reader.read(partition, start, end, job.events_key())
         events, raws, offsets = self._decode(job, raw)
         if previous is not None:
             kept = events_after(events, previous.boundary)
@@ -218,7 +222,9 @@ class SummarizeHandler:
                 continue
             if not isinstance(record, SessionEvent) or record.event_id in seen:
                 continue
-            if record.session_id != job.session_id or not in_summary_input(record.filter_key, job.filter_key):
+            if (record.session_id, record.user_id, record.app_name) != (job.session_id, job.user_id, job.app_name):
+                continue
+            if not in_summary_input(record.filter_key, job.filter_key):
                 continue
             seen.add(record.event_id)
             events.append(record)

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 
-from schemas import Summarize
+from schemas import SessionKey, Summarize
 from streams.app.tracked import TrackedKey
 from streams.rules.boundaries import to_micros
 
@@ -40,10 +40,14 @@ def sweep_commands(
     now: datetime,
     idle_after_s: float | None,
     job_timeout_s: float,
-) -> list[tuple[int | None, Summarize]]:
-    """``(partition, command)`` for every key that needs a poke."""
+) -> list[tuple[int | None, bytes, Summarize]]:
+    """``(partition, record key, command)`` for every key that needs a poke.
+
+    The command is to be sent with the session's own record key (the track agent
+    refuses a record of a session with another key).
+    """
     now_us = to_micros(now)
-    out: list[tuple[int | None, Summarize]] = []
+    out: list[tuple[int | None, bytes, Summarize]] = []
     for entry in entries:
         if not pokable(entry, idle=idle_after_s is not None):
             continue
@@ -60,6 +64,9 @@ def sweep_commands(
         out.append(
             (
                 entry.partition,
+                SessionKey(state.app_name, state.user_id, state.session_id).kafka_key()
+                if entry.record_key is None
+                else entry.record_key,
                 Summarize.model_validate(
                     {
                         "app_name": state.app_name,

@@ -10,6 +10,7 @@ sends what comes back.
 from __future__ import annotations
 
 import base64
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -34,13 +35,29 @@ from schemas.commands import NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected
 from streams.app.tracked import TrackedKey, table_key
-from streams.rules.boundaries import delta_after
+from streams.rules.boundaries import delta_after, to_micros
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import Outcome, affected_keys, apply_command, apply_event, command_targets, session_keys
 from streams.rules.policy import PolicySet, SummaryPolicy
-from streams.rules.trigger_state import SessionTriggerState, new_state, on_job_failed, on_summary, rebase
+from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
+from streams.rules.trigger_state import (
+    SessionTriggerState,
+    cooling_down,
+    new_state,
+    on_job_failed,
+    on_summary,
+    rebase,
+)
 
 log = logging.getLogger(__name__)
+
+
+class _Canonical(enum.Enum):
+    KEY = "canonical"
+
+
+CANONICAL_KEY = _Canonical.KEY
+"""``TrackHandler.on_record``'s default key: the record's own ``SessionKey.kafka_key()``."""
 
 DEAD_LETTER_VALUE_LIMIT = 64 * 1024
 """Most bytes of a rejected record kept on its dead letter (oversized records are cut)."""
@@ -122,6 +139,21 @@ def nothing_to_summarize(
     )
 
 
+def key_refused(command: SummarizeSync, reason: str, at: datetime) -> SummaryFailure:
+    """The answer to a ``summarize_sync`` whose record key was refused (``error_class`` ``RecordKeyError``)."""
+    return SummaryFailure(
+        app_name=command.app_name,
+        user_id=command.user_id,
+        session_id=command.session_id,
+        filter_key=command.filter_key,
+        job_id=f"command:{command.command_id}",
+        reply_to=command.reply_to,
+        error_class=RECORD_KEY_ERROR,
+        reason=reason,
+        created_at=at,
+    )
+
+
 class TrackHandler:
     """Per-record logic of the track agent (see the module docstring)."""
 
@@ -148,29 +180,63 @@ class TrackHandler:
         coords: Coordinates,
         store: StateStore,
         *,
-        key: bytes | None = None,
+        key: bytes | _Canonical | None = CANONICAL_KEY,
         log_time: datetime | None = None,
+        raw: bytes | None = None,
     ) -> TrackOutput:
-        """Dispatch one events-topic record."""
+        """Dispatch one events-topic record whose Kafka record key is ``key``.
+
+        ``key`` defaults to the record's canonical ``SessionKey.kafka_key()`` (callers that
+        build records themselves); the worker passes the record's actual key. A key the
+        rule of :mod:`streams.rules.record_keys` refuses dead-letters the record (``raw``:
+        its bytes as read, else the record serialized again).
+        """
         if isinstance(record, Rejected):
             return TrackOutput(
                 dead_letter=dead_letter_for(
-                    record.raw, key, coords, record.error_class, record.reason, "track", self.dead_letter_limit
+                    record.raw,
+                    None if isinstance(key, _Canonical) else key,
+                    coords,
+                    record.error_class,
+                    record.reason,
+                    "track",
+                    self.dead_letter_limit,
                 )
             )
         if self.accept is not None and not self.accept(record.session_key):
             return TrackOutput()
+        sk = record.session_key
+        canonical = sk.kafka_key()
+        record_key: bytes | None = canonical if isinstance(key, _Canonical) else key
+        full = self._load(store, sk, FULL_SESSION)
+        problem = key_problem(
+            record_key, sk, canonical, known=full is not None, known_key=full.record_key if full else None,
+            known_partition=full.partition if full else None, partition=coords.partition,
+        )  # fmt: skip
+        if problem is not None:
+            value = raw if raw is not None else record.model_dump_json().encode()
+            out = TrackOutput(
+                dead_letter=dead_letter_for(
+                    value, record_key, coords, RECORD_KEY_ERROR, problem, "track", self.dead_letter_limit
+                )
+            )
+            if isinstance(record, SummarizeSync):  # its caller waits for an answer
+                out.replies.append(key_refused(record, problem, log_time or datetime.now(UTC)))
+            return out
+        kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None
         if isinstance(record, SessionEvent):
-            return self._on_event(record, coords, store)
+            return with_events_key(self._on_event(record, coords, store, kept), kept)
         if isinstance(record, DeleteSession):
             self._on_delete(record, store)
             return TrackOutput()
-        return self._on_command(record, coords, store, log_time or datetime.now(UTC))
+        return with_events_key(self._on_command(record, coords, store, log_time or datetime.now(UTC), kept), kept)
 
     def _load(self, store: StateStore, sk: SessionKey, filter_key: str) -> TrackedKey | None:
         return store.get(table_key(*sk, filter_key))
 
-    def _on_event(self, event: SessionEvent, coords: Coordinates, store: StateStore) -> TrackOutput:
+    def _on_event(
+        self, event: SessionEvent, coords: Coordinates, store: StateStore, record_key: bytes | None = None
+    ) -> TrackOutput:
         policy = self.policies.for_app(event.app_name)
         sk = event.session_key
         full = self._load(store, sk, FULL_SESSION)
@@ -181,10 +247,15 @@ class TrackHandler:
                 states[k] = found.state if found else None
         outcome = apply_event(event, policy, states, offset=coords.offset)
         first = full.first_offset if full is not None and full.first_offset is not None else coords.offset
-        return self._write(outcome, store, first, partition=coords.partition)
+        return self._write(outcome, store, first, partition=coords.partition, record_key=record_key)
 
     def _on_command(
-        self, command: Summarize | SummarizeSync, coords: Coordinates, store: StateStore, at: datetime
+        self,
+        command: Summarize | SummarizeSync,
+        coords: Coordinates,
+        store: StateStore,
+        at: datetime,
+        record_key: bytes | None = None,
     ) -> TrackOutput:
         policy = self.policies.for_app(command.app_name)
         sk = command.session_key
@@ -194,14 +265,14 @@ class TrackHandler:
         for target in command_targets(command, policy):
             found = self._load(store, sk, target)
             states[target] = found.state if found else None
-        if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy.job_timeout_s):
+        if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy, at):
             return TrackOutput()
         if origin is not None:
             command = command.model_copy(update={"force": True})
             policy = replace(policy, cascade_full_session=False)
         outcome = apply_command(command, policy, states, at=at)
         first = full.first_offset if full is not None else None
-        out = self._write(outcome, store, first, origin=origin, partition=coords.partition)
+        out = self._write(outcome, store, first, origin=origin, partition=coords.partition, record_key=record_key)
         if isinstance(command, SummarizeSync) and not outcome.jobs:
             out.replies.append(nothing_to_summarize(command, outcome, policy, at))
         return out
@@ -211,13 +282,15 @@ class TrackHandler:
         origin: str,
         states: dict[str, SessionTriggerState | None],
         command: Summarize | SummarizeSync,
-        timeout_s: float,
+        policy: SummaryPolicy,
+        at: datetime,
     ) -> bool:
         state = states.get(command.filter_key)
         if state is None:
             return False
         if origin == "idle_sweep":
-            return state.in_flight is None and bool(state.pending)
+            # A key cooling down after failed jobs is not swept (the sweep forces its job).
+            return state.in_flight is None and bool(state.pending) and not cooling_down(state, policy, to_micros(at))
         return state.in_flight is not None
 
     def _write(
@@ -227,6 +300,7 @@ class TrackHandler:
         first_offset: int | None,
         origin: str | None = None,
         partition: int | None = None,
+        record_key: bytes | None = None,
     ) -> TrackOutput:
         if self.optimistic:
             outcome = assume_done(outcome)
@@ -238,7 +312,7 @@ class TrackHandler:
             if wall is None and state.in_flight is not None:
                 before = store.get(tkey)
                 wall = before.emitted_wall if before is not None else None
-            store[tkey] = TrackedKey(state, first_offset if key == FULL_SESSION else None, partition, wall)
+            store[tkey] = TrackedKey(state, first_offset if key == FULL_SESSION else None, partition, wall, record_key)
         jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
         return TrackOutput(jobs=jobs)
 
@@ -269,7 +343,7 @@ class TrackHandler:
             if found is None:
                 continue
             fresh = replace(new_state(*sk, k), version=found.state.version, high_offset=found.state.high_offset)
-            store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None)
+            store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None, found.record_key)
 
     def on_summary_record(self, record: SessionSummary | SummaryFailure, store: StateStore) -> None:
         """Advance the key's boundary (summary) or release its in-flight job (failure)."""
@@ -280,9 +354,18 @@ class TrackHandler:
         if isinstance(record, SessionSummary):
             state = on_summary(found.state, record)
         else:
-            state = on_job_failed(found.state, record.job_id)
+            state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
+                                  at=to_micros(record.created_at), window=record.context_window)  # fmt: skip
         if state is not found.state:
             store[key] = replace(found, state=state)
+
+
+def with_events_key(out: TrackOutput, record_key: bytes | None) -> TrackOutput:
+    """``out`` with its jobs carrying the session's record key (``None``: canonical, left out)."""
+    if record_key is not None and out.jobs:
+        b64 = encode_key(record_key)
+        out.jobs = [job.model_copy(update={"events_key_b64": b64}) for job in out.jobs]
+    return out
 
 
 def assume_done(outcome: Outcome) -> Outcome:

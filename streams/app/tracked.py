@@ -6,13 +6,16 @@ of the first event of the session (full-session entry only). A job carries it
 so the summarize side can read a key's first delta straight from the log.
 
 Bytes (the changelog value): ``[2, first_offset, partition, emitted_wall, row]``
-with the state's positional row (:mod:`streams.rules.state_rows`). Format 1,
+with the state's positional row (:mod:`streams.rules.state_rows`), and a sixth
+element, the base64 record key, only when the session's key is not the
+canonical one (so rows of canonically keyed sessions read as before). Format 1,
 ``{"s": <to_dict object>, "o": .., "p": .., "w": ..}``, is still read, so a
 changelog written by an older worker recovers.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
@@ -24,6 +27,18 @@ from streams.rules.trigger_state import SessionTriggerState, from_dict
 
 KEY_SEPARATOR = "\x1f"
 _json_encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def _record_key(raw: list[object]) -> bytes | None:
+    if len(raw) < 6:
+        return None
+    text = raw[5]
+    try:
+        if not isinstance(text, str):
+            raise ValueError(f"expected a base64 string, got {type(text).__name__}")
+        return base64.b64decode(text, validate=True)
+    except ValueError as exc:
+        raise CorruptTriggerStateError(f"track-state record key is unreadable: {exc}") from exc
 
 
 def table_key(app_name: str, user_id: str, session_id: str, filter_key: str) -> str:
@@ -46,6 +61,10 @@ class TrackedKey:
     """Events-topic partition of the session (the sweep sends its commands there)."""
     emitted_wall: float | None = None
     """Wall-clock time (s) the in-flight job was emitted: the sweep's job timeout."""
+    record_key: bytes | None = None
+    """The Kafka key of the session's records (:mod:`streams.rules.record_keys`); ``None``: the
+    canonical ``SessionKey.kafka_key()``. Its jobs read their delta, and the sweep sends its
+    commands, with this key."""
 
     @property
     def key(self) -> str:
@@ -55,7 +74,9 @@ class TrackedKey:
     def to_bytes(self) -> bytes:
         # orjson: a changelog record per changed key per batch, ~4x cheaper than the json module
         # (the row's pending events are named tuples, written as lists like json writes them).
-        row = [ROW_FORMAT, self.first_offset, self.partition, self.emitted_wall, state_to_row(self.state)]
+        row: list[object] = [ROW_FORMAT, self.first_offset, self.partition, self.emitted_wall, state_to_row(self.state)]
+        if self.record_key is not None:
+            row.append(base64.b64encode(self.record_key).decode())
         try:
             return orjson.dumps(row, default=list)
         except TypeError:  # an integer beyond 64 bits (e.g. a huge context_window): json writes any int
@@ -76,11 +97,11 @@ class TrackedKey:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptTriggerStateError(f"track-state value is not JSON: {exc}") from exc
         if isinstance(raw, list):
-            if len(raw) != 5 or raw[0] != ROW_FORMAT:
+            if len(raw) not in (5, 6) or raw[0] != ROW_FORMAT:
                 found = raw[0] if raw else None
                 raise CorruptTriggerStateError(f"unknown track-state format {found!r} (this build reads 1 and 2)")
-            _, first_offset, partition, emitted_wall, row = raw
-            return cls(state_from_row(row), first_offset, partition, emitted_wall)
+            first_offset, partition, emitted_wall, row = raw[1:5]
+            return cls(state_from_row(row), first_offset, partition, emitted_wall, _record_key(raw))
         if not isinstance(raw, dict) or "s" not in raw:
             raise CorruptTriggerStateError("track-state value has no trigger state ('s')")
         return cls(from_dict(raw["s"]), raw.get("o"), raw.get("p"), raw.get("w"))

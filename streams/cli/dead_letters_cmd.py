@@ -120,7 +120,7 @@ def list_command(as_json: bool, follow: bool, **params: Any) -> None:
 
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_sigint)
-        async for batch in _stored_batches(settings, follow, stop):
+        async for batch in stored_batches(settings, follow, stop):
             _report_invalid(settings, batch, tally, as_json)
             remaining = None if selection.limit is None else selection.limit - len(tally.letters)
             for letter in replace(selection, limit=remaining).apply(r.letter for r in batch if r.letter):
@@ -207,12 +207,12 @@ def _skipped(plan: RedrivePlan) -> str:
 
 
 async def _collect(settings: Settings, selection: Selection, tally: _Tally) -> None:
-    async for batch in _stored_batches(settings, follow=False):
+    async for batch in stored_batches(settings, follow=False):
         tally.invalid += sum(1 for r in batch if r.letter is None)
         tally.letters.extend(selection.apply(r.letter for r in batch if r.letter))
 
 
-async def _stored_batches(
+async def stored_batches(
     settings: Settings, follow: bool, stop: asyncio.Event | None = None
 ) -> AsyncIterator[list[StoredRecord]]:
     """The dead-letters topic from its beginning: everything up to the current end, then (``follow``) new batches.
@@ -260,10 +260,10 @@ def _decode(batch: dict[Any, list[Any]]) -> list[StoredRecord]:
 
 
 def _run_publish(settings: Settings, plan: RedrivePlan) -> list[tuple[str, int, int]]:
-    return asyncio.run(_publish(settings, plan.publish))
+    return asyncio.run(publish_redrives(settings, plan.publish))
 
 
-async def _publish(settings: Settings, records: list[Redrive]) -> list[tuple[str, int, int]]:
+async def publish_redrives(settings: Settings, records: list[Redrive]) -> list[tuple[str, int, int]]:
     """Send ``records`` with an idempotent producer (pipelined); returns where each landed."""
     from aiokafka import AIOKafkaProducer
 

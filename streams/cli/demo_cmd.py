@@ -54,13 +54,26 @@ def command(keep_running: bool, timeout: float) -> None:
         for name, proc in pipeline.procs.items():
             click.echo(f"== started {name} (pid {proc.pid}, log {pipeline.log(name)})")
         pipeline.wait_for_worker(timeout)
-        asyncio.run(_run(settings, workdir, timeout))
+        key = asyncio.run(_run(settings, workdir, timeout))
     if not keep_running:
         click.echo("== stopped the worker and the projector")
     click.echo("   Kafka and Cassandra keep running: `distill services down` stops them.")
+    click.echo("\n== browse it: start `distill ui` (read-only, localhost), then open")
+    click.echo(f"   distill ui → {demo_url(key)}")
 
 
-async def _run(settings: Settings, workdir: Path, timeout: float) -> None:
+def demo_url(key: Any, port: int | None = None) -> str:
+    """The ``distill ui`` page of the demo session (the default port unless ``port``)."""
+    from urllib.parse import urlencode
+
+    from streams.cli.ui_cmd import DEFAULT_PORT, browser_url
+
+    query = urlencode({"app": key.app_name, "user": key.user_id, "id": key.session_id})
+    return browser_url("127.0.0.1", port or DEFAULT_PORT, f"/session?{query}")
+
+
+async def _run(settings: Settings, workdir: Path, timeout: float) -> Any:
+    """Publish the demo session, print its summaries and ``distill show``; returns its ``SessionKey``."""
     from schemas import SessionKey, SessionSummary
     from streams.app.decoding import decode_event_record
     from streams.cli.tail_cmd import format_summary
@@ -116,6 +129,7 @@ async def _run(settings: Settings, workdir: Path, timeout: float) -> None:
     else:
         last = (shown.stderr.strip().splitlines() or ["?"])[-1]
         click.echo(f"   read side not available yet ({last[:200]}); projector log: {workdir / 'projector.log'}")
+    return key
 
 
 _COLLECTED: dict[Any, list[Any]] = {}

@@ -43,6 +43,7 @@ async def _run(settings: Settings, group: str, max_batch: int) -> None:
             consumer_kwargs=consumer_kwargs(settings.kafka),
             producer_kwargs=producer_kwargs(settings.kafka),
             max_batch=max_batch,
+            backoff_max_s=settings.cassandra.reconnect_max_delay_s,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -5,6 +5,7 @@ Pure code: no Kafka, Cassandra, Faust or OpenAI imports anywhere in this package
 
 from streams.context.assembly import AssembledRequest, AssemblyOptions, AssemblyReport, NothingToSendError, assemble
 from streams.context.compaction import CompactionConfig, CompactionStats
+from streams.context.from_read import ReadKeyMismatch, assemble_from_read
 from streams.context.injection import InjectionMode, SummaryFormatter
 from streams.context.recall_tools import (
     RecallCapabilities,
@@ -24,11 +25,13 @@ __all__ = [
     "InjectionMode",
     "InvalidMessages",
     "NothingToSendError",
+    "ReadKeyMismatch",
     "RecallCapabilities",
     "RecallExecutor",
     "RecallReader",
     "SummaryFormatter",
     "assemble",
+    "assemble_from_read",
     "assert_valid",
     "find_violations",
     "recall_tools",

@@ -43,6 +43,7 @@ from streams.context.recall_tools import (
 from streams.context.tailoring import tailor
 from streams.context.validity import assert_valid
 from streams.errors import DistillError
+from streams.rules.eligibility import is_user_turn_message
 from streams.rules.filter_keys import related
 from streams.rules.tokens import TokenCounter, get_token_counter
 
@@ -135,7 +136,7 @@ def _locate_current(
         return None, HistoryItem(msg, origin="current"), NEW_TURN_UNIT
     for i in range(len(events) - 1, -1, -1):
         found = event_message(events[i])
-        if found is not None and found.role == "user":
+        if found is not None and is_user_turn_message(found):
             return i, None, _unit_of(events[i])
     return None, None, None
 
@@ -191,7 +192,10 @@ def assemble(
     current_index, extra, current_unit = _locate_current(visible, current_user_message)
 
     text = summary.summary.strip() if summary is not None else ""
-    use_summary = opts.add_session_summary and bool(text)
+    # The history before the boundary is cut only when the summary that replaces it is shown:
+    # a formatter that renders it as nothing leaves the whole history visible.
+    block = format_summary(text, opts.injection_mode, opts.summary_formatter) if text else ""
+    use_summary = opts.add_session_summary and bool(block.strip())
     boundary = summary.boundary if use_summary and summary is not None else None
     projection = project_history(visible, boundary, current_index)
     items = projection.items + ([extra] if extra is not None else [])
@@ -208,7 +212,6 @@ def assemble(
 
     head, prefix = _head(system_prompt, opts.prefix_messages)
     if use_summary:
-        block = format_summary(text, opts.injection_mode, opts.summary_formatter)
         if opts.injection_mode == "user":
             prefix, items = place_in_user_turn(prefix, items, block)
         else:

@@ -1,4 +1,11 @@
-"""From stored events to the history the model sees: visibility, cutoff, restorations, runs."""
+"""From stored events to the history the model sees: visibility, cutoff, restorations, runs.
+
+``skip_summarization`` events get no rule of their own here, and that is the
+rule (DESIGN §2): never in a summary's input (the summarizer drops them), they
+are visible like any event while they lie after the boundary and hidden once a
+boundary passes them; their payload stays stored and recallable
+(``session_search`` / ``session_load``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from schemas import Message, SessionEvent, SummaryBoundary
 from streams.context.items import HistoryItem, Origin
 from streams.context.resume import ResumeRound, latest_complete_round
 from streams.rules.boundaries import events_after
+from streams.rules.eligibility import is_user_turn_message
 
 
 def covered_mask(events: Sequence[SessionEvent], boundary: SummaryBoundary | None) -> list[bool]:
@@ -166,14 +174,14 @@ def _restore_user_anchors(
         if turn == ("", "") or turn in seen_turns:
             continue
         seen_turns.add(turn)
-        if chosen[i].message.role == "user":
+        if is_user_turn_message(chosen[i].message):
             continue
         for j in range(i - 1, -1, -1):
             msg = messages[j]
             if (
                 covered[j]
                 and msg is not None
-                and msg.role == "user"
+                and is_user_turn_message(msg)
                 and (events[j].request_id, events[j].invocation_id) == turn
             ):
                 chosen[j] = _item(events[j], msg, "restored")
@@ -186,7 +194,7 @@ def select_runs(items: Sequence[HistoryItem], max_runs: int) -> list[HistoryItem
     """The last ``max_runs`` runs (a run starts at a user message); 0 keeps everything."""
     if max_runs <= 0:
         return list(items)
-    starts = [i for i, item in enumerate(items) if item.message.role == "user"]
+    starts = [i for i, item in enumerate(items) if is_user_turn_message(item.message)]
     if len(starts) <= max_runs:
         return list(items)
     return list(items[starts[-max_runs] :])

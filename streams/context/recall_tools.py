@@ -10,13 +10,26 @@ instructions for the current turn.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from projections.windows import DEFAULT_CONTENT_LIMIT, MAX_CONTENT_LIMIT, normalize_content, normalize_window
 from schemas import Message, ToolCall
+from streams.context.recall_args import (
+    ArgumentError,
+    choice_arg,
+    int_arg,
+    number_arg,
+    optional_int_arg,
+    parse_arguments,
+    string_arg,
+)
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 SESSION_SEARCH = "session_search"
 SESSION_LOAD = "session_load"
@@ -71,7 +84,12 @@ _SEARCH_SCHEMA: dict[str, Any] = {
                         "sessions; all_sessions: current_hidden plus other_sessions."
                     ),
                 },
-                "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K},
+                "top_k": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_TOP_K,
+                    "description": f"How many results (default {DEFAULT_TOP_K}; above {MAX_TOP_K} gives {MAX_TOP_K}).",
+                },
                 "min_score": {"type": "number", "minimum": 0},
                 "search_mode": {
                     "type": "string",
@@ -103,7 +121,12 @@ _LOAD_SCHEMA: dict[str, Any] = {
                 "before": {"type": "integer", "minimum": 0},
                 "after": {"type": "integer", "minimum": 0},
                 "content_offset": {"type": "integer", "minimum": 0},
-                "content_limit": {"type": "integer", "minimum": 1, "maximum": MAX_CONTENT_LIMIT},
+                "content_limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_CONTENT_LIMIT,
+                    "description": "Bytes of the anchor's content to return (default 16384; at most 65536).",
+                },
             },
             "additionalProperties": False,
         },
@@ -248,21 +271,16 @@ class RecallError(Exception):
     """A tool call the executor cannot answer; the message goes back to the model."""
 
 
-def _int(args: Mapping[str, Any], key: str, default: int) -> int:
-    value = args.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise RecallError(f"{key} must be an integer")
+class _StoreError(Exception):
+    """The read side raised while answering; the original exception is the cause."""
+
+
+async def _store(awaitable: Awaitable[R]) -> R:
+    """``await awaitable``, any failure of the read side wrapped as :class:`_StoreError`."""
     try:
-        return int(value)
-    except ValueError as exc:
-        raise RecallError(f"{key} must be an integer") from exc
-
-
-def _optional_int(args: Mapping[str, Any], key: str) -> int | None:
-    """The integer argument ``key``, or ``None`` when the model left it out (the read rule's default applies)."""
-    return None if args.get(key) is None else _int(args, key, 0)
+        return await awaitable
+    except Exception as exc:
+        raise _StoreError() from exc
 
 
 def _snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
@@ -307,43 +325,61 @@ class RecallExecutor:
         )
 
     async def execute(self, call: ToolCall) -> Message:
-        """The tool result message answering ``call``."""
+        """The tool result message answering ``call``; it never raises for what the model or the store did.
+
+        Every failure is answered as ``{"error": "<message>"}`` in the tool
+        result, so the model can correct itself and the agent loop goes on:
+
+        - bad arguments (malformed or non-object JSON, an unknown argument, a
+          wrong type, a value outside the declared enum or below the declared
+          minimum, a missing required argument): the message names the
+          argument, what was given and what is allowed. A value above a
+          declared maximum is clamped, not refused.
+        - a tool that is not offered, an anchor that is not found: said so.
+        - the read side failing (Cassandra down, a timeout): answered with
+          ``"retryable": true`` and logged with its traceback, because a
+          recall tool is optional context — an unreachable history store must
+          not end the agent's turn. Cancellation still propagates.
+        """
+        tool = call.function.name
+        body: dict[str, Any]
         try:
-            args = json.loads(call.function.arguments or "{}")
-            if not isinstance(args, dict):
-                raise RecallError("arguments must be a JSON object")
-            if not self.handles(call.function.name):
-                raise RecallError(f"tool {call.function.name!r} is not available")
-            if call.function.name == SESSION_SEARCH:
-                body = await self._search(args)
-            else:
-                body = await self._load(args)
-        except json.JSONDecodeError as exc:
-            body = {"error": f"arguments are not valid JSON: {exc.msg}"}
-        except RecallError as exc:
+            if not self.handles(tool):
+                raise RecallError(f"tool {tool!r} is not available")
+            schema = _SEARCH_SCHEMA if tool == SESSION_SEARCH else _LOAD_SCHEMA
+            args = parse_arguments(call.function.arguments, schema["function"]["parameters"]["properties"])
+            body = await (self._search(args) if tool == SESSION_SEARCH else self._load(args))
+        except (ArgumentError, RecallError) as exc:
             body = {"error": str(exc)}
+        except _StoreError as exc:
+            cause = exc.__cause__ or exc
+            log.warning("recall tool %s: the read side failed", tool, exc_info=cause)
+            body = {
+                "error": (
+                    f"{tool} could not read the session history right now ({type(cause).__name__}); "
+                    "nothing is lost: try again later, or continue with what you can see"
+                ),
+                "retryable": True,
+            }
         return Message(
             role="tool",
             tool_call_id=call.id,
-            name=call.function.name,
+            name=tool,
             content=json.dumps(body, ensure_ascii=False, default=str),
         )
 
     async def _search(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        text = str(args.get("query") or "").strip()
-        scope_arg = args.get("scope")
-        scope: Scope = scope_arg if scope_arg in SCOPES else "current_hidden"
-        top_k = _int(args, "top_k", DEFAULT_TOP_K)
-        top_k = DEFAULT_TOP_K if top_k <= 0 else min(top_k, MAX_TOP_K)
-        min_score = float(args.get("min_score") or 0.0)
-        mode_arg = args.get("search_mode")
-        mode: SearchMode = mode_arg if mode_arg in SEARCH_MODES else "hybrid"
+        text = string_arg(args, "query", required=True) or ""
+        scope = choice_arg(args, "scope", SCOPES, "current_hidden")
+        top_k = int_arg(args, "top_k", default=DEFAULT_TOP_K, minimum=1, maximum=MAX_TOP_K)
+        min_score = number_arg(args, "min_score", default=0.0, minimum=0.0)
+        mode = choice_arg(args, "search_mode", SEARCH_MODES, "hybrid")
         hits: Sequence[SearchHit] = ()
         if text:
             query = SearchQuery(
                 self.app_name, self.user_id, self.session_id, self.filter_key, text, scope, top_k, min_score, mode
             )
-            hits = (await self.reader.search(query))[:top_k]
+            hits = (await _store(self.reader.search(query)))[:top_k]
         results = [
             {
                 "scope": hit.scope,
@@ -371,18 +407,23 @@ class RecallExecutor:
         }
 
     async def _load(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        session_id = str(args.get("session_id") or self.session_id)
-        event_id = str(args.get("event_id") or "").strip()
-        tool_call_id = str(args.get("tool_call_id") or "").strip()
-        before, after = normalize_window(_optional_int(args, "before"), _optional_int(args, "after"))
-        offset, limit = normalize_content(_optional_int(args, "content_offset"), _optional_int(args, "content_limit"))
+        session_id = string_arg(args, "session_id") or self.session_id
+        event_id = string_arg(args, "event_id") or ""
+        tool_call_id = string_arg(args, "tool_call_id") or ""
+        before, after = normalize_window(
+            optional_int_arg(args, "before", minimum=0), optional_int_arg(args, "after", minimum=0)
+        )
+        offset, limit = normalize_content(
+            optional_int_arg(args, "content_offset", minimum=0),
+            optional_int_arg(args, "content_limit", minimum=1, maximum=MAX_CONTENT_LIMIT),
+        )
         if not event_id and not tool_call_id:
             raise RecallError("event_id is required unless tool_call_id is provided")
         query = WindowQuery(
             self.app_name, self.user_id, session_id, event_id or None, tool_call_id or None, before, after,
             offset, limit,
         )  # fmt: skip
-        window = await self.reader.load_window(query)
+        window = await _store(self.reader.load_window(query))
         if window is None:
             if tool_call_id:
                 raise RecallError(f'tool_call_id "{tool_call_id}" not found in session "{session_id}"')

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas import Message
+from streams.rules.eligibility import is_user_turn_message
 from streams.rules.tokens import TokenCounter
 
 
@@ -26,7 +27,7 @@ class TailoringResult:
 
 def round_starts(body: Sequence[Message]) -> list[int]:
     """Indices where a round begins: 0 and every user message after it."""
-    return [0, *(i for i, m in enumerate(body) if m.role == "user" and i > 0)] if body else []
+    return [0, *(i for i, m in enumerate(body) if is_user_turn_message(m) and i > 0)] if body else []
 
 
 def _unit_starts(body: Sequence[Message], start: int) -> list[int]:
@@ -63,7 +64,7 @@ def tailor(
         first = starts[r]
     kept = list(range(first, len(body)))
     if total > budget and kept:
-        anchor = first if body[first].role == "user" else None
+        anchor = first if is_user_turn_message(body[first]) else None
         units = _unit_starts(body, first + (anchor is not None))
         drop: set[int] = set()
         for u in range(len(units) - 1):

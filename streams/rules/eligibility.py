@@ -3,6 +3,8 @@
 * ``partial`` (streaming chunks) and ``skip_summarization`` events are stored but
   never counted nor summarized: they do not enter the trigger state at all.
 * Every other event counts toward the thresholds of the keys it belongs to.
+* A user turn (a conversation round) is a message with role ``user`` that is
+  not a tool result, whoever its author (:func:`is_user_turn`).
 * Only completed model output may *trigger* a check: not a user message, not a
   response carrying tool calls (its round is open by definition), not an event
   with an error or without content, and not a tool result while another call of
@@ -31,8 +33,23 @@ def has_valid_content(message: Message) -> bool:
     )
 
 
-def is_user_message(event: SessionEvent) -> bool:
-    return event.message.role == "user" or event.author == "user"
+def is_user_turn_message(message: Message) -> bool:
+    """A user turn: the message's role is ``user`` and it is not a tool result.
+
+    The one rule for "a user turn" everywhere: the rounds the trigger counts
+    (``F_USER``, the conversation threshold), the rounds the summarizer keeps
+    back (``keep_recent_rounds``), the safe prefix ends, and the runs of the
+    assembled history. The author never decides it: it is a producer's label
+    (``"user"``, ``"alice"``, an agent's name), while the role is what the
+    model sees. A record with author ``"user"`` and role ``"assistant"`` is
+    model output; one with author ``"alice"`` and role ``"user"`` is a user turn.
+    """
+    return message.role == "user" and not message.tool_call_id
+
+
+def is_user_turn(event: SessionEvent) -> bool:
+    """:func:`is_user_turn_message` of the event's message."""
+    return is_user_turn_message(event.message)
 
 
 def is_model_output(event: SessionEvent) -> bool:
@@ -42,7 +59,7 @@ def is_model_output(event: SessionEvent) -> bool:
         is_counted(event)
         and event.error is None
         and message.role in ("assistant", "tool")
-        and not is_user_message(event)
+        and not is_user_turn(event)
         and not message.tool_calls
         and has_valid_content(message)
     )

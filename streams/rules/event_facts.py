@@ -90,7 +90,7 @@ def event_facts(
     ``keywords`` (lower-cased, see ``SummaryPolicy.important_keywords``) flag a
     counted event whose content or reasoning contains one (``F_KEYWORD``).
 
-    Inlines the rules of ``eligibility`` (``is_counted``, ``is_user_message``,
+    Inlines the rules of ``eligibility`` (``is_counted``, ``is_user_turn``,
     ``is_model_output``) and, for the simple counter, of
     :func:`threshold_tokens`: this runs once per event on the hot path.
     """
@@ -104,7 +104,7 @@ def event_facts(
     result_id = message.tool_call_id
     role = message.role
     author = event.author
-    user = role == "user" or author == "user"
+    user = role == "user" and not result_id
     if not counted:
         tokens = text_len = 0
     else:

@@ -280,6 +280,7 @@ def build_job(
         model_request=model_request,
         context_window=scope.activity.context_window,
         model_hint=scope.activity.model,
+        summary_context_window=state.learned_window,
         attempt=retry.attempt + 1 if retry is not None else 0,
         created_at=created_at,
         context=dict(context) if context else {},

@@ -71,6 +71,10 @@ class SummaryPolicy:
     ``context`` is merged into the context dict custom checks receive.
     ``important_keywords`` is derived from the :class:`ImportantContent` checks:
     the fold flags the events that contain one.
+    ``keep_recent_rounds`` / ``skip_recent_events`` are the summarizer's (the same
+    settings): the events a summary holds back do not count toward the next
+    trigger, and no job is emitted while a pass would hold back everything
+    (see :mod:`streams.rules.held_back`).
     """
 
     checks: tuple[Check, ...] = field(default_factory=default_checks)
@@ -79,7 +83,12 @@ class SummaryPolicy:
     counter: TokenCounter | None = None
     max_summary_words: int | None = DEFAULT_MAX_SUMMARY_WORDS
     job_timeout_s: float = 120.0
+    job_max_attempts: int = 5
+    failure_cooldown_s: float = 30.0
+    failure_cooldown_max_s: float = 1800.0
     context: Mapping[str, Any] = field(default_factory=dict)
+    keep_recent_rounds: int = 0
+    skip_recent_events: int = 0
     important_keywords: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
@@ -88,6 +97,13 @@ class SummaryPolicy:
     @property
     def job_timeout_us(self) -> int:
         return int(self.job_timeout_s * 1_000_000)
+
+    def cooldown_us(self, failures: int) -> int:
+        """The cooldown after ``failures`` given-up jobs in a row (0 for none): exponential, capped."""
+        if failures <= 0 or self.failure_cooldown_s <= 0:
+            return 0
+        cap = max(self.failure_cooldown_max_s, self.failure_cooldown_s)
+        return int(min(cap, self.failure_cooldown_s * 2.0 ** min(failures - 1, 60)) * 1_000_000)
 
     def targets(self, filter_key: str) -> tuple[str, ...]:
         """``summary_targets`` with this policy's allowlist and cascade."""
@@ -178,6 +194,11 @@ def policy_from_settings(
         "counter": counter_from_settings(settings, model),
         "max_summary_words": settings.max_summary_words or None,
         "job_timeout_s": settings.job_timeout_s,
+        "keep_recent_rounds": settings.keep_recent_rounds,
+        "skip_recent_events": settings.skip_recent_events,
+        "job_max_attempts": settings.job_max_attempts,
+        "failure_cooldown_s": settings.failure_cooldown_s,
+        "failure_cooldown_max_s": settings.failure_cooldown_max_s,
     }
     values.update(python_overrides)
     return SummaryPolicy(**values)

@@ -6,6 +6,10 @@ order; pending entries, the in-flight job and open calls are tuples that the
 C JSON encoder writes as arrays directly (no per-entry dict or list is built),
 and field names are not repeated in every record.
 
+A 13th field, ``[failures in a row, their anchor, learned window]``, is
+written only while a key has one (rows without it read as no failures), so
+rows of keys that never failed keep the 12-field layout older builds read.
+
 ``ROW_FORMAT`` versions the layout; the object form of
 :func:`~streams.rules.trigger_state.to_dict` (format 1) stays readable.
 :func:`state_from_row` validates what it reads and raises
@@ -19,7 +23,7 @@ from typing import Any
 
 from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
-from streams.rules.trigger_state import InFlight, Scope, SessionTriggerState
+from streams.rules.trigger_state import InFlight, Scope, SessionTriggerState, failure_in, failure_row
 
 ROW_FORMAT = 2
 """Layout of :func:`state_to_row` (1 is the object form of ``to_dict``)."""
@@ -37,13 +41,15 @@ _PARTS = (
     "branch scopes",
     "in-flight job",
     "high offset",
+    "failure cooldown",
 )
+_BASE_FIELDS = len(_PARTS) - 1
 _STRINGS = range(4)
 
 
 def state_to_row(state: SessionTriggerState) -> list[Any]:
     """The state as a JSON-ready list (tuples inside are written as arrays)."""
-    return [
+    row = [
         state.app_name,
         state.user_id,
         state.session_id,
@@ -57,6 +63,9 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         _flight_row(state.in_flight),
         state.high_offset,
     ]
+    if state.failed is not None or state.learned_window is not None:
+        row.append(failure_row(state))
+    return row
 
 
 def _flight_row(flight: InFlight | None) -> list[Any] | None:
@@ -68,8 +77,8 @@ def _flight_row(flight: InFlight | None) -> list[Any] | None:
 
 def state_from_row(row: Any) -> SessionTriggerState:
     """Read :func:`state_to_row` back (after a JSON round trip); see the module docstring."""
-    if not isinstance(row, list) or len(row) != len(_PARTS):
-        raise CorruptTriggerStateError(f"trigger state row must be a list of {len(_PARTS)} fields")
+    if not isinstance(row, list) or len(row) not in (_BASE_FIELDS, len(_PARTS)):
+        raise CorruptTriggerStateError(f"trigger state row must be a list of {_BASE_FIELDS} or {len(_PARTS)} fields")
     part = 0
     try:
         for part in _STRINGS:
@@ -86,6 +95,8 @@ def state_from_row(row: Any) -> SessionTriggerState:
         scopes = {k: _scope_in(s) for k, s in (row[9] or {}).items()}
         part = 10
         in_flight = InFlight(*row[10]) if row[10] else None
+        part = 12
+        failed, window = failure_in(row[12] if len(row) > _BASE_FIELDS else None)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         ids = "/".join(str(x) for x in row[:3])
         raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc
@@ -103,6 +114,8 @@ def state_from_row(row: Any) -> SessionTriggerState:
         scopes,
         in_flight,
         row[11],
+        failed,
+        window,
     )
 
 

@@ -16,6 +16,14 @@ Contracts (the track agent relies on them):
   and recomputes the counters over the events left after it — including events
   that arrived while the summary was being written. Stale or duplicate summaries
   (``version`` not above the state's) are ignored, so replay is idempotent.
+* ``state = on_job_failed(state, job_id, gave_up=..., at=..., window=...)``
+  releases the key's in-flight job. A job *given up* (not a sync command that
+  had nothing to do) also counts a failure in a row, anchored at the latest
+  event time the state has seen: ``decide`` then answers ``cooling_down`` until
+  an event at least ``policy.cooldown_us(failures)`` later (exponential,
+  capped); the first job after that is the half-open retry, a summary resets
+  the count. A window a context-length refusal named is kept
+  (``learned_window``) and every next job of the key carries it.
 * ``on_summary``, ``on_job_failed`` and ``mark_emitted`` are copy-on-write: they
   return a new state when something changes and the very same object when
   nothing does (callers may test ``new is not old`` to skip a write), and never
@@ -44,6 +52,7 @@ from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
+from streams.rules.held_back import all_held_back, held_back_prefix, without_held_back
 from streams.rules.policy import SummaryPolicy
 
 STATE_FORMAT = 1
@@ -58,6 +67,13 @@ class Scope:
 
     def copy(self) -> Scope:
         return Scope(self.counters.copy(), self.activity.copy())
+
+
+class Failed(NamedTuple):
+    """Jobs of this key given up in a row, and the event time (µs) the last one was taken at."""
+
+    failures: int
+    at: int | None
 
 
 class InFlight(NamedTuple):
@@ -98,6 +114,10 @@ class SessionTriggerState:
     """Full-session state only: the full delta scoped to each triggering branch key."""
     in_flight: InFlight | None = None
     high_offset: int | None = None
+    failed: Failed | None = None
+    """Given-up jobs in a row (``None``: the last job did not fail): the cooldown."""
+    learned_window: int | None = None
+    """The summary model's window as a context-length refusal named it: the next budget."""
 
     @property
     def boundary(self) -> SummaryBoundary | None:
@@ -137,6 +157,8 @@ class SessionTriggerState:
             {k: s.copy() for k, s in self.scopes.items()},
             self.in_flight,
             self.high_offset,
+            self.failed,
+            self.learned_window,
         )
 
     def _replace(self, **changes: Any) -> SessionTriggerState:
@@ -179,6 +201,7 @@ def seed_branch_state(full: SessionTriggerState, filter_key: str) -> SessionTrig
         content=sum(1 for p in entries if p.flags & F_CONTENT),
         own=Scope(Counters.of(entries), activity),
         high_offset=full.high_offset,
+        learned_window=full.learned_window,
     )
 
 
@@ -355,6 +378,8 @@ def rebase(
         scopes,
         in_flight,
         state.high_offset,
+        None,  # a summary ends a run of failures
+        state.learned_window,
     )
 
 
@@ -372,23 +397,71 @@ def mark_emitted(
     return out
 
 
-def on_job_failed(state: SessionTriggerState, job_id: str) -> SessionTriggerState:
-    """A job given up for good: the key may trigger again (the boundary stays).
+def on_job_failed(
+    state: SessionTriggerState,
+    job_id: str,
+    *,
+    gave_up: bool = False,
+    at: int | None = None,
+    window: int | None = None,
+) -> SessionTriggerState:
+    """A job answered with a failure: the key may trigger again (the boundary stays).
 
-    A copy without the in-flight job, or ``state`` itself for another job id.
+    The in-flight job is released when it is ``job_id``. ``gave_up`` (the job
+    failed, rather than finding nothing to do) counts one more failure in a row,
+    anchored at the latest event time of the state (``at``, the failure's own
+    time in µs, only when the state has seen no event): the cooldown of
+    :func:`cooling_down`. ``window`` (named by a context-length refusal) becomes
+    ``learned_window``. A copy, or ``state`` itself when nothing changes.
     """
-    if state.in_flight is not None and state.in_flight.job_id == job_id:
-        out = state.copy()
+    releases = state.in_flight is not None and state.in_flight.job_id == job_id
+    learns = window is not None and window > 0 and window != state.learned_window
+    if not (releases or gave_up or learns):
+        return state
+    out = state.copy()
+    if releases:
         out.in_flight = None
-        return out
-    return state
+    if gave_up:
+        anchor = _latest_ts(state)
+        count = state.failed.failures + 1 if state.failed is not None else 1
+        out.failed = Failed(count, anchor if anchor is not None else at)
+    if learns:
+        out.learned_window = window
+    return out
+
+
+def _latest_ts(state: SessionTriggerState) -> int | None:
+    times = [t for t in (state.own.activity.last_ts, state.pending[-1].ts if state.pending else None) if t is not None]
+    if state.in_flight is not None:
+        times.append(state.in_flight.emitted_at)
+    return max(times) if times else None
+
+
+def cooldown_until(state: SessionTriggerState, policy: SummaryPolicy) -> int | None:
+    """Event time (µs) before which the key gets no new job (``None``: not cooling down)."""
+    failed = state.failed
+    if failed is None:
+        return None
+    span = policy.cooldown_us(failed.failures)
+    if span <= 0:
+        return None
+    return (failed.at or 0) + span
+
+
+def cooling_down(state: SessionTriggerState, policy: SummaryPolicy, now_us: int | None) -> bool:
+    """Whether ``state``'s key still cools down at event time ``now_us`` (``None``: unknown, so yes)."""
+    until = cooldown_until(state, policy)
+    return until is not None and (now_us is None or now_us < until)
 
 
 class TriggerDecision(NamedTuple):
     """Whether to summarize ``filter_key`` now, and why (immutable).
 
     ``reason`` is ``fired``, ``force``, ``checks_failed``, ``not_triggering`` (the
-    event may not trigger), ``in_flight``, ``empty_delta``, ``no_content`` or
+    event may not trigger), ``in_flight``, ``cooling_down`` (jobs of the key failed:
+    see :func:`on_job_failed`), ``empty_delta``, ``no_content``,
+    ``held_back`` (a pass now would keep every pending event back, see
+    ``held_back``) or
     ``not_allowed`` (a sync command for a key the allowlist refuses; see
     ``planner.apply_command``).
     ``upto`` is the last pending event: the furthest the job may advance to.
@@ -455,6 +528,9 @@ def decide(
         if facts is None or facts.entry.ts - in_flight.emitted_at <= policy.job_timeout_us:
             return _no(key, tk, "in_flight")
         retry = in_flight
+    # A key cooling down re-emits no timed-out job either: its failure answered the job.
+    if state.failed is not None and not force and cooling_down(state, policy, facts.entry.ts if facts else None):
+        return _no(key, tk, "cooling_down")
     pending = state.pending
     if not pending:
         return _no(key, tk, "empty_delta")
@@ -464,9 +540,14 @@ def decide(
         return TriggerDecision(True, key, tk, "force", outcome.report(), (outcome,), upto, True, retry)
     if not state.content:
         return _no(key, tk, "no_content")
+    counters = scope.counters
+    if policy.keep_recent_rounds or policy.skip_recent_events:
+        if all_held_back(pending, policy.keep_recent_rounds, policy.skip_recent_events):
+            return _no(key, tk, "held_back")
+        counters = _counters_after_held_back(state, policy, scope, tk)
     checks = policy.checks
     if not checks:
-        outcome = CheckOutcome("always", True, scope.counters.events, 0, "events")
+        outcome = CheckOutcome("always", True, counters.events, 0, "events")
         return TriggerDecision(True, key, tk, "fired", outcome.report(), (outcome,), upto, False, retry)
     view = _new_tuple(
         TriggerView,
@@ -474,7 +555,7 @@ def decide(
             key,
             tk,
             state.app_name,
-            scope.counters,
+            counters,
             scope.activity,
             state,
             now if isinstance(now, SessionEvent) else None,
@@ -488,6 +569,19 @@ def decide(
     best = preferred_outcome(outcomes)
     report = best.report() if best is not None else None
     return TriggerDecision(True, key, tk, "fired", report, outcomes, upto, False, retry)
+
+
+def _counters_after_held_back(
+    state: SessionTriggerState, policy: SummaryPolicy, scope: Scope, trigger_key: str
+) -> Counters:
+    """The scope's counters without the events the last summary held back (none before a first summary)."""
+    if state.boundary_ts is None:
+        return scope.counters
+    held = state.pending[: held_back_prefix(state.pending, policy.keep_recent_rounds, policy.skip_recent_events)]
+    key, app = state.filter_key, state.app_name
+    if key or not trigger_key or scope is state.own:
+        return without_held_back(scope.counters, held, lambda p: counts_toward(p.filter_key, key, app))
+    return without_held_back(scope.counters, held, lambda p: in_summary_input(p.filter_key, trigger_key))
 
 
 def to_dict(state: SessionTriggerState) -> dict[str, Any]:
@@ -510,7 +604,26 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["i"] = [f.job_id, f.upto_event_id, f.emitted_at, f.attempt, *([f.context] if f.context else [])]
     if state.high_offset is not None:
         out["h"] = state.high_offset
+    if state.failed is not None or state.learned_window is not None:
+        out["fl"] = failure_row(state)
     return out
+
+
+def failure_row(state: SessionTriggerState) -> list[Any]:
+    """``[failures in a row, their anchor (µs), learned window]`` (the changelog's form)."""
+    failed = state.failed
+    return [failed.failures if failed else 0, failed.at if failed else None, state.learned_window]
+
+
+def failure_in(row: Any) -> tuple[Failed | None, int | None]:
+    """Read :func:`failure_row` back (``None``: neither failures nor a window)."""
+    if row is None:
+        return None, None
+    count, at, window = row
+    for name, value in (("failures", count), ("anchor", at), ("window", window)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    return (Failed(count, at) if count else None), window
 
 
 _STATE_FIELDS = {
@@ -524,6 +637,7 @@ _STATE_FIELDS = {
     "o": "own scope",
     "sc": "branch scopes",
     "i": "in-flight job",
+    "fl": "failure cooldown",
 }
 
 
@@ -551,6 +665,8 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         own = _scope_in(data["o"])
         part = "sc"
         scopes = {k: _scope_in(s) for k, s in data.get("sc", {}).items()}
+        part = "fl"
+        failed, window = failure_in(data.get("fl"))
         for part in ("a", "u", "s", "k"):
             if not isinstance(data[part], str):
                 raise TypeError(f"expected a string, got {type(data[part]).__name__}")
@@ -575,6 +691,8 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         scopes,
         in_flight,
         data.get("h"),
+        failed,
+        window,
     )
 
 

@@ -53,23 +53,29 @@ class LocalServices:
 
     # -- up -------------------------------------------------------------------------------------
 
-    def up(self, say: Say) -> dict[str, bool]:
+    def up(self, say: Say, only: set[str] | None = None) -> dict[str, bool]:
         """Start what is not running (both JVMs boot in parallel), wait until both answer.
 
-        Returns ``{service: started_now}``. On failure the processes started
-        by this call are stopped again and ``ServiceError`` names the cause.
+        ``only`` limits the call to these services (``{"kafka"}``: a private broker of
+        this data directory, as the end-to-end oracle test restarts). Returns
+        ``{service: started_now}``. On failure the processes started by this call
+        are stopped again and ``ServiceError`` names the cause.
         """
         started: dict[str, bool] = {}
+        wanted = {"kafka", "cassandra"} if only is None else only
         try:
-            started["kafka"] = self._launch_kafka(say)
+            if "kafka" in wanted:
+                started["kafka"] = self._launch_kafka(say)
             kafka_t0 = time.monotonic()
-            started["cassandra"] = self._launch_cassandra(say)
+            if "cassandra" in wanted:
+                started["cassandra"] = self._launch_cassandra(say)
             cassandra_t0 = time.monotonic()
-            self._await("kafka", self.kafka, self._kafka_ready, self.services.kafka_start_timeout_s, say, kafka_t0)
-            self._await(
-                "cassandra", self.cassandra, self._cassandra_ready, self.services.cassandra_start_timeout_s,
-                say, cassandra_t0,
-            )  # fmt: skip
+            if "kafka" in wanted:
+                timeout = self.services.kafka_start_timeout_s
+                self._await("kafka", self.kafka, self._kafka_ready, timeout, say, kafka_t0)
+            if "cassandra" in wanted:
+                timeout = self.services.cassandra_start_timeout_s
+                self._await("cassandra", self.cassandra, self._cassandra_ready, timeout, say, cassandra_t0)
         except BaseException:
             for name, now in started.items():
                 if now:

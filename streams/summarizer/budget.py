@@ -1,8 +1,11 @@
 """Input budgets, previous-summary truncation and safe prefixes of a delta.
 
-The conversation after the boundary is never cut: when it does not fit,
-only a complete prefix of it is summarized and the rest waits for the next
-pass. Only the previous summary may be shortened (head and tail kept).
+No event after the boundary is ever dropped: when the delta does not fit,
+its payloads are cut head + tail with a ``session_load`` marker
+(:mod:`streams.summarizer.payloads`) and only a complete prefix of it may be
+summarized, the rest waiting for the next pass. The previous summary is cut
+(head and tail kept) only when it alone does not fit (see
+:mod:`streams.summarizer.plan`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from collections.abc import Callable, Sequence
 
 from schemas import SessionEvent
 from streams.rules.context_windows import lookup_context_window
+from streams.rules.eligibility import is_user_turn
 from streams.summarizer.conversation import ConversationFormatter, is_tool_result
+from streams.summarizer.textcut import head_and_tail, tail_start
 
 DEFAULT_CONTEXT_WINDOW = 8192
 BUDGET_RATIO = 0.7
@@ -40,14 +45,20 @@ def halve(budget: int) -> int:
 
 
 def truncate_middle(text: str, keep: int) -> str:
-    """Keep ``keep`` characters: ``ceil(keep/2)`` from the head, the rest from the tail."""
+    """Keep at most ``keep`` characters: about ``ceil(keep/2)`` from the head, the rest from the tail.
+
+    Cuts fall on character boundaries (:mod:`streams.summarizer.textcut`), so
+    the pieces may be a few characters shorter; the head keeps at least one
+    character when ``keep >= 1``.
+    """
     if keep >= len(text):
         return text
     if keep <= 0:
         return ""
-    head = (keep + 1) // 2
-    tail = keep - head
-    return text[:head] + TRUNCATION_MARKER + (text[len(text) - tail :] if tail else "")
+    head, tail = head_and_tail(text, keep)
+    if not head:
+        head = text[: tail_start(text, 1)]
+    return head + TRUNCATION_MARKER + tail
 
 
 def largest_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int | None:
@@ -92,7 +103,7 @@ def safe_prefix_ends(events: Sequence[SessionEvent], formatter: ConversationForm
             break
         if open_calls or not text_since_end or event.partial:
             continue
-        if message.role in ("user", "system") or event.author in ("user", "system") or message.tool_calls:
+        if is_user_turn(event) or message.role == "system" or event.author == "system" or message.tool_calls:
             continue
         if _same_response(event, events[i + 1]):
             continue

@@ -42,6 +42,7 @@ class DynamicSummarizer:
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult:
         """Delegate; ``None`` from the resolver skips (or, when forced, fails)."""
         target = await self.resolve(context, session)
@@ -59,6 +60,7 @@ class DynamicSummarizer:
             model_request=model_request,
             force=force,
             context=context,
+            **({"context_window": context_window} if context_window is not None else {}),
         )
 
     def set_prompt(self, prompt: str) -> None:

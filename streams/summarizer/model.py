@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -18,6 +19,8 @@ _CONTEXT_LENGTH_PHRASES = (
     "input is too long",
     "too many tokens",
     "reduce the length of the messages",
+    "maximum model length",
+    "exceeds the available context size",
 )
 
 
@@ -27,8 +30,49 @@ def looks_like_context_overflow(*texts: object) -> bool:
     return any(phrase in haystack for phrase in _CONTEXT_LENGTH_PHRASES)
 
 
+_WINDOW_PATTERNS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        # OpenAI, vLLM, LiteLLM: "This model's maximum context length is 8192 tokens."
+        r"maximum context length is\s+(\d[\d,]*)",
+        # vLLM: "... is longer than the maximum model length of 4096"
+        r"maximum model length(?: is| of)?\s+(\d[\d,]*)",
+        # vLLM: "Input prompt (5000 tokens) is too long and exceeds limit of 4096"
+        r"exceeds (?:the )?limit of\s+(\d[\d,]*)",
+        # llama.cpp: "exceeds the available context size (4096 tokens)"
+        r"available context size \((\d[\d,]*) tokens\)",
+        # Anthropic-style: "prompt is too long: 210000 tokens > 200000 maximum"
+        r">\s*(\d[\d,]*)\s*maximum",
+        # "context window of 32768 tokens", "context_window=32768"
+        r"context[ _]window(?: of| is|=|:)\s*(\d[\d,]*)",
+    )
+)
+
+
+def context_window_in(*texts: object) -> int | None:
+    """The window a provider names in a context-length refusal (``None``: it names none)."""
+    for text in texts:
+        if text is None:
+            continue
+        for pattern in _WINDOW_PATTERNS:
+            found = pattern.search(str(text))
+            if found:
+                window = int(found.group(1).replace(",", ""))
+                if window > 0:
+                    return window
+    return None
+
+
 class ContextLengthError(PermanentError):
-    """The provider refused the request as longer than its context."""
+    """The provider refused the request as longer than its context.
+
+    ``context_window`` is the window the provider named, when it did (the key's
+    next requests are budgeted with it).
+    """
+
+    def __init__(self, message: str, context_window: int | None = None) -> None:
+        super().__init__(message)
+        self.context_window = context_window if context_window is None or context_window > 0 else None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from streams.summarizer.model import (
     ContextLengthError,
     ModelResponse,
     ModelUsage,
+    context_window_in,
     looks_like_context_overflow,
 )
 from streams.summarizer.request import ChatRequest
@@ -118,7 +119,7 @@ def _translate_status(exc: openai.APIStatusError) -> Exception:
     status = exc.status_code
     detail = f"LLM endpoint answered HTTP {status}: {exc.message}"
     if looks_like_context_overflow(exc.code, exc.type, exc.message, exc.body):
-        return ContextLengthError(detail)
+        return ContextLengthError(detail, context_window_in(exc.message, exc.body))
     if status in (408, 409, 429) or status >= 500:
         return RetryableError(detail, retry_after=_retry_after(exc))
     return PermanentError(detail)

@@ -1,12 +1,20 @@
 """Planning one pass: which prefix of the delta, and the standalone request for it.
 
-Preference order, so the previous summary is shortened only when it must be:
-the whole delta with the whole previous summary; else the largest complete
-prefix with the whole previous summary; else the whole delta, else the
-largest complete prefix, with the previous summary cut head+tail. The
-previous summary is never dropped: a cut keeps at least one character and
-the truncation marker. When not even the smallest complete prefix fits
-(with the shortest form of the previous summary), the pass fails with
+Preference order (never drop an event, never drop the previous summary; the
+previous summary is the only copy of what lies before the boundary, while
+every event payload is stored and recallable):
+
+1. the whole delta, every payload whole, with the whole previous summary;
+2. the largest complete prefix (the whole delta first) that fits with the
+   whole previous summary once its payloads are cut head + tail (see
+   :mod:`streams.summarizer.payloads`), each payload kept as long as the
+   budget allows — the largest common cap, so the largest payloads go first;
+3. only when the previous summary alone does not fit beside the smallest
+   complete prefix in its smallest form: that form, with the previous
+   summary cut head + tail (reported as ``truncated_previous_summary``).
+
+A cut previous summary keeps at least one character and the truncation
+marker. When not even step 3 fits, the pass fails with
 :class:`SourceTooLargeError` (or :class:`PreviousSummaryTooLargeError`) and
 nothing is dropped.
 """
@@ -16,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas import SessionEvent
+from schemas import PayloadCut, SessionEvent
 from streams.errors import PermanentError
 from streams.rules.tokens import TokenCounter
 from streams.summarizer.budget import largest_fitting, safe_prefix_ends, truncate_middle
 from streams.summarizer.conversation import ConversationFormatter
+from streams.summarizer.payloads import MIN_PAYLOAD_KEEP, PayloadForms
 from streams.summarizer.prompts import SOURCE_BOUNDARY, PromptSet
 from streams.summarizer.request import ChatRequest, SummarySource, count_request, standalone_request
 
@@ -108,13 +117,17 @@ class RequestBuilder:
 
 @dataclass(frozen=True)
 class PassPlan:
-    """What one pass sends: the covered events, the request and how it was bounded."""
+    """What one pass sends: the covered events, the request and how it was bounded.
+
+    ``cuts`` lists the event payloads the request carries head + tail only.
+    """
 
     events: list[SessionEvent]
     text: str
     request: ChatRequest
     truncated_previous: bool
     partial_prefix: bool
+    cuts: tuple[PayloadCut, ...] = ()
 
 
 def plan_pass(
@@ -123,44 +136,51 @@ def plan_pass(
     budget: int,
     builder: RequestBuilder,
     formatter: ConversationFormatter,
+    *,
+    whole_delta: bool = False,
+    wrap: tuple[str, str] = ("", ""),
 ) -> PassPlan:
-    """Choose the prefix of ``events`` this pass covers and build its request."""
-    texts = [formatter.event_text(e) for e in events]
+    """Choose the prefix of ``events`` this pass covers and build its request.
 
-    def text_of(k: int) -> str:
-        return "\n".join(t for t in texts[:k] if t)
-
-    def plan(k: int, request: ChatRequest, truncated: bool) -> PassPlan:
-        return PassPlan(list(events[:k]), text_of(k), request, truncated, k < len(events))
-
+    With ``whole_delta`` every event is covered (no prefix is chosen): for an
+    event list a pre-summary hook has already fixed. ``wrap`` is text a hook
+    put before and after the conversation text; it is kept whole.
+    """
+    forms = PayloadForms(events, formatter)
     n = len(events)
-    full_request = builder.request(text_of(n), previous)
-    if count_request(full_request, builder.counter) <= budget:
-        return plan(n, full_request, False)
-    ends = safe_prefix_ends(events, formatter)
-    if previous:
-        best = largest_fitting(0, len(ends) - 1, lambda i: builder.tokens(text_of(ends[i]), previous) <= budget)
-        if best is not None:
-            k = ends[best]
-            return plan(k, builder.request(text_of(k), previous), False)
+    before, after = wrap
 
-    def too_large(k: int, detail: str) -> SourceTooLargeError:
-        text = text_of(k)
-        source = builder.tokens(text, "")
-        if source > budget or not previous:
-            return SourceTooLargeError(source, budget, detail)
-        return PreviousSummaryTooLargeError(builder.min_tokens(text, previous), budget, len(previous), detail)
+    def tokens(k: int, cap: int | None, prev: str) -> int:
+        return builder.tokens(before + forms.text(k, cap) + after, prev)
 
-    # From here on the previous summary is cut, never dropped: a prefix qualifies
-    # only if it fits beside the shortest form of the previous summary.
-    if builder.min_tokens(text_of(n), previous) <= budget:
-        request, truncated = builder.bounded(text_of(n), previous, budget)
-        return plan(n, request, truncated)
-    if not ends:
-        raise too_large(n, "the delta has no complete prefix to summarize first")
-    if builder.min_tokens(text_of(ends[0]), previous) > budget:
-        raise too_large(ends[0], f"even its smallest complete prefix ({ends[0]} of {n} events) does not fit")
-    best = largest_fitting(0, len(ends) - 1, lambda i: builder.min_tokens(text_of(ends[i]), previous) <= budget)
-    k = ends[best or 0]
-    request, truncated = builder.bounded(text_of(k), previous, budget)
-    return plan(k, request, truncated)
+    def fits(k: int, cap: int | None, prev: str) -> bool:
+        return tokens(k, cap, prev) <= budget
+
+    def plan(k: int, cap: int | None, prev: str, truncated: bool) -> PassPlan:
+        form = forms.form(k, cap)
+        text = before + form.text + after
+        return PassPlan(list(events[:k]), text, builder.request(text, prev), truncated, k < n, form.cuts)
+
+    if fits(n, None, previous):
+        return plan(n, None, previous, False)
+    ends = [n] if whole_delta else [*safe_prefix_ends(events, formatter), n]
+    best = largest_fitting(0, len(ends) - 1, lambda i: fits(ends[i], MIN_PAYLOAD_KEEP, previous))
+    if best is not None:
+        k = ends[best]
+        if fits(k, None, previous):
+            return plan(k, None, previous, False)
+        cap = largest_fitting(MIN_PAYLOAD_KEEP, max(forms.longest(k), MIN_PAYLOAD_KEEP), lambda c: fits(k, c, previous))
+        return plan(k, cap or MIN_PAYLOAD_KEEP, previous, False)
+
+    # The previous summary alone does not fit beside the smallest form of the
+    # smallest prefix: only now is it cut, beside exactly that form.
+    k = ends[0]
+    smallest = tokens(k, MIN_PAYLOAD_KEEP, "")
+    detail = f"its smallest complete prefix ({k} of {n} events) with every payload cut to {MIN_PAYLOAD_KEEP} chars"
+    if smallest > budget or not previous:
+        raise SourceTooLargeError(smallest, budget, f"{detail} does not fit")
+    keep = largest_fitting(1, len(previous) - 1, lambda r: fits(k, MIN_PAYLOAD_KEEP, truncate_middle(previous, r)))
+    if keep is None:
+        shortest = min(tokens(k, MIN_PAYLOAD_KEEP, truncate_middle(previous, 1)), tokens(k, MIN_PAYLOAD_KEEP, previous))
+        raise PreviousSummaryTooLargeError(shortest, budget, len(previous), detail)
+    return plan(k, MIN_PAYLOAD_KEEP, truncate_middle(previous, keep), True)

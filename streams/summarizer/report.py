@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from schemas import CallReport, SummaryReport, SummaryStats, TriggerReport
@@ -67,3 +68,23 @@ async def emit_report(hook: ReportHook | None, report: SummaryReport, error: Bas
         await resolve(hook(report, error))
     except Exception:
         log.exception("summary report hook failed")
+
+
+_REPORT_ATTR = "summary_report"
+
+
+def attach_report(exc: BaseException, report: SummaryReport) -> None:
+    """Keep the report of a failed ``summarize`` on its error (the failure record carries it)."""
+    with contextlib.suppress(AttributeError):  # a type with slots: the report hook still saw it
+        setattr(exc, _REPORT_ATTR, report)
+
+
+def report_of(exc: BaseException | None) -> SummaryReport | None:
+    """The report :func:`attach_report` kept on ``exc`` or on an error it was raised from."""
+    seen = 0
+    while exc is not None and seen < 8:
+        found = getattr(exc, _REPORT_ATTR, None)
+        if isinstance(found, SummaryReport):
+            return found
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from schemas import SessionEvent
+from streams.rules.eligibility import is_user_turn
 from streams.summarizer.conversation import (
     DEFAULT_FORMATTER,
     ConversationFormatter,
     is_summarizable,
-    is_tool_result,
 )
 
 SkipRecent = Callable[[Sequence[SessionEvent]], int]
@@ -29,15 +29,12 @@ def skip_last(n: int) -> SkipRecent:
     return skip
 
 
-def is_user_turn(event: SessionEvent) -> bool:
-    """A top-level user message (by author, as the guide decides)."""
-    return event.author == "user" and not is_tool_result(event.message)
-
-
 def keep_recent_rounds(rounds: int) -> SkipRecent:
     """Keep the last ``rounds`` user rounds out of the summary.
 
-    A round starts at a user message and runs to the next one. The cut is
+    A round starts at a user turn (``eligibility.is_user_turn``: the role,
+    never the author — the trigger counts rounds by the same rule) and runs
+    to the next one. The cut is
     moved earlier until no tool call before it has its result after it, so
     a call and its result are never split.
     """

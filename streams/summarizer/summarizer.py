@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from schemas import (
     CallReport,
+    PayloadCut,
     SessionEvent,
     SessionKey,
     SummaryBoundary,
@@ -51,7 +52,7 @@ from streams.summarizer.length import cap_length
 from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
 from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
-from streams.summarizer.report import MANUAL_TRIGGER, compression_stats, emit_report
+from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
 from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.selection import SkipRecent, select_events
 
@@ -131,6 +132,7 @@ class SummarizerLike(Protocol):
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult: ...
 
     def metadata(self) -> dict[str, Any]: ...
@@ -141,11 +143,14 @@ class _Attempt:
     """Mutable bookkeeping of one ``summarize`` call."""
 
     trigger: TriggerReport
+    context_window: int | None = None
+    """This call's window override (a window learned from a context-length refusal)."""
     calls: list[CallReport] = field(default_factory=list)
     passes: int = 0
     truncated: bool = False
     partial: bool = False
     fork_used: bool = False
+    cuts: list[PayloadCut] = field(default_factory=list)
 
     def report(self) -> SummaryReport:
         return SummaryReport(
@@ -154,6 +159,7 @@ class _Attempt:
             passes=max(self.passes, 1),
             truncated_previous_summary=self.truncated,
             partial_prefix=self.partial,
+            truncated_payloads=tuple(self.cuts),
         )
 
 
@@ -222,9 +228,14 @@ class Summarizer:
     def counter(self) -> TokenCounter:
         return self.token_counter or get_token_counter()
 
-    def input_budget(self) -> int:
-        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``."""
+    def input_budget(self, context_window: int | None = None) -> int:
+        """Tokens a summary request may use: ``min(provider budget, 70 % of the window)``.
+
+        ``context_window`` (a window a provider named when it refused a request) caps the window.
+        """
         window = resolve_context_window(self.context_window, self.model.name, self.model.context_window)
+        if context_window is not None and context_window > 0:
+            window = min(window, context_window)
         return input_budget(window, self.model.provider_budget)
 
     def metadata(self) -> dict[str, Any]:
@@ -253,15 +264,18 @@ class Summarizer:
         model_request: Mapping[str, Any] | None = None,
         force: bool = False,
         context: Mapping[str, Any] | None = None,
+        context_window: int | None = None,
     ) -> SummaryResult:
         """Summarize ``events`` (the delta after the boundary, in order) on top of ``previous_summary``.
+
+        ``context_window`` caps the model's window for this call (see :meth:`input_budget`).
 
         Raises :class:`SummarySkipped` when nothing is left to summarize,
         :class:`~streams.errors.RetryableError` for transient model failures
         and :class:`~streams.errors.PermanentError` otherwise. The report
-        hook sees every attempt, failed ones included.
+        hook sees every attempt, failed ones included, and the error carries it (``report_of``).
         """
-        attempt = _Attempt(trigger or MANUAL_TRIGGER)
+        attempt = _Attempt(trigger or MANUAL_TRIGGER, context_window)
         try:
             result = await self._summarize(
                 previous_summary,
@@ -274,6 +288,7 @@ class Summarizer:
                 dict(context or {}),
             )
         except BaseException as exc:
+            attach_report(exc, attempt.report())
             await emit_report(self.hooks.report, attempt.report(), exc)
             raise
         await emit_report(self.hooks.report, result.report, None)
@@ -304,9 +319,12 @@ class Summarizer:
 
         summary, remaining, covered = previous, list(selected), 0
         last_event: SessionEvent | None = None
+        # The caller's request shows the delta's skip_summarization events (they are visible while after
+        # the boundary); forking it would put them in the summary input, so such a delta is sent standalone.
+        may_fork = self.cache_safe_forking and not any(e.skip_summarization for e in events)
         while True:
             attempt.passes += 1
-            fork_parent = model_request if attempt.passes == 1 and self.cache_safe_forking else None
+            fork_parent = model_request if attempt.passes == 1 and may_fork else None
             text, pass_events = await self._pass(summary, remaining, attempt, session, filter_key, fork_parent, context)
             summary = text
             covered += len(pass_events)
@@ -359,7 +377,7 @@ class Summarizer:
         :class:`EmptySummaryError`. Only a context-length refusal retries
         once, as a standalone request at half the budget.
         """
-        budget = self.input_budget()
+        budget = self.input_budget(attempt.context_window)
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         forked, declined = None, None
         if fork_parent is not None:
@@ -387,8 +405,7 @@ class Summarizer:
         except ContextLengthError:
             retry_budget = halve(budget)
             if hooked is not None:
-                request, truncated = builder.bounded(hooked.text, hooked.previous, retry_budget)
-                plan = replace(plan, request=request, truncated_previous=truncated)
+                plan = self._fit_hooked(plan, hooked, retry_budget, builder)
             else:
                 plan = plan_pass(events, previous, retry_budget, builder, self.formatter)
             mode = "standalone"
@@ -403,6 +420,8 @@ class Summarizer:
         attempt.truncated = attempt.truncated or (plan.truncated_previous and mode != "cache_safe_fork")
         attempt.partial = attempt.partial or plan.partial_prefix
         attempt.fork_used = attempt.fork_used or mode == "cache_safe_fork"
+        if mode != "cache_safe_fork":
+            attempt.cuts.extend(plan.cuts)
 
     async def _answer(
         self,
@@ -538,21 +557,40 @@ class Summarizer:
             text = self.formatter.conversation_text(ctx.events)
         else:
             text = plan.text
-        hooked = _Hooked(text, ctx.previous_summary.strip())
-        if not text.strip() and (plan.events or not hooked.previous):
+        edited_previous = ctx.previous_summary.strip()
+        if not text.strip() and (plan.events or not edited_previous):
             sid = session.session_id if session else "?"
             raise SummarySkipped(
                 f"no conversation text extracted for session {sid} (events={len(plan.events)}): "
                 f"the pre-summary hook left nothing to summarize"
             )
+        # Text left as it was, or only added to: the (possibly edited) events are planned
+        # again, payload cuts included; only a rewritten text is bounded as it stands.
+        if ctx.text == plan.text:
+            hooked = _Hooked(text, edited_previous, list(ctx.events))
+        elif plan.text and plan.text in ctx.text:
+            before, _, after = ctx.text.partition(plan.text)
+            hooked = _Hooked(ctx.text, edited_previous, list(plan.events), (before, after))
+        else:
+            hooked = _Hooked(ctx.text, edited_previous)
         if not apply:
-            edited = text != plan.text or hooked.previous != previous
+            edited = text != plan.text or edited_previous != previous
             return plan, hooked if edited else None
+        return self._fit_hooked(plan, hooked, budget, builder), hooked
+
+    def _fit_hooked(self, plan: PassPlan, hooked: _Hooked, budget: int, builder: RequestBuilder) -> PassPlan:
+        """The pass's request for the hook's input within ``budget`` (it still covers ``plan.events``)."""
         try:
+            if hooked.events is not None:
+                refit = plan_pass(
+                    hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True, wrap=hooked.wrap
+                )
+                return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix)
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
             raise PermanentError(f"after the pre-summary hook: {exc}") from exc
-        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated), hooked
+        cuts = tuple(c for c in plan.cuts if f'session_load(event_id="{c.event_id}")' in hooked.text)
+        return replace(plan, text=hooked.text, request=request, truncated_previous=truncated, cuts=cuts)
 
     async def _post_hook(
         self,
@@ -587,6 +625,10 @@ class Summarizer:
 class _Hooked:
     text: str
     previous: str
+    events: list[SessionEvent] | None = None
+    """Set unless the hook rewrote the text: the input is these events, planned again at each budget."""
+    wrap: tuple[str, str] = ("", "")
+    """What the hook added before and after the conversation text."""
 
 
 def _finished(

@@ -1,9 +1,11 @@
-"""Timed-out jobs are re-emitted by the sweep, and never yield a second summary for a boundary.
+"""A hung model call is cancelled at ``job_timeout_s``; a job lost at a SIGKILL is re-emitted.
 
-One worker; the LLM hangs the first call well past ``job_timeout_s``; no
-command is sent. The sweep re-emits the key's job (origin ``retry``) while the
-first one hangs; whichever job finishes first publishes the summary, every
-other copy is stale: exactly one summary for the boundary, versions 1, 2, ...
+One worker; the LLM hangs the first call well past ``job_timeout_s``. The
+summarize side cancels it at the timeout and answers the job with a failure
+record (``JobTimeoutError``) and a dead letter; the late answer is never
+published, and the sweep's re-emission of the job makes no second call. The
+key then cools down (event time): an event within the cooldown makes no job,
+the first one after it (the half-open retry) summarizes every event once.
 
 After a SIGKILL, a job that was in flight is known only from the changelog:
 the restarted worker's sweep finds it by its one scan of the recovered table
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +39,25 @@ from tests.support.openai_server import OpenAIServer, slow
 
 pytestmark = pytest.mark.integration
 
-HANG_S = 7.0
-JOB_TIMEOUT_S = 2.0
+HANG_S = 12.0
+JOB_TIMEOUT_S = 5.0
+COOLDOWN_S = 30.0
 
 
-async def test_hung_job_is_reemitted_and_the_boundary_is_summarized_once(
+def _of(records: list[Any], session: str, kind: str | None = None) -> list[dict[str, Any]]:
+    values = [json.loads(r.value) for r in records]
+    return [v for v in values if v.get("session_id") == session and (kind is None or v.get("type") == kind)]
+
+
+async def test_a_hung_call_is_cancelled_at_the_timeout_and_never_published_then_the_key_cools_down(
     isolated_settings: Settings, tmp_path: Path
 ) -> None:
     with OpenAIServer() as llm:
-        llm.script(slow(HANG_S, "summary after a hang"))
+        llm.script(slow(HANG_S, "late summary after a hang"))
         settings = scripted_pipeline_settings(
-            isolated_settings, llm.base_url, llm={"timeout_s": 30}, event_threshold=3, job_timeout_s=JOB_TIMEOUT_S
-        )
+            isolated_settings, llm.base_url, llm={"timeout_s": 30}, event_threshold=3, job_timeout_s=JOB_TIMEOUT_S,
+            failure_cooldown_s=COOLDOWN_S,
+        )  # fmt: skip
         await create_topics(settings)
         b = SessionBuilder(app="hang")
         events = [b.user("Find a flat in Porto."), b.assistant("Three listings found."),
@@ -55,27 +65,38 @@ async def test_hung_job_is_reemitted_and_the_boundary_is_summarized_once(
         with workers(settings, tmp_path) as procs:
             async with DistillClient(settings) as client:
                 await client.publish_many(events)
-
-            def retried(records: list[Any]) -> bool:
-                return any(json.loads(r.value).get("origin") == "retry" for r in records)
-
-            jobs = await read_topic(settings, settings.topics.jobs, until=retried, timeout=25)
-            await read_topic(settings, settings.topics.summaries, min_records=1, timeout=25)
-            # the re-emitted copies queue behind the hung call; give them time to run (stale)
-            await asyncio.sleep(JOB_TIMEOUT_S + 1)
-            summaries = summaries_of(await read_topic(settings, settings.topics.summaries, min_records=1))
+                records = await read_topic(settings, settings.topics.summaries, timeout=40,
+                                           until=lambda rs: _of(rs, b.session, "summary_failure"))  # fmt: skip
+                seen = time.monotonic()
+                assert llm.requests, procs[0].log_text()[-3000:]
+                took = seen - llm.requests[0].at
+                print(f"\nhung call: first failure record {took:.2f} s after the call (job_timeout_s={JOB_TIMEOUT_S})")
+                [failure] = _of(records, b.session, "summary_failure")
+                assert failure["error_class"] == "JobTimeoutError" and failure["gave_up"] is True
+                assert took < JOB_TIMEOUT_S + 3.0, took
+                letters = await read_topic(settings, settings.topics.dead_letters, min_records=1, timeout=20)
+                assert any(json.loads(r.value)["error_class"] == "JobTimeoutError" for r in letters)
+                # where the hung call's late answer would have come: nothing is published
+                await asyncio.sleep(max(0.0, llm.requests[0].at + HANG_S + 1.5 - time.monotonic()))
+                records = await read_topic(settings, settings.topics.summaries, min_records=1)
+                assert not _of(records, b.session, "summary")
+                assert len(llm.requests) == 1  # the sweep's re-emission made no second call
+                # within the cooldown (event time): no job, no call
+                await client.publish(b.assistant("Viewing booked for Saturday.", gap_s=5.0))
+                await asyncio.sleep(3.0)
+                assert len(llm.requests) == 1
+                # the first event after it: the half-open retry summarizes everything once
+                last = b.assistant("Saturday 10:00 confirmed.", gap_s=COOLDOWN_S)
+                await client.publish(last)
+                records = await read_topic(settings, settings.topics.summaries, timeout=30,
+                                           until=lambda rs: _of(rs, b.session, "summary"))  # fmt: skip
             assert procs[0].proc.poll() is None, procs[0].log_text()[-3000:]
-        mine = [json.loads(r.value) for r in jobs]
-        mine = [j for j in mine if j.get("session_id") == b.session]
-        origins = [j["origin"] for j in mine]
-        assert origins[0] == "trigger" and "retry" in origins, origins
-        retry = next(j for j in mine if j["origin"] == "retry")
-        assert retry["upto"]["last_event_id"] == events[-1].event_id
-        assert len(llm.requests) == 1  # the re-emitted copies were stale: no second model call
-        ours = [s for s in summaries if s["session_id"] == b.session]
+        ours = summaries_of(records)
+        ours = [s for s in ours if s["session_id"] == b.session]
         assert [s["version"] for s in ours] == [1], ours
-        assert ours[0]["boundary"]["last_event_id"] == events[-1].event_id
-        assert ours[0]["summary"]
+        assert ours[0]["boundary"]["last_event_id"] == last.event_id
+        assert "late summary" not in ours[0]["summary"]
+        assert len(llm.requests) == 2
 
 
 RESTART_TIMEOUT_S = 8.0

@@ -6,6 +6,7 @@ import pytest
 
 from projections.errors import AnchorNotFound, InvalidRequest
 from schemas import SessionKey
+from streams.context import AssembledRequest, AssemblyOptions, assemble
 from tests.integration.test_projections_support import (
     Store,
     event,
@@ -89,21 +90,80 @@ async def test_branch_key_without_its_own_summary_reads_its_subtree(store: Store
         summary(key, 1, text="outbound: TP1234", cutoff=5, last_event_id="x2", filter_key="trip/flights/out"),
         summary(key, 1, text="return: TP4321", cutoff=2, last_event_id="y1", filter_key="trip/flights/back"),
     )
-    view = await store.reader.get_summary_view(key, "trip/flights")
-    assert view is not None and view.source == "prefix"
-    assert view.summary == "return: TP4321\n\noutbound: TP1234"  # by key: .../back before .../out
-    assert view.last_event_id is None and view.keys == ("trip/flights/back", "trip/flights/out")
-    assert await store.reader.get_summary_text(key, "trip/flights") == view.summary
-    # The aggregate hides only what every branch hides: up to the earliest cutoff (y1 at 2).
-    hidden = await store.reader.session_search(key, "flight booked", "current_hidden", filter_key="trip/flights")
-    assert {h.event_id for h in hidden} == {"x1", "y1"}
-    after = await store.reader.events_after_boundary(key, "trip/flights", summary=view)
-    # No event id on the aggregate: the timestamp rule keeps the event at the cutoff (y1) too.
-    assert [e.event_id for e in after] == ["y1", "x2", "y2"]
-    # A sibling subtree has no summary of its own and none below it: any available one answers.
-    other = await store.reader.get_summary_view(key, "trip/hotel")
-    assert other is not None and other.source == "any" and other.summary == "outbound: TP1234"
+    # Display: the subtree's aggregate (the guide's order).
+    assert await store.reader.get_summary_text(key, "trip/flights") == "return: TP4321\n\noutbound: TP1234"
+    # Prompt: the descendants never saw events keyed trip/flights itself, so they do not stand for it.
+    assert await store.reader.get_summary_view(key, "trip/flights") is None
+    assert await store.reader.session_search(key, "flight booked", "current_hidden", filter_key="trip/flights") == []
+    after = await store.reader.events_after_boundary(key, "trip/flights", summary=None, use_latest=False)
+    assert [e.event_id for e in after] == ["x1", "y1", "x2", "y2"]
+    # A child's own prompt still cuts at its own summary.
+    own = await store.reader.get_summary_view(key, "trip/flights/out")
+    assert own is not None and own.source == "exact" and own.last_event_id == "x2"
+    # A sibling subtree: display falls back to any summary; its prompt takes none.
+    assert await store.reader.get_summary_text(key, "trip/hotel") == "outbound: TP1234"
+    assert await store.reader.get_summary_view(key, "trip/hotel") is None
     assert await store.reader.session_search(key, "flight", "current_hidden", filter_key="trip/hotel") == []
+
+
+async def _prompt_from_cassandra(store: Store, key: SessionKey, filter_key: str) -> tuple[str, AssembledRequest]:
+    view = await store.reader.get_summary_view(key, filter_key)
+    rows = await store.reader.events_after_boundary(key, filter_key, summary=view, use_latest=False)
+    opts = AssemblyOptions(add_session_summary=True, filter_key=filter_key)
+    request = assemble("sys", view, [r.event() for r in rows], "what next?", options=opts)
+    return "\n".join(str(m.get("content")) for m in request.messages), request
+
+
+async def test_a_branch_agent_never_gets_an_unrelated_branch_summary(store: Store, key: SessionKey) -> None:
+    # Issue 12 point 2: an agent on app/b with only app/a's summary stored got app/a's summary injected
+    # and its own history cut at app/a's boundary.
+    await store.events(
+        event(key, "a1", at=1, content="branch a work MARK-A1", filter_key="app/a"),
+        event(key, "b1", at=2, content="branch b question MARK-B1", filter_key="app/b"),
+        event(key, "b2", at=3, role="assistant", content="branch b answer MARK-B2", filter_key="app/b"),
+        event(key, "a2", at=4, content="branch a more MARK-A2", filter_key="app/a"),
+        event(key, "b3", at=5, role="assistant", content="branch b later MARK-B3", filter_key="app/b"),
+        event(key, "k1", at=6, role="assistant", content="shared note MARK-K1"),
+    )
+    await store.summaries(summary(key, 1, text="A SUMMARY MARK-A1 MARK-A2", cutoff=4, last_event_id="a2",
+                                  filter_key="app/a"))  # fmt: skip
+    text, request = await _prompt_from_cassandra(store, key, "app/b")
+    assert "A SUMMARY" not in text and not request.report.summary_injected
+    assert all(m in text for m in ("MARK-B1", "MARK-B2", "MARK-B3", "MARK-K1"))
+    assert await store.reader.session_search(key, "branch b", "current_hidden", filter_key="app/b") == []
+    # The display fallback keeps the guide's order (any available summary), documented as display only.
+    assert await store.reader.get_summary_text(key, "app/b") == "A SUMMARY MARK-A1 MARK-A2"
+    # A full-session agent with the cascade off (no "" summary) is not cut at a branch's boundary either.
+    text, request = await _prompt_from_cassandra(store, key, "")
+    assert not request.report.summary_injected
+    assert all(m in text for m in ("MARK-A1", "MARK-A2", "MARK-B1", "MARK-B2", "MARK-B3", "MARK-K1"))
+
+    # An ancestor's summary saw every app/b event: it stands for app/b and cuts at its boundary.
+    await store.summaries(summary(key, 1, text="APP SUMMARY MARK-A1 MARK-B1 MARK-B2", cutoff=3, last_event_id="b2",
+                                  filter_key="app"))  # fmt: skip
+    text, request = await _prompt_from_cassandra(store, key, "app/b")
+    assert "APP SUMMARY" in text and request.report.summary_injected
+    assert "branch b question" not in text and all(m in text for m in ("MARK-B1", "MARK-B2", "MARK-B3", "MARK-K1"))
+    hidden = await store.reader.session_search(key, "branch b question", "current_hidden", filter_key="app/b")
+    assert "b1" in {h.event_id for h in hidden}
+
+
+async def test_skip_summarization_events_are_visible_after_the_boundary_and_recallable_once_passed(
+    store: Store, key: SessionKey
+) -> None:
+    await store.events(
+        event(key, "u1", at=1, content="question MARK-1"),
+        {**event(key, "d1", at=2, role="assistant", content="debug trace SKIP-1"), "skip_summarization": True},
+        event(key, "a1", at=3, role="assistant", content="answer MARK-2"),
+        {**event(key, "d2", at=4, role="assistant", content="debug trailing SKIP-2"), "skip_summarization": True},
+    )
+    await store.summaries(summary(key, 1, text="S MARK-1 MARK-2", cutoff=3, last_event_id="a1"))
+    text, _ = await _prompt_from_cassandra(store, key, "")
+    assert "SKIP-1" not in text and "SKIP-2" in text
+    hidden = await store.reader.session_search(key, "debug trace", "current_hidden")
+    assert "d1" in {h.event_id for h in hidden}
+    window = await store.reader.session_load(key, event_id="d1")
+    assert any(m.event_id == "d1" and "SKIP-1" in m.text for m in window.messages)
 
 
 def _call(call_id: str, name: str) -> list[dict[str, object]]:
@@ -205,3 +265,33 @@ async def test_session_search_broadens_compound_questions(store: Store, key: Ses
     assert {h.event_id for h in hits} == {"d1", "d2"}
     assert all(h.score >= 0.45 for h in hits)
     assert len(await store.reader.session_search(key, "lunch", "current_session", top_k=50)) == 1
+
+
+async def test_search_finds_a_detail_deep_inside_a_long_tool_result(store: Store, key: SessionKey) -> None:
+    # Issue 12 point 5: only the first 8 KiB of a document was indexed; compaction hides exactly the rest.
+    filler = " ".join(f"row {i} status nominal" for i in range(600))  # ~12 KB
+    latin = filler[:10_000] + " refund reference ZX9041 approved by finance " + filler
+    cjk_filler = "".join(chr(0x4E00 + (i * 7) % 3000) for i in range(4000))
+    chinese = cjk_filler + "退款编号九零四一已经批准" + cjk_filler
+    await store.events(
+        event(key, "u1", at=1, content="look up the refunds"),
+        event(key, "a1", at=2, role="assistant", content=None, tool_calls=_call("c1", "ledger")),
+        event(key, "t1", at=3, role="tool", content=latin, tool_call_id="c1", name="ledger"),
+        event(key, "a2", at=4, role="assistant", content=None, tool_calls=_call("c2", "ledger_zh")),
+        event(key, "t2", at=5, role="tool", content=chinese, tool_call_id="c2", name="ledger_zh"),
+        event(key, "a3", at=6, role="assistant", content="done"),
+    )
+    hits = await store.reader.session_search(key, "refund reference ZX9041", "current_session")
+    assert [h.event_id for h in hits][:1] == ["t1"]
+    assert hits[0].content_bytes == len(latin.encode())
+    zh = await store.reader.session_search(key, "退款编号", "current_session")
+    assert [h.event_id for h in zh][:1] == ["t2"]
+    # Behind a summary boundary the same detail is found in current_hidden.
+    await store.summaries(summary(key, 1, text="refunds looked up", cutoff=6, last_event_id="a3"))
+    hidden = await store.reader.session_search(key, "ZX9041 approved", "current_hidden")
+    assert "t1" in {h.event_id for h in hidden}
+    # A deleted session leaves no chunk behind.
+    await store.events({"type": "delete_session", "command_id": "d1", "app_name": key.app_name,
+                        "user_id": key.user_id, "session_id": key.session_id})  # fmt: skip
+    rows = store.session.execute(f"SELECT count(*) FROM {store.settings.cassandra.keyspace}.recall_chunks")
+    assert int(rows.one()[0]) == 0

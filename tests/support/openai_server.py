@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
+import random
 import threading
 import time
 from collections import deque
@@ -137,11 +139,21 @@ def _approx_tokens(text: str) -> int:
 
 @dataclass
 class Received:
-    """A request the server received."""
+    """A request the server received (``reply``: what it answered, once chosen)."""
 
     body: dict[str, Any]
     headers: dict[str, str]
     at: float
+    reply: Reply | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Answered 200 with a non-empty completion."""
+        return self.reply is not None and self.reply.status == 200 and bool(self.reply.text)
+
+    def text(self) -> str:
+        """Every message content of the request, joined (what a model reads)."""
+        return request_text(self.body)
 
 
 class OpenAIServer(ThreadedServer):
@@ -176,9 +188,11 @@ class OpenAIServer(ThreadedServer):
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
+        received = Received(body, dict(request.headers), time.monotonic())
         with self._lock:
-            self.requests.append(Received(body, dict(request.headers), time.monotonic()))
+            self.requests.append(received)
         reply = self._next(body)
+        received.reply = reply
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         if reply.text is None:
@@ -210,3 +224,139 @@ class OpenAIServer(ThreadedServer):
                 "prompt_tokens_details": {"cached_tokens": usage.get("cached_tokens", 0)},
             },
         }
+
+
+def request_text(body: dict[str, Any]) -> str:
+    """Every message content (and tool-call argument) of a chat-completions request, joined."""
+    parts: list[str] = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        elif content:
+            parts.append(str(content))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            parts.append(f"{function.get('name', '')} {function.get('arguments', '')}")
+    return "\n".join(parts)
+
+
+def model_tokens(text: str) -> int:
+    """Tokens as a real tokenizer roughly counts them: a CJK (non-ASCII) character is one
+    token, ASCII text four characters a token — so CJK text costs the model more than
+    distill's simple counter (four characters a token for any script) estimates."""
+    wide = sum(1 for ch in text if ord(ch) > 0x7F)
+    return wide + (len(text) - wide) // 4
+
+
+@dataclass(frozen=True)
+class FaultMix:
+    """Rates of the faults :class:`MarkerEcho` injects (each request draws once)."""
+
+    server_error: float = 0.08
+    rate_limited: float = 0.05
+    empty: float = 0.03
+    slow: float = 0.10
+    slow_s: tuple[float, float] = (0.05, 0.4)
+    retry_after_s: float = 0.2
+    context_window: int | None = None
+    """Tokens (:func:`model_tokens`); a larger request gets ``context_length_exceeded``."""
+
+
+@dataclass
+class EchoStyle:
+    """How a summary is written for requests whose text contains ``trigger``.
+
+    Each marker (or cut) is written as ``item``, the items separated by ``joiner``;
+    the summary is padded with ``padding`` sentences up to ``length`` characters
+    (a model that writes more than asked: what a length cap must cut without
+    losing what comes first).
+    """
+
+    trigger: str
+    head: str
+    joiner: str
+    tail: str
+    item: str = "{}"
+    padding: str = ""
+    length: int = 0
+
+
+ENGLISH = EchoStyle(
+    "", "Summary of the conversation so far:\n", "\n", "\n",
+    "- {}: the request, the decision taken and the figures given are kept as stated",
+)  # fmt: skip
+"""Prose around every marker, so previous summaries weigh in the budget as a real model's do."""
+CHINESE_CAPPED = EchoStyle(
+    "请总结以下对话", "对话摘要：", "、", "。", "{}", "用户确认了行程安排，并要求保留所有细节以便稍后继续。", 720
+)
+"""For the Python guide's Chinese prompt: no space anywhere, padded past a 600-character cap."""
+
+
+class MarkerEcho:
+    """The default behaviour of a fault-injecting, marker-echoing model.
+
+    Answers with every marker (:mod:`tests.support.markers`) found in the request,
+    in order, and every payload cut it saw (``session_load(event_id=…)``), so
+    markers roll forward through previous summaries exactly as far as they reached
+    the model. Faults are drawn from ``mix`` by a seeded generator keyed by the
+    request's content and how often that content was seen: the same scenario gets
+    the same faults whatever order concurrent workers send their requests in.
+    ``down = True`` makes every request a 500 (the model is down).
+    """
+
+    def __init__(self, mix: FaultMix = FaultMix(), *, seed: int = 0, styles: tuple[EchoStyle, ...] = ()) -> None:
+        self.mix = mix
+        self.seed = seed
+        self.styles = (*styles, ENGLISH)
+        self.down = False
+        self.faults: dict[str, int] = {}
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _draw(self, body: dict[str, Any]) -> random.Random:
+        digest = hashlib.sha256(json.dumps(body.get("messages", []), sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            n = self._seen.get(digest, 0)
+            self._seen[digest] = n + 1
+        return random.Random(f"{self.seed}:{digest}:{n}")
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.faults[kind] = self.faults.get(kind, 0) + 1
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        if self.down:
+            self._count("down")
+            return server_error(500)
+        text = request_text(body)
+        mix, rng = self.mix, self._draw(body)
+        tokens = model_tokens(text)
+        if mix.context_window is not None and tokens > mix.context_window:
+            self._count("context_length")
+            return context_length_exceeded(tokens, mix.context_window)
+        roll = rng.random()
+        for kind, rate, reply in (
+            ("500", mix.server_error, server_error(500)),
+            ("429", mix.rate_limited, rate_limited(mix.retry_after_s)),
+            ("empty", mix.empty, empty_answer()),
+        ):
+            if roll < rate:
+                self._count(kind)
+                return reply
+            roll -= rate
+        delay = rng.uniform(*mix.slow_s) if rng.random() < mix.slow else 0.0
+        if delay:
+            self._count("slow")
+        return answer(self.summary(text), delay_s=delay)
+
+    def summary(self, text: str) -> str:
+        """The echo: every marker and every cut of ``text`` in the first matching style."""
+        from tests.support.markers import find_cut_event_ids, find_markers
+
+        style = next(s for s in self.styles if s.trigger in text)
+        cuts = [f'session_load(event_id="{e}")' for e in sorted(find_cut_event_ids(text))]
+        out = style.head + style.joiner.join(style.item.format(x) for x in find_markers(text) + cuts) + style.tail
+        while style.padding and len(out) < style.length:
+            out += style.padding
+        return out

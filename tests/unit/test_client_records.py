@@ -98,6 +98,20 @@ async def test_a_sync_request_is_answered_only_by_a_record_for_its_key_and_sessi
     assert isinstance(reply, SessionSummary) and reply.filter_key == "br/x"
 
 
+async def test_a_sessions_records_are_found_by_their_ids_whatever_their_key() -> None:
+    """A summary carries its session's own record key, which need not be the canonical one."""
+    msgs: list[Any] = [Msg("sum", 0, 0, b"app:u1:s1", summary()), Msg("sum", 0, 1, b"s1", failure("X")),
+                       Msg("sum", 0, 2, SESSION.kafka_key(), failure("Y", session_id="s2"))]  # fmt: skip
+    got = [r async for r in _records(FakeConsumer(msgs), SESSION, True)]  # type: ignore[arg-type]
+    assert [type(r).__name__ for r in got] == ["SessionSummary", "SummaryFailure"]
+
+
+async def test_request_summary_sends_the_command_with_the_sessions_own_key() -> None:
+    client = ReplyingClient(lambda c: summary(c.reply_to))
+    assert await client.request_summary(SESSION, timeout=5, force=True, key=b"app:u1:s1") is not None
+    assert client.keys == [b"app:u1:s1"]
+
+
 def test_nothing_to_summarize_is_told_apart_from_a_failure() -> None:
     def decoded(error_class: str) -> SummaryFailure:
         return SummaryFailure.model_validate_json(failure(error_class))
@@ -114,9 +128,11 @@ class ReplyingClient(DistillClient):
         super().__init__(Settings())
         self.answer = answer
         self.commands: list[SummarizeSync] = []
+        self.keys: list[bytes | None] = []
 
-    async def publish(self, record: Any) -> tuple[int, int]:
+    async def publish(self, record: Any, *, key: bytes | None = None) -> tuple[int, int]:
         self.commands.append(record)
+        self.keys.append(key)
         return 0, len(self.commands)
 
     async def _follower(self, from_beginning: bool) -> Any:

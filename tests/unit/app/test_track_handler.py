@@ -10,8 +10,11 @@ from schemas import (
     DeleteSession,
     SessionEvent,
     SessionSummary,
+    Summarize,
     SummarizeSync,
     SummaryBoundary,
+    SummaryFailure,
+    SummaryJob,
     SummaryReport,
     TriggerReport,
 )
@@ -137,7 +140,7 @@ def test_delete_keeps_versions_and_forgets_the_pending_events() -> None:
     h = handler(threshold=100)
     feed(h, table, [event(1, "user"), event(2)])
     h.on_record(
-        DeleteSession(app_name="a", user_id="u", session_id="s", command_id="d"), Coordinates("ev", 0, 9), table
+        DeleteSession(app_name="a", user_id="u", session_id="s", command_id="d"), Coordinates("ev", 1, 9), table
     )
     state = table[table_key("a", "u", "s", "")].state
     assert not state.pending and state.version == 0
@@ -154,14 +157,14 @@ def test_sweep_pokes_idle_keys_and_timed_out_jobs() -> None:
     h = handler(threshold=100, wall_clock=lambda: 1000.0)
     feed(h, table, [event(1, "user"), event(2)])
     idle = sweep_commands(table.values(), now=T0 + timedelta(hours=1), idle_after_s=60, job_timeout_s=120)
-    assert [c.model_extra["origin"] for _, c in idle] == ["idle_sweep"]
+    assert [c.model_extra["origin"] for _, _, c in idle] == ["idle_sweep"]
     assert not sweep_commands(table.values(), now=T0 + timedelta(seconds=30), idle_after_s=60, job_timeout_s=120)
     h2 = handler(threshold=1, wall_clock=lambda: T0.timestamp())
     table2: dict[str, TrackedKey] = {}
     feed(h2, table2, [event(1, "user"), event(2)])
     late = sweep_commands(table2.values(), now=T0 + timedelta(seconds=500), idle_after_s=None, job_timeout_s=120)
-    assert [c.model_extra["origin"] for _, c in late] == ["retry"]
-    out = h2.on_record(late[0][1], Coordinates("ev", 0, 5), table2, log_time=T0)
+    assert [c.model_extra["origin"] for _, _, c in late] == ["retry"]
+    out = h2.on_record(late[0][2], Coordinates("ev", 1, 5), table2, log_time=T0)
     assert out.jobs and out.jobs[0].origin == "retry"
 
 
@@ -174,8 +177,8 @@ def test_a_retried_job_carries_the_request_context_it_was_emitted_with() -> None
     value = table[table_key("a", "u", "s", "")]
     assert TrackedKey.from_bytes(value.to_bytes()) == value  # the context survives the changelog
     retry = sweep_commands(table.values(), now=T0 + timedelta(seconds=500), idle_after_s=None, job_timeout_s=120)
-    assert [c.context for _, c in retry] == [{"tenant_tier": "gold"}]
-    out = h.on_record(retry[0][1], Coordinates("ev", 0, 5), table, log_time=T0)
+    assert [c.context for _, _, c in retry] == [{"tenant_tier": "gold"}]
+    out = h.on_record(retry[0][2], Coordinates("ev", 1, 5), table, log_time=T0)
     assert [(j.origin, j.context) for j in out.jobs] == [("retry", {"tenant_tier": "gold"})]
 
 
@@ -206,3 +209,24 @@ def test_event_fast_path_decodes_like_the_full_parser() -> None:
                              (bad_schema, "ValidationError")):  # fmt: skip
         rejected = decode_event_record(raw, 1 << 20)
         assert isinstance(rejected, Rejected) and rejected.error_class == error_class
+
+
+def _given_up(job: SummaryJob, window: int | None = None) -> SummaryFailure:
+    return SummaryFailure(app_name="a", user_id="u", session_id="s", job_id=job.job_id,
+                          error_class="RetryableError", reason="given up", created_at=T0, gave_up=True,
+                          retryable=True, context_window=window)  # fmt: skip
+
+
+def test_a_given_up_job_cools_its_key_down_and_the_idle_sweep_leaves_it_alone() -> None:
+    table: dict[str, TrackedKey] = {}
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(1),), failure_cooldown_s=60)))
+    job = feed(h, table, [event(1, "user"), event(2)])[0]
+    h.on_summary_record(_given_up(job, window=2048), table)
+    state = table[table_key("a", "u", "s", "")].state
+    assert state.in_flight is None and state.failed is not None and state.learned_window == 2048
+    assert not feed(h, table, [event(n) for n in range(3, 40)], start=3)  # every event within 60 s
+    idle = Summarize.model_validate({"app_name": "a", "user_id": "u", "session_id": "s", "command_id": "c1",
+                                     "origin": "idle_sweep"})  # fmt: skip
+    assert not h.on_record(idle, Coordinates("ev", 1, 50), table, log_time=T0 + timedelta(seconds=30)).jobs
+    [retry] = feed(h, table, [event(62)], start=60)  # the half-open retry, budgeted with the learned window
+    assert retry.summary_context_window == 2048

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from projections.summary_selection import SummaryCut, select_hidden
+from projections.summary_selection import SummaryCut, select_for_prompt
 from schemas import Message
 from streams.context import AssemblyOptions, CompactionConfig, RecallCapabilities, assemble, find_violations
 from streams.context.compaction import ARGUMENTS_PLACEHOLDER, PLACEHOLDER_MARK
@@ -137,24 +137,31 @@ def test_nothing_to_send_is_an_error() -> None:
         assemble("", None, [], None)
 
 
-def test_branch_prefix_aggregate_is_injected_and_cuts_at_its_earliest_cutoff() -> None:
+def test_a_branch_prompt_never_cuts_at_its_descendants_or_a_sibling_summary() -> None:
+    # app/trip has no summary of its own; its children and a sibling have. None of them saw the app/trip
+    # events (e1, e4), so none may stand for app/trip in its prompt: nothing is injected, nothing cut.
     s = Session()
-    s.user("book flights", filter_key="app/trip")  # e1
-    s.answer("outbound TP1234", filter_key="app/trip/out")  # e2
-    back = s.answer("return TP4321", filter_key="app/trip/back")  # e3
-    out2 = s.answer("outbound seat 12A", filter_key="app/trip/out")  # e4
-    s.answer("return meal chosen", filter_key="app/trip/back")  # e5
+    s.user("book flights MARK-1", filter_key="app/trip")  # e1
+    s.answer("outbound TP1234 MARK-2", filter_key="app/trip/out")  # e2
+    back = s.answer("return TP4321 MARK-3", filter_key="app/trip/back")  # e3
+    s.answer("trip note MARK-4", filter_key="app/trip")  # e4
+    out2 = s.answer("outbound seat 12A MARK-5", filter_key="app/trip/out")  # e5
+    s.answer("return meal chosen MARK-6", filter_key="app/trip/back")  # e6
     cuts = [
         SummaryCut("app/trip/out", "outbound booked", out2.timestamp, out2.event_id),
         SummaryCut("app/trip/back", "return booked", back.timestamp, back.event_id),
+        SummaryCut("app/hotel", "hotel booked", out2.timestamp, out2.event_id),
     ]
-    view = select_hidden(cuts, "app/trip")
-    assert view is not None and view.source == "prefix"
+    view = select_for_prompt(cuts, "app/trip")
+    assert view is None
     opts = AssemblyOptions(add_session_summary=True, filter_key="app/trip")
-    req = assemble("sys", view, s.events, None, options=opts)
-    assert "return booked\n\noutbound booked" in req.messages[0]["content"]
-    # Cut at the earliest cutoff (e3, timestamp rule: kept): only e2 is covered; the current user turn (e1)
-    # stays in place as always.
-    expected = ["book flights", "return TP4321", "outbound seat 12A", "return meal chosen"]
-    assert [m["content"] for m in req.messages[1:]] == expected
-    assert req.report.summary_injected and req.report.covered_events == 1
+    req = assemble("sys", view, s.events, "next", options=opts)
+    joined = "\n".join(str(m["content"]) for m in req.messages)
+    assert all(f"MARK-{i}" in joined for i in range(1, 7))
+    assert not req.report.summary_injected and req.report.covered_events == 0
+    # An ancestor's summary saw every app/trip event: it stands for the key and cuts at its boundary.
+    cuts.append(SummaryCut("app", "app so far MARK-1 MARK-2 MARK-3", back.timestamp, back.event_id))
+    view = select_for_prompt(cuts, "app/trip")
+    assert view is not None and view.source == "ancestor"
+    req = assemble("sys", view, s.events, "next", options=opts)
+    assert "app so far" in req.messages[0]["content"] and req.report.covered_events == 3

@@ -125,3 +125,22 @@ def test_summary_on_ignores_max_history_runs() -> None:
         "newer answer",
         "hi",
     ]
+
+
+def test_a_formatter_that_renders_nothing_cuts_nothing() -> None:
+    # The summary is the only copy of the history before its boundary: not shown, nothing may be cut.
+    s = Session()
+    s.turn("r1").user("旧问题 MARK-1")
+    s.answer("旧回答 MARK-2")
+    s.turn("r2").user("newer MARK-3")
+    s.answer("newer MARK-4")
+    summary = summary_at(s.events[1], "SUMMARY covering MARK-1 MARK-2")
+    for mode in ("system", "user"):
+        for fmt in (lambda _t: "", lambda _t: " \n\t "):
+            opts = AssemblyOptions(add_session_summary=True, injection_mode=mode, summary_formatter=fmt)
+            req = assemble("sys", summary, s.events, "hi", options=opts)
+            joined = "\n".join(str(m["content"]) for m in req.messages)
+            assert all(f"MARK-{i}" in joined for i in range(1, 5)), (mode, joined)
+            assert "SUMMARY" not in joined
+            assert not req.report.summary_injected and req.report.covered_events == 0
+            assert req.messages[0] == {"role": "system", "content": "sys"}

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import FunctionCall, ToolCall
 from streams.context import AssemblyOptions, assemble
@@ -113,8 +115,128 @@ async def test_search_normalizes_arguments() -> None:
     _, api = _history()
     blank = await _call(_executor(api), "session_search", query="   ")
     assert blank["results"] == [] and api.search_calls == 0
-    odd = await _call(_executor(api), "session_search", query="ACME", scope="everywhere", top_k=1)
-    assert odd["scope"] == "current_hidden" and len(odd["results"]) == 1
+    one = await _call(_executor(api), "session_search", query="ACME", top_k=1)
+    assert one["scope"] == "current_hidden" and len(one["results"]) == 1
+    many = await _call(_executor(api), "session_search", query="ACME", scope="current_session", top_k=500)
+    assert "error" not in many and 1 < len(many["results"]) <= 10  # above the maximum: clamped, not refused
+    numeric = await _call(_executor(api), "session_search", query="ACME", top_k="1", min_score="0.1")
+    assert len(numeric["results"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "error"),
+    [
+        ("session_search", {"query": "ACME", "min_score": "high"}, 'min_score must be a number ≥ 0, got "high"'),
+        ("session_search", {"query": "ACME", "min_score": [1]}, "min_score must be a number ≥ 0, got [1]"),
+        ("session_search", {"query": "ACME", "min_score": -0.5}, "min_score must be a number ≥ 0, got -0.5"),
+        (
+            "session_search",
+            {"query": "ACME", "scope": "everywhere"},
+            'scope must be one of current_hidden, current_session, other_sessions, all_sessions; got "everywhere"',
+        ),
+        (
+            "session_search",
+            {"query": "ACME", "search_mode": "dense"},
+            'search_mode must be one of hybrid, lexical; got "dense"',
+        ),
+        ("session_search", {"query": "ACME", "top_k": 0}, "top_k must be an integer from 1 to 10, got 0"),
+        ("session_search", {"query": "ACME", "top_k": 2.5}, "top_k must be an integer from 1 to 10, got 2.5"),
+        ("session_search", {"query": "ACME", "top_k": True}, "top_k must be an integer from 1 to 10, got true"),
+        ("session_search", {}, "query is required (a string)"),
+        ("session_search", {"query": 42}, "query must be a string, got 42"),
+        (
+            "session_search",
+            {"query": "ACME", "limit": 3},
+            "unknown argument 'limit'; allowed: min_score, query, scope, search_mode, top_k",
+        ),
+        ("session_load", {"event_id": "e3", "before": -1}, "before must be an integer ≥ 0, got -1"),
+        ("session_load", {"event_id": "e3", "after": "lots"}, 'after must be an integer ≥ 0, got "lots"'),
+        ("session_load", {"event_id": "e3", "content_offset": -8}, "content_offset must be an integer ≥ 0, got -8"),
+        (
+            "session_load",
+            {"event_id": "e3", "content_limit": -1},
+            "content_limit must be an integer from 1 to 65536, got -1",
+        ),
+        ("session_load", {"event_id": ["e3"]}, 'event_id must be a string, got ["e3"]'),
+    ],
+)
+async def test_bad_arguments_are_answered_with_a_specific_error(name: str, args: dict[str, Any], error: str) -> None:
+    _, api = _history()
+    assert await _call(_executor(api), name, **args) == {"error": error}
+
+
+@pytest.mark.parametrize(
+    ("raw", "start"),
+    [
+        ("[1, 2]", "arguments must be a JSON object, got list [1, 2]"),
+        ('"e3"', 'arguments must be a JSON object, got str "e3"'),
+        ("null", "arguments must be a JSON object, got NoneType null"),
+        ('{"query": "ACME", "min_score": 1e400}', "min_score must be a number ≥ 0, got Infinity"),
+        ('{"event_id": "e3", "before": 1e400}', "before must be an integer ≥ 0, got Infinity"),
+        ('{"query": "ACME", "min_score": NaN}', "min_score must be a number ≥ 0, got NaN"),
+        ("[" * 100_000, "arguments could not be read as JSON"),
+        ("1" * 5000, "arguments could not be read as JSON"),
+        ('{"query": "ACME",', "arguments are not valid JSON: Expecting property name enclosed in double quotes"),
+    ],
+)
+async def test_unreadable_arguments_are_answered_with_a_specific_error(raw: str, start: str) -> None:
+    _, api = _history()
+    name = "session_load" if "event_id" in raw else "session_search"
+    msg = await _executor(api).execute(ToolCall(id="t", function=FunctionCall(name=name, arguments=raw)))
+    assert msg.role == "tool" and msg.tool_call_id == "t"
+    assert json.loads(msg.content or "")["error"].startswith(start)
+
+
+async def test_huge_window_sides_are_answered_at_once() -> None:
+    _, api = _history()
+    out = await _call(_executor(api), "session_load", event_id="e3", before=10**18, after=10**18)
+    assert out["anchor_event_id"] == "e3"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+_SEARCH_KEYS = st.sampled_from(["query", "scope", "top_k", "min_score", "search_mode", "other"])
+_LOAD_KEYS = st.sampled_from(
+    ["event_id", "tool_call_id", "session_id", "before", "after", "content_offset", "content_limit", "other"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["session_search", "session_load"]),
+    st.dictionaries(_SEARCH_KEYS | _LOAD_KEYS, _JSON, max_size=5) | _JSON,
+)
+async def test_any_json_arguments_are_answered_never_raised(name: str, args: Any) -> None:
+    _, api = _history()
+    msg = await _executor(api).execute(ToolCall(id="t", function=FunctionCall(name=name, arguments=json.dumps(args))))
+    body = json.loads(msg.content or "")
+    assert msg.role == "tool" and msg.tool_call_id == "t"
+    assert ("error" in body and isinstance(body["error"], str) and body["error"]) or body["historical_context"]
+
+
+class _DownReader:
+    """A read side whose store does not answer (what the Cassandra driver raises when no host is up)."""
+
+    class NoHostAvailable(Exception):
+        pass
+
+    async def search(self, query: Any) -> Any:
+        raise self.NoHostAvailable("Unable to connect to any servers")
+
+    async def load_window(self, query: Any) -> Any:
+        raise self.NoHostAvailable("Unable to connect to any servers")
+
+
+async def test_a_store_failure_is_answered_as_a_retryable_tool_error(caplog: pytest.LogCaptureFixture) -> None:
+    executor = _executor(_DownReader())
+    for name, args in (("session_search", {"query": "ACME"}), ("session_load", {"event_id": "e3"})):
+        body = await _call(executor, name, **args)
+        assert body["retryable"] is True
+        assert body["error"].startswith(f"{name} could not read the session history right now (NoHostAvailable)")
+    assert "Unable to connect to any servers" in caplog.text
 
 
 async def test_load_by_event_id_returns_a_window() -> None:
@@ -151,7 +273,7 @@ async def test_load_falls_back_to_tool_call_id_for_a_stale_event_id() -> None:
     [
         ({}, "event_id is required unless tool_call_id is provided"),
         ({"tool_call_id": "zz"}, 'tool_call_id "zz" not found in session "s1"'),
-        ({"event_id": "e3", "before": "many"}, "before must be an integer"),
+        ({"event_id": "e3", "before": "many"}, 'before must be an integer ≥ 0, got "many"'),
     ],
 )
 async def test_load_errors_are_answered_not_raised(args: dict[str, Any], error: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,6 +24,31 @@ T = datetime(2025, 1, 1, tzinfo=UTC)
 )  # fmt: skip
 def test_normalize_window(before: int | None, after: int | None, expected: tuple[int, int]) -> None:
     assert normalize_window(before, after) == expected
+
+
+@given(st.integers(-(10**6), 10**6) | st.none(), st.integers(-(10**6), 10**6) | st.none())
+def test_normalize_window_matches_the_loop_rule(before: int | None, after: int | None) -> None:
+    b = 1 if before is None else max(0, before)
+    a = 1 if after is None else max(0, after)
+    if (b, a) == (0, 0):
+        b, a = 1, 1
+    # The Go rule, with the larger side shrunk one at a time (after first on ties), done in closed form.
+    excess = max(0, b + a - 4)
+    big_first = max(0, min(excess, abs(b - a)))
+    if b > a:
+        b -= big_first
+    else:
+        a -= big_first
+    excess -= big_first
+    a -= (excess + 1) // 2
+    b -= excess // 2
+    assert normalize_window(before, after) == (b, a)
+
+
+def test_normalize_window_is_fast_for_huge_sides() -> None:
+    # A model may send any integer; the span rule must not step down one by one from it.
+    assert normalize_window(10**18, 10**15) == (2, 2)
+    assert normalize_window(10**18, 0) == (4, 0)
 
 
 def test_normalize_content() -> None:
@@ -113,3 +139,58 @@ def test_doc_tokens_survive_the_memo_filling_up(monkeypatch: pytest.MonkeyPatch)
     second = lexical.doc_tokens("foxtrot golf hotel india juliet kilo lima")
     assert len(first) == 5 and len(second) == 7
     assert lexical.doc_tokens("theta alpha") == {lexical._index_token("theta"), lexical._index_token("alpha")}
+
+
+@given(
+    st.lists(
+        st.sampled_from(["deploy", "invoice", "kafka", "订单", "号码", "退款", "ACME-42", "\n", " ", "。"])
+        | st.text(alphabet="abcdefghij 中文字符", min_size=1, max_size=12),
+        max_size=400,
+    ),
+    st.integers(40, 400),
+    st.integers(5, 60),
+)
+def test_chunks_cover_the_whole_text_within_both_caps(parts: list[str], max_chars: int, max_tokens: int) -> None:
+    text = " ".join(parts)
+    chunks = lexical.chunk_index(text, max_chars=max_chars, max_tokens=max_tokens, overlap=20)
+    if not text:
+        assert chunks == []
+        return
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(text)
+    for (s1, e1, _), (s2, _, _) in itertools.pairwise(chunks):
+        assert s1 < s2 <= e1  # contiguous or overlapping, always moving on
+    for start, end, tokens in chunks:
+        assert end - start <= max_chars
+        assert tokens == lexical.doc_tokens(text[start:end]) and len(tokens) <= max_tokens
+    indexed = set().union(*(t for _, _, t in chunks))
+    assert lexical.doc_tokens(text) <= indexed or len(lexical.doc_tokens(text)) >= lexical.MAX_DOC_TOKENS
+
+
+def test_a_detail_deep_in_a_long_document_is_indexed() -> None:
+    from projections.rows import event_rows
+    from schemas import SessionEvent
+
+    filler = " ".join(f"line {i} status ok" for i in range(3000))  # ~50 KB of Latin text
+    cjk_filler = "".join(chr(0x4E00 + (i * 7) % 3000) for i in range(6000))  # 6,000 CJK characters
+    for body, needle in ((filler + " refund code ZX-9041 approved " + filler, "9041"),
+                         (cjk_filler + "退款编号九零四一已批准" + cjk_filler, "退款")):  # fmt: skip
+        event = SessionEvent(
+            app_name="a", user_id="u", session_id="s", event_id="e1", timestamp=T, author="tool",
+            message={"role": "tool", "tool_call_id": "c1", "content": body},
+        )  # fmt: skip
+        rows = event_rows(event, 1, lambda m: 1)
+        assert rows.recall is not None and rows.chunks
+        first_tokens = rows.recall[12]
+        assert isinstance(first_tokens, set) and needle not in first_tokens
+        assert any(needle in (chunk[13] or set()) for chunk in rows.chunks)
+        covered = "".join(str(c[9]) for c in rows.chunks)
+        assert covered.endswith(body[-100:])
+
+
+def test_chunking_a_huge_single_word_is_linear() -> None:
+    import time
+
+    started = time.perf_counter()
+    chunks = lexical.chunk_index("x" * 200_000)
+    assert time.perf_counter() - started < 2.0
+    assert chunks[-1][1] == 200_000 and len(chunks) < 40

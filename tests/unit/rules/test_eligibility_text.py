@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 
 from schemas import ErrorInfo
 from streams.rules.counters import F_USER
-from streams.rules.eligibility import has_valid_content, is_counted, is_model_output, is_user_message, may_trigger
+from streams.rules.eligibility import has_valid_content, is_counted, is_model_output, is_user_turn, may_trigger
 from streams.rules.event_facts import event_facts, threshold_tokens
 from streams.rules.threshold_text import conversation_length, conversation_lines, reasoning_text
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
@@ -51,7 +51,9 @@ def test_partial_and_skipped_events_are_not_counted() -> None:
     [
         (ev("a"), True),
         (ev("a", role="user"), False),
-        (ev("a", author="user"), False),
+        # The role decides, never the author: an assistant message labelled "user" is model output.
+        (ev("a", author="user"), True),
+        (ev("a", role="user", author="alice"), False),
         (ev("a", role="system"), False),
         (ev("a", content=None, tool_calls=[("c", "f", "{}")]), False),
         (ev("a", content="calling", tool_calls=[("c", "f", "{}")]), False),
@@ -109,4 +111,26 @@ def test_conversation_length_matches_the_text(
         facts = event_facts(event, counter)
         assert (facts.entry.tokens, facts.entry.text_len) == threshold_tokens(event, counter)
     assert facts.model_output == is_model_output(event)
-    assert bool(facts.entry.flags & F_USER) == is_user_message(event)
+    assert bool(facts.entry.flags & F_USER) == is_user_turn(event)
+
+
+@pytest.mark.parametrize(
+    ("author", "role", "tool_call_id", "user_turn"),
+    [
+        ("user", "user", None, True),
+        ("alice", "user", None, True),
+        ("user", "assistant", None, False),
+        ("alice", "user", "c1", False),  # a tool result sent with role user
+        ("user", "tool", "c1", False),
+    ],
+)
+def test_one_rule_for_a_user_turn_in_trigger_and_summarizer(
+    author: str, role: str, tool_call_id: str | None, user_turn: bool
+) -> None:
+    from streams.summarizer.selection import keep_recent_rounds
+
+    event = ev("a", role=role, author=author, tool_call_id=tool_call_id)
+    assert is_user_turn(event) is user_turn
+    assert bool(event_facts(event).entry.flags & F_USER) is user_turn
+    # the summarizer keeps back from the last user turn: the event alone iff it is one
+    assert keep_recent_rounds(1)([ev("q", role="user"), event]) == (1 if user_turn else 2)

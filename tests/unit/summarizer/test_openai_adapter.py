@@ -8,12 +8,13 @@ from pydantic import SecretStr
 
 from schemas.settings import LLMSettings
 from streams.errors import PermanentError, RetryableError
-from streams.summarizer.model import ContextLengthError
+from streams.summarizer.model import ContextLengthError, context_window_in
 from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.request import standalone_request
 from streams.summarizer.summarizer import EmptySummaryError, Summarizer
 from tests.support.openai_server import (
     OpenAIServer,
+    Reply,
     answer,
     bad_request,
     context_length_exceeded,
@@ -85,6 +86,46 @@ async def test_context_length_error_translation(fresh: OpenAIServer) -> None:
     with pytest.raises(ContextLengthError):
         await model.complete(standalone_request("hi"))
     await model.aclose()
+
+
+async def test_a_context_refusal_carries_the_window_the_provider_named(fresh: OpenAIServer) -> None:
+    vllm = Reply(
+        status=400,
+        body={
+            "object": "error",
+            "type": "BadRequestError",
+            "code": 400,
+            "message": (
+                "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+                "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages."
+            ),
+        },
+    )
+    fresh.script(context_length_exceeded(tokens=9000, limit=8192), vllm, context_length_exceeded(limit=0))
+    model = model_for(fresh, max_retries=0)
+    windows = []
+    for _ in range(3):
+        with pytest.raises(ContextLengthError) as info:
+            await model.complete(standalone_request("hi"))
+        windows.append(info.value.context_window)
+    assert windows == [8192, 4096, None]
+    await model.aclose()
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [
+        ("This model's maximum context length is 128,000 tokens. However, your messages resulted in 9 tokens.", 128000),
+        ("The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that", 4096),
+        ("Input prompt (5000 tokens) is too long and exceeds limit of 2048", 2048),
+        ("request (5000 tokens) exceeds the available context size (4096 tokens), try increasing it", 4096),
+        ("prompt is too long: 210000 tokens > 200000 maximum", 200000),
+        ("context_length_exceeded", None),
+        ("上下文长度超出限制", None),
+    ],
+)
+def test_the_window_is_read_from_the_common_refusal_texts(text: str, window: int | None) -> None:
+    assert context_window_in(text) == window
 
 
 async def test_empty_answer_is_retried_once_then_fails(fresh: OpenAIServer) -> None:

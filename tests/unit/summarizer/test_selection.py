@@ -76,3 +76,21 @@ def test_combined_skips_take_the_larger() -> None:
     assert skip is not None
     assert skip(events) == 4
     assert combine_skips(None, None) is None
+
+
+def test_keep_recent_rounds_finds_user_turns_by_role_not_author() -> None:
+    # A producer naming its user: author "alice", role "user". Rounds are user turns by role.
+    events = []
+    for r in range(3):
+        events.append(event(2 * r, "alice", f"question {r}", role="user"))
+        events.append(event(2 * r + 1, "agent", f"answer {r}"))
+    selected, held = select_events(events, keep_recent_rounds(2))
+    assert ids(selected) == ["e0", "e1"]
+    assert held == 4
+
+
+def test_an_assistant_message_authored_user_opens_no_round() -> None:
+    events = [event(0, "user", "question"), event(1, "user", "an answer labelled user", role="assistant")]
+    events.append(event(2, "user", "next question"))
+    # two user turns (e0, e2): keeping two rounds back keeps everything back
+    assert select_events(events, keep_recent_rounds(2)) == ([], 3)

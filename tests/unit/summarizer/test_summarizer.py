@@ -86,7 +86,9 @@ async def test_max_passes_leaves_the_rest_for_later() -> None:
 async def test_delta_without_fitting_prefix_is_refused_before_calling_the_model() -> None:
     seen: list[tuple[SummaryReport, BaseException | None]] = []
     model = ScriptedModel(context_window=100)
-    events = [event(1, "user", "w " * 400), event(2, "agent", "ok")]
+    # Payloads are cut to their smallest form first; twelve user messages with no answer between
+    # them have no complete prefix, and their smallest forms still exceed the 70-token budget.
+    events = [event(i, "user", f"w{i} " * 400) for i in range(12)] + [event(12, "agent", "ok")]
     s = make(model, hooks=SummaryHooks(report=lambda r, e: seen.append((r, e))))
     with pytest.raises(SourceTooLargeError, match="refusing to omit unsummarized conversation"):
         await s.summarize("", events, session=SESSION)
@@ -96,7 +98,8 @@ async def test_delta_without_fitting_prefix_is_refused_before_calling_the_model(
 
 
 async def test_smallest_prefix_too_large_fails_closed() -> None:
-    events = [event(1, "user", "w " * 400), event(2, "agent", "ok " * 200), event(3, "user", "next")]
+    events = [event(i, "user", "w " * 400) for i in range(12)]
+    events += [event(12, "agent", "ok " * 200), event(13, "user", "next")]
     with pytest.raises(SourceTooLargeError, match="smallest complete prefix"):
         await make(ScriptedModel(context_window=100)).summarize("", events, session=SESSION)
 

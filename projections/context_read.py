@@ -1,0 +1,426 @@
+"""The one read an agent makes before a model call: everything ``assemble`` needs, in bounded slices.
+
+For (session, filter key) :meth:`ContextReader.read` returns a
+:class:`schemas.reads.ContextRead` such that
+``streams.context.assemble_from_read(read, ...)`` builds the request the full
+in-memory history would give (``tests/integration/test_context_read_property.py``
+checks it over thousands of generated sessions). It reads:
+
+1. the latest summaries of the session (one small partition) and picks the one
+   that applies to the key (:func:`applicable_summary`);
+2. **the tail**: the events from the boundary to the end, newest first in pages
+   of ``page_size`` (at most ``max_events``; then ``stats.truncated``), kept
+   when visible to the key (:func:`visible`: ancestors, descendants and keyless
+   events — not only the key's summary input);
+3. **the current user message**: the latest visible user turn of the tail, else
+   a backward page scan from the boundary to it (the covered head of the
+   current run);
+4. **the resume tail**: the covered assistant/tool events of the current
+   invocation, through the ``session_turns`` index (one slice per invocation);
+5. **late results**: the covered call event of each tail tool result whose
+   call is not in the tail (``tool_calls`` → ``event_ids`` → the row);
+6. **turn anchors**: the covered user messages of every turn the events above
+   belong to that does not surely start after the boundary (``session_turns``);
+7. the projector's heartbeat of the session's partition (``projection_lag``).
+
+No step reads a whole partition unless the session has no summary (then every
+event is the prompt's). Extra covered events never change the assembled
+request (they are cut); what matters is that none of the events the rules of
+``streams.context.history`` bring back is missing. Tool call ids are taken to
+be unique within a session (``tool_calls`` keeps one call event per id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+
+from projections.boundary import Cut, to_millis
+from projections.cassandra_paging import afetch_all
+from projections.cassandra_session import aexecute
+from projections.errors import AnchorNotFound
+from projections.filter_keys import FULL_SESSION, SEPARATOR
+from projections.rows import restore_event_json
+from schemas import SessionEvent, SessionKey, SessionSummary
+from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DEFAULT_PAGE = 500
+DEFAULT_MAX_EVENTS = 20_000
+HEARTBEAT_STALE_S = 5.0
+"""A heartbeat older than this means the projector may be stalled: the lag is at least its age."""
+_COLS = "ts, event_id, seq, filter_key, role, partial, text, event_json"
+_IN_CHUNK = 100
+_TURN_COLS = "invocation_id, request_id, ts, event_id, seq, filter_key, role, partial"
+
+
+def visible(event_key: str, filter_key: str) -> bool:
+    """Whether an event of ``event_key`` is in the prompt of ``filter_key``: same line of ancestry, or keyless.
+
+    The Go ``Event.filter`` rule, restated from ``streams.rules.filter_keys.related``
+    (projections may not import streams; a unit test pins the two together).
+    """
+    if not event_key or not filter_key:
+        return True
+    return (event_key + SEPARATOR).startswith(filter_key + SEPARATOR) or (filter_key + SEPARATOR).startswith(
+        event_key + SEPARATOR
+    )
+
+
+def ancestors_nearest_first(filter_key: str) -> tuple[str, ...]:
+    """``filter_key`` and its ancestors by whole segments, nearest first, the full session (``""``) last."""
+    if filter_key == FULL_SESSION:
+        return (FULL_SESSION,)
+    parts = filter_key.split(SEPARATOR)
+    return (*(SEPARATOR.join(parts[:i]) for i in range(len(parts), 0, -1)), FULL_SESSION)
+
+
+def applicable_summary(summaries: Iterable[SessionSummary], filter_key: str) -> AppliedSummary | None:
+    """The summary that applies to ``filter_key`` in a prompt: its own, else the nearest ancestor's.
+
+    An ancestor's summary covers the key's events (a branch's summary input is
+    its subtree plus keyless events), so its boundary may cut the key's
+    history. A sibling's or a descendant's summary does not cover the key's
+    own events: using it would hide events no summary holds, so it never
+    applies. Blank texts never count. ``None``: no history is cut.
+    """
+    usable = {s.filter_key: s for s in summaries if s.summary.strip()}
+    for candidate in ancestors_nearest_first(filter_key):
+        found = usable.get(candidate)
+        if found is not None:
+            return AppliedSummary(
+                filter_key=found.filter_key,
+                version=found.version,
+                summary=found.summary,
+                boundary=found.boundary,
+                source="exact" if candidate == filter_key else "ancestor",
+            )
+    return None
+
+
+def is_prompt_user_turn(event: SessionEvent) -> bool:
+    """Whether ``event`` is a user turn of a prompt (what ``assemble`` takes as the current message).
+
+    Restates ``streams.context.history.event_message`` + ``is_user_turn_message``
+    for user events: complete, role ``user``, not a tool result, with text (an
+    error event's text is made from its error).
+    """
+    msg = event.message
+    if event.partial or msg.role != "user" or msg.tool_call_id:
+        return False
+    return bool(msg.content) or event.error is not None
+
+
+@dataclass(order=True, frozen=True)
+class _Pos:
+    ts: datetime
+    seq: int
+
+
+@dataclass
+class _Collected:
+    """Events gathered so far, by id, with their stored positions."""
+
+    events: dict[str, tuple[_Pos, SessionEvent]] = field(default_factory=dict)
+
+    def add(self, row: Any) -> SessionEvent:
+        found = self.events.get(row.event_id)
+        if found is not None:
+            return found[1]
+        event = restore_event_json(row.event_json, row.text or "")
+        self.events[row.event_id] = (_Pos(to_millis(row.ts), row.seq), event)
+        return event
+
+    def ordered(self) -> list[SessionEvent]:
+        return [event for _, event in sorted(self.events.values(), key=lambda pe: pe[0])]
+
+
+class ContextReader:
+    """The bounded context read over the projections of one keyspace (statements prepared here: blocking)."""
+
+    def __init__(
+        self,
+        session: Session,
+        keyspace: str,
+        *,
+        page_size: int = DEFAULT_PAGE,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        heartbeat_stale_s: float = HEARTBEAT_STALE_S,
+    ) -> None:
+        if page_size < 1 or max_events < 1:
+            raise ValueError(f"page_size and max_events must be >= 1, got {page_size} and {max_events}")
+        self._s = session
+        self.page_size = page_size
+        self.max_events = max_events
+        self.heartbeat_stale_s = heartbeat_stale_s
+        ks = keyspace
+        pk = "app_name = ? AND user_id = ? AND session_id = ?"
+        ev = f"SELECT {_COLS} FROM {ks}.events_by_session WHERE {pk}"
+        desc = "ORDER BY ts DESC, event_id DESC LIMIT ?"
+        self._summaries = self._prep(f"SELECT summary, summary_json FROM {ks}.summaries_latest WHERE {pk}")
+        self._event_pos = self._prep(f"SELECT ts, seq FROM {ks}.event_ids WHERE {pk} AND event_id = ?")
+        self._tail_first = self._prep(f"{ev} AND (ts, event_id) >= (?, ?) {desc}")
+        self._tail_next = self._prep(f"{ev} AND (ts, event_id) >= (?, ?) AND (ts, event_id) < (?, ?) {desc}")
+        self._before = self._prep(f"{ev} AND (ts, event_id) < (?, ?) {desc}")
+        self._at_ts = self._prep(f"{ev} AND ts = ?")
+        self._at = self._prep(f"{ev} AND ts = ? AND event_id = ?")
+        self._calls = self._prep(f"SELECT call_event_id, call_ts FROM {ks}.tool_calls WHERE {pk} AND tool_call_id IN ?")
+        self._at_many = self._prep(f"{ev} AND (ts, event_id) IN ?")
+        turns = f"SELECT {_TURN_COLS} FROM {ks}.session_turns WHERE {pk} AND invocation_id = ?"
+        self._invocation = self._prep(turns)
+        self._turn = self._prep(f"{turns} AND request_id = ?")
+        self._source = self._prep(f"SELECT topic, partition FROM {ks}.session_sources WHERE {pk}")
+        self._progress = self._prep(
+            f"SELECT consumer_group, next_offset, log_end_offset, updated_at, caught_up_at "
+            f"FROM {ks}.projector_progress WHERE topic = ? AND partition = ?"
+        )
+
+    def _prep(self, cql: str) -> PreparedStatement:
+        return self._s.prepare(cql)
+
+    async def read(
+        self, key: SessionKey, filter_key: str = FULL_SESSION, *, current_event_id: str | None = None
+    ) -> ContextRead:
+        """Everything ``assemble`` needs for ``(key, filter_key)`` (see the module docstring).
+
+        ``current_event_id`` names the stored user message being answered;
+        ``None`` takes the latest visible user turn. Raises ``AnchorNotFound``
+        when ``current_event_id`` is not a stored event of the session.
+        """
+        run = _Run(self, key, filter_key)
+        lag_task = asyncio.ensure_future(self._lag(key, run))
+        try:
+            applied = await run.summary()
+            cut = await run.cut(applied)
+            truncated = await run.tail(cut)
+            current = await run.current(current_event_id, cut)
+            if cut is not None:
+                await run.late_calls()
+                await run.invocation(current)
+                await run.anchors(cut, applied)
+            lag = await lag_task
+        finally:
+            if not lag_task.done():
+                lag_task.cancel()
+        return ContextRead(
+            app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
+            summary=applied, events=tuple(run.got.ordered()), current_event_id=current.event_id if current else None,
+            projection_lag=lag, stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated),
+        )  # fmt: skip
+
+    async def _lag(self, key: SessionKey, run: _Run) -> ProjectionLag:
+        source = next(iter(await run.q(self._source, tuple(key))), None)
+        if source is None:
+            return ProjectionLag()
+        rows = list(await run.q(self._progress, (source.topic, source.partition)))
+        if not rows:
+            return ProjectionLag(topic=source.topic, partition=source.partition)
+        return projection_lag(source.topic, source.partition, rows, datetime.now(UTC), self.heartbeat_stale_s)
+
+
+def projection_lag(topic: str, partition: int, rows: Sequence[Any], now: datetime, stale_s: float) -> ProjectionLag:
+    """The lag of the furthest-behind consumer group among heartbeat ``rows`` (pure; see ``ProjectionLag``)."""
+    worst: ProjectionLag | None = None
+    for r in rows:
+        updated = _utc(r.updated_at) if r.updated_at else EPOCH
+        caught_up = _utc(r.caught_up_at) if r.caught_up_at else EPOCH
+        behind = max(0, (r.log_end_offset or 0) - (r.next_offset or 0))
+        age = max(0.0, (now - updated).total_seconds())
+        seconds = 0.0 if behind == 0 and age <= stale_s else age
+        if behind:
+            seconds = max(seconds, (now - caught_up).total_seconds())
+        lag = ProjectionLag(topic=topic, partition=partition, events_behind=behind, seconds_behind=round(seconds, 3),
+                            heartbeat_age_s=round(age, 3), known=True)  # fmt: skip
+        if worst is None or (lag.seconds_behind, lag.events_behind) > (worst.seconds_behind, worst.events_behind):
+            worst = lag
+    assert worst is not None
+    return worst
+
+
+def _utc(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+class _Run:
+    """The state of one ``read`` call."""
+
+    def __init__(self, reader: ContextReader, key: SessionKey, filter_key: str) -> None:
+        self.r = reader
+        self.key = key
+        self.pk = tuple(key)
+        self.filter_key = filter_key
+        self.got = _Collected()
+        self.tail_ids: list[str] = []
+        self.turn_rows: dict[str, list[Any]] = {}
+        self.queries = 0
+        self.rows = 0
+
+    async def q(self, stmt: PreparedStatement, params: Sequence[object]) -> list[Any]:
+        self.queries += 1
+        return list(await aexecute(self.r._s, stmt, params))
+
+    async def q_all(self, stmt: PreparedStatement, params: Sequence[object]) -> list[Any]:
+        self.queries += 1
+        return await afetch_all(self.r._s, stmt, params)
+
+    def keep(self, row: Any) -> bool:
+        return visible(row.filter_key or "", self.filter_key)
+
+    async def summary(self) -> AppliedSummary | None:
+        rows = await self.q(self.r._summaries, self.pk)
+        records = [SessionSummary.model_validate_json(r.summary_json) for r in rows if r.summary and r.summary_json]
+        return applicable_summary(records, self.filter_key)
+
+    async def cut(self, applied: AppliedSummary | None) -> Cut | None:
+        if applied is None:
+            return None
+        boundary = applied.boundary
+        if boundary.last_event_id:
+            row = next(iter(await self.q(self.r._event_pos, (*self.pk, boundary.last_event_id))), None)
+            if row is not None:
+                return Cut.of(boundary.cutoff_at, (_utc(row.ts), row.seq))
+        return Cut.of(boundary.cutoff_at)
+
+    async def tail(self, cut: Cut | None) -> bool:
+        """Events from the boundary to the end, newest first; ``True`` when ``max_events`` stopped it."""
+        lower = (cut.scan_from, "") if cut is not None else (EPOCH, "")
+        page = self.r.page_size
+        rows = await self.q(self.r._tail_first, (*self.pk, *lower, page))
+        seen = 0
+        while True:
+            for row in rows:
+                seen += 1
+                self.rows += 1
+                if self.keep(row) and not row.partial:
+                    self.tail_ids.append(self.got.add(row).event_id)
+            if len(rows) < page:
+                return False
+            if seen >= self.r.max_events:
+                return True
+            last = rows[-1]
+            rows = await self.q(self.r._tail_next, (*self.pk, *lower, last.ts, last.event_id, page))
+
+    async def current(self, current_event_id: str | None, cut: Cut | None) -> SessionEvent | None:
+        if current_event_id is not None:
+            return await self._by_id(current_event_id, required=True)
+        found = self._latest_user_turn()
+        if found is not None or cut is None:
+            return found
+        # Scan back from the boundary to the latest visible user turn (the covered head of the current run).
+        position: tuple[datetime, str] = (cut.scan_from, "")
+        page = self.r.page_size
+        while True:
+            rows = await self.q(self.r._before, (*self.pk, *position, page))
+            for row in rows:
+                self.rows += 1
+                if self.keep(row) and not row.partial:
+                    event = self.got.add(row)
+                    if is_prompt_user_turn(event):
+                        # Same-timestamp rows with smaller ids may come later in log order: read them all.
+                        for same in await self.q(self.r._at_ts, (*self.pk, row.ts)):
+                            if self.keep(same) and not same.partial:
+                                self.got.add(same)
+                        return self._latest_user_turn()
+            if len(rows) < page:
+                return None
+            position = (rows[-1].ts, rows[-1].event_id)
+
+    def _latest_user_turn(self) -> SessionEvent | None:
+        for event in reversed(self.got.ordered()):
+            if is_prompt_user_turn(event):
+                return event
+        return None
+
+    async def _by_id(self, event_id: str, *, required: bool = False) -> SessionEvent | None:
+        found = self.got.events.get(event_id)
+        if found is not None:
+            return found[1]
+        pos = next(iter(await self.q(self.r._event_pos, (*self.pk, event_id))), None)
+        row = None if pos is None else next(iter(await self.q(self.r._at, (*self.pk, pos.ts, event_id))), None)
+        if row is None:
+            if required:
+                raise AnchorNotFound(f"anchor event not found: {event_id}")
+            return None
+        if not required and (not self.keep(row) or row.partial):
+            return None
+        return self.got.add(row)
+
+    async def late_calls(self) -> None:
+        """The covered call events of tail tool results whose calls are not in the tail."""
+        known: set[str] = set()
+        missing: list[str] = []
+        tail = set(self.tail_ids)
+        for event in self.got.ordered():
+            msg = event.message
+            known.update(call.id for call in msg.tool_calls)
+            tail_result = event.event_id in tail and msg.role == "tool" and msg.tool_call_id
+            if tail_result and msg.tool_call_id not in known:
+                missing.append(msg.tool_call_id or "")
+
+        ids = list(dict.fromkeys(missing))
+        rows = [r for start in range(0, len(ids), _IN_CHUNK)
+                for r in await self.q(self.r._calls, (*self.pk, ids[start : start + _IN_CHUNK]))]  # fmt: skip
+        await self._fetch_at([(r.call_ts, r.call_event_id) for r in rows if r.call_event_id and r.call_ts])
+
+    async def _fetch_at(self, positions: Sequence[tuple[datetime, str]]) -> None:
+        """The visible, complete events at ``positions`` (one ``IN`` query per chunk), added."""
+        wanted = list(dict.fromkeys(p for p in positions if p[1] not in self.got.events))
+        chunks = [wanted[i : i + _IN_CHUNK] for i in range(0, len(wanted), _IN_CHUNK)]
+        for rows in await asyncio.gather(*(self.q(self.r._at_many, (*self.pk, chunk)) for chunk in chunks)):
+            for row in rows:
+                self.rows += 1
+                if self.keep(row) and not row.partial:
+                    self.got.add(row)
+
+    async def _turn_index(self, invocation_id: str, request_id: str | None = None) -> list[Any]:
+        if request_id is None:
+            rows = await self.q_all(self.r._invocation, (*self.pk, invocation_id))
+            self.turn_rows[invocation_id] = rows
+            return rows
+        cached = self.turn_rows.get(invocation_id)
+        if cached is not None:
+            return [r for r in cached if r.request_id == request_id]
+        return await self.q_all(self.r._turn, (*self.pk, invocation_id, request_id))
+
+    async def _fetch_rows(self, rows: Iterable[Any]) -> None:
+        await self._fetch_at([(r.ts, r.event_id) for r in rows if self.keep(r) and not r.partial])
+
+    async def invocation(self, current: SessionEvent | None) -> None:
+        """The covered assistant/tool events of the current invocation (the resume tail's candidates)."""
+        if current is None or not current.invocation_id:
+            return
+        rows = await self._turn_index(current.invocation_id)
+        await self._fetch_rows(r for r in rows if r.role in ("assistant", "tool"))
+
+    async def anchors(self, cut: Cut, applied: AppliedSummary | None) -> None:
+        """The covered user messages of each collected turn that may need its question brought back."""
+        assert applied is not None
+        surely_after = max(to_millis(applied.boundary.cutoff_at), cut.anchor_ts or EPOCH)
+        first: dict[tuple[str, str], SessionEvent] = {}
+        first_pos: dict[tuple[str, str], _Pos] = {}
+        for pos, event in sorted(self.got.events.values(), key=lambda pe: pe[0]):
+            turn = (event.invocation_id, event.request_id)
+            if turn != ("", "") and turn not in first:
+                first[turn], first_pos[turn] = event, pos
+        needed = [
+            turn for turn, event in first.items()
+            if not (is_prompt_user_turn(event) and first_pos[turn].ts > surely_after)
+        ]  # fmt: skip
+        indexes = await asyncio.gather(*(self._turn_index(inv, req) for inv, req in needed))
+        await self._fetch_rows(r for rows in indexes for r in rows if r.role == "user")
+
+
+__all__ = [
+    "ContextReader",
+    "ancestors_nearest_first",
+    "applicable_summary",
+    "is_prompt_user_turn",
+    "projection_lag",
+    "visible",
+]  # fmt: skip

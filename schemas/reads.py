@@ -1,0 +1,87 @@
+"""What the read side hands an agent for its next request (``projections.context_read``).
+
+A :class:`ContextRead` is everything ``streams.context.assemble`` needs for one
+(session, filter key): the summary that applies to the key, and the stored
+events it must see, in stored order — so that assembling from it gives the
+request the full history would give. ``projection_lag`` says how far the
+projection is behind the events topic, so an agent can wait or warn.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.base import ContractModel
+from schemas.events import SessionEvent
+from schemas.summaries import SummaryBoundary
+
+AppliedSource = Literal["exact", "ancestor"]
+
+
+class AppliedSummary(ContractModel):
+    """The summary standing for a key in a prompt: the key's own, else its nearest ancestor's (``""`` last).
+
+    Never a sibling's or a descendant's: those do not cover the key's events.
+    """
+
+    filter_key: str
+    """The key whose summary this is (the asked key or one of its ancestors)."""
+    version: int
+    summary: str
+    boundary: SummaryBoundary
+    source: AppliedSource
+
+
+class ProjectionLag(ContractModel):
+    """How far the projection of the session's Kafka partition is behind the events topic.
+
+    ``events_behind``: records of the partition the projector had seen in the
+    log but not yet written, at its last heartbeat. ``heartbeat_age_s``: how
+    old that heartbeat is (the projector writes one at least every second
+    while it runs). ``seconds_behind``: 0 when caught up and the heartbeat is
+    fresh; else the time since the projection was last known to be caught up
+    (at least the heartbeat's age) — events newer than that may be missing.
+    ``known``: ``False`` when no heartbeat exists for the partition (old
+    projector, or the session was never projected), then the figures are 0.
+    """
+
+    topic: str = ""
+    partition: int = -1
+    events_behind: int = Field(default=0, ge=0)
+    seconds_behind: float = Field(default=0.0, ge=0)
+    heartbeat_age_s: float = Field(default=0.0, ge=0)
+    known: bool = False
+
+
+class ReadStats(ContractModel):
+    """What the read did: rows and queries (every read is a bounded slice of the partition)."""
+
+    queries: int = 0
+    event_rows: int = 0
+    truncated: bool = False
+    """``True`` when the ``max_events`` cap stopped the read: the oldest events after the boundary are missing."""
+
+
+class ContextRead(ContractModel):
+    """The result of the one read call: pass it to ``streams.context.assemble_from_read``.
+
+    ``events`` are in stored order (timestamp, then Kafka offset): every event
+    after the summary's boundary visible to ``filter_key`` (ancestor keys
+    included), the current user message and the covered events of its
+    invocation (the resume tail), the covered calls of late tool results and
+    the covered user messages of the turns those events belong to. Partial
+    events are left out.
+    """
+
+    app_name: str
+    user_id: str
+    session_id: str
+    filter_key: str
+    summary: AppliedSummary | None = None
+    events: tuple[SessionEvent, ...] = ()
+    current_event_id: str | None = None
+    """The current user message (the latest visible user turn, or the one asked for)."""
+    projection_lag: ProjectionLag = Field(default_factory=ProjectionLag)
+    stats: ReadStats = Field(default_factory=ReadStats)

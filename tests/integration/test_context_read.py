@@ -1,0 +1,153 @@
+"""The one context read against the real Cassandra: targeted cases, bounded reads, lag, and resume after an outage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from projections.cassandra_session import connect
+from projections.context_read import ContextReader
+from projections.errors import AnchorNotFound
+from projections.kafka_runner import ProjectorRunner
+from projections.projector import PartitionProgress, Projector
+from schemas import SessionEvent, SessionKey, SessionSummary
+from schemas.settings import Settings
+from streams.context import AssemblyOptions, assemble, assemble_from_read
+from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, event, key, record, store, summary
+from tests.support.tcp_proxy import TcpProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+__all__ = ["key", "store"]
+
+OPTS = AssemblyOptions(add_session_summary=True)
+
+
+def _call(call_id: str) -> list[dict[str, Any]]:
+    return [{"id": call_id, "type": "function", "function": {"name": "weather", "arguments": "{}"}}]
+
+
+def _ids(messages: list[dict[str, Any]]) -> list[str]:
+    return [str(m.get("content") or m.get("tool_call_id") or m["tool_calls"][0]["id"]) for m in messages]
+
+
+async def _full(store: Store, values: list[dict[str, Any]], s: dict[str, Any], filter_key: str = "") -> Any:
+    events = [SessionEvent.model_validate(v) for v in values]
+    return assemble("sys", SessionSummary.model_validate(s), events, None, (), OPTS.__class__(
+        add_session_summary=True, filter_key=filter_key))  # fmt: skip
+
+
+async def test_late_result_resume_tail_and_ancestor_events(store: Store, key: SessionKey) -> None:
+    values = [
+        event(key, "u1", at=1, content="weather in Paris?"),
+        event(key, "a1", at=2, role="assistant", content=None, tool_calls=_call("c-late")),
+        event(key, "x1", at=3, role="assistant", content="meanwhile 另一件事"),
+        event(key, "u2", at=4, content="and Rome? 罗马呢", filter_key="app"),
+        event(key, "a2", at=5, role="assistant", content=None, tool_calls=_call("c-rome"), filter_key="app/b"),
+        event(key, "t2", at=6, role="tool", content="Rome: sunny", tool_call_id="c-rome", filter_key="app/b"),
+        event(key, "t1", at=7, role="tool", content="Paris: rain (late)", tool_call_id="c-late"),
+        event(key, "n1", at=8, role="assistant", content="note on the parent key", filter_key="app"),
+    ]
+    for v in values:
+        v["invocation_id"], v["request_id"] = ("inv1", "r1") if v["event_id"] in ("u1", "a1", "x1", "t1") else (
+            "inv2", "r2")  # fmt: skip
+    await store.events(*values)
+    s = summary(key, 1, text="earlier: Paris asked", cutoff=6, last_event_id="t2")
+    await store.summaries(s)
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace)
+    for filter_key in ("", "app/b"):
+        read = await reader.read(key, filter_key)
+        got = assemble_from_read("sys", read, options=OPTS)
+        want = await _full(store, values, s, filter_key)
+        assert got.messages == want.messages
+        ids = _ids(got.messages)
+        assert "c-late" in ids  # the late result's covered call came back, not dropped as an orphan
+        assert "note on the parent key" in ids  # the ancestor key's event after the boundary is visible
+        assert "c-rome" in ids and "and Rome? 罗马呢" in ids  # the covered resume tail and current message
+        assert read.current_event_id == "u2"
+
+
+async def test_read_is_bounded_in_a_long_session(store: Store, key: SessionKey) -> None:
+    values = []
+    for n in range(300):
+        values.append(event(key, f"u{n}", at=3 * n, content=f"question {n} 问题"))
+        values.append(event(key, f"a{n}", at=3 * n + 1, role="assistant", content=f"answer {n}"))
+        values[-2]["invocation_id"] = values[-1]["invocation_id"] = f"inv{n}"
+    await store.events(*values)
+    s = summary(key, 1, text="299 rounds", cutoff=3 * 298 + 1, last_event_id="a298")
+    await store.summaries(s)
+    read = await ContextReader(store.session, store.settings.cassandra.keyspace, page_size=50).read(key)
+    # The tail from the boundary, plus the covered question of the boundary's turn: never the 600-row partition.
+    assert [e.event_id for e in read.events] == ["u298", "a298", "u299", "a299"]
+    assert read.stats.event_rows <= 5 and read.stats.queries <= 8
+    assert assemble_from_read("sys", read, options=OPTS).messages == (await _full(store, values, s)).messages
+
+
+async def test_unknown_current_event_and_lag(store: Store, key: SessionKey) -> None:
+    await store.apply(record(EVENTS, event(key, "u1", at=1), partition=1, offset=41))
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace)
+    with pytest.raises(AnchorNotFound, match="anchor event not found: nope"):
+        await reader.read(key, current_event_id="nope")
+    unknown = (await reader.read(key)).projection_lag
+    assert unknown.known is False and (unknown.topic, unknown.partition) == (EVENTS, 1)
+    await store.projector.save_progress([PartitionProgress(EVENTS, 1, 42, 42)])
+    lag = (await reader.read(key)).projection_lag
+    assert lag.known and (lag.events_behind, lag.seconds_behind) == (0, 0.0)
+    await store.projector.save_progress([PartitionProgress(EVENTS, 1, 42, 90)])
+    lag = (await reader.read(key)).projection_lag
+    assert lag.events_behind == 48 and lag.seconds_behind > 0
+
+
+async def test_projector_resumes_within_five_seconds_after_an_outage(isolated_settings: Settings) -> None:
+    """Cassandra "down" (a proxy cut) for 12 s, then back: the held batch is written within 5 s."""
+    settings = isolated_settings
+    admin_cluster, admin = connect(settings.cassandra)
+    from projections.migrations import apply_migrations
+
+    apply_migrations(admin, settings.cassandra)
+    with TcpProxy("127.0.0.1", settings.cassandra.port) as proxy:
+        via = settings.cassandra.model_copy(update={"port": proxy.port, "request_timeout_s": 2.0,
+                                                     "connect_timeout_s": 1.0})  # fmt: skip
+        cluster, session = connect(via)
+        try:
+            ks = settings.cassandra.keyspace
+            projector = Projector(session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g")
+            runner = ProjectorRunner(projector, dead_letter_topic="dl", consumer_kwargs={}, producer_kwargs={})
+
+            class _Consumer:
+                def assignment(self) -> set[Any]:
+                    return set()
+
+                def pause(self, *tps: Any) -> None: ...
+
+                def resume(self, *tps: Any) -> None: ...
+
+            runner._consumer = _Consumer()
+            attempts: list[float] = []
+
+            async def wait(delay: float) -> None:
+                attempts.append(delay)
+                await asyncio.sleep(delay)
+
+            runner._wait = wait  # type: ignore[method-assign]
+            k = SessionKey("app", "u", "outage")
+            proxy.cut()
+            task = asyncio.ensure_future(runner._project_with_retry([record(EVENTS, event(k, "e1", at=1))]))
+            await asyncio.sleep(12)
+            assert not task.done() and attempts, "the projector should be retrying while Cassandra is away"
+            proxy.restore()
+            back = time.monotonic()
+            await asyncio.wait_for(task, 30)
+            resumed = time.monotonic() - back
+            print(f"\nprojector resumed {resumed:.2f}s after Cassandra answered again; waits {attempts}")
+            assert resumed < 5.0
+            assert max(attempts) <= 2.0
+            rows = admin.execute(f"SELECT event_id FROM {ks}.events_by_session WHERE app_name='app' AND user_id='u' "
+                                 "AND session_id='outage'")  # fmt: skip
+            assert [r.event_id for r in rows] == ["e1"]
+        finally:
+            cluster.shutdown()
+    admin.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
+    admin_cluster.shutdown()

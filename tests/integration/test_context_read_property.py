@@ -1,0 +1,125 @@
+"""Equivalence of the one context read against the real Cassandra (issue 12, point 1).
+
+Generated sessions (``tests/support/context_sessions.py``) are written through
+the real projector, check point by check point. At each check point an agent
+of a random filter key reads with ``ContextReader.read`` and assembles with
+``assemble_from_read``; the request must equal the one ``assemble`` builds from
+the full in-memory history with the oracle's summary (the key's own, else the
+nearest ancestor's), and be valid. ``DISTILL_CONTEXT_READ_SESSIONS`` sessions
+(2000 unless set), seed ``DISTILL_CONTEXT_READ_SEED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from typing import Any
+
+import pytest
+
+from projections.context_read import ContextReader
+from projections.projector import SourceRecord
+from schemas import DeadLetter, SessionEvent, SessionKey, SessionSummary
+from streams.context import AssemblyOptions, assemble, assemble_from_read, find_violations
+from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, store
+from tests.support.context_sessions import KEYS, Generated, applicable, generate
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+__all__ = ["store"]
+
+SESSIONS = int(os.environ.get("DISTILL_CONTEXT_READ_SESSIONS", "2000"))
+SEED = int(os.environ.get("DISTILL_CONTEXT_READ_SEED", "12"))
+SYSTEM = "You are a travel agent. 你是旅行助手。"
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look up", "parameters": {}}}]
+WRITE_CHUNK = 4000
+READERS = 48
+KEYS_PER_CHECK = int(os.environ.get("DISTILL_CONTEXT_READ_KEYS", "1"))
+
+
+def _records(steps: list[SessionEvent | SessionSummary], offsets: dict[str, int]) -> list[SourceRecord]:
+    out = []
+    for step in steps:
+        topic = EVENTS if isinstance(step, SessionEvent) else SUMMARIES
+        offsets[topic] = offsets.get(topic, 0) + 1
+        out.append(SourceRecord(topic, 0, offsets[topic], b"k", step.model_dump_json().encode()))
+    return out
+
+
+def _oracle(g: Generated, upto: int, filter_key: str, current: str | None, opts: AssemblyOptions) -> Any:
+    events = [s for s in g.steps[:upto] if isinstance(s, SessionEvent)]
+    latest: dict[str, SessionSummary] = {}
+    for s in g.steps[:upto]:
+        if isinstance(s, SessionSummary):  # versions of a key grow step by step
+            latest[s.filter_key] = s
+    summary = applicable(latest, filter_key)
+    return summary, assemble(SYSTEM, summary, events, current, TOOLS, opts)
+
+
+async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> None:
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace, page_size=64)
+    rng = random.Random(SEED)
+    sessions = [generate(rng, f"s{i}") for i in range(SESSIONS)]
+    written = [0] * len(sessions)
+    offsets: dict[str, int] = {}
+    dead: list[DeadLetter] = []
+
+    async def sink(letter: DeadLetter) -> None:
+        dead.append(letter)
+
+    failures: list[str] = []
+    stats: dict[str, float] = {"checks": 0, "reads": 0, "events_read": 0, "events_total": 0, "queries": 0}
+    started = time.monotonic()
+    gate = asyncio.Semaphore(READERS)
+
+    async def check(i: int, upto: int) -> None:
+        g = sessions[i]
+        local = random.Random(f"{SEED}-{i}-{upto}")
+        for filter_key in local.sample(KEYS, KEYS_PER_CHECK):
+            opts = AssemblyOptions(add_session_summary=True, injection_mode=local.choice(("system", "user")),
+                                   filter_key=filter_key)  # fmt: skip
+            current = "and tomorrow? 明天呢？" if local.random() < 0.2 else None
+            expected_summary, expected = _oracle(g, upto, filter_key, current, opts)
+            async with gate:
+                read = await reader.read(SessionKey("app", "u", g.session_id), filter_key)
+            got = assemble_from_read(SYSTEM, read, current, TOOLS, AssemblyOptions(
+                add_session_summary=True, injection_mode=opts.injection_mode))  # fmt: skip
+            stats["reads"] += 1
+            stats["events_read"] += len(read.events)
+            stats["events_total"] += sum(isinstance(s, SessionEvent) for s in g.steps[:upto])
+            stats["queries"] += read.stats.queries
+            want_key = None if expected_summary is None else (expected_summary.filter_key, expected_summary.version)
+            got_key = None if read.summary is None else (read.summary.filter_key, read.summary.version)
+            problems = find_violations(got.messages)
+            if got.messages != expected.messages or got.tools != expected.tools or want_key != got_key or problems:
+                failures.append(
+                    f"session {g.session_id} after {upto} steps, key {filter_key!r}, current {current!r}: "
+                    f"summary {got_key} vs {want_key}; violations {problems}\n"
+                    f"got:      {json.dumps(got.messages, ensure_ascii=False)}\n"
+                    f"expected: {json.dumps(expected.messages, ensure_ascii=False)}"
+                )
+
+    for round_ in range(max(len(g.checks) for g in sessions)):
+        batch: list[SourceRecord] = []
+        due: list[tuple[int, int]] = []
+        for i, g in enumerate(sessions):
+            if round_ < len(g.checks):
+                upto = g.checks[round_]
+                batch += _records(g.steps[written[i] : upto], offsets)
+                written[i] = upto
+                due.append((i, upto))
+        t = time.monotonic()
+        for start in range(0, len(batch), WRITE_CHUNK):
+            await store.projector.project(batch[start : start + WRITE_CHUNK], sink)
+        stats["write_s"] = stats.get("write_s", 0) + time.monotonic() - t
+        t = time.monotonic()
+        await asyncio.gather(*(check(i, upto) for i, upto in due))
+        stats["read_s"] = stats.get("read_s", 0) + time.monotonic() - t
+        stats["checks"] += len(due)
+    elapsed = time.monotonic() - started
+    print(f"\ncontext read equivalence: {len(sessions)} sessions, {stats} in {elapsed:.1f}s")
+    assert dead == []
+    assert not failures, f"{len(failures)} of {stats['reads']} reads differ; first:\n" + "\n\n".join(failures[:3])
+    assert stats["reads"] >= len(sessions) * KEYS_PER_CHECK

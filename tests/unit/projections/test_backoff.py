@@ -1,0 +1,93 @@
+"""The projector resumes soon after Cassandra answers again (issue 12, point 9): capped backoff, fast reconnects."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from projections.cassandra_session import open_cluster
+from projections.errors import StoreUnavailable
+from projections.kafka_runner import ProjectorRunner, next_backoff
+from projections.projector import BatchOutcome, SourceRecord
+from schemas.settings import CassandraSettings
+
+
+def test_next_backoff_doubles_then_stays_at_the_cap_with_any_jitter() -> None:
+    for factor in (0.9, 1.0, 1.1):
+        delay, seen = 0.5, []
+        for _ in range(30):
+            delay = next_backoff(delay, 2.0, rng=lambda lo, hi, f=factor: f)  # type: ignore[misc]
+            seen.append(delay)
+        assert max(seen) <= 2.0
+        assert seen[-1] == 2.0
+    assert next_backoff(0.5, 2.0, rng=lambda lo, hi: 1.0) == 1.0
+
+
+class _FlakyProjector:
+    """Fails ``failures`` times with StoreUnavailable, then succeeds."""
+
+    consumer_group = "g"
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def project(self, records: Any, dead_letters: Any, *, save_offsets: Any) -> BatchOutcome:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise StoreUnavailable("cassandra unavailable: NoHostAvailable")
+        return BatchOutcome(events=len(records))
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.paused = 0
+        self.resumed = 0
+
+    def assignment(self) -> set[Any]:
+        return set()
+
+    def pause(self, *tps: Any) -> None:
+        self.paused += 1
+
+    def resume(self, *tps: Any) -> None:
+        self.resumed += 1
+
+
+async def test_retry_backoff_never_exceeds_two_seconds_during_a_long_outage() -> None:
+    projector = _FlakyProjector(failures=40)
+    runner = ProjectorRunner(projector, dead_letter_topic="dl", consumer_kwargs={}, producer_kwargs={})  # type: ignore[arg-type]
+    consumer = _Consumer()
+    runner._consumer = consumer
+    waits: list[float] = []
+
+    async def wait(delay: float) -> None:
+        waits.append(delay)
+
+    runner._wait = wait  # type: ignore[method-assign]
+    outcome = await runner._project_with_retry([SourceRecord("events", 0, 1, b"k", b"{}")])
+    assert outcome.events == 1 and projector.calls == 41
+    assert len(waits) == 40
+    # The wait after the outage ends is what delays the resume: never above 2 s (it reached 30.7 s before).
+    assert max(waits) <= 2.0, waits
+    assert sum(waits) < 40 * 2.0 + 1e-9
+    assert consumer.resumed == 1
+
+
+def test_driver_reconnects_to_a_downed_host_at_least_every_two_seconds() -> None:
+    cluster = open_cluster(CassandraSettings())
+    try:
+        schedule = list(itertools.islice(cluster.reconnection_policy.new_schedule(), 50))
+    finally:
+        cluster.shutdown()
+    assert len(schedule) == 50  # it never gives up
+    assert max(schedule) <= 2.0, schedule[-5:]
+    assert schedule[0] <= 0.5
+
+
+def test_reconnect_cap_is_a_setting() -> None:
+    cluster = open_cluster(CassandraSettings(reconnect_max_delay_s=0.5))
+    try:
+        assert max(itertools.islice(cluster.reconnection_policy.new_schedule(), 20)) <= 0.5
+    finally:
+        cluster.shutdown()
