@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,3 +53,24 @@ def isolated_pipeline(settings: Settings, workdir: Path) -> Iterator[Settings]:
     with LocalPipeline(workdir, env=child_env(settings)) as pipeline:
         pipeline.wait_for_worker(120)
         yield settings
+
+
+def run_with_pipeline(name: str, app_name: str, overrides: dict[str, object], flow: Callable[[], Awaitable[None]]) -> None:
+    """Run ``flow()`` with a fresh worker + projector whose settings give ``app_name`` these summary overrides.
+
+    The local Kafka and Cassandra are started (or reused); the ``DISTILL_*``
+    environment of this process is set to the isolated settings, so anything
+    ``flow`` builds with :func:`schemas.settings.load_settings` talks to them.
+    """
+    import os
+
+    from schemas.settings import load_settings
+    from streams.adapters.trpc_settings import with_app_overrides
+    from streams.services.manager import LocalServices
+
+    base = load_settings()
+    LocalServices(base).up(print)
+    settings = with_app_overrides(isolated(base, name), app_name, dict(overrides))
+    with isolated_pipeline(settings, Path(".distill") / name):
+        os.environ.update(child_env(settings))
+        asyncio.run(flow())

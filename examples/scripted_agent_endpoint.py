@@ -3,9 +3,10 @@
 Not a language model: it answers by rule, so the examples run offline and their
 tests can check what reached the model. It records every request body.
 
-- a user message asking about something said earlier ("earlier", "之前") → a
-  ``session_search`` call (when offered);
-- a ``session_search`` result with hits → a ``session_load`` call on the best hit;
+- a user message asking about something said earlier → ``session_search`` in the
+  default scope (what summaries hid);
+- a ``session_search`` result with hits → a ``session_load`` call on the best hit
+  that is not itself a recall question;
 - a ``session_load`` result → "From the history: <the anchor's text>";
 - anything else → "Noted: <the message>".
 
@@ -47,9 +48,11 @@ def respond(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict
     last = messages[-1] if messages else {"role": "user", "content": ""}
     if last.get("role") == "tool":
         body = _json(last.get("content"))
-        if isinstance(body, dict) and body.get("results") and "session_load" in offered:
+        hits = [r for r in body.get("results") or [] if not RECALL.search(str(r.get("snippet", "")))] \
+            if isinstance(body, dict) else []  # fmt: skip
+        if hits and "session_load" in offered:  # the best hit that is not a recall question itself
             return {"role": "assistant", "content": None,
-                    "tool_calls": [_call("session_load", {"event_id": body["results"][0]["event_id"],
+                    "tool_calls": [_call("session_load", {"event_id": hits[0]["event_id"],
                                                           "before": 0, "after": 0})]}  # fmt: skip
         if isinstance(body, dict) and body.get("messages"):
             anchor = next((m for m in body["messages"] if m.get("anchor")), body["messages"][0])
@@ -61,7 +64,7 @@ def respond(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict
     if RECALL.search(text) and "session_search" in offered:
         query = RECALL.sub("", text).strip(" ?.？。") or text
         return {"role": "assistant", "content": None,
-                "tool_calls": [_call("session_search", {"query": query, "scope": "current_session"})]}  # fmt: skip
+                "tool_calls": [_call("session_search", {"query": query})]}  # fmt: skip  # default scope: what summaries hid
     return {"role": "assistant", "content": f"Noted: {text[:200]}"}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -109,6 +110,25 @@ async def guide_flow(model: OpenAIModel, summarizer_manager: SummarizerSessionMa
     await session_service.close()
 
 
+RECALL_QUESTION = "之前我说我的学习目标是什么？"
+
+
+async def recall_flow(model: OpenAIModel, session_id: str) -> None:
+    """Beyond the guide: an agent with distill's recall tools asks about the first turn, long summarized away."""
+    session_service = DistillSessionService()
+    agent = LlmAgent(name="assistant", model=model, instruction="You are a patient Python tutor.",
+                     tools=session_service.recall_tools())  # fmt: skip
+    runner = Runner(app_name=app_name, agent=agent, session_service=session_service)
+    message = Content(role="user", parts=[Part.from_text(text=RECALL_QUESTION)])
+    async for event in runner.run_async(user_id=user_id, session_id=session_id, new_message=message):
+        for part in (event.content.parts or []) if event.content and not event.partial else []:
+            if part.function_call:
+                print(f"   - tool call {part.function_call.name} {json.dumps(part.function_call.args, ensure_ascii=False)}")
+            if part.text and event.is_final_response():
+                print(f"   - answer: {part.text[:200]}")
+    await session_service.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-pipeline", action="store_true", help="Use the worker and projector already running.")
@@ -119,28 +139,33 @@ def main() -> None:
         manager = build_summarizer_manager(model)
         if args.no_pipeline:
             asyncio.run(guide_flow(model, manager, args.session_id))
+            asyncio.run(recall_flow(model, args.session_id))
         else:
             _with_pipeline(model, manager, args.session_id)
-        sizes = [len(str(r.get("messages"))) for r in endpoint.requests]
-        print(f"model requests: {len(sizes)}; prompt characters first/max/last: {sizes[0]}/{max(sizes)}/{sizes[-1]}")
+        report_prompts(endpoint.requests[: len(conversations)])
+
+
+def report_prompts(requests: list[dict[str, object]]) -> None:
+    """Per turn: the messages the framework sent, against the full history it would have sent without distill."""
+    for turn, request in enumerate(requests):
+        messages = request.get("messages") or []
+        full = 2 + 2 * turn  # the system message, every earlier user + assistant message, this user message
+        summary = any("Previous conversation summary" in json.dumps(m, ensure_ascii=False) for m in messages)  # type: ignore[attr-defined]
+        print(f"turn {turn + 1}: {len(messages)} messages sent (full history {full}){' with summary' if summary else ''}")
 
 
 def _with_pipeline(model: OpenAIModel, manager: SummarizerSessionManager, session_id: str) -> None:
-    import os
+    from distill_pipeline import run_with_pipeline
 
-    from distill_pipeline import child_env, isolated, isolated_pipeline
-
-    from schemas.settings import load_settings
     from streams.adapters.trpc_session import summarizer_overrides
-    from streams.adapters.trpc_settings import with_app_overrides
-    from streams.services.manager import LocalServices
 
-    base = load_settings()
-    LocalServices(base).up(print)
-    settings = with_app_overrides(isolated(base, "trpc-guide"), app_name, summarizer_overrides(manager.summarizer))
-    with isolated_pipeline(settings, Path(".distill") / "trpc-guide"):
-        os.environ.update(child_env(settings))  # the service in guide_flow loads these settings
-        asyncio.run(guide_flow(model, manager, session_id))
+    overrides = summarizer_overrides(manager.summarizer)
+
+    async def both() -> None:
+        await guide_flow(model, manager, session_id)
+        await recall_flow(model, session_id)
+
+    run_with_pipeline("trpc-guide", app_name, overrides, both)
 
 
 if __name__ == "__main__":
