@@ -55,7 +55,9 @@ def isolated_pipeline(settings: Settings, workdir: Path) -> Iterator[Settings]:
         yield settings
 
 
-def run_with_pipeline(name: str, app_name: str, overrides: dict[str, object], flow: Callable[[], Awaitable[None]]) -> None:
+def run_with_pipeline(
+    name: str, app_name: str, overrides: dict[str, object], flow: Callable[[], Awaitable[None]]
+) -> None:
     """Run ``flow()`` with a fresh worker + projector whose settings give ``app_name`` these summary overrides.
 
     The local Kafka and Cassandra are started (or reused); the ``DISTILL_*``

@@ -55,7 +55,9 @@ RECALL_QUESTION = "之前我说我的学习目标是什么？"
 
 async def agents_flow(base_url: str, session_id: str, pause: float) -> None:
     set_tracing_disabled(True)  # the SDK would otherwise export traces to OpenAI
-    model = OpenAIChatCompletionsModel(model=MODEL_NAME, openai_client=AsyncOpenAI(base_url=base_url, api_key="offline"))
+    model = OpenAIChatCompletionsModel(
+        model=MODEL_NAME, openai_client=AsyncOpenAI(base_url=base_url, api_key="offline")
+    )
     async with SessionBackend(load_settings()) as backend:
         session = DistillSession(session_id, backend, app_name=APP_NAME, user_id="learner")
         agent = Agent(name="assistant", instructions="You are a patient Python tutor.", model=model,
@@ -83,7 +85,9 @@ def report_prompts(requests: list[dict[str, object]]) -> None:
         messages = request.get("messages") or []
         full = 2 + 2 * turn  # the instructions, every earlier user + assistant message, this user message
         summary = any("Summary of the earlier conversation" in json.dumps(m, ensure_ascii=False) for m in messages)  # type: ignore[attr-defined]
-        print(f"turn {turn + 1}: {len(messages)} messages sent (full history {full}){' with summary' if summary else ''}")
+        print(
+            f"turn {turn + 1}: {len(messages)} messages sent (full history {full}){' with summary' if summary else ''}"
+        )
 
 
 def main() -> None:

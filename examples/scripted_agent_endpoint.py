@@ -62,9 +62,9 @@ def respond(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict
     if isinstance(text, list):
         text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
     if RECALL.search(text) and "session_search" in offered:
-        query = RECALL.sub("", text).strip(" ?.？。") or text
+        query = RECALL.sub("", text).strip(" ?.？。") or text  # the default scope: what summaries hid
         return {"role": "assistant", "content": None,
-                "tool_calls": [_call("session_search", {"query": query})]}  # fmt: skip  # default scope: what summaries hid
+                "tool_calls": [_call("session_search", {"query": query})]}  # fmt: skip
     return {"role": "assistant", "content": f"Noted: {text[:200]}"}
 
 
@@ -95,12 +95,15 @@ class ScriptedAgentEndpoint:
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         head = {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "created": int(time.time()), "model": MODEL_NAME}
         if not body.get("stream"):
-            return web.json_response({**head, "object": "chat.completion", "usage": usage,
-                                      "choices": [{"index": 0, "message": message, "finish_reason": finish}]})  # fmt: skip
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            return web.json_response({**head, "object": "chat.completion", "usage": usage, "choices": [choice]})
         delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
         if message.get("tool_calls"):
             delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        chunks = [{"index": 0, "delta": delta, "finish_reason": None}, {"index": 0, "delta": {}, "finish_reason": finish}]
+        chunks = [
+            {"index": 0, "delta": delta, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": finish},
+        ]
         lines = [{**head, "object": "chat.completion.chunk", "choices": [c]} for c in chunks]
         lines.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
         sse = "".join(f"data: {json.dumps(line, ensure_ascii=False)}\n\n" for line in lines) + "data: [DONE]\n\n"

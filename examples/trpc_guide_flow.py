@@ -123,7 +123,8 @@ async def recall_flow(model: OpenAIModel, session_id: str) -> None:
     async for event in runner.run_async(user_id=user_id, session_id=session_id, new_message=message):
         for part in (event.content.parts or []) if event.content and not event.partial else []:
             if part.function_call:
-                print(f"   - tool call {part.function_call.name} {json.dumps(part.function_call.args, ensure_ascii=False)}")
+                arguments = json.dumps(part.function_call.args, ensure_ascii=False)
+                print(f"   - tool call {part.function_call.name} {arguments}")
             if part.text and event.is_final_response():
                 print(f"   - answer: {part.text[:200]}")
     await session_service.close()
@@ -151,7 +152,9 @@ def report_prompts(requests: list[dict[str, object]]) -> None:
         messages = request.get("messages") or []
         full = 2 + 2 * turn  # the system message, every earlier user + assistant message, this user message
         summary = any("Previous conversation summary" in json.dumps(m, ensure_ascii=False) for m in messages)  # type: ignore[attr-defined]
-        print(f"turn {turn + 1}: {len(messages)} messages sent (full history {full}){' with summary' if summary else ''}")
+        print(
+            f"turn {turn + 1}: {len(messages)} messages sent (full history {full}){' with summary' if summary else ''}"
+        )
 
 
 def _with_pipeline(model: OpenAIModel, manager: SummarizerSessionManager, session_id: str) -> None:

@@ -28,9 +28,10 @@ from types import TracebackType
 from typing import Any
 
 from projections.cassandra_session import aexecute, connect
-from projections.filter_keys import in_summary_input
+from projections.context_read import ContextReader, visible
 from projections.read_api import SessionReader, StoredSummary
 from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
+from schemas.reads import AppliedSummary
 from schemas.settings import Settings
 from streams.client import DistillClient
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
@@ -42,6 +43,10 @@ FULL_RECALL = RecallCapabilities(search=True, load=True)
 
 class BackendNotStartedError(DistillError):
     """The backend was used before :meth:`SessionBackend.start` (or after :meth:`close`)."""
+
+
+class SummaryRecordMissingError(DistillError):
+    """The applicable summary of a context read has no readable record (the projection is inconsistent)."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +101,14 @@ class SessionBackend:
         *,
         client: DistillClient | None = None,
         reader: SessionReader | None = None,
+        context: ContextReader | None = None,
         recall: RecallCapabilities = FULL_RECALL,
     ) -> None:
         self.settings = settings
         self.recall_capabilities = recall
         self._client = client
         self._reader = reader
+        self._context = context
         self._own_client = client is None
         self._cluster: object | None = None
         self._cql: Any = None
@@ -130,6 +137,10 @@ class SessionBackend:
                 )
                 self._cluster, self._cql = cluster, session
                 self._reader = await asyncio.to_thread(SessionReader, session, self.settings.cassandra.keyspace)
+            if self._context is None:
+                if self._cql is None:
+                    raise BackendNotStartedError("an injected SessionReader needs an injected ContextReader too")
+                self._context = await asyncio.to_thread(ContextReader, self._cql, self.settings.cassandra.keyspace)
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:
@@ -140,12 +151,19 @@ class SessionBackend:
             self._cluster = None
             self._cql = None
             self._reader = None
+            self._context = None
 
     @property
     def client(self) -> DistillClient:
         if self._client is None:
             raise BackendNotStartedError("SessionBackend is not started (use 'async with SessionBackend(settings)')")
         return self._client
+
+    @property
+    def context(self) -> ContextReader:
+        if self._context is None:
+            raise BackendNotStartedError("SessionBackend is not started (use 'async with SessionBackend(settings)')")
+        return self._context
 
     @property
     def reader(self) -> SessionReader:
@@ -184,34 +202,55 @@ class SessionBackend:
         return max(candidates, key=lambda s: s.version) if candidates else None
 
     async def view(self, key: SessionKey, filter_key: str = "") -> SessionView:
-        """The summary of ``filter_key`` and every event after its boundary (projected and pending)."""
-        summary = await self.latest_summary(key, filter_key)
-        stored = await self._stored_summary(key, filter_key, summary)
-        rows = await self.reader.events_after_boundary(key, filter_key, summary=stored, use_latest=False)
-        projected = [row.event() for row in rows]
+        """The summary that applies to ``filter_key`` and every event after its boundary (projected and pending).
+
+        One :meth:`ContextReader.read <projections.context_read.ContextReader.read>`
+        gives the applicable summary (the key's own, else its nearest
+        ancestor's) and the events; of the covered events it brings back, only
+        the tool calls whose results are after the boundary stay (a framework
+        replays its history verbatim, and a result without its call is an
+        invalid request); the rest the summary holds. A newer summary of the
+        key this process received (:meth:`remember`) and events it published
+        that Cassandra does not show yet are merged in.
+        """
+        read = await self.context.read(key, filter_key)
+        summary = await self._applied_record(key, filter_key, read.summary)
         stats = await self.reader.session_stats(key)
+        projected = list(read.events)
         seen = {e.event_id for e in projected}
         pending = self._pending.get(key)
         extra: list[SessionEvent] = []
         if pending is not None:
-            order = [e.event_id for e in pending.events]
             pending.events = [e for e in pending.events if e.event_id not in seen]
-            extra = [e for e in pending.events if in_summary_input(e.filter_key, filter_key)
-                     and not covered_by(summary, e, order)]  # fmt: skip
+            extra = [e for e in pending.events if visible(e.filter_key, filter_key)]
         merged = _stable_merge(projected, extra)
+        order = [e.event_id for e in merged]
+        after = {e.event_id for e in merged if not covered_by(summary, e, order)}
+        answered = {e.message.tool_call_id for e in merged if e.event_id in after and e.message.tool_call_id}
+        kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]
         total = int(stats.get("events") or 0) + len(extra)
-        return SessionView(key, filter_key, summary, tuple(merged), total)
+        return SessionView(key, filter_key, summary, tuple(kept), total)
 
-    async def _stored_summary(
-        self, key: SessionKey, filter_key: str, summary: SessionSummary | None
-    ) -> StoredSummary | None:
-        if summary is None:
+    async def _applied_record(
+        self, key: SessionKey, filter_key: str, applied: AppliedSummary | None
+    ) -> SessionSummary | None:
+        """The full record of the applicable summary, or the newer one of the key this process received."""
+        known = self._latest.get((key, filter_key))
+        if known is not None and (
+            applied is None or applied.filter_key != filter_key or known.version > applied.version
+        ):
+            return known
+        if applied is None:
             return None
-        return StoredSummary(
-            filter_key=filter_key, version=summary.version, summary=summary.summary,
-            cutoff_at=summary.boundary.cutoff_at, last_event_id=summary.boundary.last_event_id,
-            created_at=summary.created_at, record=summary,
-        )  # fmt: skip
+        # Read after the context read, and summaries only move forward: this version is the read's or newer
+        # (a newer boundary only covers more of the events the read returned, which ``view`` then leaves out).
+        stored = await self.reader.latest_summary(key, applied.filter_key)
+        if stored is None or stored.record is None or stored.record.version < applied.version:
+            raise SummaryRecordMissingError(
+                f"summary v{applied.version} of {key} / {applied.filter_key!r} is in the context read but not "
+                "readable as a record"
+            )
+        return stored.record
 
     async def boundary_event(self, key: SessionKey, summary: SessionSummary) -> SessionEvent | None:
         """The event at ``summary``'s boundary (the newest covered one), read from the cutoff on."""
