@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,rocksdb]'
+	$(BIN)/pip install -q -e '.[dev,rocksdb,trpc,agents]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

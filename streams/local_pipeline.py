@@ -33,6 +33,7 @@ class LocalPipeline:
         self.env = dict(env or {})
         self.keep_running = keep_running
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._log_start: dict[str, int] = {}
 
     def log(self, name: str) -> Path:
         return self.workdir / f"{name}.log"
@@ -42,6 +43,7 @@ class LocalPipeline:
         exe = distill_executable()
         for name in ("worker", "projector"):
             with self.log(name).open("ab") as log:
+                self._log_start[name] = log.tell()  # the logs are appended to: earlier runs' lines are not this run's
                 self.procs[name] = subprocess.Popen(
                     [exe, name], stdout=log, stderr=subprocess.STDOUT, env=self._child_env()
                 )
@@ -53,10 +55,15 @@ class LocalPipeline:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise ServiceError(f"the worker exited (code {proc.returncode}); see {log}")
-            if log.exists() and '"partitions assigned"' in log.read_text(errors="replace"):
+            if log.exists() and '"partitions assigned"' in self._this_run(log, "worker"):
                 return
             time.sleep(0.5)
         raise ServiceError(f"the worker did not get its partitions within {timeout:.0f} s; see {log}")
+
+    def _this_run(self, log: Path, name: str) -> str:
+        with log.open("rb") as handle:
+            handle.seek(self._log_start.get(name, 0))
+            return handle.read().decode(errors="replace")
 
     def _child_env(self) -> dict[str, str] | None:
         """The parent's environment plus ``env`` (``None``: inherit unchanged)."""

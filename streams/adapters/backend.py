@@ -1,0 +1,335 @@
+"""The framework-neutral facade the adapters share: publish, read the view, summarize, recall.
+
+A framework session store needs four things from distill:
+
+- ``publish``: what the model and the tools produced, as :class:`~schemas.SessionEvent`\\ s
+  on the events topic (the worker counts them and summarizes when the app's triggers fire);
+- ``view``: what the next request must hold — the key's own summary (never another
+  branch's) and the events after its boundary, read from Cassandra with bounded reads;
+- ``summarize``: a forced ``summarize_sync`` (the guides' ``create_session_summary(force=True)``);
+- ``recall``: the ``session_search`` / ``session_load`` executor for the session.
+
+Read-your-writes: the projector writes to Cassandra a moment after an event is
+acknowledged by Kafka, while a framework reads its session back right away
+(the next turn). Events this process published and Cassandra does not show yet
+are therefore kept in a per-session pending list and merged into the view until
+the projection has them or a summary boundary covers them; the list only ever
+holds that projection lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from projections.cassandra_session import aexecute, connect
+from projections.context_read import ContextReader, visible
+from projections.read_api import SessionReader, StoredSummary
+from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
+from schemas.reads import AppliedSummary
+from schemas.settings import Settings
+from streams.client import DistillClient
+from streams.context.recall_tools import RecallCapabilities, RecallExecutor
+from streams.errors import DistillError
+from streams.recall_reader import CassandraRecallReader
+
+FULL_RECALL = RecallCapabilities(search=True, load=True)
+
+
+class BackendNotStartedError(DistillError):
+    """The backend was used before :meth:`SessionBackend.start` (or after :meth:`close`)."""
+
+
+class SummaryRecordMissingError(DistillError):
+    """The applicable summary of a context read has no readable record (the projection is inconsistent)."""
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What the next request of ``(session, filter key)`` must hold.
+
+    ``summary`` is the key's latest summary (``None`` before the first one);
+    ``events`` are the events after its boundary, chronological, partial
+    chunks left out; ``stored_events`` counts every non-partial event of the
+    session known so far (projected or pending), covered ones included.
+    """
+
+    key: SessionKey
+    filter_key: str
+    summary: SessionSummary | None
+    events: tuple[SessionEvent, ...]
+    stored_events: int
+
+
+@dataclass
+class _Pending:
+    events: list[SessionEvent] = field(default_factory=list)
+
+
+def covered_by(summary: SessionSummary | None, event: SessionEvent, order: Sequence[str]) -> bool:
+    """Whether ``summary``'s boundary covers ``event`` (``order``: event ids in publish order).
+
+    An event-id boundary covers that event and everything published before it;
+    a timestamp-only boundary covers what lies strictly before the cutoff.
+    """
+    if summary is None:
+        return False
+    boundary = summary.boundary
+    if boundary.last_event_id and boundary.last_event_id in order and event.event_id in order:
+        return order.index(event.event_id) <= order.index(boundary.last_event_id)
+    if boundary.last_event_id == event.event_id:
+        return True
+    return event.timestamp < boundary.cutoff_at
+
+
+class SessionBackend:
+    """One process's connection to distill: a Kafka client and a Cassandra reader.
+
+    ``settings`` name Kafka, Cassandra (keyspace) and the topics the worker and
+    the projector use. Open with ``async with SessionBackend(settings) as backend``
+    (or :meth:`start` / :meth:`close`); share one backend between sessions.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: DistillClient | None = None,
+        reader: SessionReader | None = None,
+        context: ContextReader | None = None,
+        recall: RecallCapabilities = FULL_RECALL,
+    ) -> None:
+        self.settings = settings
+        self.recall_capabilities = recall
+        self._client = client
+        self._reader = reader
+        self._context = context
+        self._own_client = client is None
+        self._cluster: object | None = None
+        self._cql: Any = None
+        self._lock = asyncio.Lock()
+        self._pending: dict[SessionKey, _Pending] = {}
+        self._latest: dict[tuple[SessionKey, str], SessionSummary] = {}
+
+    async def __aenter__(self) -> SessionBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect to Kafka and Cassandra (blocking driver steps run off the event loop); idempotent."""
+        async with self._lock:
+            if self._client is None:
+                self._client = DistillClient(self.settings)
+            await self._client.start()
+            if self._reader is None:
+                cluster, session = await asyncio.to_thread(
+                    connect, self.settings.cassandra, self.settings.cassandra.keyspace
+                )
+                self._cluster, self._cql = cluster, session
+                self._reader = await asyncio.to_thread(SessionReader, session, self.settings.cassandra.keyspace)
+            if self._context is None:
+                if self._cql is None:
+                    raise BackendNotStartedError("an injected SessionReader needs an injected ContextReader too")
+                self._context = await asyncio.to_thread(ContextReader, self._cql, self.settings.cassandra.keyspace)
+
+    async def close(self) -> None:
+        if self._client is not None and self._own_client:
+            await self._client.stop()
+            self._client = None
+        if self._cluster is not None:
+            await asyncio.to_thread(self._cluster.shutdown)  # type: ignore[attr-defined]
+            self._cluster = None
+            self._cql = None
+            self._reader = None
+            self._context = None
+
+    @property
+    def client(self) -> DistillClient:
+        if self._client is None:
+            raise BackendNotStartedError("SessionBackend is not started (use 'async with SessionBackend(settings)')")
+        return self._client
+
+    @property
+    def context(self) -> ContextReader:
+        if self._context is None:
+            raise BackendNotStartedError("SessionBackend is not started (use 'async with SessionBackend(settings)')")
+        return self._context
+
+    @property
+    def reader(self) -> SessionReader:
+        if self._reader is None:
+            raise BackendNotStartedError("SessionBackend is not started (use 'async with SessionBackend(settings)')")
+        return self._reader
+
+    # -- writes ----------------------------------------------------------------------------------------------
+
+    async def publish(self, events: Sequence[SessionEvent]) -> None:
+        """Publish ``events`` in order; they show in :meth:`view` at once (pending until projected)."""
+        if not events:
+            return
+        await self.client.publish_many(events)
+        for event in events:
+            if not event.partial:
+                self._pending.setdefault(event.session_key, _Pending()).events.append(event)
+
+    async def delete(self, key: SessionKey) -> None:
+        """Publish the ``delete_session`` tombstone; the session's pending events are forgotten."""
+        await self.client.publish(
+            DeleteSession(app_name=key.app_name, user_id=key.user_id, session_id=key.session_id,
+                          command_id=uuid.uuid4().hex)
+        )  # fmt: skip
+        self._pending.pop(key, None)
+        for k in [k for k in self._latest if k[0] == key]:
+            del self._latest[k]
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    async def latest_summary(self, key: SessionKey, filter_key: str = "") -> SessionSummary | None:
+        """The newest summary of exactly ``filter_key``: the projected one, or a newer one this process received."""
+        stored = await self.reader.latest_summary(key, filter_key)
+        known = self._latest.get((key, filter_key))
+        candidates = [s for s in (stored.record if stored else None, known) if s is not None]
+        return max(candidates, key=lambda s: s.version) if candidates else None
+
+    async def view(self, key: SessionKey, filter_key: str = "") -> SessionView:
+        """The summary that applies to ``filter_key`` and every event after its boundary (projected and pending).
+
+        One :meth:`ContextReader.read <projections.context_read.ContextReader.read>`
+        gives the applicable summary (the key's own, else its nearest
+        ancestor's) and the events; of the covered events it brings back, only
+        the tool calls whose results are after the boundary stay (a framework
+        replays its history verbatim, and a result without its call is an
+        invalid request); the rest the summary holds. A newer summary of the
+        key this process received (:meth:`remember`) and events it published
+        that Cassandra does not show yet are merged in.
+        """
+        read = await self.context.read(key, filter_key)
+        summary = await self._applied_record(key, filter_key, read.summary)
+        stats = await self.reader.session_stats(key)
+        projected = list(read.events)
+        seen = {e.event_id for e in projected}
+        pending = self._pending.get(key)
+        extra: list[SessionEvent] = []
+        if pending is not None:
+            pending.events = [e for e in pending.events if e.event_id not in seen]
+            extra = [e for e in pending.events if visible(e.filter_key, filter_key)]
+        merged = _stable_merge(projected, extra)
+        order = [e.event_id for e in merged]
+        after = {e.event_id for e in merged if not covered_by(summary, e, order)}
+        answered = {e.message.tool_call_id for e in merged if e.event_id in after and e.message.tool_call_id}
+        kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]
+        total = int(stats.get("events") or 0) + len(extra)
+        return SessionView(key, filter_key, summary, tuple(kept), total)
+
+    async def _applied_record(
+        self, key: SessionKey, filter_key: str, applied: AppliedSummary | None
+    ) -> SessionSummary | None:
+        """The full record of the applicable summary, or the newer one of the key this process received."""
+        known = self._latest.get((key, filter_key))
+        if known is not None and (
+            applied is None or applied.filter_key != filter_key or known.version > applied.version
+        ):
+            return known
+        if applied is None:
+            return None
+        # Read after the context read, and summaries only move forward: this version is the read's or newer
+        # (a newer boundary only covers more of the events the read returned, which ``view`` then leaves out).
+        stored = await self.reader.latest_summary(key, applied.filter_key)
+        if stored is None or stored.record is None or stored.record.version < applied.version:
+            raise SummaryRecordMissingError(
+                f"summary v{applied.version} of {key} / {applied.filter_key!r} is in the context read but not "
+                "readable as a record"
+            )
+        return stored.record
+
+    async def boundary_event(self, key: SessionKey, summary: SessionSummary) -> SessionEvent | None:
+        """The event at ``summary``'s boundary (the newest covered one), read from the cutoff on."""
+        probe = StoredSummary(
+            filter_key=summary.filter_key, version=summary.version, summary=summary.summary,
+            cutoff_at=summary.boundary.cutoff_at - timedelta(milliseconds=1), last_event_id=None,
+            created_at=summary.created_at, record=summary,
+        )  # fmt: skip
+        rows = await self.reader.events_after_boundary(key, summary.filter_key, summary=probe, use_latest=False)
+        wanted = summary.boundary.last_event_id
+        for row in rows:
+            if row.event_id == wanted:
+                return row.event()
+        return None
+
+    async def session_ids(self, app_name: str, user_id: str) -> dict[str, datetime]:
+        """The sessions of ``(app_name, user_id)`` with a searchable event, and their newest event time.
+
+        Not in the read API: one ``GROUP BY session_id`` over the tenant's
+        ``recall_docs`` partition (a bounded, single-partition read), plus the
+        sessions this process published to and Cassandra does not show yet.
+        """
+        out: dict[str, datetime] = {}
+        if self._cql is not None:
+            stmt = await asyncio.to_thread(
+                self._cql.prepare,
+                f"SELECT session_id, max(ts) AS last FROM {self.settings.cassandra.keyspace}.recall_docs "
+                "WHERE app_name = ? AND user_id = ? GROUP BY session_id",
+            )
+            for row in await aexecute(self._cql, stmt, (app_name, user_id)):
+                out[row.session_id] = row.last.replace(tzinfo=UTC) if row.last.tzinfo is None else row.last
+        for key, pending in self._pending.items():
+            if (key.app_name, key.user_id) == (app_name, user_id) and pending.events:
+                last = pending.events[-1].timestamp
+                out[key.session_id] = max(out.get(key.session_id, last), last)
+        return out
+
+    # -- summaries and recall --------------------------------------------------------------------------------
+
+    async def summarize(
+        self, key: SessionKey, filter_key: str = "", *, force: bool = True, timeout: float = 60.0
+    ) -> SessionSummary | None:
+        """Ask the worker for a summary of ``filter_key`` now (``summarize_sync``) and return the newest one.
+
+        When the worker answers that there is nothing to summarize (nothing new,
+        or a job already in flight that covers it), the newest stored summary is
+        returned, which may be ``None`` for a session never summarized.
+        """
+        answer = await self.client.request_summary(key, filter_key, wait=True, timeout=timeout, force=force)
+        if answer is not None:
+            self.remember(answer)
+        return await self.latest_summary(key, filter_key)
+
+    def remember(self, summary: SessionSummary) -> None:
+        """Record a summary this process received (before the projector stores it)."""
+        k = (SessionKey(summary.app_name, summary.user_id, summary.session_id), summary.filter_key)
+        current = self._latest.get(k)
+        if current is None or summary.version > current.version:
+            self._latest[k] = summary
+
+    def recall(self, key: SessionKey, filter_key: str = "") -> RecallExecutor:
+        """The ``session_search`` / ``session_load`` executor of the session."""
+        return RecallExecutor(
+            CassandraRecallReader(self.reader), app_name=key.app_name, user_id=key.user_id,
+            session_id=key.session_id, filter_key=filter_key, capabilities=self.recall_capabilities,
+        )  # fmt: skip
+
+
+def _stable_merge(projected: Sequence[SessionEvent], pending: Sequence[SessionEvent]) -> list[SessionEvent]:
+    """Projected events (already in stored order) merged with pending ones (publish order) by timestamp."""
+    out: list[SessionEvent] = []
+    i = j = 0
+    while i < len(projected) and j < len(pending):
+        if pending[j].timestamp < projected[i].timestamp:
+            out.append(pending[j])
+            j += 1
+        else:
+            out.append(projected[i])
+            i += 1
+    out.extend(projected[i:])
+    out.extend(pending[j:])
+    return out

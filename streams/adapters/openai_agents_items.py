@@ -1,0 +1,141 @@
+"""Responses-API input items (the OpenAI Agents SDK's session items) ⇄ distill session events.
+
+Pure functions over plain dicts: no SDK import. One item is one event:
+
+- a message (``role`` user / assistant / system / developer; ``content`` a string or
+  a list of parts) → a message of that role (developer → system), its text parts joined;
+- ``function_call`` → an assistant message with one tool call (``call_id``, ``name``, ``arguments``);
+- ``function_call_output`` → a tool message answering ``call_id``;
+- ``reasoning`` → an assistant message whose ``reasoning_content`` is the summary texts;
+- any other item type → an assistant message without text (kept, never shown to a summary).
+
+The item itself rides in the event's ``native`` block (see :mod:`.native`), so
+:func:`event_to_items` gives it back exactly; events another producer
+published (no ``native`` block) are converted from their chat message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from schemas import FunctionCall, Message, SessionEvent, SessionKey, ToolCall
+from streams.adapters.native import Path, native_block, native_of, restore_record
+
+ITEM_FORMAT = "openai-agents/response-item"
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+
+
+def _part_text(part: Any) -> str | None:
+    if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS:
+        value = part.get("text", part.get("refusal"))
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _message_content(item: Mapping[str, Any]) -> tuple[str | None, Path | None]:
+    """The text of a message item and the path holding it when one field holds all of it."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content, ("content",)
+    if not isinstance(content, list):
+        return None, None
+    texts = [(i, _part_text(p)) for i, p in enumerate(content)]
+    found = [(i, t) for i, t in texts if t is not None]
+    if not found:
+        return None, None
+    if len(found) == 1 and len(content) == 1:
+        i, text = found[0]
+        key = "text" if isinstance(content[i], Mapping) and "text" in content[i] else "refusal"
+        return text, ("content", i, key)
+    return "".join(t for _, t in found), None
+
+
+def item_message(item: Mapping[str, Any]) -> tuple[Message, Path | None]:
+    """The chat message standing for ``item`` and the path of its text inside the item."""
+    kind = item.get("type")
+    if kind == "function_call":
+        function = FunctionCall(name=str(item.get("name", "")), arguments=str(item.get("arguments", "")))
+        call = ToolCall(id=str(item.get("call_id") or item.get("id") or "call"), function=function)
+        return Message(role="assistant", content=None, tool_calls=(call,)), None
+    if kind == "function_call_output":
+        output = item.get("output")
+        if isinstance(output, str):
+            return Message(role="tool", tool_call_id=str(item.get("call_id")), content=output), ("output",)
+        text = "".join(t for t in (_part_text(p) for p in output or []) if t) if isinstance(output, list) else None
+        return Message(role="tool", tool_call_id=str(item.get("call_id")),
+                       content=text if text else json.dumps(output, ensure_ascii=False)), None  # fmt: skip
+    if kind == "reasoning":
+        summary = item.get("summary") or []
+        texts = [str(s.get("text", "")) for s in summary if isinstance(s, Mapping)]
+        return Message(role="assistant", content=None, reasoning_content="\n".join(texts) or None), None
+    role = item.get("role")
+    if kind in (None, "message") and role in ("user", "assistant", "system", "developer"):
+        text, path = _message_content(item)
+        return Message(role="system" if role == "developer" else role, content=text), path
+    return Message(role="assistant", content=None), None
+
+
+def item_to_event(
+    item: Mapping[str, Any], key: SessionKey, *, event_id: str, timestamp: datetime, request_id: str,
+    agent_name: str = "assistant",
+) -> SessionEvent:  # fmt: skip
+    """``item`` as a session event of ``key`` (the item kept in ``native``)."""
+    record = json.loads(json.dumps(item, ensure_ascii=False))
+    message, path = item_message(record)
+    author = "user" if message.role == "user" else agent_name
+    return SessionEvent.model_validate(
+        {
+            "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+            "event_id": event_id, "timestamp": timestamp, "request_id": request_id, "invocation_id": request_id,
+            "author": author, "message": message,
+            "native": native_block(ITEM_FORMAT, record, path, message.content),
+        }
+    )  # fmt: skip
+
+
+def event_to_items(event: SessionEvent, content: str | None = None) -> list[dict[str, Any]]:
+    """The item(s) ``event`` stands for; ``content`` (e.g. a compacted text) replaces the stored text.
+
+    An event with a ``native`` item gives it back; any other event is built from
+    its message (an assistant message with several tool calls gives one
+    ``function_call`` item per call).
+    """
+    text = event.message.content if content is None else content
+    block = native_of(event, ITEM_FORMAT)
+    if block is not None:
+        record = restore_record(block, text)
+        if content is not None and not block.get("content_at"):
+            record = _with_text(record, content)
+        return [record]
+    return message_items(event.message, text)
+
+
+def _with_text(record: dict[str, Any], content: str) -> dict[str, Any]:
+    """A compacted text put into an item whose text was not one field (list outputs, several parts)."""
+    if record.get("type") == "function_call_output":
+        record["output"] = content
+    elif isinstance(record.get("content"), list):
+        record["content"] = content
+    return record
+
+
+def message_items(message: Message, text: str | None) -> list[dict[str, Any]]:
+    """Items for a chat message published without a native item."""
+    if message.role == "tool":
+        return [{"type": "function_call_output", "call_id": message.tool_call_id or "", "output": text or ""}]
+    items: list[dict[str, Any]] = []
+    if text:
+        items.append({"role": message.role, "content": text})
+    items.extend(
+        {"type": "function_call", "call_id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        for c in message.tool_calls
+    )
+    return items
+
+
+def summary_item(summary_text: str) -> dict[str, Any]:
+    """The item that carries the session summary at the start of the history."""
+    return {"role": "system", "content": f"Summary of the earlier conversation:\n{summary_text}"}

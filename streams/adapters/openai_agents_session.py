@@ -1,0 +1,202 @@
+"""distill as a ``Session`` of the OpenAI Agents SDK (the ``agents`` extra).
+
+    async with SessionBackend(settings) as backend:
+        session = DistillSession("s-1", backend, app_name="travel", user_id="alice")
+        agent = Agent(name="assistant", instructions="...", tools=[*my_tools, *session.recall_tools()])
+        result = await Runner.run(agent, "Where did I say I fly from?", session=session)
+
+``add_items`` publishes each Responses-API item as a session event (the item
+kept whole, see :mod:`.openai_agents_items`); ``get_items`` returns what the
+next request needs — the key's summary as a system item, then the items after
+its boundary, older tool outputs compacted (with the event id ``session_load``
+reads them back by). ``recall_tools()`` are ``session_search`` / ``session_load``
+as function tools. ``clear_session`` publishes the ``delete_session`` tombstone.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from agents import FunctionTool
+from agents.memory.session import SessionABC
+
+from schemas import FunctionCall, SessionEvent, SessionKey, SessionSummary, ToolCall
+from streams.adapters.backend import SessionBackend, SessionView
+from streams.adapters.native import Clock
+from streams.adapters.openai_agents_items import event_to_items, item_to_event, summary_item
+from streams.context.compaction import CompactionConfig, compact
+from streams.context.items import HistoryItem
+from streams.context.recall_tools import RecallCapabilities, recall_tools
+from streams.rules.tokens import get_token_counter
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+    from agents.tool_context import ToolContext
+
+RETRACTS_FIELD = "retracts"
+"""Set on the marker event ``pop_item`` publishes: the id of the event taken back."""
+DEFAULT_COMPACTION = CompactionConfig(enabled=True, tool_result_max_tokens=256)
+
+
+class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optional extra, not type-checked
+    """The Agents SDK session of ``(app_name, user_id, session_id)`` stored in distill.
+
+    ``compaction`` shrinks tool outputs of earlier requests in ``get_items``
+    (``CompactionConfig(enabled=False)`` returns them whole); ``filter_key``
+    selects a branch (``""``: the whole session).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        backend: SessionBackend,
+        *,
+        app_name: str,
+        user_id: str,
+        agent_name: str = "assistant",
+        filter_key: str = "",
+        compaction: CompactionConfig = DEFAULT_COMPACTION,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.backend = backend
+        self.key = SessionKey(app_name, user_id, session_id)
+        self.agent_name = agent_name
+        self.filter_key = filter_key
+        self.compaction = compaction
+        self._clock = Clock()
+        self._request_id: str | None = None
+        self.last_view: SessionView | None = None
+
+    # -- the Session protocol --------------------------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The summary item (when there is a summary), then the items after its boundary (compacted).
+
+        With ``limit``, the latest ``limit`` items after the summary item.
+        """
+        view = await self._view()
+        items = self.items_of(view)
+        head = [summary_item(view.summary.summary)] if view.summary and view.summary.summary.strip() else []
+        if limit is not None:
+            items = items[-limit:] if limit > 0 else []
+        return [*head, *items]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Publish ``items`` in order, one event each; a user message starts a new request."""
+        if not items:
+            return
+        if self._request_id is None:
+            await self._resume()
+        events = []
+        for item in items:
+            record: dict[str, Any] = dict(item)
+            if record.get("role") == "user" and record.get("type") in (None, "message"):
+                self._request_id = f"req-{uuid.uuid4().hex[:12]}"
+            request_id = self._request_id or f"req-{uuid.uuid4().hex[:12]}"
+            self._request_id = request_id
+            events.append(
+                item_to_event(
+                    record,
+                    self.key,
+                    event_id=f"ev-{uuid.uuid4().hex}",
+                    timestamp=self._clock.next(datetime.now(UTC)),
+                    request_id=request_id,
+                    agent_name=self.agent_name,
+                )
+            )
+        await self.backend.publish(events)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Take back the newest visible item: it leaves the view (a summary that already covers it keeps it)."""
+        view = await self._view()
+        if not view.events:
+            return None
+        last = view.events[-1]
+        marker = SessionEvent.model_validate(
+            {
+                "app_name": self.key.app_name, "user_id": self.key.user_id, "session_id": self.key.session_id,
+                "event_id": f"ev-{uuid.uuid4().hex}", "timestamp": self._clock.next(datetime.now(UTC)),
+                "request_id": last.request_id, "invocation_id": last.invocation_id, "author": "distill",
+                "message": {"role": "system", "content": None}, "skip_summarization": True,
+                RETRACTS_FIELD: last.event_id,
+            }
+        )  # fmt: skip
+        await self.backend.publish([marker])
+        items = event_to_items(last)
+        return items[-1] if items else None
+
+    async def clear_session(self) -> None:
+        """Delete the session in distill (events, summaries and state: the ``delete_session`` tombstone)."""
+        await self.backend.delete(self.key)
+        self._request_id = None
+        self.last_view = None
+
+    # -- distill extras --------------------------------------------------------------------------------------
+
+    def recall_tools(self) -> list[FunctionTool]:
+        """``session_search`` / ``session_load`` as function tools answering from this session's history."""
+        executor = self.backend.recall(self.key, self.filter_key)
+        caps: RecallCapabilities = self.backend.recall_capabilities
+        tools = []
+        for schema in recall_tools(caps):
+            fn = schema["function"]
+            name = str(fn["name"])
+
+            async def invoke(ctx: ToolContext[Any], arguments: str, _name: str = name) -> str:
+                call_id = getattr(ctx, "tool_call_id", None) or f"call-{uuid.uuid4().hex[:8]}"
+                answer = await executor.execute(
+                    ToolCall(id=call_id, function=FunctionCall(name=_name, arguments=arguments))
+                )
+                return answer.content or ""
+
+            tools.append(FunctionTool(name=name, description=str(fn["description"]),
+                                      params_json_schema=fn["parameters"], on_invoke_tool=invoke,
+                                      strict_json_schema=False))  # fmt: skip
+        return tools
+
+    async def summarize(self, *, force: bool = True, timeout: float = 60.0) -> SessionSummary | None:
+        """Ask distill for a summary now (``summarize_sync``); the newest summary, or ``None``."""
+        return await self.backend.summarize(self.key, self.filter_key, force=force, timeout=timeout)
+
+    def items_of(self, view: SessionView) -> list[dict[str, Any]]:
+        """The items of ``view``'s events, tool outputs of earlier requests compacted."""
+        markers = {e.event_id: (e.model_extra or {}).get(RETRACTS_FIELD) for e in view.events}
+        retracted = {str(target) for target in markers.values() if target}
+        events = [e for e in view.events if not markers[e.event_id] and e.event_id not in retracted]
+        texts = self._compacted_texts(events)
+        out: list[dict[str, Any]] = []
+        for event in events:
+            out.extend(event_to_items(event, texts.get(event.event_id)))
+        return out
+
+    def _compacted_texts(self, events: list[SessionEvent]) -> dict[str, str]:
+        """New texts of the tool results compaction shortened, by event id."""
+        if not self.compaction.enabled:
+            return {}
+        items = [HistoryItem(e.message, e.event_id, e.request_id, e.invocation_id) for e in events
+                 if e.message.role in ("user", "assistant", "tool")]  # fmt: skip
+        current = next((i.unit_key for i in reversed(items) if i.message.role == "user"), None)
+        load = self.backend.recall_capabilities.load
+        compacted, _ = compact(items, self.compaction, get_token_counter(), current_unit=current, session_load=load)
+        return {
+            new.event_id: new.message.content or ""
+            for old, new in zip(items, compacted, strict=True)
+            if new.event_id and new.message.content != old.message.content
+        }
+
+    async def _view(self) -> SessionView:
+        view = await self.backend.view(self.key, self.filter_key)
+        self._clock.seen(view.events)
+        self.last_view = view
+        return view
+
+    async def _resume(self) -> None:
+        """Continue the request of the newest stored event (a new session object on an old session)."""
+        view = await self._view()
+        if view.events:
+            self._request_id = view.events[-1].request_id or None

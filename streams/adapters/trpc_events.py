@@ -1,0 +1,184 @@
+"""trpc-agent-py ``Event``\\ s ⇄ distill session events (the ``trpc`` extra).
+
+One trpc event gives:
+
+- a head event carrying its text parts (``content``), thought parts
+  (``reasoning_content``) and function calls (``tool_calls``): role ``user``
+  for the user's events, ``assistant`` otherwise, ``system`` when it has no
+  content at all (state or transfer actions only: never summarized or shown);
+- one ``tool`` event per function response (distill pairs every result with
+  its call), ids ``<event id>``, ``<event id>~1``, ...
+
+``partial``, ``actions.skip_summarization``, ``author``, ``invocation_id``,
+``request_id`` (else the invocation id: one ``Runner.run_async`` is one top-level
+request), the error and the token usage map onto their distill fields. The
+whole event rides in the head's ``native`` block (see :mod:`.native`), so
+:func:`to_trpc_events` gives every event back exactly — ids, float timestamp,
+parts, actions, flags, metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from trpc_agent_sdk.events import Event
+from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part
+
+from schemas import Message, SessionEvent, SessionKey, ToolCall
+from schemas.events import FunctionCall as ChatFunction
+from streams.adapters.native import PART_OF_FIELD, Clock, Path, native_block, native_of, part_of, restore_record
+
+EVENT_FORMAT = "trpc-agent-py/event"
+STATE_FIELD = "session_state"
+"""The session state after this event (head events only): ``get_session`` reads it back."""
+
+
+def call_id(call: FunctionCall | FunctionResponse, event_id: str, index: int) -> str:
+    """The call id distill pairs by (trpc leaves it empty for models that give none)."""
+    return call.id or f"{event_id}:{call.name or 'call'}:{index}"
+
+
+def _arguments(call: FunctionCall) -> str:
+    return json.dumps(call.args or {}, ensure_ascii=False, sort_keys=False)
+
+
+def _response_text(response: FunctionResponse) -> str:
+    value = response.response
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _head_message(event: Event, parts: Sequence[Part]) -> tuple[Message, Path | None]:
+    texts = [(i, p.text) for i, p in enumerate(parts) if p.text is not None and not p.thought]
+    thoughts = [p.text for p in parts if p.text is not None and p.thought]
+    calls = [p.function_call for p in parts if p.function_call is not None]
+    content = "".join(t for _, t in texts) if texts else None
+    path: Path | None = ("content", "parts", texts[0][0], "text") if len(texts) == 1 else None
+    role = "user" if event.author == "user" else "assistant"
+    if event.content is None:
+        role = "system"
+    message = Message(
+        role=role, content=content, reasoning_content="".join(thoughts) if thoughts else None,
+        tool_calls=tuple(
+            ToolCall(id=call_id(c, event.id, i), function=ChatFunction(name=c.name or "", arguments=_arguments(c)))
+            for i, c in enumerate(calls)
+        ),
+    )  # fmt: skip
+    return message, path
+
+
+def _usage(event: Event) -> dict[str, int] | None:
+    usage = event.usage_metadata
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_token_count or 0,
+        "completion_tokens": usage.candidates_token_count or 0,
+        "total_tokens": usage.total_token_count or 0,
+    }
+
+
+def to_session_events(
+    event: Event, key: SessionKey, clock: Clock, *, state: Mapping[str, Any] | None = None
+) -> list[SessionEvent]:
+    """The distill events of ``event`` (head first, then one per function response)."""
+    parts = list(event.content.parts or []) if event.content is not None else []
+    record = event.model_dump(mode="json", exclude_none=True)
+    head, path = _head_message(event, parts)
+    responses = [p.function_response for p in parts if p.function_response is not None]
+    at = clock.next(datetime.fromtimestamp(event.timestamp, UTC))
+    common: dict[str, Any] = {
+        "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+        "invocation_id": event.invocation_id, "request_id": event.request_id or event.invocation_id,
+        "author": event.author or "unknown", "partial": bool(event.partial),
+        "skip_summarization": bool(event.actions.skip_summarization),
+    }  # fmt: skip
+    extra: dict[str, Any] = {}
+    if event.error_code or event.error_message:
+        extra["error"] = {"type": event.error_code, "message": event.error_message}
+    usage = _usage(event)
+    if usage is not None:
+        extra["usage"] = usage
+    messages: list[tuple[Message, Path | None]] = []
+    if head.content is not None or head.tool_calls or head.reasoning_content or not responses:
+        messages.append((head, path))
+    for i, response in enumerate(responses):
+        tool = Message(role="tool", tool_call_id=call_id(response, event.id, i), name=response.name,
+                       content=_response_text(response))  # fmt: skip
+        messages.append((tool, None))
+    out = []
+    for n, (message, text_path) in enumerate(messages):
+        fields: dict[str, Any] = {**common, "message": message, "timestamp": at if n == 0 else clock.next(at)}
+        if n == 0:
+            fields |= extra
+            fields["event_id"] = event.id
+            fields["native"] = native_block(EVENT_FORMAT, record, text_path, message.content)
+            if state is not None:
+                fields[STATE_FIELD] = json.loads(json.dumps(dict(state), default=str))
+        else:
+            fields["event_id"] = f"{event.id}~{n}"
+            fields[PART_OF_FIELD] = event.id
+        out.append(SessionEvent.model_validate(fields))
+    return out
+
+
+def to_trpc_events(events: Iterable[SessionEvent]) -> list[Event]:
+    """trpc events back from distill events (in order; split events joined again).
+
+    A piece whose head is not among ``events`` (a summary boundary between the
+    pieces of one event) and events of other producers are rebuilt from their
+    chat message.
+    """
+    events = list(events)
+    heads = {e.event_id for e in events if native_of(e, EVENT_FORMAT) is not None}
+    out: list[Event] = []
+    for event in events:
+        block = native_of(event, EVENT_FORMAT)
+        if block is not None:
+            out.append(Event.model_validate(restore_record(block, event.message.content)))
+        elif part_of(event) in heads:
+            continue
+        else:
+            out.append(from_message(event))
+    return out
+
+
+def from_message(event: SessionEvent) -> Event:
+    """A trpc event built from a distill event's chat message (no native record)."""
+    msg = event.message
+    parts: list[Part] = []
+    if msg.reasoning_content:
+        parts.append(Part(text=msg.reasoning_content, thought=True))
+    if msg.role == "tool":
+        try:
+            response: Any = json.loads(msg.content or "null")
+        except json.JSONDecodeError:
+            response = None
+        if not isinstance(response, dict):
+            response = {"result": msg.content}
+        parts.append(Part(function_response=FunctionResponse(id=msg.tool_call_id, name=msg.name, response=response)))
+    elif msg.content:
+        parts.append(Part(text=msg.content))
+    for call in msg.tool_calls:
+        try:
+            args = json.loads(call.function.arguments or "{}")
+        except json.JSONDecodeError:
+            args = {"arguments": call.function.arguments}
+        parts.append(Part(function_call=FunctionCall(id=call.id, name=call.function.name, args=args)))
+    role = "user" if msg.role in ("user", "tool") else "model"
+    return Event(
+        id=event.event_id, invocation_id=event.invocation_id, author=event.author, request_id=event.request_id or None,
+        timestamp=event.timestamp.timestamp(), partial=event.partial or None,
+        content=Content(role=role, parts=parts) if parts else None,
+    )  # fmt: skip
+
+
+def state_of(events: Sequence[SessionEvent]) -> dict[str, Any] | None:
+    """The session state recorded on the newest head event that carries one."""
+    for event in reversed(events):
+        value = (event.model_extra or {}).get(STATE_FIELD)
+        if isinstance(value, dict):
+            return dict(value)
+    return None

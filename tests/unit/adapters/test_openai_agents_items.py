@@ -1,0 +1,110 @@
+"""Responses-API items ⇄ session events: every item comes back exactly, CJK text included."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from projections.rows import restore_event_json, stored_event_json
+from schemas import SessionEvent, SessionKey
+from schemas.records import parse_event_record
+from streams.adapters.openai_agents_items import event_to_items, item_to_event, message_items, summary_item
+
+KEY = SessionKey("app", "u", "s")
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+TEXT = st.text(alphabet=st.sampled_from(list("ab 1.\n北京天气很好。東京🙂é")), max_size=40)
+IDS = st.text(alphabet="abcdef0123456789_", min_size=1, max_size=12)
+
+
+def _wire(event: SessionEvent) -> SessionEvent:
+    """Through the events topic (JSON) and the Cassandra row (content held in the text column)."""
+    decoded = parse_event_record(event.model_dump_json(exclude_none=True).encode())
+    assert isinstance(decoded, SessionEvent)
+    return restore_event_json(stored_event_json(decoded), decoded.message.content or "")
+
+
+def _convert(item: dict[str, Any]) -> SessionEvent:
+    return item_to_event(item, KEY, event_id="e1", timestamp=AT, request_id="r1")
+
+
+ITEMS = st.one_of(
+    st.builds(lambda t: {"role": "user", "content": t}, TEXT),
+    st.builds(lambda t: {"role": "user", "content": [{"type": "input_text", "text": t}]}, TEXT),
+    st.builds(lambda i, t: {"id": i, "type": "message", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": t, "annotations": []}]}, IDS, TEXT),
+    st.builds(lambda t, u: {"role": "assistant", "content": [{"type": "output_text", "text": t, "annotations": []},
+                                                              {"type": "refusal", "refusal": u}]}, TEXT, TEXT),
+    st.builds(lambda t: {"role": "developer", "content": t}, TEXT),
+    st.builds(lambda i, c, t: {"type": "function_call", "id": i, "call_id": c, "name": "get_weather",
+                               "arguments": json.dumps({"city": t}, ensure_ascii=False), "status": "completed"},
+              IDS, IDS, TEXT),
+    st.builds(lambda c, t: {"type": "function_call_output", "call_id": c, "output": t}, IDS, TEXT),
+    st.builds(lambda c, t: {"type": "function_call_output", "call_id": c,
+                            "output": [{"type": "input_text", "text": t}]}, IDS, TEXT),
+    st.builds(lambda i, t: {"type": "reasoning", "id": i, "summary": [{"type": "summary_text", "text": t}],
+                            "encrypted_content": "opaque=="}, IDS, TEXT),
+    st.builds(lambda i: {"type": "web_search_call", "id": i, "status": "completed",
+                         "action": {"type": "search", "query": "北京"}}, IDS),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(ITEMS)
+def test_every_item_round_trips_through_the_wire_and_the_store(item: dict[str, Any]) -> None:
+    assert event_to_items(_wire(_convert(item))) == [item]
+
+
+def test_the_chat_message_is_what_distill_summarizes() -> None:
+    call = _convert({"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"北京"}'})
+    assert call.message.role == "assistant" and call.message.tool_calls[0].id == "c1"
+    assert call.message.tool_calls[0].function.arguments == '{"city":"北京"}'
+    out = _convert({"type": "function_call_output", "call_id": "c1", "output": "晴，25°C"})
+    assert (out.message.role, out.message.tool_call_id, out.message.content) == ("tool", "c1", "晴，25°C")
+    reasoning = _convert({"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "想一想"}]})
+    assert reasoning.message.reasoning_content == "想一想" and reasoning.message.content is None
+    assert _convert({"role": "developer", "content": "be brief"}).message.role == "system"
+    user = _convert({"role": "user", "content": [{"type": "input_text", "text": "你好"}]})
+    assert (user.author, user.message.content) == ("user", "你好")
+
+
+def test_the_text_is_stored_once() -> None:
+    big = "结果 " * 5000
+    event = _convert({"type": "function_call_output", "call_id": "c1", "output": big})
+    assert event.model_dump_json().count("结果") == 5000
+
+
+def test_a_compacted_text_replaces_the_output_and_nothing_else() -> None:
+    event = _convert({"type": "function_call_output", "call_id": "c1", "output": "x" * 900})
+    assert event_to_items(event, "[distill: elided]") == [
+        {"type": "function_call_output", "call_id": "c1", "output": "[distill: elided]"}
+    ]
+    parts = _convert(
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "y"}, {"type": "input_text", "text": "z"}],
+        }
+    )
+    assert event_to_items(parts, "[short]")[0]["output"] == "[short]"
+
+
+def test_events_of_other_producers_become_items() -> None:
+    event = SessionEvent.model_validate({
+        "app_name": "app", "user_id": "u", "session_id": "s", "event_id": "x", "timestamp": AT, "author": "bot",
+        "message": {"role": "assistant", "content": "两个调用", "tool_calls": [
+            {"id": "a", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "b", "function": {"name": "g", "arguments": "{}"}}]},
+    })  # fmt: skip
+    assert event_to_items(event) == [
+        {"role": "assistant", "content": "两个调用"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "g", "arguments": "{}"},
+    ]
+    assert message_items(event.message.model_copy(update={"role": "tool", "tool_call_id": "a"}), "ok") == [
+        {"type": "function_call_output", "call_id": "a", "output": "ok"}
+    ]
+    assert summary_item("用户要去北京")["content"].endswith("用户要去北京")

@@ -1,0 +1,125 @@
+"""trpc Events ⇄ session events: every event comes back exactly (CJK text, calls, responses, flags)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from projections.rows import restore_event_json, stored_event_json
+from schemas import SessionEvent, SessionKey
+from schemas.records import parse_event_record
+from streams.adapters.native import Clock
+
+trpc = pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
+from trpc_agent_sdk.events import Event  # noqa: E402
+from trpc_agent_sdk.types import (  # noqa: E402
+    Content,
+    EventActions,
+    FunctionCall,
+    FunctionResponse,
+    GenerateContentResponseUsageMetadata,
+    Part,
+)
+
+from streams.adapters.trpc_events import from_message, state_of, to_session_events, to_trpc_events  # noqa: E402
+
+KEY = SessionKey("app", "u", "s")
+TEXT = st.text(alphabet=st.sampled_from(list("ab 1.\n北京天气很好。東京🙂é")), max_size=30)
+IDS = st.text(alphabet="abcdef0123456789_", min_size=1, max_size=10)
+ARGS = st.dictionaries(st.sampled_from(["city", "城市", "n"]), st.one_of(TEXT, st.integers(-5, 5)), max_size=3)
+
+PARTS = st.one_of(
+    st.builds(lambda t: Part.from_text(text=t), TEXT),
+    st.builds(lambda t: Part(text=t, thought=True), TEXT),
+    st.builds(lambda i, a: Part(function_call=FunctionCall(id=i, name="get_weather", args=a)), st.none() | IDS, ARGS),
+    st.builds(lambda i, a: Part(function_response=FunctionResponse(id=i, name="get_weather", response=a)),
+              st.none() | IDS, ARGS),
+)  # fmt: skip
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Event:
+    parts = draw(st.lists(PARTS, max_size=4))
+    author = draw(st.sampled_from(["user", "travel_agent", "子代理"]))
+    content = Content(role="user" if author == "user" else "model", parts=parts) if draw(st.booleans()) else None
+    usage = draw(st.none() | st.builds(lambda n: GenerateContentResponseUsageMetadata(
+        prompt_token_count=n, candidates_token_count=1, total_token_count=n + 1), st.integers(0, 99)))  # fmt: skip
+    return Event(
+        invocation_id=draw(IDS), author=author, content=content, partial=draw(st.none() | st.booleans()),
+        actions=EventActions(skip_summarization=draw(st.none() | st.booleans()),
+                             state_delta=draw(st.dictionaries(st.sampled_from(["k", "键"]), TEXT, max_size=2))),
+        timestamp=draw(st.floats(1.7e9, 1.8e9)), branch=draw(st.none() | st.just("root.sub")),
+        request_id=draw(st.none() | IDS), usage_metadata=usage, custom_metadata=draw(st.none() | st.just({"x": "值"})),
+        error_code=draw(st.none() | st.just("500")), error_message=draw(st.none() | TEXT),
+    )  # fmt: skip
+
+
+def _wire(event: SessionEvent) -> SessionEvent:
+    """Through the events topic (JSON) and the Cassandra row (content held in the text column)."""
+    decoded = parse_event_record(event.model_dump_json(exclude_none=True).encode())
+    assert isinstance(decoded, SessionEvent)
+    return restore_event_json(stored_event_json(decoded), decoded.message.content or "")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(events(), min_size=1, max_size=4))
+def test_events_round_trip_through_the_wire_and_the_store(originals: list[Event]) -> None:
+    clock = Clock()
+    converted = [_wire(e) for event in originals for e in to_session_events(event, KEY, clock)]
+    assert to_trpc_events(converted) == originals
+    stamps = [e.timestamp for e in converted]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # Cassandra keeps their order
+
+
+def _event(*parts: Part, author: str = "travel_agent", **kw: Any) -> Event:
+    return Event(invocation_id="inv-1", author=author, content=Content(role="model", parts=list(parts)), **kw)
+
+
+def test_the_chat_messages_are_what_distill_summarizes() -> None:
+    clock = Clock()
+    [user] = to_session_events(_event(Part.from_text(text="我想去北京"), author="user"), KEY, clock)
+    assert (user.message.role, user.author, user.message.content, user.request_id) == ("user", "user", "我想去北京",
+                                                                                        "inv-1")  # fmt: skip
+    call = _event(Part.from_text(text="查一下"), Part(text="先想想", thought=True),
+                  Part(function_call=FunctionCall(id="c1", name="get_weather", args={"city": "北京"})))  # fmt: skip
+    [head] = to_session_events(call, KEY, clock)
+    assert head.message.content == "查一下" and head.message.reasoning_content == "先想想"
+    assert [(c.id, c.function.name, c.function.arguments) for c in head.message.tool_calls] == [
+        ("c1", "get_weather", '{"city": "北京"}')
+    ]
+    results = _event(Part(function_response=FunctionResponse(id="c1", name="w", response={"t": "晴"})),
+                     Part(function_response=FunctionResponse(id="c2", name="w", response={"t": "雨"})))  # fmt: skip
+    first, second = to_session_events(results, KEY, clock)
+    assert [(m.message.role, m.message.tool_call_id, m.message.content) for m in (first, second)] == [
+        ("tool", "c1", '{"t": "晴"}'), ("tool", "c2", '{"t": "雨"}')]  # fmt: skip
+    assert second.event_id == f"{results.id}~1"
+    flags = _event(Part.from_text(text="debug"), partial=True, actions=EventActions(skip_summarization=True))
+    [flagged] = to_session_events(flags, KEY, clock)
+    assert flagged.partial and flagged.skip_summarization
+    [state_only] = to_session_events(Event(invocation_id="i", author="a", actions=EventActions(state_delta={"k": 1})),
+                                     KEY, clock, state={"k": 1})  # fmt: skip
+    assert state_only.message.role == "system" and state_of([state_only]) == {"k": 1}
+
+
+def test_the_text_is_stored_once() -> None:
+    [event] = to_session_events(_event(Part.from_text(text="结果 " * 3000)), KEY, Clock())
+    assert event.model_dump_json().count("结果") == 3000
+
+
+def test_a_piece_without_its_head_and_foreign_events_are_rebuilt_from_the_message() -> None:
+    results = _event(Part(function_response=FunctionResponse(id="c1", name="w", response={"t": "晴"})),
+                     Part(function_response=FunctionResponse(id="c2", name="w", response={"t": "雨"})))  # fmt: skip
+    _, piece = to_session_events(results, KEY, Clock())
+    [rebuilt] = to_trpc_events([piece])
+    assert rebuilt.get_function_responses()[0].response == {"t": "雨"}
+    assert rebuilt.get_function_responses()[0].id == "c2"
+    foreign = SessionEvent.model_validate({
+        "app_name": "app", "user_id": "u", "session_id": "s", "event_id": "x", "timestamp": "2026-01-01T00:00:00Z",
+        "author": "bot", "message": {"role": "assistant", "content": "好的",
+                                     "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": '{"q": 1}'}}]},
+    })  # fmt: skip
+    event = from_message(foreign)
+    assert event.get_text() == "好的" and event.get_function_calls()[0].args == {"q": 1}
