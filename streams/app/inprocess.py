@@ -28,7 +28,6 @@ from streams.app.ledger import Head, summary_key
 from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey
-from streams.rules.filter_keys import in_summary_input
 from streams.rules.policy import PolicySet
 from streams.summarizer import SummarizerLike, SummaryResult
 
@@ -119,27 +118,8 @@ class _Summarize(SummarizeHandler):
     parsed: dict[tuple[int, int], SessionEvent]
     partition: int = 0
 
-    def _decode(  # type: ignore[override]  # reads self.parsed: not a staticmethod here
-        self, job: SummaryJob, raw: list[RawEvent]
-    ) -> tuple[list[SessionEvent], list[bytes], dict[str, int]]:
-        events: list[SessionEvent] = []
-        raws: list[bytes] = []
-        offsets: dict[str, int] = {}
-        seen: set[str] = set()
-        ids = (job.session_id, job.user_id, job.app_name)
-        for item in raw:
-            record = self.parsed.get((self.partition, item.offset))
-            if record is None or record.event_id in seen:
-                continue
-            if (record.session_id, record.user_id, record.app_name) != ids:
-                continue
-            if not in_summary_input(record.filter_key, job.filter_key):
-                continue
-            seen.add(record.event_id)
-            events.append(record)
-            raws.append(item.value)
-            offsets[record.event_id] = item.offset
-        return events, raws, offsets
+    def _event(self, item: RawEvent) -> SessionEvent | None:
+        return self.parsed.get((self.partition, item.offset))
 
 
 class InProcessReplay:

@@ -218,18 +218,23 @@ class SummarizeHandler:
             events = kept
         return _Delta(previous, events, raws, offsets)
 
-    @staticmethod
-    def _decode(job: SummaryJob, raw: list[RawEvent]) -> tuple[list[SessionEvent], list[bytes], dict[str, int]]:
+    def _event(self, item: RawEvent) -> SessionEvent | None:
+        """The session event a record holds (``None``: a command, or not decodable)."""
+        try:
+            record = parse_event_record(item.value)
+        except (RecordDecodeError, ValidationError):
+            return None
+        return record if isinstance(record, SessionEvent) else None
+
+    def _decode(self, job: SummaryJob, raw: list[RawEvent]) -> tuple[list[SessionEvent], list[bytes], dict[str, int]]:
+        """The job's session events among ``raw`` (its ids and its filter key's input), each once."""
         events: list[SessionEvent] = []
         raws: list[bytes] = []
         offsets: dict[str, int] = {}
         seen: set[str] = set()
         for item in raw:
-            try:
-                record = parse_event_record(item.value)
-            except (RecordDecodeError, ValidationError):
-                continue
-            if not isinstance(record, SessionEvent) or record.event_id in seen:
+            record = self._event(item)
+            if record is None or record.event_id in seen:
                 continue
             if (record.session_id, record.user_id, record.app_name) != (job.session_id, job.user_id, job.app_name):
                 continue
