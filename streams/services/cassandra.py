@@ -119,6 +119,8 @@ def jvm_command(java: str, jars: Path, data_dir: Path, heap_mb: int) -> list[str
         "-Dcassandra.initial_token=0",
         "-Dcassandra.ring_delay_ms=0",
         "-Dcassandra.superuser_setup_delay_ms=0",
+        # A local dev/test node: system tables (schema changes) are not fsynced.
+        "-Dcassandra.unsafesystem=true",
         "-cp", f"{jars}/*",
         "org.apache.cassandra.service.CassandraDaemon",
     ]  # fmt: skip
