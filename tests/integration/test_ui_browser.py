@@ -330,7 +330,7 @@ def test_dead_letters_filter_by_reason_and_redrive_publishes_the_original_record
     assert truncated.find_elements(By.CSS_SELECTOR, "button.redrive") == []  # cannot be redriven
     button = ui.driver.find_element(By.CSS_SELECTOR, f"tr[data-coordinates='{ui.redrivable}'] button.redrive")
     button.click()
-    notice = ui.driver.find_element(By.ID, "notice").text
+    notice = _after_post(ui, "notice")
     assert notice.startswith(f"redriven {ui.redrivable} → {ui.settings.topics.events}/"), notice
     landed = [h for _, headers in asyncio.run(_read_events(ui.settings, 4)) for h in headers]
     assert landed == [ui.redrivable]
@@ -342,11 +342,26 @@ def test_delete_publishes_delete_session_for_this_session_only(ui: UIEnv) -> Non
     ui.open("/session", **ui.session_params())
     ui.driver.find_element(By.CSS_SELECTOR, "form.danger button").click()
     ui.driver.switch_to.alert.accept()
-    assert "delete_session" in ui.driver.find_element(By.ID, "message").text
+    assert "delete_session" in _after_post(ui, "message")
     records = [json.loads(v) for v, _ in asyncio.run(_read_events(ui.settings, 5))]
     deletes = [r for r in records if r.get("type") == "delete_session"]
     k = ui.seed.key
     assert [(d["app_name"], d["user_id"], d["session_id"]) for d in deletes] == [(k.app_name, k.user_id, k.session_id)]
+
+
+def _after_post(ui: UIEnv, element_id: str) -> str:
+    """The text of ``element_id`` on the page a form post leads to (a click returns before that page loads)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(ui.driver, 15).until(expected_conditions.presence_of_element_located((By.ID, element_id)))
+    except TimeoutException:
+        body = ui.driver.find_element(By.TAG_NAME, "body").text
+        raise AssertionError(f"no #{element_id} after the post; the page says: {body[:1500]}") from None
+    return str(ui.driver.find_element(By.ID, element_id).text)
 
 
 async def _read_events(settings: Settings, expected: int) -> list[tuple[bytes, list[str]]]:
