@@ -153,9 +153,6 @@ async def test_null_and_second_keys_are_dead_lettered_naming_them(pipeline: Sett
     await publish(client, key, mixed.events(2))
     refused = [*mixed.events(1), *mixed.events(1)]
     mixed.markers = mixed.markers[:2]  # the refused events are not the session's (they are dead letters)
-    await publish(client, same_partition, refused[:1])
-    await publish(client, other_partition, refused[1:])
-    await publish(client, key, mixed.events(2))
 
     def mine(records: list[Any]) -> list[dict[str, Any]]:
         letters = [json.loads(r.value) for r in records]
@@ -165,6 +162,14 @@ async def test_null_and_second_keys_are_dead_lettered_naming_them(pipeline: Sett
         # with the same source coordinates. One per source record is what must hold.
         by_source = {(d["source_topic"], d["source_partition"], d["source_offset"]): d for d in found}
         return list(by_source.values())
+
+    await publish(client, same_partition, refused[:1])
+    # Partitions are consumed independently: only once the session's own partition is tracked up to
+    # the refused record (its dead letter exists) is its first record known to be the one keyed `key`.
+    # Published earlier, a record on another partition may be tracked first, and would fix its key.
+    await read_topic(pipeline, pipeline.topics.dead_letters, until=lambda r: len(mine(r)) >= 2)
+    await publish(client, other_partition, refused[1:])
+    await publish(client, key, mixed.events(2))
 
     letters = mine(await read_topic(pipeline, pipeline.topics.dead_letters, until=lambda r: len(mine(r)) >= 3))
     assert [d["error_class"] for d in letters] == ["RecordKeyError"] * 3
