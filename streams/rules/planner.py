@@ -51,16 +51,21 @@ from streams.rules.trigger_state import (
 States = Mapping[str, SessionTriggerState | None]
 _FULL_ONLY = (FULL_SESSION,)
 _NO_SCOPES: Mapping[str, object] = {}
-Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
+Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay", "join"]
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """States to write back (by filter key), every decision taken, jobs to emit."""
+    """States to write back (by filter key), every decision taken, jobs to emit.
+
+    ``joins``: the ``join`` jobs of sync requests that decided no job of their own
+    (see :func:`join_job`); emitted like jobs, they are not in any key's queue.
+    """
 
     states: dict[str, SessionTriggerState] = field(default_factory=dict)
     decisions: tuple[TriggerDecision, ...] = ()
     jobs: tuple[SummaryJob, ...] = ()
+    joins: tuple[SummaryJob, ...] = ()
 
 
 def affected_keys(
@@ -183,11 +188,13 @@ def apply_command(
     """Decide a ``summarize`` / ``summarize_sync`` command for its :func:`command_targets`.
 
     ``at`` is the command record's log timestamp (it becomes the job's
-    ``created_at``, keeping replay deterministic). ``force`` skips the checks and
-    in-flight guard but never an empty delta: a sync command that emits no job
-    gets a non-firing decision, which the caller answers with a failure record.
-    A sync command on a key the allowlist refuses gets one decision
-    ``not_allowed`` and changes no state.
+    ``created_at``, keeping replay deterministic). ``force`` skips the checks but
+    never an empty delta. A sync command whose decision does not fire makes no
+    job of its own: it joins the key's decided boundary instead (``Outcome.joins``,
+    see :func:`join_job`) — the job in flight, or the summary that already covers
+    its events — or, when the key has neither, gets a non-firing decision the
+    caller answers with a failure record. A sync command on a key the allowlist
+    refuses gets one decision ``not_allowed`` and changes no state.
 
     A ``summarize_sync`` never cascades, so the ``model_request`` it may carry
     (forked for cache-safe summarizing) only ever answers its own key: the Go
@@ -198,6 +205,7 @@ def apply_command(
     updated: dict[str, SessionTriggerState] = {}
     decisions: list[TriggerDecision] = []
     jobs: list[SummaryJob] = []
+    joins: list[SummaryJob] = []
     sync = command if isinstance(command, SummarizeSync) else None
     targets = command_targets(command, policy)
     if sync is not None and not targets:
@@ -223,9 +231,82 @@ def apply_command(
             updated[target] = mark_emitted(
                 state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None
             )
-        elif states.get(target) is None:
+            continue
+        if sync is not None:
+            join = join_job(state, sync, decision, created_at=at)
+            if join is not None:
+                joins.append(join)
+        if states.get(target) is None:
             updated[target] = state
-    return Outcome(updated, tuple(decisions), tuple(jobs))
+    return Outcome(updated, tuple(decisions), tuple(jobs), tuple(joins))
+
+
+def join_target(state: SessionTriggerState) -> tuple[str, int] | None:
+    """``(event id, µs)`` a sync request that fires no job waits for, or ``None``: nothing to wait for.
+
+    The decided boundary — the target of the last job decided for the key, answered
+    or not, so the answer does not depend on how fast summaries came back — or, with
+    none decided (a given-up job gave its range back), the applied summary's boundary.
+    """
+    if state.decided_id is not None and state.skip:
+        entry = state.pending[state.skip - 1]  # the decided event (``skip`` is derived from it)
+        return entry.event_id, entry.ts
+    if state.boundary_ts is not None:
+        # A summary reached the decided event (it left the pending index), or nothing is decided.
+        # A boundary with no event id (older summaries) is compared by its cutoff.
+        return state.boundary_event_id or "", state.boundary_ts
+    return None
+
+
+def join_job(
+    state: SessionTriggerState, command: SummarizeSync, decision: TriggerDecision, *, created_at: datetime
+) -> SummaryJob | None:
+    """The ``join`` job of a sync ``command`` whose ``decision`` fired no job, or ``None``.
+
+    The Go guide's ``CreateSessionSummary`` waits for the key's running job and
+    the caller then reads the summary it made: the join job is queued behind
+    the key's jobs decided before the command (the summarize side runs a key's
+    jobs one at a time, in order) and is answered with the key's latest summary
+    then — the one covering the requested events when a job was due — or with
+    the failure of the job it waited for. It is in no key's queue and moves no
+    boundary (nothing waits for its answer on the track side), so the key's
+    decisions stay what they were. Its id is derived from the command's.
+    """
+    target = join_target(state)
+    if target is None:
+        return None
+    event_id, ts = target
+    raw = "\x1f".join(("join", state.app_name, state.user_id, state.session_id, state.filter_key, command.command_id))
+    report = TriggerReport(name="manual", detail=f"join: {decision.reason}")
+    return SummaryJob.model_construct(
+        schema_version=SCHEMA_VERSION,
+        job_id=hashlib.sha256(raw.encode()).hexdigest()[:32],
+        app_name=state.app_name,
+        user_id=state.user_id,
+        session_id=state.session_id,
+        filter_key=state.filter_key,
+        cascade_full_session=False,
+        from_version=state.version,
+        previous_boundary=applied_boundary(state),
+        upto=JobBoundary.model_construct(last_event_id=event_id, cutoff_at=from_micros(ts), offset=None),
+        trigger=report,
+        force=command.force,
+        origin="join",
+        reply_to=command.reply_to,
+        attempt=0,
+        created_at=created_at,
+        context=dict(command.context) if command.context else {},
+    )
+
+
+def applied_boundary(state: SessionTriggerState) -> SummaryBoundary | None:
+    """The applied summary's boundary, as a job's ``previous_boundary`` (``None``: no summary yet)."""
+    if state.boundary_ts is None:
+        return None
+    # ``version`` is the boundary format version (the summary version is ``from_version``).
+    return SummaryBoundary.model_construct(
+        cutoff_at=from_micros(state.boundary_ts), last_event_id=state.boundary_event_id, version=BOUNDARY_FORMAT_VERSION
+    )
 
 
 def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tuple[str, ...]:
@@ -284,16 +365,7 @@ def build_job(
     cascaded = state.filter_key == FULL_SESSION and decision.trigger_key != FULL_SESSION
     if cascaded:
         report = report.model_copy(update={"detail": f"trigger_key={decision.trigger_key}"})
-    # ``version`` is the boundary format version (the summary version is ``from_version``).
-    previous = (
-        None
-        if state.boundary_ts is None
-        else SummaryBoundary.model_construct(
-            cutoff_at=from_micros(state.boundary_ts),
-            last_event_id=state.boundary_event_id,
-            version=BOUNDARY_FORMAT_VERSION,
-        )
-    )
+    previous = applied_boundary(state)
     # Every field is built here from validated records, so validation is skipped
     # (this runs on the hot path of the track agent).
     return SummaryJob.model_construct(
