@@ -17,8 +17,8 @@ from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, Su
 from schemas.settings import Settings
 from streams.app.event_log import RawEvent
 from streams.app.ledger import Head, head_of, summary_key
-from streams.app.tracked import table_key
 from streams.app.summarize import SummarizeHandler
+from streams.app.tracked import table_key
 from streams.summarizer import SummarizerLike, build_summarizer
 from streams.summarizer.dynamic import DynamicSummarizer
 from tests.unit.summarizer.helpers import SESSION, ScriptedModel, event
