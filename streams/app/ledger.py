@@ -152,13 +152,14 @@ class SummaryLedger:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
                 for msg in batch.get(tp, []):
                     count += 1
-                    self._absorb(partition, msg.value, msg.headers)
+                    self.absorb(partition, msg.value, msg.headers)
             self._read_upto[partition] = max(end, await consumer.position(tp))
         finally:
             consumer.pause(tp)  # no long-polling at the log end between catch-ups
         return count
 
-    def _absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+    def absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        """Apply one record of the summaries topic as read back (catch-up reads them in log order)."""
         if value is None:
             return
         try:

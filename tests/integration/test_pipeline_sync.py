@@ -21,7 +21,7 @@ import pytest
 
 from schemas import SessionEvent, SessionKey
 from schemas.settings import Settings
-from streams.client import DistillClient, SummaryUnavailableError
+from streams.client import DistillClient, IntraRunSummaries, SummaryUnavailableError
 from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
@@ -159,13 +159,15 @@ async def test_asking_before_each_model_call_of_a_run_makes_one_job_per_boundary
 ) -> None:
     """``WithSyncSummaryIntraRun``: 3 tool rounds, the agent asks before every model call but the first."""
     run = ToolRun()
+    intra = IntraRunSummaries(client, run.key, timeout=30)
     await client.publish(run.user("订一张去奥斯陆的机票。"))
+    assert await intra.before_model_call() is None  # the run's first model call asks nothing
     for _ in range(3):
-        await client.publish_many([run.call(), run.result()])  # a model call, then its tool ran
-        summary = await client.request_summary(run.key, timeout=30)  # before the next model call
+        await client.publish_many([run.call(), run.result()])  # the model called a tool, the tool ran
+        summary = await intra.before_model_call()  # the tool result's job is in flight
         assert summary is not None and summary.boundary.last_event_id == run.last_event_id
         assert set(MARKER.findall(summary.summary)) == set(run.markers), summary.summary
-    await client.publish(run.answer("已订好。"))
+    await client.publish(run.answer("已订好。"))  # the final answer: its own job, after the run
 
     def final(records: list[Any]) -> list[dict[str, Any]]:
         return [s for s in summaries_of(records) if s["session_id"] == run.b.session]
@@ -175,7 +177,8 @@ async def test_asking_before_each_model_call_of_a_run_makes_one_job_per_boundary
     versions = sorted({s["version"] for s in summaries})
     assert versions == [1, 2, 3, 4]
     assert set(MARKER.findall(summaries[-1]["summary"])) == set(run.markers)
-    jobs = await jobs_of(pipeline, run, at_least=4)
+    jobs = await jobs_of(pipeline, run, at_least=7)
     summarizing = {j["job_id"] for j in jobs if j.get("origin") != "join"}
-    assert len(summarizing) <= len(versions), jobs
+    joined = {j["job_id"] for j in jobs if j.get("origin") == "join"}
+    assert len(summarizing) == len(versions) and len(joined) == 3, jobs  # one job per boundary, one join per ask
     assert model_calls(server, run) == len(versions)
