@@ -182,8 +182,10 @@ class DistillClient:
         the one covering the requested events when a job was due for them (one in
         flight, or they were already summarized: a forced request then makes no
         second summary), else (thresholds not met) the newest there is, covering
-        up to its boundary. Several requests for one round join its one job: the
-        tool results of a run cost no extra jobs (see :class:`IntraRunSummaries`).
+        up to its boundary. Several requests for one round join its one job: an
+        agent asking before every model call of a run but the first (the Go
+        guide's ``WithSyncSummaryIntraRun``) costs no job per tool result beyond
+        the one each boundary gets.
 
         Returns ``None`` without ``wait``, and when the key has no summary and
         none was due (thresholds not met, no events, a refused key: see
@@ -220,56 +222,6 @@ class DistillClient:
             )  # fmt: skip
             return None
         raise SummaryUnavailableError(reply)
-
-
-class IntraRunSummaries:
-    """The Go guide's ``WithSyncSummaryIntraRun``: the key's summary before each model call of a run but the first.
-
-    In a long ReAct loop the summary a tool result triggers may not be back
-    before the next model call; asking first waits for it (the request joins
-    that job, it makes no second one), so the next request is built on it::
-
-        intra = IntraRunSummaries(client, session, filter_key)
-        intra.new_run()                            # a user request starts a run
-        while True:
-            summary = await intra.before_model_call()  # None before the first call of the run
-            ...                                     # build the request on it, call the model, publish
-            if final: break
-            ...                                     # run the tools, publish their results
-
-    It asks with ``force=False``, as Go does: the thresholds apply, and a key
-    whose summary is not due answers with the newest summary it has. Errors of
-    :meth:`DistillClient.request_summary` propagate (the caller may go on with
-    the history it has: nothing is lost, only not shortened yet).
-    """
-
-    def __init__(
-        self,
-        client: DistillClient,
-        session: SessionKey,
-        filter_key: str = "",
-        *,
-        timeout: float = 60.0,
-        key: bytes | None = None,
-    ) -> None:
-        self.client = client
-        self.session = session
-        self.filter_key = filter_key
-        self.timeout = timeout
-        self.key = key
-        self.calls = 0
-        """Model calls of the current run so far."""
-
-    def new_run(self) -> None:
-        """A new run starts (its first model call asks nothing)."""
-        self.calls = 0
-
-    async def before_model_call(self) -> SessionSummary | None:
-        """The summary to build the next model request on (``None``: the run's first call, or none yet)."""
-        self.calls += 1
-        if self.calls == 1:
-            return None
-        return await self.client.request_summary(self.session, self.filter_key, timeout=self.timeout, key=self.key)
 
 
 def answers(record: SummaryRecord, command: SummarizeSync) -> bool:

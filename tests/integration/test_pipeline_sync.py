@@ -21,7 +21,7 @@ import pytest
 
 from schemas import SessionEvent, SessionKey
 from schemas.settings import Settings
-from streams.client import DistillClient, IntraRunSummaries, SummaryUnavailableError
+from streams.client import DistillClient, SummaryUnavailableError
 from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
@@ -159,12 +159,10 @@ async def test_asking_before_each_model_call_of_a_run_makes_one_job_per_boundary
 ) -> None:
     """``WithSyncSummaryIntraRun``: 3 tool rounds, the agent asks before every model call but the first."""
     run = ToolRun()
-    intra = IntraRunSummaries(client, run.key, timeout=30)
-    await client.publish(run.user("订一张去奥斯陆的机票。"))
-    assert await intra.before_model_call() is None  # the run's first model call asks nothing
+    await client.publish(run.user("订一张去奥斯陆的机票。"))  # the run's first model call asks nothing
     for _ in range(3):
         await client.publish_many([run.call(), run.result()])  # the model called a tool, the tool ran
-        summary = await intra.before_model_call()  # the tool result's job is in flight
+        summary = await client.request_summary(run.key, timeout=30)  # its job is in flight: wait for it
         assert summary is not None and summary.boundary.last_event_id == run.last_event_id
         assert set(MARKER.findall(summary.summary)) == set(run.markers), summary.summary
     await client.publish(run.answer("已订好。"))  # the final answer: its own job, after the run

@@ -16,7 +16,6 @@ from schemas.settings import Settings
 from schemas.summaries import SummaryReport, TriggerReport
 from streams.client import (
     DistillClient,
-    IntraRunSummaries,
     SummaryUnavailableError,
     _first_reply,
     _records,
@@ -211,15 +210,3 @@ async def test_following_summaries_leaves_replies_out() -> None:
     client = FollowingClient([Msg("sum", 0, 0, key, summary()), Msg("sum", 0, 1, key, reply("corr"))])
     got = [r async for r in client.summaries(SESSION, include_failures=True)]
     assert [type(r).__name__ for r in got] == ["SessionSummary"]
-
-
-async def test_intra_run_asks_before_every_model_call_of_a_run_but_the_first() -> None:
-    """Go's ``WithSyncSummaryIntraRun``: ``CreateSessionSummary(force=false)`` between the run's model calls."""
-    client = ReplyingClient(lambda c: reply(c.reply_to, filter_key="br/x"))
-    intra = IntraRunSummaries(client, SESSION, "br/x", timeout=5)
-    assert await intra.before_model_call() is None and not client.commands
-    got = [await intra.before_model_call() for _ in range(2)]
-    assert all(s is not None and s.filter_key == "br/x" for s in got)
-    assert [(c.force, c.filter_key) for c in client.commands] == [(False, "br/x")] * 2
-    intra.new_run()
-    assert await intra.before_model_call() is None and len(client.commands) == 2
