@@ -185,6 +185,8 @@ class SummaryFailure(ContractModel):
     attempts: int | None = None
     report: SummaryReport | None = None
     context_window: int | None = Field(default=None, gt=0)
+    upto_event_id: str | None = None
+    """The target event of the job that failed (``None``: an answer that is no job's failure)."""
 
 
 class SummaryReply(ContractModel):

@@ -201,20 +201,27 @@ class SummarizeHandler:
             error_class=type(exc).__name__,
             reason=str(exc)[:2000],
             created_at=self.clock(),
+            upto_event_id=job.upto.last_event_id,
         )
 
     def _join(self, job: SummaryJob, partition: int, key: str, head: Head | None) -> JobResult:
         """A ``join`` job: the key's earlier jobs are done; answer with their outcome.
 
-        The failure of the job it waited for when that is the key's latest news
-        (no summary since, and the head does not reach the target); else the
-        head, which covers the target or is the newest summary there is.
+        The failure of the job it waited for (the key's last given-up job, aiming
+        at the join's target) when no summary came after it and the head does not
+        reach the target; else the head, which covers the target or is the newest
+        summary there is (a failure of a later range the track side already gave
+        back does not answer a request that waits for an earlier boundary).
         """
         reply_to = job.reply_to
         if reply_to is None:
             return JobResult("stale")
         failed = self.ledger.failure(partition, key)
-        if failed is not None and (head is None or not covers(head, job)):
+        if (
+            failed is not None
+            and failed.upto_event_id in (None, job.upto.last_event_id)
+            and (head is None or not covers(head, job))
+        ):
             reason = (
                 f"the summary job {failed.job_id} this request joined failed "
                 f"(no summary covers event {job.upto.last_event_id!r}): {failed.reason}"

@@ -153,11 +153,12 @@ def join(upto: int, reply_to: str = "corr-j") -> SummaryJob:
     return job(upto, reply_to=reply_to, origin="join").model_copy(update={"job_id": f"join-{reply_to}"})
 
 
-def gave_up(job_id: str, reason: str = "model refused: 400 invalid value") -> SummaryFailure:
+def gave_up(job_id: str, upto: int = 3, reason: str = "model refused: 400 invalid value") -> SummaryFailure:
+    """The failure record of a job aiming at ``EVENTS[upto]``, given up."""
     return SummaryFailure(
         app_name=SESSION.app_name, user_id=SESSION.user_id, session_id=SESSION.session_id, job_id=job_id,
         error_class="PermanentError", reason=reason, created_at=datetime(2026, 1, 1, tzinfo=UTC), gave_up=True,
-        retryable=False, attempts=1,
+        retryable=False, attempts=1, upto_event_id=EVENTS[upto].event_id,
     )  # fmt: skip
 
 
@@ -193,6 +194,24 @@ async def test_a_join_whose_job_gave_up_is_answered_with_that_failure() -> None:
     # the track side must not count it as one more failure of the key (nor release another job)
     assert not failure.gave_up and failure.job_id == "join-corr-j" and failure.context_window is None
     assert not model.requests
+
+
+async def test_a_later_ranges_failure_does_not_answer_a_join_waiting_for_an_earlier_boundary() -> None:
+    """The track side gave the failed range back: the request waits for the boundary before it."""
+    h, ledger, _, _ = handler()
+    first = await h.handle(job(2), 0)  # a head short of e3 (as a job for e3 holding recent events back leaves)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    ledger.record_failure(0, gave_up("j-1-5", upto=5))
+    earlier = await h.handle(join(3), 0)
+    assert isinstance(earlier.record, SummaryReply) and earlier.record.summary == first.record
+    waited = await h.handle(join(5, reply_to="corr-k"), 0)
+    assert isinstance(waited.record, SummaryFailure) and "j-1-5" in waited.record.reason
+
+
+async def test_a_failure_record_names_the_target_of_its_job() -> None:
+    h, _, _, _ = handler()
+    assert h.failure(job(3), RuntimeError("boom")).upto_event_id == EVENTS[3].event_id
 
 
 async def test_a_summary_after_the_failure_answers_the_join() -> None:
