@@ -35,6 +35,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, from_micros, to_mi
 from streams.rules.errors import InvalidDecisionError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
+from streams.rules.joins import join_job
 from streams.rules.policy import SummaryPolicy
 from streams.rules.trigger_state import (
     InFlight,
@@ -51,7 +52,7 @@ from streams.rules.trigger_state import (
 States = Mapping[str, SessionTriggerState | None]
 _FULL_ONLY = (FULL_SESSION,)
 _NO_SCOPES: Mapping[str, object] = {}
-Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay", "join"]
+Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,74 +242,6 @@ def apply_command(
     return Outcome(updated, tuple(decisions), tuple(jobs), tuple(joins))
 
 
-def join_target(state: SessionTriggerState) -> tuple[str, int] | None:
-    """``(event id, µs)`` a sync request that fires no job waits for, or ``None``: nothing to wait for.
-
-    The decided boundary — the target of the last job decided for the key, answered
-    or not, so the answer does not depend on how fast summaries came back — or, with
-    none decided (a given-up job gave its range back), the applied summary's boundary.
-    """
-    if state.decided_id is not None and state.skip:
-        entry = state.pending[state.skip - 1]  # the decided event (``skip`` is derived from it)
-        return entry.event_id, entry.ts
-    if state.boundary_ts is not None:
-        # A summary reached the decided event (it left the pending index), or nothing is decided.
-        # A boundary with no event id (older summaries) is compared by its cutoff.
-        return state.boundary_event_id or "", state.boundary_ts
-    return None
-
-
-def join_job(
-    state: SessionTriggerState, command: SummarizeSync, decision: TriggerDecision, *, created_at: datetime
-) -> SummaryJob | None:
-    """The ``join`` job of a sync ``command`` whose ``decision`` fired no job, or ``None``.
-
-    The Go guide's ``CreateSessionSummary`` waits for the key's running job and
-    the caller then reads the summary it made: the join job is queued behind
-    the key's jobs decided before the command (the summarize side runs a key's
-    jobs one at a time, in order) and is answered with the key's latest summary
-    then — the one covering the requested events when a job was due — or with
-    the failure of the job it waited for. It is in no key's queue and moves no
-    boundary (nothing waits for its answer on the track side), so the key's
-    decisions stay what they were. Its id is derived from the command's.
-    """
-    target = join_target(state)
-    if target is None:
-        return None
-    event_id, ts = target
-    raw = "\x1f".join(("join", state.app_name, state.user_id, state.session_id, state.filter_key, command.command_id))
-    report = TriggerReport(name="manual", detail=f"join: {decision.reason}")
-    return SummaryJob.model_construct(
-        schema_version=SCHEMA_VERSION,
-        job_id=hashlib.sha256(raw.encode()).hexdigest()[:32],
-        app_name=state.app_name,
-        user_id=state.user_id,
-        session_id=state.session_id,
-        filter_key=state.filter_key,
-        cascade_full_session=False,
-        from_version=state.version,
-        previous_boundary=applied_boundary(state),
-        upto=JobBoundary.model_construct(last_event_id=event_id, cutoff_at=from_micros(ts), offset=None),
-        trigger=report,
-        force=command.force,
-        origin="join",
-        reply_to=command.reply_to,
-        attempt=0,
-        created_at=created_at,
-        context=dict(command.context) if command.context else {},
-    )
-
-
-def applied_boundary(state: SessionTriggerState) -> SummaryBoundary | None:
-    """The applied summary's boundary, as a job's ``previous_boundary`` (``None``: no summary yet)."""
-    if state.boundary_ts is None:
-        return None
-    # ``version`` is the boundary format version (the summary version is ``from_version``).
-    return SummaryBoundary.model_construct(
-        cutoff_at=from_micros(state.boundary_ts), last_event_id=state.boundary_event_id, version=BOUNDARY_FORMAT_VERSION
-    )
-
-
 def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tuple[str, ...]:
     """Every key that may hold state for the session (for ``delete_session``)."""
     if full is None:
@@ -365,7 +298,16 @@ def build_job(
     cascaded = state.filter_key == FULL_SESSION and decision.trigger_key != FULL_SESSION
     if cascaded:
         report = report.model_copy(update={"detail": f"trigger_key={decision.trigger_key}"})
-    previous = applied_boundary(state)
+    # ``version`` is the boundary format version (the summary version is ``from_version``).
+    previous = (
+        None
+        if state.boundary_ts is None
+        else SummaryBoundary.model_construct(
+            cutoff_at=from_micros(state.boundary_ts),
+            last_event_id=state.boundary_event_id,
+            version=BOUNDARY_FORMAT_VERSION,
+        )
+    )
     # Every field is built here from validated records, so validation is skipped
     # (this runs on the hot path of the track agent).
     return SummaryJob.model_construct(
