@@ -56,7 +56,7 @@ class ModelCodec(codecs.Codec, Generic[M]):
 
 
 class SummaryRecordCodec(codecs.Codec):
-    """Summaries topic: ``SessionSummary`` or ``SummaryFailure``."""
+    """Summaries topic: ``SessionSummary``, ``SummaryFailure`` or ``SummaryReply``."""
 
     def _loads(self, s: bytes) -> Any:
         return decode_summary_record(s)

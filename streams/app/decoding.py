@@ -18,8 +18,12 @@ from schemas import (
     SessionEvent,
     SessionSummary,
     SummaryFailure,
+    SummaryReply,
     parse_event_record,
 )
+
+SummaryRecord = SessionSummary | SummaryFailure | SummaryReply
+"""A record of the summaries topic."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,12 @@ def _validation_reason(exc: ValidationError) -> str:
     return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
 
 
-def decode_summary_record(raw: bytes) -> SessionSummary | SummaryFailure:
-    """A record of the summaries topic (a summary or a failure answer)."""
+def decode_summary_record(raw: bytes) -> SummaryRecord:
+    """A record of the summaries topic (a summary, a failure answer, or a reply naming a summary)."""
     data = json.loads(raw)
-    if isinstance(data, dict) and data.get("type") == "summary_failure":
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind == "summary_failure":
         return SummaryFailure.model_validate(data)
+    if kind == "summary_reply":
+        return SummaryReply.model_validate(data)
     return SessionSummary.model_validate(data)

@@ -10,6 +10,11 @@ to: when it comes back, only the records written since are read (heads only
 ever move to higher versions, so re-reading our own writes is harmless).
 A job whose ``from_version`` is below the head is stale: that is what makes
 re-emitted and duplicate jobs harmless, across crashes and rebalances.
+
+It also keeps, per key, the last given-up failure published since the key's
+latest summary (:meth:`SummaryLedger.failure`): a request that waited for that
+job (a ``join`` job) is answered with it. Records are folded in log order, on
+catch-up as when this worker writes them, so the two agree.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from schemas import SessionSummary, SummaryBoundary
+from schemas import SessionSummary, SummaryBoundary, SummaryFailure
 from schemas.settings import KafkaSettings
 from streams.app.cache import SummaryCache
 from streams.app.decoding import decode_summary_record
@@ -42,6 +47,8 @@ class Head:
     summary: str
     events_offset: int | None
     job_id: str
+    record: SessionSummary
+    """The summary as published (what a request waiting for it is answered with)."""
 
 
 def summary_key(summary: SessionSummary) -> str:
@@ -56,6 +63,7 @@ class SummaryLedger:
         self.topic = topic
         self.cache = cache
         self._heads: dict[int, dict[str, Head]] = {}
+        self._failed: dict[int, dict[str, SummaryFailure]] = {}
         self._read_upto: dict[int, int] = {}
         """Per partition: the offset the heads were read up to (the next catch-up starts there)."""
         self._ready: set[int] = set()
@@ -83,14 +91,29 @@ class SummaryLedger:
     def head(self, partition: int, key: str) -> Head | None:
         return self._heads.get(partition, {}).get(key)
 
+    def failure(self, partition: int, key: str) -> SummaryFailure | None:
+        """The key's last given-up failure, unless a summary of the key was published after it."""
+        return self._failed.get(partition, {}).get(key)
+
     def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
-        """Apply a summary (ours or read back); older versions never replace newer ones."""
+        """Apply a summary (ours or read back); older versions never replace newer ones.
+
+        Any summary record clears the key's failure: it comes later in the log (a record
+        read again on catch-up comes again in its place, so the fold ends the same).
+        """
         heads = self._heads.setdefault(partition, {})
         key = summary_key(summary)
+        self._failed.get(partition, {}).pop(key, None)
         current = heads.get(key)
         if current is not None and current.version >= summary.version:
             return
-        heads[key] = Head(summary.version, summary.boundary, summary.summary, events_offset, summary.job_id)
+        heads[key] = head_of(summary, events_offset)
+
+    def record_failure(self, partition: int, failure: SummaryFailure) -> None:
+        """Apply a failure record (ours or read back): a given-up job is the key's latest news."""
+        if failure.gave_up:
+            key = table_key(failure.app_name, failure.user_id, failure.session_id, failure.filter_key)
+            self._failed.setdefault(partition, {})[key] = failure
 
     async def ready(self, partition: int) -> None:
         """Read ``partition`` of the summaries topic to its end (once per assignment)."""
@@ -129,18 +152,22 @@ class SummaryLedger:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
                 for msg in batch.get(tp, []):
                     count += 1
-                    self._absorb(partition, msg.value, msg.headers)
+                    self.absorb(partition, msg.value, msg.headers)
             self._read_upto[partition] = max(end, await consumer.position(tp))
         finally:
             consumer.pause(tp)  # no long-polling at the log end between catch-ups
         return count
 
-    def _absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+    def absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        """Apply one record of the summaries topic as read back (catch-up reads them in log order)."""
         if value is None:
             return
         try:
             record = decode_summary_record(value)
         except ValueError:
+            return
+        if isinstance(record, SummaryFailure):
+            self.record_failure(partition, record)
             return
         if not isinstance(record, SessionSummary):
             return
@@ -148,6 +175,11 @@ class SummaryLedger:
         digest = header(headers, INPUT_HASH)
         if digest and self.cache is not None:
             self.cache.put(digest, record)
+
+
+def head_of(summary: SessionSummary, events_offset: int | None) -> Head:
+    """The ledger head of ``summary`` (``events_offset``: the events-topic offset of its boundary)."""
+    return Head(summary.version, summary.boundary, summary.summary, events_offset, summary.job_id, summary)
 
 
 async def preload_cache(kafka: KafkaSettings, topic: str, cache: SummaryCache) -> int:

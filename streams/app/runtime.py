@@ -300,6 +300,7 @@ class WorkerRuntime:
         log.error("summary job given up", extra={**fields, "error_class": type(exc).__name__,
                   "attempts": run.attempts, "retryable": retryable, "context_window": run.window})  # fmt: skip
         await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
+        self.ledger.record_failure(coords.partition, failure)  # a request waiting for the job is answered with it
         await self._send_retrying(self.topics.dead_letters, key, dl.model_dump_json().encode(), coords, fields)
         metrics.DEAD_LETTERS.labels("summarize", type(exc).__name__).inc()
 

@@ -5,10 +5,13 @@ No Faust here. Per job:
 1. the ledger is caught up for the job's partition, and the key's head (latest
    summary) is looked up;
 2. a job built on an older version than the head whose target the head already
-   covers is stale: nothing is produced (a ``summarize_sync`` job gets a failure
-   answer naming the covering version) — so a re-emitted or duplicated job can
-   never yield a second summary for a boundary. A job reaching beyond the head
-   is rebased on it (its delta starts after the head's boundary);
+   covers is stale: nothing is produced (a ``summarize_sync`` job is answered
+   with the covering summary, a :class:`~schemas.SummaryReply`) — so a re-emitted
+   or duplicated job can never yield a second summary for a boundary. A job
+   reaching beyond the head is rebased on it (its delta starts after the head's
+   boundary). A ``join`` job (a sync request that waits for the key's jobs
+   decided before it, which ran before it: one job at a time per key, in order)
+   is answered with the head, or with the failure of the job it waited for;
 3. the delta is read from the events topic (:mod:`streams.app.event_log`);
 4. the content-addressed cache is consulted — addressed by what the summarizer
    would send (``Summarizer.cache_key``: its first request, every selected
@@ -36,6 +39,7 @@ from schemas import (
     SummaryBoundary,
     SummaryFailure,
     SummaryJob,
+    SummaryReply,
     parse_event_record,
 )
 from streams.app.cache import SummaryCache, input_hash
@@ -49,7 +53,7 @@ from streams.summarizer import SummarizerLike, SummarySkipped
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["summary", "cached", "stale", "skipped", "failed"]
+Outcome = Literal["summary", "cached", "stale", "skipped", "failed", "replied"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class JobResult:
     """What to publish for a job (``None``: nothing) and how it went."""
 
     outcome: Outcome
-    record: SessionSummary | SummaryFailure | None = None
+    record: SessionSummary | SummaryFailure | SummaryReply | None = None
     events_offset: int | None = None
     input_hash: str | None = None
     events: int = 0
@@ -77,6 +81,8 @@ class Heads(Protocol):
     async def ready(self, partition: int) -> None: ...
 
     def head(self, partition: int, key: str) -> Head | None: ...
+
+    def failure(self, partition: int, key: str) -> SummaryFailure | None: ...
 
 
 class EventSource(Protocol):
@@ -106,11 +112,13 @@ class SummarizeHandler:
         await self.ledger.ready(partition)
         key = table_key(job.app_name, job.user_id, job.session_id, job.filter_key)
         head = self.ledger.head(partition, key)
+        if job.origin == "join":
+            return self._join(job, partition, key, head)
         version = head.version if head is not None else 0
         if head is not None and version > job.from_version and covers(head, job):
             if job.reply_to is None:
                 return JobResult("stale")
-            return self._nothing(job, f"version {version} already covers the requested events", version)
+            return JobResult("replied", self._reply(job, head, job.reply_to))
         fresh = job.previous_boundary is None and version == job.from_version
         previous = head if head is not None and not fresh else None
         delta = await self._delta(job, partition, previous)
@@ -193,7 +201,46 @@ class SummarizeHandler:
             error_class=type(exc).__name__,
             reason=str(exc)[:2000],
             created_at=self.clock(),
+            upto_event_id=job.upto.last_event_id,
         )
+
+    def _join(self, job: SummaryJob, partition: int, key: str, head: Head | None) -> JobResult:
+        """A ``join`` job: the key's earlier jobs are done; answer with their outcome.
+
+        The failure of the job it waited for (the key's last given-up job, aiming
+        at the join's target) when no summary came after it and the head does not
+        reach the target; else the head, which covers the target or is the newest
+        summary there is (a failure of a later range the track side already gave
+        back does not answer a request that waits for an earlier boundary).
+        """
+        reply_to = job.reply_to
+        if reply_to is None:
+            return JobResult("stale")
+        failed = self.ledger.failure(partition, key)
+        if (
+            failed is not None
+            and failed.upto_event_id in (None, job.upto.last_event_id)
+            and (head is None or not covers(head, job))
+        ):
+            reason = (
+                f"the summary job {failed.job_id} this request joined failed "
+                f"(no summary covers event {job.upto.last_event_id!r}): {failed.reason}"
+            )
+            answer = failed.model_copy(update={
+                "job_id": job.job_id, "reply_to": reply_to, "reason": reason[:2000], "gave_up": False,
+                "context_window": None, "created_at": self.clock(),
+            })  # fmt: skip
+            return JobResult("failed", answer)
+        if head is None:
+            return self._nothing(job, "no summary of the key covers the events the request waited for", 0)
+        return JobResult("replied", self._reply(job, head, reply_to))
+
+    def _reply(self, job: SummaryJob, head: Head, reply_to: str) -> SummaryReply:
+        """``job``'s answer naming the key's latest summary (``head``), unchanged."""
+        return SummaryReply(
+            app_name=job.app_name, user_id=job.user_id, session_id=job.session_id, filter_key=job.filter_key,
+            job_id=job.job_id, reply_to=reply_to, summary=head.record, created_at=self.clock(),
+        )  # fmt: skip
 
     def _nothing(self, job: SummaryJob, reason: str, version: int) -> JobResult:
         return JobResult("skipped", self.failure(job, SummarySkipped(f"{reason} (latest version {version})")))

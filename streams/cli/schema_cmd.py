@@ -9,12 +9,13 @@ import click
 from pydantic import BaseModel, TypeAdapter
 
 from schemas import DeadLetter, EventRecord, SessionSummary, SummaryJob
-from schemas.summaries import SummaryFailure
+from schemas.summaries import SummaryFailure, SummaryReply
 
 _RECORDS: dict[str, Any] = {
     "event-record": EventRecord,
     "session-summary": SessionSummary,
     "summary-failure": SummaryFailure,
+    "summary-reply": SummaryReply,
     "summary-job": SummaryJob,
     "dead-letter": DeadLetter,
 }
