@@ -211,7 +211,8 @@ class AgentSettings(_Section):
     force_clean_tool_names: list[str] = Field(default_factory=list)
     """Pass 0: older results of these tools are replaced by a policy placeholder (``ToolResultCompactionConfig``)."""
     keep_tool_names: list[str] = Field(default_factory=list)
-    """Results of these tools are never compacted (wins over ``force_clean_tool_names``)."""
+    """Results of these tools are never compacted (wins over ``force_clean_tool_names``); with
+    ``enable_on_demand_session``, ``session_search`` and ``session_load`` are always among them."""
     enable_on_demand_session: bool = True
     """Offer ``session_search`` and ``session_load`` and answer them from Cassandra (Go default: ``False``; Go
     offers what the backend implements, and distill's implements both)."""

@@ -54,6 +54,8 @@ from streams.context.recall_tools import RecallExecutor
 from streams.errors import DistillError
 
 log = logging.getLogger("distill.agent")
+MAX_FORCED_REFRESHES = 3
+"""Forced summaries one request may ask for while it would still drop history."""
 _FIRST_POLL_S = 0.02
 _MAX_POLL_S = 0.25
 
@@ -225,10 +227,13 @@ class DistillAgent:
         2. The read (waiting until it shows every event this facade published)
            and the assembly, fitted into the budget (payload cuts before dropped
            rounds, :func:`streams.context.fitting.fit`).
-        3. A summary is asked for, and the request rebuilt when the boundary
-           moved, when the request reaches the refresh threshold (compaction
-           and summaries on; ``force=False``) or when it would still drop
-           history (summaries on; ``force=True``).
+        3. A summary is asked for, and the request rebuilt on it, when the
+           request reaches the refresh threshold (compaction and summaries on;
+           ``force=False``, once, as Go's pre-call refresh) or while it would
+           still drop history (summaries on; ``force=True``, up to
+           ``MAX_FORCED_REFRESHES`` times). A forced request answered with
+           nothing while events lie after the boundary means a job of the key
+           is in flight: its summary is waited for (``summary_timeout_s``).
 
         Raises :class:`ProjectionBehindError` when Cassandra does not show the
         published events within ``projection_wait_s``.
@@ -243,14 +248,22 @@ class DistillAgent:
                                     summary_formatter=self.summary_formatter)  # fmt: skip
         fitted = self._fit(system_prompt, read, tools, assembly)
         threshold = refresh_at(opts, self.model)
-        force = opts.add_session_summary and fitted.needs_summary
-        if force or (threshold is not None and fitted.request.report.prompt_tokens >= threshold):
+        due = threshold is not None and fitted.request.report.prompt_tokens >= threshold
+        for _ in range(MAX_FORCED_REFRESHES):
+            force = opts.add_session_summary and fitted.needs_summary
+            if not (force or due):
+                break
+            due = False
             had = _own_version(read, self.filter_key)
             summary = await self._refresh(force=force)
-            if summary is not None and summary.version > had:
-                read = await self.read()
-                fitted = self._fit(system_prompt, read, tools, assembly)
-                refreshed = True
+            version = summary.version if summary is not None else had
+            if summary is None and force and self._after_boundary(read):
+                version = await self._newer_summary(had)
+            if version <= had:
+                break
+            read = await self.read()
+            fitted = self._fit(system_prompt, read, tools, assembly)
+            refreshed = True
         run.model_calls += 1
         request = fitted.request
         if fitted.dropped_messages:
@@ -302,11 +315,9 @@ class DistillAgent:
         if read is None:
             return [event_id for event_id, _ in self._unconfirmed]
         ids = {e.event_id for e in read.events}
-        boundary = read.summary.boundary if read.summary is not None else None
         missing = [
             event_id for event_id, ts in self._unconfirmed
-            if event_id not in ids
-            and not (boundary is not None and (boundary.last_event_id == event_id or ts < boundary.cutoff_at))
+            if event_id not in ids and not _covered(read.summary, event_id, ts)
         ]  # fmt: skip
         if _own_version(read, self.filter_key) < self._summary_floor:
             missing.append(f"summary v{self._summary_floor}")
@@ -326,6 +337,24 @@ class DistillAgent:
         if summary is not None:
             self._summary_floor = max(self._summary_floor, summary.version)
         return summary
+
+    def _after_boundary(self, read: ContextRead) -> bool:
+        """Whether ``read`` holds events its summary's boundary does not cover (what a forced summary takes)."""
+        return any(not _covered(read.summary, e.event_id, e.timestamp) for e in read.events)
+
+    async def _newer_summary(self, had: int) -> int:
+        """The key's summary version once it is above ``had`` (the in-flight job's), else ``had`` after the timeout."""
+        deadline = time.monotonic() + self.options.summary_timeout_s
+        delay = _FIRST_POLL_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, _MAX_POLL_S)
+            version = _own_version(await self.read(), self.filter_key)
+            if version > had:
+                return version
+        log.warning("no summary of the key arrived within %g s", self.options.summary_timeout_s,
+                    extra={"session_id": self.key.session_id, "filter_key": self.filter_key})  # fmt: skip
+        return had
 
     async def _refresh(self, *, force: bool) -> SessionSummary | None:
         """:meth:`summarize`, a failure logged instead of raised: the request is then built without it."""
@@ -377,3 +406,11 @@ def _own_version(read: ContextRead, filter_key: str) -> int:
     """The version of the key's own summary in ``read`` (0: none; an ancestor's does not count)."""
     s = read.summary
     return s.version if s is not None and s.filter_key == filter_key else 0
+
+
+def _covered(summary: AppliedSummary | None, event_id: str, ts: datetime) -> bool:
+    """Whether ``summary``'s boundary covers the event: it is the boundary event, or strictly before the cutoff."""
+    if summary is None:
+        return False
+    boundary = summary.boundary
+    return boundary.last_event_id == event_id or ts < boundary.cutoff_at

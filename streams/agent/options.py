@@ -10,18 +10,26 @@ from streams.context.assembly import AssemblyOptions
 from streams.context.compaction import CompactionConfig
 from streams.context.fitting import model_window, refresh_threshold, request_budget
 from streams.context.injection import SummaryFormatter
-from streams.context.recall_tools import RecallCapabilities
+from streams.context.recall_tools import SESSION_LOAD, SESSION_SEARCH, RecallCapabilities
 
 
 def compaction_config(agent: AgentSettings) -> CompactionConfig:
-    """Go's ``WithContextCompaction*`` / ``WithToolResultCompactionConfig`` values."""
+    """Go's ``WithContextCompaction*`` / ``WithToolResultCompactionConfig`` values.
+
+    With the recall tools on, their results are kept whole, as Go's guide
+    recommends (``KeepToolNames: session_load, session_search``): a recall
+    answer replaced by a placeholder would send the model back for it.
+    """
+    keep = set(agent.keep_tool_names)
+    if agent.enable_on_demand_session:
+        keep |= {SESSION_SEARCH, SESSION_LOAD}
     return CompactionConfig(
         enabled=agent.enable_context_compaction,
         keep_recent_requests=agent.context_compaction_keep_recent_requests,
         tool_result_max_tokens=agent.context_compaction_tool_result_max_tokens,
         oversized_tool_result_max_tokens=agent.context_compaction_oversized_tool_result_max_tokens,
         force_clean_tool_names=frozenset(agent.force_clean_tool_names),
-        keep_tool_names=frozenset(agent.keep_tool_names),
+        keep_tool_names=frozenset(keep),
     )
 
 
