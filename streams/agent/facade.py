@@ -230,10 +230,12 @@ class DistillAgent:
         3. A summary is asked for, and the request rebuilt on it, when the
            request reaches the refresh threshold (compaction and summaries on;
            ``force=False``, once, as Go's pre-call refresh) or while it would
-           still drop history (summaries on; ``force=True``, up to
-           ``MAX_FORCED_REFRESHES`` times). A forced request answered with
-           nothing while events lie after the boundary means a job of the key
-           is in flight: its summary is waited for (``summary_timeout_s``).
+           still drop history and events lie after the boundary (summaries
+           on; ``force=True``, up to ``MAX_FORCED_REFRESHES`` times). A forced
+           request answered with nothing means a job of the key is in flight:
+           its summary is waited for (``summary_timeout_s``). A summary that
+           alone exceeds the budget is sent as it is (only the model shortens
+           it): ``report.over_budget`` says so.
 
         Raises :class:`ProjectionBehindError` when Cassandra does not show the
         published events within ``projection_wait_s``.
@@ -250,14 +252,14 @@ class DistillAgent:
         threshold = refresh_at(opts, self.model)
         due = threshold is not None and fitted.request.report.prompt_tokens >= threshold
         for _ in range(MAX_FORCED_REFRESHES):
-            force = opts.add_session_summary and fitted.needs_summary
+            force = opts.add_session_summary and fitted.needs_summary and self._after_boundary(read)
             if not (force or due):
                 break
             due = False
             had = _own_version(read, self.filter_key)
             summary = await self._refresh(force=force)
             version = summary.version if summary is not None else had
-            if summary is None and force and self._after_boundary(read):
+            if summary is None and force:
                 version = await self._newer_summary(had)
             if version <= had:
                 break
