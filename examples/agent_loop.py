@@ -115,7 +115,7 @@ async def conversation(
                 print(f"assistant: {reply.content}")
                 break
             for call in reply.tool_calls or ():
-                print(f"   tool call {call.function.name}({call.function.arguments})")  # type: ignore[union-attr]
+                print(f"   tool call {call.function.name}({call.function.arguments})")
     return requests
 
 

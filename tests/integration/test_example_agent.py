@@ -48,8 +48,8 @@ from tests.support.openai_server import EchoStyle, FaultMix, MarkerEcho, OpenAIS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
-import agent_loop  # noqa: E402
-from offline_chat_endpoint import respond  # noqa: E402
+import agent_loop
+from offline_chat_endpoint import respond
 
 pytestmark = pytest.mark.integration
 SMALL_APP = "agent_small"
@@ -271,8 +271,8 @@ async def test_a_small_window_cuts_payloads_and_forces_summaries_instead_of_drop
     spy = Spy(agent_model)
     spy.attach(backend)
     agent = _agent(backend, SMALL_APP, context_window=3000)
-    turns = [f"What's the weather in {city}? 请查一下天气 {mark(f'small-{i}')}"
-             for i, city in enumerate(("Lisbon", "Porto", "Madrid", "Seville", "Berlin", "Lisbon", "Porto"))]  # fmt: skip
+    cities = ("Lisbon", "Porto", "Madrid", "Seville", "Berlin", "Lisbon", "Porto")
+    turns = [f"What's the weather in {city}? 请查一下天气 {mark(f'small-{i}')}" for i, city in enumerate(cities)]
 
     first = len(agent_model.requests)
     requests = await agent_loop.conversation(agent, _llm(agent_model), "scripted-agent", turns,
