@@ -13,10 +13,10 @@ from streams.agent.messages import InvalidMessageError, to_message, to_usage
 
 
 def test_the_openai_clients_reply_object() -> None:
-    reply = ChatCompletionMessage.model_validate({
-        "role": "assistant", "content": None, "refusal": None, "reasoning_content": "先查天气",
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "里斯本"}'}}],
-    })  # fmt: skip
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "里斯本"}'}}
+    reply = ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": None, "refusal": None, "reasoning_content": "先查天气", "tool_calls": [call]}
+    )
     msg = to_message(reply)
     assert msg.role == "assistant" and msg.content is None and msg.reasoning_content == "先查天气"
     assert [(c.id, c.function.name, c.function.arguments) for c in msg.tool_calls] == [
@@ -26,8 +26,8 @@ def test_the_openai_clients_reply_object() -> None:
 
 
 def test_dicts_as_sdks_dump_them() -> None:
-    msg = to_message({"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "晴"},
-                                                                          {"type": "text", "text": " 24°C"}]})  # fmt: skip
+    parts = [{"type": "text", "text": "晴"}, {"type": "text", "text": " 24°C"}]
+    msg = to_message({"role": "tool", "tool_call_id": "c1", "content": parts})
     assert msg.content == "晴 24°C" and msg.tool_call_id == "c1"
     assert to_message({"role": "assistant", "content": "ok", "tool_calls": None}).tool_calls == ()
     same = Message(role="user", content="hi")
