@@ -40,7 +40,7 @@ from projections.migrations import apply_migrations
 from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
-from streams.agent import AgentRequest, DistillAgent
+from streams.agent import AgentRequest, DistillAgent, ProjectionBehindError
 from streams.local_pipeline import LocalPipeline
 from tests.integration.pipeline_support import create_topics, scripted_pipeline_settings, worker_env
 from tests.support.markers import MARKER_RE, find_cut_event_ids, find_markers
@@ -128,26 +128,34 @@ def event_text(event: SessionEvent) -> str:
     return " ".join([msg.content or "", *(f"{c.function.name} {c.function.arguments}" for c in msg.tool_calls)])
 
 
-def violations(spy: Spy, session_id: str, first_request: int) -> tuple[list[str], int]:
-    """The oracle over every agent-model request from ``first_request`` on; also how many markers it judged."""
+def _own_markers(events: Sequence[SessionEvent]) -> dict[str, list[str]]:
+    """Each event's markers: those it is the first to carry (a recall answer quoting one does not own it)."""
     owner: dict[str, str] = {}
     own: dict[str, list[str]] = {}
-    events = [(n, e) for n, e in spy.published if e.session_id == session_id]
-    for _, event in events:
+    for event in events:
         own[event.event_id] = [m for m in find_markers(event_text(event)) if owner.setdefault(m, event.event_id)
                                == event.event_id]  # fmt: skip
+    return own
+
+
+def missing_in(body: dict[str, Any], events: Sequence[SessionEvent], own: dict[str, list[str]]) -> list[str]:
+    """The markers of ``events`` neither in the request ``body`` nor accounted for by a cut naming their event."""
+    text = request_text(body)
+    cut = find_cut_event_ids(text) | set(COMPACTION_CUT_RE.findall(text))
+    return [f"{marker} of {e.event_id} ({e.message.role})" for e in events for marker in own[e.event_id]
+            if marker not in text and e.event_id not in cut]  # fmt: skip
+
+
+def violations(spy: Spy, session_id: str, first_request: int) -> tuple[list[str], int]:
+    """The oracle over every agent-model request from ``first_request`` on; also how many markers it judged."""
+    events = [(n, e) for n, e in spy.published if e.session_id == session_id]
+    own = _own_markers([e for _, e in events])
     problems: list[str] = []
     judged = 0
     for index in range(first_request, len(spy.model.requests)):
-        text = request_text(spy.model.requests[index].body)
-        cut = find_cut_event_ids(text) | set(COMPACTION_CUT_RE.findall(text))
-        for n, event in events:
-            if n > index:
-                break
-            for marker in own[event.event_id]:
-                judged += 1
-                if marker not in text and event.event_id not in cut:
-                    problems.append(f"request {index}: {marker} of {event.event_id} ({event.message.role}) missing")
+        before = [e for n, e in events if n <= index]
+        judged += sum(len(own[e.event_id]) for e in before)
+        problems += [f"request {index}: {m} missing" for m in missing_in(spy.model.requests[index].body, before, own)]
     return problems, judged
 
 
@@ -263,6 +271,18 @@ async def test_the_example_loop_keeps_every_marker_and_recalls_a_hidden_detail(
     found = bodies[asked + 1]["messages"][-1]["content"]
     assert BUDGET_DETAIL in found and json.loads(found)["historical_context"] is True
 
+    # A new facade on the session (a restarted runtime) continues it from Cassandra alone, once the
+    # projector shows what the first one published (which only the first one can wait for).
+    await agent.read()
+    fresh = DistillAgent(backend, app_name=agent.key.app_name, user_id="u1", session_id=agent.key.session_id,
+                         model="scripted-agent", **agent_loop.AGENT_OPTIONS)  # fmt: skip
+    again = await fresh.next_request(agent_loop.SYSTEM_PROMPT, tools=[agent_loop.WEATHER_TOOL])
+    published = [e for _, e in spy.published]
+    assert not missing_in({"messages": again.messages}, published, _own_markers(published))
+    last_reply = next(e for e in reversed(published) if e.message.role == "assistant")
+    resumed = await fresh.record({"role": "assistant", "content": "继续 (resumed)"})
+    assert resumed.request_id == last_reply.request_id and resumed.timestamp > last_reply.timestamp
+
 
 async def test_a_small_window_cuts_payloads_and_forces_summaries_instead_of_dropping_rounds(
     backend: SessionBackend, agent_model: OpenAIServer
@@ -286,3 +306,19 @@ async def test_a_small_window_cuts_payloads_and_forces_summaries_instead_of_drop
     assert budget is not None and all(r.report.prompt_tokens <= budget for r in requests)
     assert any(r.cut_tokens for r in requests), "no payload was cut to fit"
     assert any(r.summary_refreshed for r in requests), "the facade never forced a summary"
+
+
+async def test_next_request_says_when_cassandra_does_not_show_the_published_events(pipeline: Settings) -> None:
+    """Events on a topic no projector reads: no request is built on a view that misses them."""
+    data = pipeline.model_dump()
+    data["topics"]["events"] = f"{pipeline.topics.events}-unprojected"
+    settings = Settings(**data)
+    await create_topics(settings)
+    async with SessionBackend(settings) as backend:
+        agent = _agent(backend, agent_loop.APP_NAME, projection_wait_s=0.5)
+        said = await agent.user("你好，去里斯本的火车几点？")
+        started = time.monotonic()
+        with pytest.raises(ProjectionBehindError, match="is the projector running") as info:
+            await agent.next_request(agent_loop.SYSTEM_PROMPT)
+        assert 0.5 <= time.monotonic() - started < 5
+        assert info.value.missing == (said.event_id,)
