@@ -191,7 +191,8 @@ class DistillAgent:
         """Answer every tool call of ``reply`` in order, publish the results, and return them (``[]``: no calls).
 
         ``session_search`` / ``session_load`` are answered from Cassandra (when
-        ``enable_on_demand_session``); any other call by ``tools[name](**arguments)``
+        ``enable_on_demand_session``, unless ``tools`` names them); any other call
+        by ``tools[name](**arguments)``
         (see :mod:`streams.agent.tools`). Failures are answered to the model as
         ``{"error": ...}``, never raised.
         """
