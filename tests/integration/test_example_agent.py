@@ -236,7 +236,6 @@ async def test_the_example_loop_keeps_every_marker_and_recalls_a_hidden_detail(
     # The recall question goes into the search query verbatim: a marker there would be a term no other event has.
     turns = [f"{text} （备注：{mark(f'turn-{i}')}）" if i != recall_turn else text
              for i, text in enumerate(agent_loop.TURNS)]  # fmt: skip
-    hidden_after: list[float] = []
 
     async def before_turn(turn: int) -> None:
         if turn != recall_turn:
@@ -247,7 +246,6 @@ async def test_the_example_loop_keeps_every_marker_and_recalls_a_hidden_detail(
             read = await agent.read()
             shown = " ".join(e.message.content or "" for e in read.events)
             if read.summary is not None and BUDGET_DETAIL not in shown:
-                hidden_after.append(time.monotonic() - started)
                 return
             await asyncio.sleep(0.1)
         raise AssertionError("no summary covered the budget turn within 30 s")
