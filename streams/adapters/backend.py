@@ -312,11 +312,14 @@ class SessionBackend:
         if current is None or summary.version > current.version:
             self._latest[k] = summary
 
-    def recall(self, key: SessionKey, filter_key: str = "") -> RecallExecutor:
-        """The ``session_search`` / ``session_load`` executor of the session."""
+    def recall(
+        self, key: SessionKey, filter_key: str = "", *, capabilities: RecallCapabilities | None = None
+    ) -> RecallExecutor:
+        """The ``session_search`` / ``session_load`` executor of the session (default: the backend's capabilities)."""
         return RecallExecutor(
             CassandraRecallReader(self.reader), app_name=key.app_name, user_id=key.user_id,
-            session_id=key.session_id, filter_key=filter_key, capabilities=self.recall_capabilities,
+            session_id=key.session_id, filter_key=filter_key,
+            capabilities=self.recall_capabilities if capabilities is None else capabilities,
         )  # fmt: skip
 
 
