@@ -388,26 +388,28 @@ class JobRow:
     job_id: str
     upto_event_id: str
     emitted_at: datetime
+    """The time of the event that emitted it (event time, as the worker's job timeout counts)."""
     attempt: int
     age_s: float
+    queue_position: int = 0
+    """0: the key's job being summarized; n: the n-th job emitted after it, waiting for its answer."""
 
 
 def job_rows(states: Iterable[Any], now: datetime) -> list[JobRow]:
-    """The in-flight job of every trigger state that has one, oldest first.
+    """Every job of every trigger state that is emitted and not answered, oldest first.
 
     ``states`` are ``SessionTriggerState`` values (the worker's table, as its
-    changelog holds them): ``in_flight`` is set from the job's emission until
-    its summary (or failure) is applied.
+    changelog holds them): a key's unanswered jobs are ``in_flight`` (the one
+    summarized now) and ``queued`` behind it (emitted, run one at a time in
+    order), from their emission until their summary (or failure) is applied.
     """
     rows = []
     for s in states:
-        f = s.in_flight
-        if f is None:
-            continue
-        emitted = from_micros(f.emitted_at)
-        rows.append(JobRow(s.app_name, s.user_id, s.session_id, s.filter_key, f.job_id, f.upto_event_id, emitted,
-                           f.attempt, max(0.0, (now - emitted).total_seconds())))  # fmt: skip
-    return sorted(rows, key=lambda r: (r.emitted_at, r.session_id, r.filter_key))
+        for position, f in enumerate(s.unanswered):
+            emitted = from_micros(f.emitted_at)
+            rows.append(JobRow(s.app_name, s.user_id, s.session_id, s.filter_key, f.job_id, f.upto_event_id, emitted,
+                               f.attempt, max(0.0, (now - emitted).total_seconds()), position))  # fmt: skip
+    return sorted(rows, key=lambda r: (r.emitted_at, r.session_id, r.filter_key, r.queue_position))
 
 
 def latest_per_key(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[bytes, bytes]:

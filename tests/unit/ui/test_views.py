@@ -179,6 +179,17 @@ def test_jobs_in_flight_come_from_the_latest_trigger_state_of_each_key() -> None
     ]
 
 
+def test_jobs_queued_behind_the_one_in_flight_are_in_flight_too() -> None:
+    """A key's later jobs are emitted and wait for the first one's answer: each is a job in flight."""
+    at = [int((T0 + timedelta(seconds=s)).timestamp() * 1e6) for s in (10, 20, 30)]
+    first, second, third = InFlight("job-1", "ev-3", at[0]), InFlight("job-2", "ev-6", at[1]), InFlight("job-3", "ev-9", at[2])
+    state = SessionTriggerState("a", "u", "s1", "k", in_flight=first, queued=(second, third))
+    rows = views.job_rows([SessionTriggerState.from_bytes(state.to_bytes())], T0 + timedelta(seconds=40))
+    assert [(r.job_id, r.upto_event_id, r.queue_position, r.age_s) for r in rows] == [
+        ("job-1", "ev-3", 0, 30.0), ("job-2", "ev-6", 1, 20.0), ("job-3", "ev-9", 2, 10.0)
+    ]  # fmt: skip
+
+
 def test_the_changelog_name_matches_the_worker_table() -> None:
     from streams.app.factory import TABLE_NAME
 
