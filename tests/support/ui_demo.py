@@ -119,12 +119,15 @@ class DemoRun:
     summaries: list[SessionSummary]
 
     @property
-    def stored_ids(self) -> list[str]:
-        """The events the projector stores, in session order (partial events are never stored)."""
+    def complete_ids(self) -> list[str]:
+        """The complete events, in session order (a partial one is stored, never summarized nor carried)."""
         return [r["event_id"] for r in self.records if not r.get("partial")]
 
+    def record(self, event_id: str) -> dict[str, Any]:
+        return next(r for r in self.records if r["event_id"] == event_id)
+
     def filter_key_of(self, event_id: str) -> str:
-        return str(next(r["filter_key"] for r in self.records if r["event_id"] == event_id))
+        return str(self.record(event_id)["filter_key"])
 
     def history(self, filter_key: str) -> list[SessionSummary]:
         """The versions of one key, oldest first."""
@@ -135,7 +138,7 @@ class DemoRun:
         return {s.filter_key: s for s in sorted(self.summaries, key=lambda s: (s.filter_key, s.version))}
 
     def containing(self, text: str) -> list[str]:
-        """The stored events whose record holds ``text`` (in a message, a tool call or its result)."""
+        """The complete events whose record holds ``text`` (in a message, a tool call or its result)."""
         return [r["event_id"] for r in self.records if not r.get("partial") and text in json.dumps(r["message"])]
 
 
@@ -164,7 +167,7 @@ async def wait_projected(reader: Any, run: DemoRun, timeout: float = 30.0) -> No
     while time.monotonic() < deadline:
         have = {s.filter_key: s.version for s in await reader.list_summaries(run.key)}
         events = (await reader.session_stats(run.key))["events"]
-        if have == want and events == len(run.stored_ids):
+        if have == want and events == len(run.records):
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"not projected within {timeout:.0f} s: summaries {have} (want {want}), events {events}")
