@@ -502,9 +502,12 @@ def _after_post(ui: UIEnv, element_id: str) -> str:
 
 
 def test_the_access_log_carries_no_message_content(ui: UIEnv) -> None:
-    access = [line for line in ui.log_path.read_text().splitlines() if "distill.ui.access" in line]
+    log = ui.log_path.read_text().splitlines()
+    access = [line for line in log if "distill.ui.access" in line]
     assert any("GET /recall ?app,id,key,query,scope,tool,user 200" in line for line in access), access
     assert any("POST /dead-letters/redrive 303" in line for line in access), access
     for line in access:
         for content in (ui_demo.HIDDEN_DETAIL, "m-9921", "JSON", ui.run.key.session_id):
             assert content not in line, line
+    # nor does anything else the server logged (searched text, loaded payloads)
+    assert not [line for line in log if ui_demo.HIDDEN_DETAIL in line or "m-9921" in line]
