@@ -403,8 +403,9 @@ class JobRow:
     emitted_at: datetime
     """The time of the event that emitted it (event time: what the worker's decisions count in)."""
     attempt: int
-    age_s: float
-    """Since the worker emitted it (wall clock) when it recorded that, else since ``emitted_at``."""
+    age_s: float | None
+    """Since the worker emitted it, by the wall clock (``None``: not recorded, as for a queued job; event
+    times may be anything, a replay's or a producer's clock, so they give no age)."""
     queue_position: int = 0
     """0: the key's job being summarized; n: the n-th job emitted after it, waiting for its answer."""
 
@@ -427,21 +428,19 @@ def job_rows(tracked: Iterable[TrackedKey], now: datetime) -> list[JobRow]:
     A key's unanswered jobs are ``in_flight`` (the one summarized now) and
     ``queued`` behind it (emitted, run one at a time in order), from their
     emission until their summary (or failure) is applied. The worker records
-    the wall-clock emission of the in-flight job (``emitted_wall``): its age
-    counts from there; a queued job's from the time of the event that emitted it.
+    the wall-clock emission of the in-flight job only (``emitted_wall``): its
+    age counts from there; a queued job has none.
     """
     rows = []
     for t in tracked:
         s = t.state
         for position, f in enumerate(s.unanswered):
             emitted = from_micros(f.emitted_at)
-            since = (
-                datetime.fromtimestamp(t.emitted_wall, UTC)
-                if position == 0 and s.in_flight is not None and t.emitted_wall is not None
-                else emitted
-            )
+            age = None
+            if position == 0 and s.in_flight is not None and t.emitted_wall is not None:
+                age = max(0.0, (now - datetime.fromtimestamp(t.emitted_wall, UTC)).total_seconds())
             rows.append(JobRow(s.app_name, s.user_id, s.session_id, s.filter_key, f.job_id, f.upto_event_id, emitted,
-                               f.attempt, max(0.0, (now - since).total_seconds()), position))  # fmt: skip
+                               f.attempt, age, position))  # fmt: skip
     return sorted(rows, key=lambda r: (r.emitted_at, r.session_id, r.filter_key, r.queue_position))
 
 

@@ -434,6 +434,11 @@ def test_consumer_lag_per_group_and_partition_and_the_jobs_in_flight(ui: UIEnv) 
         (ui.busy.session_id, job, str(i)) for i, job in enumerate(ui.busy_jobs)
     ], jobs
     assert "summarizing" in jobs[0]["_text"] and "queued #1" in jobs[1]["_text"]
+    # the hung job's age counts from the worker's own clock (emitted seconds ago); the queued one has none
+    age = ui.driver.execute_script(
+        "return [...document.querySelectorAll('#jobs tr.job')].map(tr => tr.cells[6].innerText)"
+    )
+    assert age[0].endswith(" s") and 0 <= int(age[0].removesuffix(" s")) < 600 and age[1] == "—", age
     ui.shot("ops.png")
 
 

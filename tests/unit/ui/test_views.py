@@ -198,7 +198,7 @@ def test_jobs_in_flight_come_from_the_latest_changelog_value_of_each_key() -> No
     """The changelog holds the worker's table values (``TrackedKey`` bytes), the last one per key counts."""
     emitted = T0 + timedelta(seconds=30)
     flight = InFlight("job-1", "ev-9", int(emitted.timestamp() * 1e6))
-    busy = TrackedKey(SessionTriggerState("a", "u", "s1", "k", in_flight=flight), 0, 1, emitted_wall=None)
+    busy = TrackedKey(SessionTriggerState("a", "u", "s1", "k", in_flight=flight), 0, 1, emitted.timestamp())
     idle = TrackedKey(SessionTriggerState("a", "u", "s3"), 0, 1)
     records = [(b"s1", idle.to_bytes()), (b"s1", busy.to_bytes()), (b"s2", busy.to_bytes()), (b"s2", None),
                (b"s3", idle.to_bytes()), (b"s4", b"not a state")]  # fmt: skip
@@ -213,12 +213,14 @@ def test_jobs_in_flight_come_from_the_latest_changelog_value_of_each_key() -> No
 
 
 def test_a_job_s_age_is_wall_clock_time_when_the_worker_recorded_its_emission() -> None:
-    """Event times may be anything (a replay, a producer's clock): the worker's emission time is the age."""
+    """Event times may be anything (a replay, a producer's clock): only the worker's emission time gives an age."""
     flight = InFlight("job-1", "ev-9", int(T0.timestamp() * 1e6))
     wall = (T0 + timedelta(days=30)).timestamp()
     tracked = TrackedKey(SessionTriggerState("a", "u", "s1", in_flight=flight), 0, 1, emitted_wall=wall)
     (row,) = views.job_rows([tracked], T0 + timedelta(days=30, seconds=12))
     assert row.emitted_at == T0 and row.age_s == 12.0
+    (unknown,) = views.job_rows([TrackedKey(tracked.state, 0, 1)], T0 + timedelta(days=30, seconds=12))
+    assert unknown.age_s is None
 
 
 def test_the_changelog_name_matches_the_worker_table() -> None:
