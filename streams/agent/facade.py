@@ -232,9 +232,9 @@ class DistillAgent:
            request reaches the refresh threshold (compaction and summaries on;
            ``force=False``, once, as Go's pre-call refresh) or while it would
            still drop history and events lie after the boundary (summaries
-           on; ``force=True``, up to ``MAX_FORCED_REFRESHES`` times). A forced
-           request answered with nothing means a job of the key is in flight:
-           its summary is waited for (``summary_timeout_s``). A summary that
+           on; ``force=True``, up to ``MAX_FORCED_REFRESHES`` times). The request
+           waits for the key's job in flight and answers with the summary that
+           covers the requested events (``summary_timeout_s``). A summary that
            alone exceeds the budget is sent as it is (only the model shortens
            it): ``report.over_budget`` says so.
 
@@ -244,9 +244,14 @@ class DistillAgent:
         run = await self._current_run()
         opts = self.options
         refreshed = False
-        if opts.sync_summary_intra_run and opts.add_session_summary and run.model_calls > 0:
-            refreshed = await self._refresh(force=False) is not None
         read = await self.read()
+        if opts.sync_summary_intra_run and opts.add_session_summary and run.model_calls > 0:
+            # the answer is the key's newest summary (the round's job's once it is done): only a newer
+            # version than the read's counts as a refresh
+            synced = await self._refresh(force=False)
+            if synced is not None and synced.version > _own_version(read, self.filter_key):
+                refreshed = True
+                read = await self.read()
         assembly = assembly_options(opts, filter_key=self.filter_key, model=self.model,
                                     summary_formatter=self.summary_formatter)  # fmt: skip
         fitted = self._fit(system_prompt, read, tools, assembly)
@@ -258,10 +263,8 @@ class DistillAgent:
                 break
             due = False
             had = _own_version(read, self.filter_key)
-            summary = await self._refresh(force=force)
+            summary = await self._refresh(force=force)  # waits for the key's job in flight, if any
             version = summary.version if summary is not None else had
-            if summary is None and force:
-                version = await self._newer_summary(had)
             if version <= had:
                 break
             read = await self.read()
@@ -344,20 +347,6 @@ class DistillAgent:
     def _after_boundary(self, read: ContextRead) -> bool:
         """Whether ``read`` holds events its summary's boundary does not cover (what a forced summary takes)."""
         return any(not _covered(read.summary, e.event_id, e.timestamp) for e in read.events)
-
-    async def _newer_summary(self, had: int) -> int:
-        """The key's summary version once it is above ``had`` (the in-flight job's), else ``had`` after the timeout."""
-        deadline = time.monotonic() + self.options.summary_timeout_s
-        delay = _FIRST_POLL_S
-        while time.monotonic() < deadline:
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, _MAX_POLL_S)
-            version = _own_version(await self.read(), self.filter_key)
-            if version > had:
-                return version
-        log.warning("no summary of the key arrived within %g s", self.options.summary_timeout_s,
-                    extra={"session_id": self.key.session_id, "filter_key": self.filter_key})  # fmt: skip
-        return had
 
     async def _refresh(self, *, force: bool) -> SessionSummary | None:
         """:meth:`summarize`, a failure logged instead of raised: the request is then built without it."""
