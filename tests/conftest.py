@@ -19,6 +19,7 @@ import pytest
 
 from schemas.settings import Settings, load_settings
 from tests.support.cleanup import REGISTERED, register_prefix
+from tests.support.keyspaces import KeyspacePool
 
 
 def _delete_registered(settings: Settings) -> None:
@@ -89,3 +90,25 @@ def isolated_settings(service_settings: Settings) -> Settings:
         data["topics"][name] = f"t-{suffix}.{name}"
     data["topics"]["partitions"] = 2
     return Settings(**data)
+
+
+@pytest.fixture(scope="session")
+def keyspaces(service_settings: Settings) -> Iterator[KeyspacePool]:
+    """This test process's pool of migrated keyspaces (dropped at the end)."""
+    pool = KeyspacePool(service_settings.cassandra)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture()
+def pooled_settings(isolated_settings: Settings, keyspaces: KeyspacePool) -> Iterator[Settings]:
+    """``isolated_settings`` on a migrated keyspace with empty tables, emptied again after the test."""
+    name = keyspaces.lease()
+    data = isolated_settings.model_dump()
+    data["cassandra"]["keyspace"] = name
+    try:
+        yield Settings(**data)
+    finally:
+        keyspaces.release(name)
