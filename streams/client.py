@@ -27,7 +27,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel, ValidationError
 
-from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryFailure
+from schemas import EpochAdopted, SessionKey, SessionSummary, SummarizeSync, SummaryFailure
 from schemas.commands import NOTHING_TO_SUMMARIZE_CLASSES
 from schemas.records import EventTopicRecord
 from schemas.settings import Settings
@@ -256,6 +256,8 @@ async def _records(
                        "error_class": type(exc).__name__},
             )  # fmt: skip
             continue
+        if isinstance(record, EpochAdopted):
+            continue  # an epoch switch: the summaries it serves were published before, on their own line
         if isinstance(record, SummaryFailure) and not include_failures:
             continue
         if session is not None and (record.app_name, record.user_id, record.session_id) != session:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from schemas import (
+    EpochAdopted,
     EventTopicRecord,
     RecordDecodeError,
     SessionEvent,
@@ -58,9 +59,15 @@ def _validation_reason(exc: ValidationError) -> str:
     return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
 
 
-def decode_summary_record(raw: bytes) -> SessionSummary | SummaryFailure:
-    """A record of the summaries topic (a summary or a failure answer)."""
+SummariesTopicRecord = SessionSummary | SummaryFailure | EpochAdopted
+
+
+def decode_summary_record(raw: bytes) -> SummariesTopicRecord:
+    """A record of the summaries topic: a summary, a failure answer or an epoch switch."""
     data = json.loads(raw)
-    if isinstance(data, dict) and data.get("type") == "summary_failure":
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind == "summary_failure":
         return SummaryFailure.model_validate(data)
+    if kind == "epoch_adopted":
+        return EpochAdopted.model_validate(data)
     return SessionSummary.model_validate(data)
