@@ -24,7 +24,8 @@ from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
-from streams.app.ledger import Head, summary_key
+from streams.app.heads import Head
+from streams.app.ledger import summary_key
 from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey
@@ -67,14 +68,18 @@ class ReplayStats:
 
 
 class _Ledger:
-    def __init__(self) -> None:
+    def __init__(self, epoch: int = 0) -> None:
         self.heads: dict[str, Head] = {}
+        self.epoch = epoch
 
     async def ready(self, partition: int) -> None:
         return None
 
     def head(self, partition: int, key: str) -> Head | None:
         return self.heads.get(key)
+
+    def epoch_of(self, partition: int, session: str) -> int:
+        return self.epoch
 
 
 class _Log:
@@ -199,7 +204,7 @@ class InProcessReplay:
         if isinstance(record, SessionSummary):
             stats.summaries += 1
             self.ledger.heads[summary_key(record)] = Head(
-                record.version, record.boundary, record.summary, result.events_offset, record.job_id
+                record.version, record.boundary, record.summary, result.events_offset, record.job_id, record.epoch
             )
             if result.input_hash and result.outcome == "summary":
                 self.cache.put(result.input_hash, record)

@@ -16,32 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from schemas import SessionSummary, SummaryBoundary
+from schemas import EpochAdopted, SessionSummary
 from schemas.settings import KafkaSettings
 from streams.app.cache import SummaryCache
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
+from streams.app.heads import Head, HeadBook
 from streams.app.tracked import table_key
 from streams.errors import RetryableError
 from streams.kafka_config import consumer_kwargs
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """The latest summary of one key."""
-
-    version: int
-    boundary: SummaryBoundary
-    summary: str
-    events_offset: int | None
-    job_id: str
 
 
 def summary_key(summary: SessionSummary) -> str:
@@ -51,11 +40,14 @@ def summary_key(summary: SessionSummary) -> str:
 class SummaryLedger:
     """Heads per partition; see the module docstring."""
 
-    def __init__(self, kafka: KafkaSettings, topic: str, cache: SummaryCache | None = None) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, topic: str, cache: SummaryCache | None = None, *, default_epoch: int = 0
+    ) -> None:
         self.kafka = kafka
         self.topic = topic
         self.cache = cache
-        self._heads: dict[int, dict[str, Head]] = {}
+        self.book = HeadBook(default_epoch)
+        """Heads on each session's served epoch (see :mod:`streams.app.heads`)."""
         self._read_upto: dict[int, int] = {}
         """Per partition: the offset the heads were read up to (the next catch-up starts there)."""
         self._ready: set[int] = set()
@@ -81,16 +73,21 @@ class SummaryLedger:
             self._ready.discard(p)
 
     def head(self, partition: int, key: str) -> Head | None:
-        return self._heads.get(partition, {}).get(key)
+        return self.book.head(partition, key)
 
-    def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
-        """Apply a summary (ours or read back); older versions never replace newer ones."""
-        heads = self._heads.setdefault(partition, {})
-        key = summary_key(summary)
-        current = heads.get(key)
-        if current is not None and current.version >= summary.version:
-            return
-        heads[key] = Head(summary.version, summary.boundary, summary.summary, events_offset, summary.job_id)
+    def epoch_of(self, partition: int, session: str) -> int:
+        return self.book.epoch_of(partition, session)
+
+    def record(
+        self, partition: int, summary: SessionSummary, events_offset: int | None, raw: bytes | None = None,
+        at: int | None = None,
+    ) -> None:  # fmt: skip
+        """Apply a summary (ours or read back at ``at``): only its session's served epoch, versions only grow."""
+        self.book.record(partition, summary, events_offset, raw, at)
+
+    def adopt(self, partition: int, record: EpochAdopted, at: int | None) -> None:
+        """Apply an epoch switch (ours, or read back at ``at``)."""
+        self.book.adopt(partition, record, at)
 
     async def ready(self, partition: int) -> None:
         """Read ``partition`` of the summaries topic to its end (once per assignment)."""
@@ -107,7 +104,7 @@ class SummaryLedger:
             log.info(
                 "summary ledger ready",
                 extra={"topic": self.topic, "partition": partition, "records": count,
-                       "keys": len(self._heads.get(partition, {}))},
+                       "keys": self.book.keys(partition)},
             )  # fmt: skip
 
     async def _catch_up(self, partition: int) -> int:
@@ -122,29 +119,33 @@ class SummaryLedger:
             await consumer.seek_to_beginning(tp)
         else:
             consumer.seek(tp, start)
-        self._heads.setdefault(partition, {})
         count = 0
         try:
             while await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
                 for msg in batch.get(tp, []):
                     count += 1
-                    self._absorb(partition, msg.value, msg.headers)
+                    self._absorb(partition, msg.value, msg.headers, msg.offset)
             self._read_upto[partition] = max(end, await consumer.position(tp))
         finally:
             consumer.pause(tp)  # no long-polling at the log end between catch-ups
         return count
 
-    def _absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+    def _absorb(
+        self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None, offset: int
+    ) -> None:
         if value is None:
             return
         try:
             record = decode_summary_record(value)
         except ValueError:
             return
+        if isinstance(record, EpochAdopted):
+            self.adopt(partition, record, offset)
+            return
         if not isinstance(record, SessionSummary):
             return
-        self.record(partition, record, header_int(headers, EVENTS_OFFSET))
+        self.record(partition, record, header_int(headers, EVENTS_OFFSET), value, offset)
         digest = header(headers, INPUT_HASH)
         if digest and self.cache is not None:
             self.cache.put(digest, record)

@@ -13,7 +13,9 @@ No Faust here. Per job:
 4. the content-addressed cache is consulted — addressed by what the summarizer
    would send (``Summarizer.cache_key``: its first request, every selected
    event, the model, the output settings) — else the summarizer runs;
-5. the result carries version ``head + 1``: versions only grow.
+5. the result carries version ``head + 1`` on the head's epoch (a key without a
+   head: its session's served epoch, :mod:`schemas.epochs`): versions only grow
+   within an epoch.
 
 Transient failures raise :class:`~streams.errors.RetryableError` (the caller
 retries with backoff); permanent ones become a :class:`SummaryFailure`.
@@ -40,7 +42,7 @@ from schemas import (
 )
 from streams.app.cache import SummaryCache, input_hash
 from streams.app.event_log import RawEvent
-from streams.app.ledger import Head
+from streams.app.heads import Head, session_id_of
 from streams.app.tracked import table_key
 from streams.errors import DistillError, PermanentError
 from streams.rules.boundaries import events_after
@@ -78,6 +80,8 @@ class Heads(Protocol):
 
     def head(self, partition: int, key: str) -> Head | None: ...
 
+    def epoch_of(self, partition: int, session: str) -> int: ...
+
 
 class EventSource(Protocol):
     """A session's records of one events partition (:class:`~streams.app.event_log.EventLogReader`)."""
@@ -111,6 +115,7 @@ class SummarizeHandler:
             if job.reply_to is None:
                 return JobResult("stale")
             return self._nothing(job, f"version {version} already covers the requested events", version)
+        epoch = head.epoch if head is not None else self.ledger.epoch_of(partition, session_id_of(*job.session_key))
         fresh = job.previous_boundary is None and version == job.from_version
         previous = head if head is not None and not fresh else None
         delta = await self._delta(job, partition, previous)
@@ -135,7 +140,7 @@ class SummarizeHandler:
             )  # fmt: skip
         cached = self.cache.get(digest) if self.cache is not None and digest else None
         if cached is not None:
-            summary = self._from_cache(cached, job, version, previous)
+            summary = self._from_cache(cached, job, version, previous, epoch)
             return JobResult("cached", summary, delta.offsets.get(summary.boundary.last_event_id or ""), digest,
                              len(delta.events))  # fmt: skip
         try:
@@ -165,6 +170,7 @@ class SummarizeHandler:
             summary=result.text,
             version=new_version,
             previous_version=version or None,
+            epoch=epoch,
             boundary=boundary,
             previous_boundary=prev_boundary,
             model=result.model,
@@ -247,9 +253,9 @@ class SummarizeHandler:
         return events, raws, offsets
 
     def _from_cache(
-        self, cached: SessionSummary, job: SummaryJob, version: int, previous: Head | None
+        self, cached: SessionSummary, job: SummaryJob, version: int, previous: Head | None, epoch: int
     ) -> SessionSummary:
-        """The cached summary as the key's next version; its boundary is kept as cached
+        """The cached summary as the key's next version on ``epoch``; its boundary is kept as cached
         (``boundary.version`` is the boundary *format* version, not the summary's)."""
         new_version = version + 1
         prev_boundary = previous.boundary if previous is not None else None
@@ -257,6 +263,7 @@ class SummarizeHandler:
             update={
                 "version": new_version,
                 "previous_version": version or None,
+                "epoch": epoch,
                 "previous_boundary": prev_boundary,
                 "job_id": job.job_id,
                 "reply_to": job.reply_to,

@@ -34,6 +34,9 @@ class MemoryLedger:
     def head(self, partition: int, key: str) -> Head | None:
         return self.heads.get((partition, key))
 
+    def epoch_of(self, partition: int, session: str) -> int:
+        return 0
+
     def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
         key = summary_key(summary)
         current = self.heads.get((partition, key))
