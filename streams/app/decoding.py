@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from schemas import (
+    AdoptEpoch,
     EpochAdopted,
     EventTopicRecord,
     RecordDecodeError,
     SessionEvent,
     SessionSummary,
     SummaryFailure,
+    SummaryJob,
     parse_event_record,
 )
 
@@ -71,3 +73,11 @@ def decode_summary_record(raw: bytes) -> SummariesTopicRecord:
     if kind == "epoch_adopted":
         return EpochAdopted.model_validate(data)
     return SessionSummary.model_validate(data)
+
+
+def decode_job_record(raw: bytes) -> SummaryJob | AdoptEpoch:
+    """A record of the jobs topic: a summary job, or an epoch switch the track agent forwarded."""
+    data = json.loads(raw)
+    if isinstance(data, dict) and data.get("type") == "adopt_epoch":
+        return AdoptEpoch.model_validate(data)
+    return SummaryJob.model_validate(data)

@@ -30,9 +30,9 @@ from streams.rules.counters import Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.trigger_state import (
     InFlight,
-    adopted_in,
     Scope,
     SessionTriggerState,
+    adopted_in,
     decided_in,
     decided_row,
     failure_in,

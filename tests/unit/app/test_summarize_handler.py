@@ -37,7 +37,10 @@ class MemoryLedger:
     def epoch_of(self, partition: int, session: str) -> int:
         return 0
 
-    def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
+    def record(
+        self, partition: int, summary: SessionSummary, events_offset: int | None, raw: bytes | None = None,
+        at: int | None = None,
+    ) -> None:  # fmt: skip
         key = summary_key(summary)
         current = self.heads.get((partition, key))
         if current is None or current.version < summary.version:
