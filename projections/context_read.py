@@ -6,8 +6,10 @@ For (session, filter key) :meth:`ContextReader.read` returns a
 in-memory history would give (``tests/integration/test_context_read_property.py``
 checks it over thousands of generated sessions). It reads:
 
-1. the latest summaries of the session (one small partition) and picks the one
-   that applies to the key (:func:`applicable_summary`);
+1. the latest summaries of the session (one small partition: the heads of the
+   epoch the session is served from, which a switch replaces all at once, so
+   the read sees one epoch) and picks the one that applies to the key
+   (:func:`applicable_summary`);
 2. **the tail**: the events from the boundary to the end, newest first in pages
    of ``page_size`` (at most ``max_events``; then ``stats.truncated``), kept
    when visible to the key (:func:`visible`: ancestors, descendants and keyless
@@ -100,6 +102,7 @@ def applicable_summary(summaries: Iterable[SessionSummary], filter_key: str) -> 
                 summary=found.summary,
                 boundary=found.boundary,
                 source="exact" if candidate == filter_key else "ancestor",
+                epoch=found.epoch,
             )
     return None
 

@@ -79,6 +79,11 @@ class StoredSummary:
     created_at: datetime | None
     record: SessionSummary
 
+    @property
+    def epoch(self) -> int:
+        """The line the summary belongs to (``schemas.epochs``; 0: the live line)."""
+        return self.record.epoch
+
 
 @dataclass(frozen=True)
 class StoredEvent:
@@ -200,6 +205,7 @@ class SessionReader:
         self._summary_all = self._prep(f"SELECT * FROM {ks}.summaries_latest WHERE {pk}")
         self._history = self._prep(f"SELECT * FROM {ks}.summaries_history WHERE {pk} AND filter_key = ?")
         self._history_all = self._prep(f"SELECT * FROM {ks}.summaries_history WHERE {pk}")
+        self._epoch_history = self._prep(f"SELECT * FROM {ks}.summaries_epoch_history WHERE {pk}")
         self._event_id = self._prep(f"SELECT ts, seq FROM {ks}.event_ids WHERE {pk} AND event_id = ?")
         self._event_at = self._prep(
             f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk} AND ts = ? AND event_id = ?"
@@ -313,13 +319,26 @@ class SessionReader:
         rows = await aexecute(self._s, self._summary_all, tuple(key))
         return sorted((_summary(r) for r in rows), key=lambda s: s.filter_key)
 
-    async def summary_history(self, key: SessionKey, filter_key: str | None = None) -> list[StoredSummary]:
-        """Every stored version (newest first) of ``filter_key``, or of every key when ``None``."""
-        if filter_key is None:
-            rows = await afetch_all(self._s, self._history_all, tuple(key))
-        else:
-            rows = await afetch_all(self._s, self._history, (*key, filter_key))
-        return [_summary(r) for r in rows]
+    async def summary_history(
+        self, key: SessionKey, filter_key: str | None = None, *, epoch: int | None = None
+    ) -> list[StoredSummary]:
+        """Every stored version of ``filter_key`` (of every key when ``None``) on every epoch, or on ``epoch``.
+
+        Ordered by ``(epoch, version)``, newest first (then by key). Epoch 0 is
+        read from ``summaries_history``, the others from ``summaries_epoch_history``.
+        """
+        zero: list[Any] = []
+        if epoch in (None, 0):
+            if filter_key is None:
+                zero = await afetch_all(self._s, self._history_all, tuple(key))
+            else:
+                zero = await afetch_all(self._s, self._history, (*key, filter_key))
+        others: list[Any] = []
+        if epoch != 0:
+            rows = await afetch_all(self._s, self._epoch_history, tuple(key))
+            others = [r for r in rows if filter_key in (None, r.filter_key) and epoch in (None, r.epoch)]
+        out = [_summary(r) for r in (*zero, *others)]
+        return sorted(out, key=lambda h: (-h.epoch, -h.version, h.filter_key))
 
     # -- events ----------------------------------------------------------------------------------------------
 

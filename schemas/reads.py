@@ -32,6 +32,8 @@ class AppliedSummary(ContractModel):
     summary: str
     boundary: SummaryBoundary
     source: AppliedSource
+    epoch: int = 0
+    """The epoch the session is served from (``schemas.epochs``): every key's summary is of it."""
 
 
 class ProjectionLag(ContractModel):
