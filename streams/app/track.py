@@ -154,13 +154,13 @@ def nothing_to_summarize(
     )
 
 
-def key_refused(command: SummarizeSync, reason: str, at: datetime) -> SummaryFailure:
-    """The answer to a ``summarize_sync`` whose record key was refused (``error_class`` ``RecordKeyError``)."""
+def key_refused(command: SummarizeSync | AdoptEpoch, reason: str, at: datetime) -> SummaryFailure:
+    """The answer to a ``summarize_sync`` or ``adopt_epoch`` whose record key was refused (``RecordKeyError``)."""
     return SummaryFailure(
         app_name=command.app_name,
         user_id=command.user_id,
         session_id=command.session_id,
-        filter_key=command.filter_key,
+        filter_key=command.filter_key if isinstance(command, SummarizeSync) else "",
         job_id=f"command:{command.command_id}",
         reply_to=command.reply_to,
         error_class=RECORD_KEY_ERROR,
@@ -235,7 +235,7 @@ class TrackHandler:
                     value, record_key, coords, RECORD_KEY_ERROR, problem, "track", self.dead_letter_limit
                 )
             )
-            if isinstance(record, SummarizeSync):  # its caller waits for an answer
+            if isinstance(record, SummarizeSync | AdoptEpoch) and record.reply_to:  # its caller waits for an answer
                 out.replies.append(key_refused(record, problem, log_time or datetime.now(UTC)))
             return out
         kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None

@@ -8,13 +8,14 @@ from typing import Any
 import click
 from pydantic import BaseModel, TypeAdapter
 
-from schemas import DeadLetter, EventRecord, SessionSummary, SummaryJob
+from schemas import DeadLetter, EpochAdopted, EventRecord, SessionSummary, SummaryJob
 from schemas.summaries import SummaryFailure
 
 _RECORDS: dict[str, Any] = {
     "event-record": EventRecord,
     "session-summary": SessionSummary,
     "summary-failure": SummaryFailure,
+    "epoch-adopted": EpochAdopted,
     "summary-job": SummaryJob,
     "dead-letter": DeadLetter,
 }
