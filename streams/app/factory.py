@@ -8,7 +8,9 @@ thin agents do decode → handler → send:
 * ``absorb`` (summaries topic): summaries and failures advance or release the
   table's keys (same table, co-partitioned);
 * ``summarize`` (jobs topic): hands each job to the bounded :class:`JobPool`
-  (``async_summary_num`` concurrent, one per key, acked in order).
+  (``async_summary_num`` concurrent, one per key, acked in order), and each
+  ``adopt_epoch`` the track agent forwarded (an epoch switch, decided where the
+  heads are: ``WorkerRuntime.run_adoption``).
 
 Every record is sent to the partition it came from, so a session's events,
 jobs, summaries and table entries always share one partition number whatever

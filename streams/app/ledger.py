@@ -10,6 +10,10 @@ to: when it comes back, only the records written since are read (heads only
 ever move to higher versions, so re-reading our own writes is harmless).
 A job whose ``from_version`` is below the head is stale: that is what makes
 re-emitted and duplicate jobs harmless, across crashes and rebalances.
+
+Heads are those of the epoch each session is served from (:mod:`streams.app.heads`):
+an ``epoch_adopted`` record on the partition switches a session's heads to the
+adopted epoch's, and summaries of the line it left no longer count.
 """
 
 from __future__ import annotations
