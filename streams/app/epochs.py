@@ -34,9 +34,9 @@ def reaches(epoch_head: Head, live_head: Head) -> bool:
     return epoch_head.boundary.cutoff_at >= live_head.boundary.cutoff_at
 
 
-def target_heads(command: AdoptEpoch, parked: Mapping[str, Head]) -> dict[str, Head]:
+def target_heads(command: AdoptEpoch, parked: Mapping[str, Head] | None) -> dict[str, Head]:
     """Filter key → the requested epoch's head: the command's or the parked one, the newer version."""
-    out = dict(parked)
+    out = dict(parked or {})
     for adopted in command.heads:
         head = head_of(adopted.summary, adopted.events_offset)
         current = out.get(adopted.summary.filter_key)
@@ -63,10 +63,15 @@ def decide_adoption(
     command: AdoptEpoch,
     served_epoch: int,
     live: Mapping[str, Head],
-    parked: Mapping[str, Head],
+    parked: Mapping[str, Head] | None,
     now: datetime,
 ) -> EpochAdopted | SummaryFailure:
-    """The switch of ``command``'s session to ``command.epoch``, or why not (see the module docstring)."""
+    """The switch of ``command``'s session to ``command.epoch``, or why not (see the module docstring).
+
+    ``parked``: the heads the session left on the epoch (``None``: never served from it).
+    Epoch 0 is where every session started: switching back to it without heads
+    (the session had none when it left) starts every key over.
+    """
 
     def refuse(error_class: str, reason: str) -> SummaryFailure:
         return SummaryFailure(
@@ -79,7 +84,7 @@ def decide_adoption(
     if command.epoch == served_epoch:
         return refuse(EPOCH_ALREADY_SERVED, f"session {session} is already served from epoch {served_epoch}")
     target = target_heads(command, parked)
-    if not target and live:
+    if not target and live and parked is None and command.epoch != 0:
         return refuse(EPOCH_UNKNOWN, f"epoch {command.epoch} holds no summary of session {session} "
                                      f"(neither the command nor an earlier switch brought any)")  # fmt: skip
     behind = lagging(target, live)

@@ -101,9 +101,11 @@ class HeadBook:
         prefix = session + KEY_SEPARATOR
         return {fk: heads[prefix + fk] for fk in sorted(self._keys.get(partition, {}).get(session, ()))}
 
-    def parked(self, partition: int, session: str, epoch: int) -> dict[str, Head]:
+    def parked(self, partition: int, session: str, epoch: int) -> dict[str, Head] | None:
+        """The heads the session left on ``epoch`` (``None``: it was never served from it)."""
         line = self.line(partition, session)
-        return dict(line.parked.get(epoch, {})) if line is not None else {}
+        found = line.parked.get(epoch) if line is not None else None
+        return dict(found) if found is not None else None
 
     def applied(self, partition: int, session: str, command_id: str) -> bool:
         line = self.line(partition, session)

@@ -310,7 +310,7 @@ class WorkerRuntime:
         await self.ledger.ready(partition)
         book = self.ledger.book
         names = {"", *book.session_heads(partition, session), *(h.summary.filter_key for h in command.heads),
-                 *book.parked(partition, session, command.epoch)}  # fmt: skip
+                 *(book.parked(partition, session, command.epoch) or ())}  # fmt: skip
         async with contextlib.AsyncExitStack() as stack:
             for fk in sorted(names):
                 await stack.enter_async_context(self._head_lock(f"{session}{KEY_SEPARATOR}{fk}"))

@@ -71,7 +71,7 @@ def heads(*items: tuple[SessionSummary, int]) -> dict[str, Head]:
 def test_an_epoch_reaching_every_live_boundary_is_adopted_and_the_left_heads_travel_with_the_switch() -> None:
     live = heads((summary(2, 5, "旧的摘要"), 5), (summary(1, 3, "分支", key="app/b"), 3))
     command = adopt(1, (summary(2, 5, "新的摘要", epoch=1), 5), (summary(1, 3, "新分支", epoch=1, key="app/b"), 3))
-    answer = decide_adoption(command, 0, live, {}, NOW)
+    answer = decide_adoption(command, 0, live, None, NOW)
     assert isinstance(answer, EpochAdopted)
     assert (answer.epoch, answer.previous_epoch, answer.caught_up) == (1, 0, True)
     assert [(h.summary.filter_key, h.summary.summary) for h in answer.heads] == [("", "新的摘要"), ("app/b", "新分支")]
@@ -93,10 +93,16 @@ def test_an_epoch_behind_the_live_line_is_refused_naming_the_key_unless_forced()
 
 def test_switching_to_the_served_epoch_or_to_one_without_heads_is_refused() -> None:
     live = heads((summary(1, 3, "live"), 3))
-    served = decide_adoption(adopt(0), 0, live, {}, NOW)
+    served = decide_adoption(adopt(0), 0, live, None, NOW)
     assert isinstance(served, SummaryFailure) and served.error_class == EPOCH_ALREADY_SERVED
-    unknown = decide_adoption(adopt(0, caught_up=False), 1, live, {}, NOW)
+    unknown = decide_adoption(adopt(2, caught_up=False), 1, live, None, NOW)
     assert isinstance(unknown, SummaryFailure) and unknown.error_class == EPOCH_UNKNOWN
+
+
+def test_switching_back_to_the_live_line_the_session_left_without_summaries_starts_it_over() -> None:
+    live = heads((summary(1, 3, "epoch one", epoch=1), 3))
+    back = decide_adoption(adopt(0, caught_up=False), 1, live, {}, NOW)
+    assert isinstance(back, EpochAdopted) and back.heads == () and len(back.replaced) == 1
 
 
 def test_a_switch_back_starts_from_the_parked_heads_the_newer_of_them_and_the_commands() -> None:
@@ -131,11 +137,11 @@ def test_the_book_follows_the_served_epoch_parks_the_left_heads_and_ignores_reco
     assert not book.record(0, summary(2, 5, "live v2", epoch=0), 5, at=11)
     assert not book.adopt(0, switch, 12)
     assert book.head(0, key).summary == "新 v2"  # type: ignore[union-attr]
-    assert book.parked(0, SESSION_ID, 0)[""].summary == "live v1"
+    assert (book.parked(0, SESSION_ID, 0) or {})[""].summary == "live v1"
     # back to epoch 0: its parked head is the head again, epoch 1's is parked in turn
     _switch(book, 0, 20, cid="c2")
     assert book.head(0, key).summary == "live v1" and book.epoch_of(0, SESSION_ID) == 0  # type: ignore[union-attr]
-    assert book.parked(0, SESSION_ID, 1)[""].version == 2
+    assert (book.parked(0, SESSION_ID, 1) or {})[""].version == 2
     assert book.record(0, summary(2, 6, "live v2 after the switch back"), 6, at=21)
     assert not book.record(0, summary(3, 7, "epoch 1, before the switch back", epoch=1), 7, at=14)
 
@@ -239,7 +245,7 @@ async def test_a_pass_at_the_model_when_the_switch_lands_runs_again_on_the_adopt
             await release.wait()
         return result
 
-    rt.summarize.handle = gated  # type: ignore[method-assign]
+    rt.summarize.handle = gated  # type: ignore[method-assign,assignment]
     pass_ = asyncio.ensure_future(rt.run_job(next_job(7, 3, 1), COORDS, b"k", None))
     await at_model.wait()
     await rt.run_adoption(adopt(1, (summary(1, 3, "NEWHEAD", epoch=1), 3)), COORDS, b"k")
