@@ -129,7 +129,7 @@ def test_the_book_follows_the_served_epoch_parks_the_left_heads_and_ignores_reco
     book = HeadBook()
     key = f"{SESSION_ID}\x1f"
     assert book.record(0, summary(1, 3, "live v1"), 3, at=10)
-    assert not book.record(0, summary(1, 3, "epoch 1 elsewhere", epoch=1), 3, at=11)  # not the served epoch
+    assert not book.record(0, summary(2, 3, "epoch 1 elsewhere", epoch=1), 3)  # not the served epoch
     switch = _switch(book, 1, 12, summary(1, 3, "新 v1", epoch=1))
     assert book.epoch_of(0, SESSION_ID) == 1 and book.head(0, key).summary == "新 v1"  # type: ignore[union-attr]
     assert book.record(0, summary(2, 5, "新 v2", epoch=1), 5, at=13)
@@ -269,3 +269,21 @@ async def test_a_refused_switch_is_answered_and_changes_nothing_and_a_command_de
     await rt.run_adoption(caught_up, COORDS, b"k")
     await rt.run_adoption(caught_up, COORDS, b"k")
     assert len(sent.of("epoch_adopted")) == 1 and rt.ledger.epoch_of(0, SESSION_ID) == 1
+
+
+async def test_a_forced_switch_to_a_head_behind_the_live_line_loses_no_event() -> None:
+    # The live line covers e0..e5; the epoch only e0..e3. Its next pass must take e4 and e5 again
+    # (the live summary that held them is not the previous summary any more), then e6, e7.
+    model = ScriptedModel("LIVE to e5", "NEW to e7", context_window=100_000)
+    rt, sent = runtime(model)
+    await rt.run_job(job(5), COORDS, b"k", None)
+    await rt.run_adoption(adopt(1, (summary(1, 3, "NEW to e3", epoch=1), 3), caught_up=False), COORDS, b"k")
+    [switch] = sent.of("epoch_adopted")
+    assert switch["caught_up"] is False
+    await rt.run_job(next_job(7, 5, 1), COORDS, b"k", None)
+    text = sent_text(model.requests[-1])
+    assert "NEW to e3" in text and "LIVE to e5" not in text
+    assert all(f"message {i} about topic {i}" in text for i in range(4, 8)), text
+    assert not any(f"message {i} about topic {i}" in text for i in range(0, 4))
+    last = sent.of("summary")[-1]
+    assert (last["epoch"], last["version"], last["boundary"]["last_event_id"]) == (1, 2, EVENTS[7].event_id)
