@@ -126,3 +126,15 @@ async def test_a_deleted_session_is_not_brought_back_by_a_late_switch(store: Sto
     await store.apply(record(EVENTS, delete, timestamp_ms=int(datetime.now(UTC).timestamp() * 1000) + 60_000))
     await store.apply(record(SUMMARIES, late, offset=3))
     assert await served(store, k) == {}
+
+
+async def test_a_summary_of_the_adopted_epoch_from_before_the_switch_does_not_move_it(store: Store) -> None:
+    # The session was served from epoch 1 once (v1, v2 at offsets 3, 4), left it, and is switched back
+    # to it at offset 9 with the heads the switch names: what came before the switch is history only.
+    k = key()
+    await store.events(event(k, "e1", at=1), event(k, "e2", at=2))
+    head = of_epoch(summary(k, 1, text="the head the switch names", cutoff=1, last_event_id="e1"), 1)
+    before = of_epoch(summary(k, 2, text="epoch 1, before the switch", cutoff=2, last_event_id="e2"), 1)
+    await store.apply(record(SUMMARIES, switch(k, 1, [head]), offset=9))
+    await store.apply(record(SUMMARIES, before, offset=4))
+    assert await served(store, k) == {"": (1, 1, "the head the switch names")}
