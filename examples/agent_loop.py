@@ -1,16 +1,19 @@
-"""An agent loop on distill: publish every event, assemble each request, answer recall tools.
+"""An agent loop on distill's agent facade: every event published, every request read back from Cassandra.
 
 Run (from the repository root, after ``make venv``)::
 
     .venv/bin/python examples/agent_loop.py
 
-It starts (or reuses) the local Kafka and Cassandra, creates the topics and
-tables, starts a worker and a projector, and plays a short conversation.
-Before each model call it reads the latest summary from Cassandra and builds
-the request with ``streams.context.assemble``: the summary injected into the
-system message, the history cut at the summary's boundary, old tool results
-compacted, and the ``session_search`` / ``session_load`` tools offered. Tool
-calls for those are answered from Cassandra; ``get_weather`` is a local tool.
+It starts (or reuses) the local Kafka and Cassandra, and a worker and a
+projector on topics of their own, and plays a short conversation. The loop
+(:func:`conversation`) is the README's wiring of :class:`streams.agent.DistillAgent`:
+the user's message, then per model call ``next_request`` → the model →
+``record`` → ``run_tools``. The agent keeps no history: each request is built
+from the summary and the events Cassandra holds — the summary injected into
+the system message, the history cut at its boundary, older tool results
+compacted, the ``session_search`` / ``session_load`` tools offered and
+answered from Cassandra, and the request fitted into the model's window.
+``get_weather`` is a local tool.
 
 The model is whatever OpenAI-compatible endpoint the settings name
 (``DISTILL_LLM__BASE_URL``, ``DISTILL_LLM__API_KEY``, ``DISTILL_LLM__MODEL``);
@@ -25,7 +28,7 @@ import asyncio
 import json
 import sys
 import uuid
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from offline_chat_endpoint import MODEL_NAME, OfflineChatEndpoint
 
-from projections.read_api import SessionReader
-from schemas import Message, SessionEvent, SessionKey, ToolCall
-from schemas.settings import Settings, load_settings
-from streams.cassandra_connection import cassandra_session
-from streams.client import DistillClient
-from streams.context.assembly import AssemblyOptions, assemble
-from streams.context.compaction import CompactionConfig
-from streams.context.recall_tools import RecallCapabilities, RecallExecutor
-from streams.local_pipeline import LocalPipeline
-from streams.recall_reader import CassandraRecallReader
+from schemas.settings import load_settings
+from streams.adapters.backend import SessionBackend
+from streams.agent import AgentRequest, DistillAgent, LocalTool
 
+APP_NAME = "agent_loop"
 SYSTEM_PROMPT = "You are a travel assistant. Be brief and precise."
 TURNS = [
     "Hi! I'm planning a trip to Lisbon and Porto in May. What's the weather in both?",
@@ -53,7 +50,7 @@ TURNS = [
     "And what's the weather in Madrid and Seville?",
     "I prefer trains over buses for the legs between cities.",
     "What's the weather in Berlin, where I fly from?",
-    "What did you tell me earlier about the weather in Porto?",
+    "What did I tell you earlier about my budget?",
 ]
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -63,6 +60,14 @@ WEATHER_TOOL: dict[str, Any] = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
+AGENT_OPTIONS: dict[str, Any] = {
+    "enable_context_compaction": True,  # older tool results become placeholders naming their event
+    "context_compaction_tool_result_max_tokens": 100,
+    "sync_summary_intra_run": True,  # a summary check between the model calls of one run
+}
+"""Go's llmagent options for this agent (the rest are ``Settings.agent``'s, e.g. ``DISTILL_AGENT__...``)."""
+MAX_STEPS = 4
+"""Model calls per user turn at the most."""
 
 
 def get_weather(city: str) -> str:
@@ -74,117 +79,86 @@ def get_weather(city: str) -> str:
     return json.dumps({"city": city, "daily": days, "source": "example-forecast"})
 
 
-class Agent:
-    """One session: the events it published, in order, and how to reach distill."""
+def describe(request: AgentRequest) -> str:
+    """One line on what the facade built."""
+    summary = f"summary v{request.summary.version}" if request.summary else "no summary"
+    return (
+        f"   [request: {len(request.messages)} messages, ~{request.report.prompt_tokens} tokens, {summary}, "
+        f"{request.report.compaction.placeholders} results compacted, {request.dropped_messages} dropped]"
+    )
 
-    def __init__(self, settings: Settings, client: DistillClient, reader: SessionReader, key: SessionKey) -> None:
-        self.settings, self.client, self.reader, self.key = settings, client, reader, key
-        self.events: list[SessionEvent] = []
-        self.recall = RecallExecutor(
-            CassandraRecallReader(reader), app_name=key.app_name, user_id=key.user_id, session_id=key.session_id
-        )
 
-    async def publish(self, message: Message, author: str, request_id: str) -> None:
-        event = SessionEvent(
-            app_name=self.key.app_name, user_id=self.key.user_id, session_id=self.key.session_id,
-            event_id=f"ev-{len(self.events) + 1:04d}-{uuid.uuid4().hex[:6]}", timestamp=datetime.now(UTC),
-            invocation_id=request_id, request_id=request_id, author=author, message=message,
-        )  # fmt: skip
-        await self.client.publish(event)
-        self.events.append(event)
-
-    async def request(self, llm: AsyncOpenAI, model: str) -> tuple[Message, dict[str, Any]]:
-        # The prompt takes the key's own summary only (for "" there is no ancestor): get_summary's
-        # "any key" fallback is for display and would cut this history at another branch's boundary.
-        stored = await self.reader.latest_summary(self.key)
-        recall = RecallCapabilities(search=True, load=True)
-        built = assemble(
-            SYSTEM_PROMPT, stored.record if stored else None, self.events, tools=[WEATHER_TOOL],
-            options=AssemblyOptions(
-                add_session_summary=True, compaction=CompactionConfig(enabled=True, tool_result_max_tokens=100),
-                recall=recall, token_budget=8000,
-            ),
-        )  # fmt: skip
-        full = assemble(SYSTEM_PROMPT, None, self.events, tools=[WEATHER_TOOL], options=AssemblyOptions(recall=recall))
-        response = await llm.chat.completions.create(model=model, messages=built.messages, tools=built.tools)  # type: ignore[arg-type]
-        choice = response.choices[0].message
-        calls = tuple(
-            ToolCall(id=c.id, function={"name": c.function.name, "arguments": c.function.arguments})  # type: ignore[union-attr]
-            for c in choice.tool_calls or ()
-        )
-        stats = {
-            "messages": len(built.messages),
-            "prompt_tokens": built.report.prompt_tokens,
-            "full_history_tokens": full.report.prompt_tokens,
-            "summary_version": stored.version if stored else None,
-        }
-        return Message(role="assistant", content=choice.content, tool_calls=calls), stats
-
-    async def answer_tool(self, call: ToolCall) -> Message:
-        if self.recall.handles(call.function.name):
-            return await self.recall.execute(call)
-        city = json.loads(call.function.arguments or "{}").get("city", "")
-        return Message(role="tool", tool_call_id=call.id, name=call.function.name, content=get_weather(city))
-
-    async def turn(self, text: str, llm: AsyncOpenAI, model: str) -> None:
-        request_id = f"req-{uuid.uuid4().hex[:8]}"
-        await self.publish(Message(role="user", content=text), "user", request_id)
+async def conversation(
+    agent: DistillAgent,
+    llm: AsyncOpenAI,
+    model: str,
+    turns: Sequence[str] = TURNS,
+    tools: Mapping[str, LocalTool] | None = None,
+    before_turn: Callable[[int], Awaitable[None]] | None = None,
+) -> list[AgentRequest]:
+    """Play ``turns`` through ``agent``; returns every request it built (in order)."""
+    local: Mapping[str, LocalTool] = tools if tools is not None else {"get_weather": get_weather}
+    requests: list[AgentRequest] = []
+    for i, text in enumerate(turns):
+        if before_turn is not None:
+            await before_turn(i)
         print(f"\nuser: {text}")
-        for _ in range(4):  # a bounded number of tool rounds per turn
-            reply, stats = await self.request(llm, model)
-            print(f"   [request: {stats['messages']} messages, ~{stats['prompt_tokens']} tokens "
-                  f"(full history ~{stats['full_history_tokens']}), summary v{stats['summary_version']}]")  # fmt: skip
-            await self.publish(reply, "assistant", request_id)
-            if not reply.tool_calls:
+        await agent.user(text)
+        for _ in range(MAX_STEPS):
+            request = await agent.next_request(SYSTEM_PROMPT, tools=[WEATHER_TOOL])
+            response = await llm.chat.completions.create(model=model, **request.kwargs())
+            reply = response.choices[0].message
+            await agent.record(reply, usage=response.usage)
+            requests.append(request)
+            print(describe(request))
+            if not await agent.run_tools(reply, local):
                 print(f"assistant: {reply.content}")
-                return
-            for call in reply.tool_calls:
+                break
+            for call in reply.tool_calls or ():
                 print(f"   tool call {call.function.name}({call.function.arguments})")
-                await self.publish(await self.answer_tool(call), "assistant", request_id)
+    return requests
 
 
-async def run(settings: Settings, llm: AsyncOpenAI, model: str, pause: float) -> None:
-    key = SessionKey("example-agent", "example-user", f"session-{uuid.uuid4().hex[:8]}")
-    with cassandra_session(settings.cassandra, settings.cassandra.keyspace) as session:
-        reader = SessionReader(session, settings.cassandra.keyspace)
-        async with DistillClient(settings) as client:
-            agent = Agent(settings, client, reader, key)
-            for text in TURNS:
-                await agent.turn(text, llm, model)
+async def run(llm: AsyncOpenAI, model: str, pause: float) -> None:
+    async with SessionBackend(load_settings()) as backend:
+        agent = DistillAgent(backend, app_name=APP_NAME, user_id="example-user",
+                             session_id=f"session-{uuid.uuid4().hex[:8]}", model=model, **AGENT_OPTIONS)  # fmt: skip
+
+        async def think(turn: int) -> None:
+            if turn:
                 await asyncio.sleep(pause)  # a user's think time: the worker summarizes meanwhile
-            summary = await client.request_summary(key, wait=True, timeout=60, force=True)
-            if summary is not None:
-                print(f"\nfinal summary v{summary.version} by {summary.model}:\n{summary.summary}")
+
+        await conversation(agent, llm, model, before_turn=think)
+        summary = await agent.summarize(force=True)
+        if summary is not None:
+            print(f"\nfinal summary v{summary.version} by {summary.model}:\n{summary.summary}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--no-pipeline", action="store_true", help="Do not start a worker and a projector.")
+    parser.add_argument("--no-pipeline", action="store_true", help="Use the worker and projector already running.")
     parser.add_argument("--event-threshold", type=int, default=6, help="Summarize after more than N events.")
-    parser.add_argument("--pause", type=float, default=2.0, help="Seconds between user turns.")
+    parser.add_argument("--pause", type=float, default=1.0, help="Seconds between user turns.")
     args = parser.parse_args()
     settings = load_settings()
-    from streams.cli.init_cmd import command as init_command
-    from streams.services.manager import LocalServices
+    if settings.llm.configured:
+        key = settings.llm.api_key.get_secret_value() if settings.llm.api_key else "none"
+        _run(args, AsyncOpenAI(base_url=settings.llm.base_url, api_key=key), settings.llm.model)
+        return
+    with OfflineChatEndpoint() as endpoint:
+        print(f"model: {MODEL_NAME} at {endpoint.base_url} (scripted stand-in; no LLM configured)")
+        _run(args, AsyncOpenAI(base_url=endpoint.base_url, api_key="offline"), MODEL_NAME)
 
-    LocalServices(settings).up(print)
-    init_command.main(args=[], standalone_mode=False)
-    # A low event threshold for the example's worker, so summaries appear within a few turns.
-    worker_env = {"DISTILL_SUMMARY__EVENT_THRESHOLD": str(args.event_threshold)}
-    with LocalPipeline(Path(".distill") / "example", keep_running=args.no_pipeline, env=worker_env) as pipeline:
-        if not args.no_pipeline:
-            pipeline.wait_for_worker(120)
-        if settings.llm.configured:
-            key = settings.llm.api_key.get_secret_value() if settings.llm.api_key else "none"
-            asyncio.run(
-                run(settings, AsyncOpenAI(base_url=settings.llm.base_url, api_key=key), settings.llm.model, args.pause)
-            )
-            return
-        with OfflineChatEndpoint() as endpoint:
-            print(f"model: {MODEL_NAME} at {endpoint.base_url} (scripted stand-in; no LLM configured)")
-            asyncio.run(
-                run(settings, AsyncOpenAI(base_url=endpoint.base_url, api_key="offline"), MODEL_NAME, args.pause)
-            )
+
+def _run(args: argparse.Namespace, llm: AsyncOpenAI, model: str) -> None:
+    flow = lambda: run(llm, model, args.pause)  # noqa: E731
+    if args.no_pipeline:
+        asyncio.run(flow())
+        return
+    from distill_pipeline import run_with_pipeline
+
+    # A low event threshold for this app, so summaries appear within a few turns.
+    run_with_pipeline("agent-loop", APP_NAME, {"event_threshold": args.event_threshold}, flow)
 
 
 if __name__ == "__main__":

@@ -164,12 +164,13 @@ def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = N
 
 
 def parse_summary_record(raw: bytes | None) -> SessionSummary | EpochAdopted | None:
-    """A summary or an epoch switch, or ``None`` for other records of the summaries topic (``summary_failure``)."""
+    """A summary or an epoch switch, or ``None`` for the other records of the summaries topic
+    (``summary_failure``, ``summary_reply``: answers to waiting requests, never a new version)."""
     if raw is None:
         raise RecordDecodeError("empty record value")
     data = json_object(raw)
     kind = data.get("type", "summary")
-    if kind == "summary_failure":
+    if kind in ("summary_failure", "summary_reply"):
         return None
     if kind == "epoch_adopted":
         return EpochAdopted.model_validate(data)

@@ -350,6 +350,11 @@ class SessionReader:
                 return Cut.of(cutoff_at, (_utc(row.ts), row.seq))
         return Cut.of(cutoff_at)
 
+    async def stored_events(self, key: SessionKey) -> list[StoredEvent]:
+        """Every stored event of the session, partial ones included; chronological (timestamp, then arrival)."""
+        rows = await afetch_all(self._s, self._events_all, tuple(key))
+        return sorted((_event(row) for row in rows), key=lambda e: (e.ts, e.seq))
+
     async def events_after_boundary(
         self,
         key: SessionKey,

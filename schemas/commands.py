@@ -17,10 +17,11 @@ NOTHING_TO_SUMMARIZE = "NothingToSummarize"
 NOTHING_TO_SUMMARIZE_CLASSES = frozenset({NOTHING_TO_SUMMARIZE, "SummarySkipped"})
 """The answers to a ``summarize_sync`` that only say there was nothing to summarize.
 
-``NothingToSummarize``: the track agent emitted no job (thresholds not met,
-empty delta, a job already in flight for the key, a key the allowlist
-refuses); ``SummarySkipped``: the worker found nothing to add. Any other
-``error_class`` is a real failure (the model call failed, ...).
+``NothingToSummarize``: the track agent emitted no job and there is nothing
+to wait for (thresholds not met or an empty delta on a key with no decided
+job and no summary yet, a key the allowlist refuses); ``SummarySkipped``: the
+worker found nothing to add. Any other ``error_class`` is a real failure (the
+model call failed, or the job a request waited for did).
 """
 
 
@@ -45,8 +46,11 @@ class SummarizeSync(SessionRecord):
 
     The guide's ``CreateSessionSummary``: unlike ``summarize`` there is no
     cascade to the full session, and a key the allowlist refuses summarizes
-    nothing. The answer is the ``SessionSummary``, or a ``SummaryFailure``
-    (``NothingToSummarize`` when no job was emitted).
+    nothing. The answer is the ``SessionSummary`` of the job it fired; when it
+    fires none (its events are covered, a job is in flight, thresholds not
+    met), a ``SummaryReply`` naming the key's latest summary once the jobs
+    decided before it are answered, or the ``SummaryFailure`` of the job it
+    waited for; ``NothingToSummarize`` when there is nothing to wait for.
 
     ``force`` bypasses the trigger checks (never an empty delta). The Python
     client always sends it (``False`` by default, as the guide's same-run

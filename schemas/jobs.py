@@ -40,7 +40,11 @@ class SummaryJob(ContractModel):
     upto: JobBoundary
     trigger: TriggerReport
     force: bool = False
-    origin: Literal["trigger", "command", "idle_sweep", "retry", "replay"] = "trigger"
+    origin: Literal["trigger", "command", "idle_sweep", "retry", "replay", "join"] = "trigger"
+    """``join``: a ``summarize_sync`` that decided no job of its own waits here for the key's
+    jobs decided before it (run after them, in order) and is answered with the summary then
+    latest (``SummaryReply``), or with the failure of the job it waited for; it summarizes
+    nothing and moves no boundary. ``upto`` is the decided boundary it waits for."""
     reply_to: str | None = None
     model_request: dict[str, Any] | None = None
     context_window: int | None = None

@@ -175,6 +175,60 @@ class SummarySettings(_Section):
     apps: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class AgentSettings(_Section):
+    """The agent facade (``streams.agent.DistillAgent``): the Go guide's ``llmagent`` options, snake_cased.
+
+    ``WithAddSessionSummary`` is ``add_session_summary``, ``WithEnableContextCompaction``
+    is ``enable_context_compaction``, and so on (``DISTILL_AGENT__ADD_SESSION_SUMMARY``).
+    Go's defaults, except two (see the fields): summary injection and the recall
+    tools are on, because with them off a request that must shrink can only drop
+    history, and the history a summary hides can only come back through the tools.
+    """
+
+    add_session_summary: bool = True
+    """Inject the key's summary and cut the history at its boundary (Go default: ``False``). Off: the whole
+    history is sent (or the last ``max_history_runs`` runs), and a request over the budget can only be tailored."""
+    session_summary_injection_mode: Literal["system", "user"] = "system"
+    """``system``: merged into the first system message (kept by tailoring); ``user``: into the first user turn."""
+    max_history_runs: int = Field(default=0, ge=0)
+    """With ``add_session_summary`` off only: the last N runs are sent (0 = all). The older runs are not in
+    the request (still stored; ``session_search`` with scope ``current_session`` finds them)."""
+    sync_summary_intra_run: bool = False
+    """Before each model call of a run but the first, ask for a summary of the key (``summarize_sync``,
+    ``force=False``: the thresholds apply) and build the request on it, as Go's flow does."""
+    enable_context_compaction: bool = False
+    """Tool-result compaction (passes 0/1/2) of the request, and the summary refresh when the request reaches
+    ``context_compaction_threshold_ratio`` of the window."""
+    context_compaction_threshold_ratio: float = Field(default=0.7, gt=0, le=1)
+    """With compaction and summaries on: a request of at least ``clamp(window x ratio, 2000, window)`` tokens
+    asks for a summary first (``force=False``) and is rebuilt when the boundary moved."""
+    context_compaction_tool_result_max_tokens: int = Field(default=1024, ge=0)
+    """Pass 1: results of older requests above this are replaced by a placeholder naming the event (0: off)."""
+    context_compaction_oversized_tool_result_max_tokens: int = Field(default=0, ge=0)
+    """Pass 2: any result above this keeps its head and tail (0: off; Go recommends 8192)."""
+    context_compaction_keep_recent_requests: int = Field(default=1, ge=0)
+    """Completed requests after the current one that passes 0 and 1 leave alone."""
+    force_clean_tool_names: list[str] = Field(default_factory=list)
+    """Pass 0: older results of these tools are replaced by a policy placeholder (``ToolResultCompactionConfig``)."""
+    keep_tool_names: list[str] = Field(default_factory=list)
+    """Results of these tools are never compacted (wins over ``force_clean_tool_names``); with
+    ``enable_on_demand_session``, ``session_search`` and ``session_load`` are always among them."""
+    enable_on_demand_session: bool = True
+    """Offer ``session_search`` and ``session_load`` and answer them from Cassandra (Go default: ``False``; Go
+    offers what the backend implements, and distill's implements both)."""
+    token_tailoring: bool = True
+    """Fit each request into the model's window (Go: ``openai.WithEnableTokenTailoring``). Before whole rounds
+    are dropped, tool-result payloads are cut (head + tail, naming the event) and a summary is forced."""
+    context_window: int | None = Field(default=None, gt=0)
+    """The agent model's window; ``None``: the registry entry of the facade's model, else 8192."""
+    reserved_output_tokens: int = Field(default=2048, ge=0)
+    """Tokens of the window left for the reply (at most half the window): the budget is the rest."""
+    summary_timeout_s: float = Field(default=30.0, gt=0)
+    """How long one ``summarize_sync`` the facade sends may take before the request is built without it."""
+    projection_wait_s: float = Field(default=10.0, gt=0)
+    """How long ``next_request`` waits for Cassandra to show what the facade published (then it fails)."""
+
+
 class ServicesSettings(_Section):
     """The local JVM services started by ``distill services``."""
 
@@ -230,6 +284,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     summary: SummarySettings = SummarySettings()
+    agent: AgentSettings = AgentSettings()
     services: ServicesSettings = ServicesSettings()
     worker: WorkerSettings = WorkerSettings()
     config_file: Path | None = None

@@ -191,3 +191,29 @@ class SummaryFailure(ContractModel):
     attempts: int | None = None
     report: SummaryReport | None = None
     context_window: int | None = Field(default=None, gt=0)
+    upto_event_id: str | None = None
+    """The target event of the job that failed (``None``: an answer that is no job's failure)."""
+
+
+class SummaryReply(ContractModel):
+    """The answer to a ``summarize_sync`` whose events a summary of another job covers.
+
+    Published when the request made no job of its own: the key's jobs decided
+    before it (the one in flight, usually) were answered first, and ``summary``
+    is the key's latest summary then — as published, unchanged (its own
+    ``reply_to`` is the request *it* answered, if any). Consumers of the
+    summaries topic that want summaries skip replies: a reply is never a new
+    version.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    type: Literal["summary_reply"] = "summary_reply"
+    app_name: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    filter_key: str = ""
+    job_id: str
+    """The job that answered (a ``join`` job, or a sync job whose target was already covered)."""
+    reply_to: str = Field(min_length=1)
+    summary: SessionSummary
+    created_at: datetime

@@ -10,7 +10,7 @@ one (the worker dead-letters a record of a session with another key). The produc
 
     async with DistillClient(settings) as client:
         await client.publish(event)
-        summary = await client.request_summary(event.session_key, timeout=30)  # None: nothing to summarize
+        summary = await client.request_summary(event.session_key, timeout=30)  # None: no summary yet
         async for s in client.summaries(session=event.session_key):
             ...
 """
@@ -27,7 +27,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel, ValidationError
 
-from schemas import EpochAdopted, SessionKey, SessionSummary, SummarizeSync, SummaryFailure
+from schemas import EpochAdopted, SessionKey, SessionSummary, SummarizeSync, SummaryFailure, SummaryReply
 from schemas.commands import NOTHING_TO_SUMMARIZE_CLASSES
 from schemas.records import EventTopicRecord
 from schemas.settings import Settings
@@ -60,9 +60,6 @@ class SummaryUnavailableError(DistillError):
 
 class SummaryTimeoutError(DistillError):
     """No answer to a ``summarize_sync`` within the timeout."""
-
-
-SummaryRecord = SessionSummary | SummaryFailure
 
 
 class DistillClient:
@@ -123,12 +120,17 @@ class DistillClient:
         *,
         from_beginning: bool = False,
         include_failures: bool = False,
-    ) -> AsyncIterator[SummaryRecord]:
-        """Follow the summaries topic (optionally one session's), from now or from the beginning."""
+    ) -> AsyncIterator[SessionSummary | SummaryFailure]:
+        """Follow the summaries topic (optionally one session's), from now or from the beginning.
+
+        Replies to ``request_summary`` calls (``SummaryReply``) are left out: they are
+        answers naming a summary already published, never a new one.
+        """
         consumer = await self._follower(from_beginning)
         try:
             async for record in _records(consumer, session, include_failures):
-                yield record
+                if not isinstance(record, SummaryReply):
+                    yield record
         finally:
             await consumer.stop()
 
@@ -163,7 +165,7 @@ class DistillClient:
         model_request: dict[str, Any] | None = None,
         key: bytes | None = None,
     ) -> SessionSummary | None:
-        """Send ``summarize_sync`` for exactly ``filter_key`` and (with ``wait``) return its summary.
+        """Send ``summarize_sync`` for exactly ``filter_key`` and (with ``wait``) return the key's summary.
 
         ``key``: the session's record key when it is not the canonical one (see the module docstring).
 
@@ -174,12 +176,23 @@ class DistillClient:
         thresholds apply. ``force=True`` bypasses them (but never an empty
         delta).
 
-        Returns ``None`` without ``wait``, and when there is nothing to
-        summarize (thresholds not met, no new events, a job already in flight
-        for the key, a refused key: see :func:`is_nothing_to_summarize`); the
-        caller keeps the summary it has. Raises :class:`SummaryUnavailableError`
-        when summarizing failed for real (the model call, ...) and
-        :class:`SummaryTimeoutError` when no answer comes within ``timeout``.
+        Like Go's call, it waits for the key's running job: the answer comes once
+        every job decided for the key before the request is answered. It is the
+        summary of the job the request fired, else the key's latest summary then:
+        the one covering the requested events when a job was due for them (one in
+        flight, or they were already summarized: a forced request then makes no
+        second summary), else (thresholds not met) the newest there is, covering
+        up to its boundary. Several requests for one round join its one job: an
+        agent asking before every model call of a run but the first (the Go
+        guide's ``WithSyncSummaryIntraRun``) costs no job per tool result beyond
+        the one each boundary gets.
+
+        Returns ``None`` without ``wait``, and when the key has no summary and
+        none was due (thresholds not met, no events, a refused key: see
+        :func:`is_nothing_to_summarize`). Raises :class:`SummaryUnavailableError`
+        when summarizing failed for real (the model call, or the job the request
+        waited for: ``failure.reason`` names it) and :class:`SummaryTimeoutError`
+        when no answer comes within ``timeout``.
         """
         correlation = uuid.uuid4().hex
         command = SummarizeSync(
@@ -200,6 +213,8 @@ class DistillClient:
             await consumer.stop()
         if isinstance(reply, SessionSummary):
             return reply
+        if isinstance(reply, SummaryReply):
+            return reply.summary
         if is_nothing_to_summarize(reply):
             log.debug(
                 "summarize_sync answered: nothing to summarize",
@@ -209,7 +224,11 @@ class DistillClient:
         raise SummaryUnavailableError(reply)
 
 
-def answers(record: SummaryRecord, command: SummarizeSync) -> bool:
+Answer = SessionSummary | SummaryFailure | SummaryReply
+"""A record of the summaries topic that can answer a request (an epoch switch answers none)."""
+
+
+def answers(record: Answer, command: SummarizeSync) -> bool:
     """Whether ``record`` answers ``command``: its ``reply_to``, session and filter key."""
     return (
         record.reply_to == command.reply_to
@@ -219,7 +238,7 @@ def answers(record: SummaryRecord, command: SummarizeSync) -> bool:
     )
 
 
-async def _first_reply(stream: AsyncIterator[SummaryRecord], command: SummarizeSync) -> SummaryRecord:
+async def _first_reply(stream: AsyncIterator[Answer], command: SummarizeSync) -> Answer:
     async for record in stream:
         if answers(record, command):
             return record
@@ -238,8 +257,9 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 
 async def _records(
     consumer: AIOKafkaConsumer, session: SessionKey | None, include_failures: bool
-) -> AsyncIterator[SummaryRecord]:
-    """Decoded records of the summaries topic; a malformed one is skipped (WARNING with its coordinates).
+) -> AsyncIterator[Answer]:
+    """Decoded records of the summaries topic but epoch switches; a malformed one is skipped (WARNING with its
+    coordinates).
 
     ``session``: that session's records only, by their ids (a summary carries its session's
     own record key, which need not be the canonical one).

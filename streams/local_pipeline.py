@@ -76,8 +76,9 @@ class LocalPipeline:
     def stop(self) -> list[tuple[str, int]]:
         """Stop both processes; returns ``(name, pid)`` of each stopped."""
         stopped = []
-        for name, proc in self.procs.items():
+        for proc in self.procs.values():  # both shut down at once: each takes seconds to leave its group
             proc.terminate()
+        for name, proc in self.procs.items():
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:

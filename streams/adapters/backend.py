@@ -295,9 +295,10 @@ class SessionBackend:
     ) -> SessionSummary | None:
         """Ask the worker for a summary of ``filter_key`` now (``summarize_sync``) and return the newest one.
 
-        When the worker answers that there is nothing to summarize (nothing new,
-        or a job already in flight that covers it), the newest stored summary is
-        returned, which may be ``None`` for a session never summarized.
+        The worker answers once the key's jobs in flight are done (with the summary
+        covering the events, or the newest one); when it has none to name, the
+        newest stored summary is returned, which may be ``None`` for a session
+        never summarized.
         """
         answer = await self.client.request_summary(key, filter_key, wait=True, timeout=timeout, force=force)
         if answer is not None:
@@ -311,11 +312,14 @@ class SessionBackend:
         if current is None or summary.version > current.version:
             self._latest[k] = summary
 
-    def recall(self, key: SessionKey, filter_key: str = "") -> RecallExecutor:
-        """The ``session_search`` / ``session_load`` executor of the session."""
+    def recall(
+        self, key: SessionKey, filter_key: str = "", *, capabilities: RecallCapabilities | None = None
+    ) -> RecallExecutor:
+        """The ``session_search`` / ``session_load`` executor of the session (default: the backend's capabilities)."""
         return RecallExecutor(
             CassandraRecallReader(self.reader), app_name=key.app_name, user_id=key.user_id,
-            session_id=key.session_id, filter_key=filter_key, capabilities=self.recall_capabilities,
+            session_id=key.session_id, filter_key=filter_key,
+            capabilities=self.recall_capabilities if capabilities is None else capabilities,
         )  # fmt: skip
 
 

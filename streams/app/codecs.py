@@ -56,7 +56,7 @@ class ModelCodec(codecs.Codec, Generic[M]):
 
 
 class SummaryRecordCodec(codecs.Codec):
-    """Summaries topic: ``SessionSummary``, ``SummaryFailure`` or ``EpochAdopted``."""
+    """Summaries topic: ``SessionSummary``, ``SummaryFailure``, ``SummaryReply`` or ``EpochAdopted``."""
 
     def _loads(self, s: bytes) -> Any:
         return decode_summary_record(s)

@@ -21,8 +21,12 @@ from schemas import (
     SessionSummary,
     SummaryFailure,
     SummaryJob,
+    SummaryReply,
     parse_event_record,
 )
+
+SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
+"""A record of the summaries topic: every consumer handles the four (a reply and a switch are no summary)."""
 
 
 @dataclass(frozen=True)
@@ -61,15 +65,14 @@ def _validation_reason(exc: ValidationError) -> str:
     return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
 
 
-SummariesTopicRecord = SessionSummary | SummaryFailure | EpochAdopted
-
-
-def decode_summary_record(raw: bytes) -> SummariesTopicRecord:
-    """A record of the summaries topic: a summary, a failure answer or an epoch switch."""
+def decode_summary_record(raw: bytes) -> SummaryRecord:
+    """A record of the summaries topic: a summary, a failure answer, a reply naming a summary or an epoch switch."""
     data = json.loads(raw)
     kind = data.get("type") if isinstance(data, dict) else None
     if kind == "summary_failure":
         return SummaryFailure.model_validate(data)
+    if kind == "summary_reply":
+        return SummaryReply.model_validate(data)
     if kind == "epoch_adopted":
         return EpochAdopted.model_validate(data)
     return SessionSummary.model_validate(data)

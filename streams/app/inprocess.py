@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import SessionEvent, SessionKey, SessionSummary, SummaryJob
+from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, SummaryJob
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
-from streams.app.heads import Head
+from streams.app.heads import Head, head_of
 from streams.app.ledger import summary_key
 from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
@@ -80,6 +80,9 @@ class _Ledger:
 
     def epoch_of(self, partition: int, session: str) -> int:
         return self.epoch
+
+    def failure(self, partition: int, key: str) -> SummaryFailure | None:
+        return None  # a job that fails here raises: the replay stops, no request waits for it
 
 
 class _Log:
@@ -181,6 +184,8 @@ class InProcessReplay:
     async def _job(self, job: SummaryJob, partition: int) -> None:
         stats = self.stats
         key = job.session_key.kafka_key().decode(errors="replace") + "\x1f" + job.filter_key
+        if job.origin == "join":  # a sync request waiting for the key's jobs: no boundary, nothing to run
+            return
         if job.origin != "retry":
             stats.jobs += 1
             stats.boundaries.setdefault(key, [])
@@ -203,9 +208,7 @@ class InProcessReplay:
             stats.skipped += 1
         if isinstance(record, SessionSummary):
             stats.summaries += 1
-            self.ledger.heads[summary_key(record)] = Head(
-                record.version, record.boundary, record.summary, result.events_offset, record.job_id, record.epoch
-            )
+            self.ledger.heads[summary_key(record)] = head_of(record, result.events_offset)
             if result.input_hash and result.outcome == "summary":
                 self.cache.put(result.input_hash, record)
             stats.boundaries[key].append(record.boundary.last_event_id)

@@ -14,6 +14,12 @@ re-emitted and duplicate jobs harmless, across crashes and rebalances.
 Heads are those of the epoch each session is served from (:mod:`streams.app.heads`):
 an ``epoch_adopted`` record on the partition switches a session's heads to the
 adopted epoch's, and summaries of the line it left no longer count.
+
+It also keeps, per key, the last given-up failure published since the key's
+latest summary and its session's last switch (:meth:`SummaryLedger.failure`): a
+request that waited for that job (a ``join`` job) is answered with it. Records
+are folded in log order, on catch-up as when this worker writes them, so the two
+agree.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ import logging
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from schemas import EpochAdopted, SessionSummary
+from schemas import EpochAdopted, SessionSummary, SummaryFailure
 from schemas.settings import KafkaSettings
 from streams.app.cache import SummaryCache
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
-from streams.app.heads import Head, HeadBook
+from streams.app.heads import Head, HeadBook, head_of
 from streams.app.tracked import table_key
 from streams.errors import RetryableError
 from streams.kafka_config import consumer_kwargs
@@ -51,7 +57,7 @@ class SummaryLedger:
         self.topic = topic
         self.cache = cache
         self.book = HeadBook(default_epoch)
-        """Heads on each session's served epoch (see :mod:`streams.app.heads`)."""
+        """Heads on each session's served epoch, and the keys' failures (see :mod:`streams.app.heads`)."""
         self._read_upto: dict[int, int] = {}
         """Per partition: the offset the heads were read up to (the next catch-up starts there)."""
         self._ready: set[int] = set()
@@ -82,12 +88,17 @@ class SummaryLedger:
     def epoch_of(self, partition: int, session: str) -> int:
         return self.book.epoch_of(partition, session)
 
-    def record(
-        self, partition: int, summary: SessionSummary, events_offset: int | None, raw: bytes | None = None,
-        at: int | None = None,
-    ) -> None:  # fmt: skip
+    def failure(self, partition: int, key: str) -> SummaryFailure | None:
+        """The key's last given-up failure, unless a summary of the key or a switch of its session came after it."""
+        return self.book.failure(partition, key)
+
+    def record(self, partition: int, summary: SessionSummary, events_offset: int | None, at: int | None = None) -> None:
         """Apply a summary (ours or read back at ``at``): only its session's served epoch, versions only grow."""
-        self.book.record(partition, summary, events_offset, raw, at)
+        self.book.record(partition, summary, events_offset, at)
+
+    def record_failure(self, partition: int, failure: SummaryFailure, at: int | None = None) -> None:
+        """Apply a failure record (ours or read back at ``at``): a given-up job is the key's latest news."""
+        self.book.record_failure(partition, failure, at)
 
     def adopt(self, partition: int, record: EpochAdopted, at: int | None) -> None:
         """Apply an epoch switch (ours, or read back at ``at``)."""
@@ -129,15 +140,20 @@ class SummaryLedger:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
                 for msg in batch.get(tp, []):
                     count += 1
-                    self._absorb(partition, msg.value, msg.headers, msg.offset)
+                    self.absorb(partition, msg.value, msg.headers, msg.offset)
             self._read_upto[partition] = max(end, await consumer.position(tp))
         finally:
             consumer.pause(tp)  # no long-polling at the log end between catch-ups
         return count
 
-    def _absorb(
-        self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None, offset: int
+    def absorb(
+        self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None, offset: int | None = None
     ) -> None:
+        """Apply one record of the summaries topic as read back at ``offset`` (catch-up reads them in log order).
+
+        Every kind of record: a summary, a failure, a switch; a reply names a summary
+        already applied and changes nothing.
+        """
         if value is None:
             return
         try:
@@ -147,9 +163,12 @@ class SummaryLedger:
         if isinstance(record, EpochAdopted):
             self.adopt(partition, record, offset)
             return
+        if isinstance(record, SummaryFailure):
+            self.record_failure(partition, record, offset)
+            return
         if not isinstance(record, SessionSummary):
             return
-        self.record(partition, record, header_int(headers, EVENTS_OFFSET), value, offset)
+        self.record(partition, record, header_int(headers, EVENTS_OFFSET), offset)
         digest = header(headers, INPUT_HASH)
         if digest and self.cache is not None:
             self.cache.put(digest, record)
@@ -185,3 +204,6 @@ async def preload_cache(kafka: KafkaSettings, topic: str, cache: SummaryCache) -
     finally:
         await consumer.stop()
     return loaded
+
+
+__all__ = ["Head", "SummaryLedger", "head_of", "preload_cache", "summary_key"]

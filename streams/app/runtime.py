@@ -22,6 +22,7 @@ from schemas import (
     SessionSummary,
     SummaryFailure,
     SummaryJob,
+    SummaryReply,
     SummaryReport,
 )
 from schemas.settings import Settings
@@ -236,6 +237,8 @@ class WorkerRuntime:
     async def _publish(self, result: JobResult, partition: int, key: bytes) -> bool:
         record = result.record
         if not isinstance(record, SessionSummary):
+            if record is not None and result.served_epoch is not None:
+                return await self._publish_answer(result, record, partition, key)
             metrics.JOBS_DONE.labels(result.outcome).inc()
             if record is not None:
                 assert self.send is not None
@@ -262,9 +265,8 @@ class WorkerRuntime:
                 return True
             assert self.send is not None
             headers = summary_headers(result.events_offset, result.input_hash)
-            raw = record.model_dump_json().encode()
-            sent = await self.send(self.topics.summaries, key, raw, partition, headers)
-            self.ledger.record(partition, record, result.events_offset, raw, _offset_of(sent))
+            sent = await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, headers)
+            self.ledger.record(partition, record, result.events_offset, _offset_of(sent))
         metrics.JOBS_DONE.labels(result.outcome).inc()
         if result.input_hash:
             self.cache.put(result.input_hash, record)
@@ -279,6 +281,30 @@ class WorkerRuntime:
                    "job_id": record.job_id, "model": record.model, "prompt_version": record.prompt_version,
                    "outcome": result.outcome, "events": result.events},
         )  # fmt: skip
+        return True
+
+    async def _publish_answer(
+        self, result: JobResult, record: SummaryFailure | SummaryReply, partition: int, key: bytes
+    ) -> bool:
+        """Publish a reply or a join's answer, under the key's head lock, if the session is still served
+        from the epoch it was decided on (``False``: a switch landed meanwhile, decide it again).
+
+        A switch takes the head locks of the session's keys, so a reply naming a summary of the
+        line the session left can never follow the switch on the topic.
+        """
+        name = table_key(record.app_name, record.user_id, record.session_id, record.filter_key)
+        async with self._head_lock(name):
+            await self.ledger.ready(partition)
+            served = self.ledger.epoch_of(partition, session_id_of(record.app_name, record.user_id,
+                                                                   record.session_id))  # fmt: skip
+            if served != result.served_epoch:
+                log.info("answer dropped: the session switched epochs, the job runs again", extra={
+                    "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
+                    "epoch": result.served_epoch, "served_epoch": served, "job_id": record.job_id})  # fmt: skip
+                return False
+            assert self.send is not None
+            await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, [])
+        metrics.JOBS_DONE.labels(result.outcome).inc()
         return True
 
     async def run_adoption(self, command: AdoptEpoch, coords: Coordinates, key: bytes) -> None:
@@ -377,20 +403,22 @@ class WorkerRuntime:
         )
         log.error("summary job given up", extra={**fields, "error_class": type(exc).__name__,
                   "attempts": run.attempts, "retryable": retryable, "context_window": run.window})  # fmt: skip
-        await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
+        sent = await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
+        # A request waiting for the job is answered with it.
+        self.ledger.record_failure(coords.partition, failure, _offset_of(sent))
         await self._send_retrying(self.topics.dead_letters, key, dl.model_dump_json().encode(), coords, fields)
         metrics.DEAD_LETTERS.labels("summarize", type(exc).__name__).inc()
 
     async def _send_retrying(
         self, topic: str, key: bytes, value: bytes, coords: Coordinates, fields: dict[str, Any]
-    ) -> None:
-        """``send`` to the job's partition of ``topic``, retried with backoff while Kafka fails (never dropped)."""
+    ) -> Any:
+        """``send`` to the job's partition of ``topic``, retried with backoff while Kafka fails (never dropped);
+        returns what the send returned (the record's metadata)."""
         assert self.send is not None
         attempt = 0
         while True:
             try:
-                await self.send(topic, key, value, coords.partition, [])
-                return
+                return await self.send(topic, key, value, coords.partition, [])
             except (RetryableError, KafkaError) as exc:
                 await self._back_off(exc, attempt, "summary job failure send failed, retrying",
                                      {**fields, "to_topic": topic})  # fmt: skip

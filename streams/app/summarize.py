@@ -4,11 +4,19 @@ No Faust here. Per job:
 
 1. the ledger is caught up for the job's partition, and the key's head (latest
    summary) is looked up;
-2. a job built on an older version than the head whose target the head already
-   covers is stale: nothing is produced (a ``summarize_sync`` job gets a failure
-   answer naming the covering version) — so a re-emitted or duplicated job can
-   never yield a second summary for a boundary. A job reaching beyond the head
-   is rebased on it (its delta starts after the head's boundary);
+2. a job whose target the head already covers, built on another version than
+   the head (an older one, or one of the line the session left, see
+   :mod:`schemas.epochs`), is stale: nothing is produced (a ``summarize_sync``
+   job is answered with the covering summary, a :class:`~schemas.SummaryReply`)
+   — so a re-emitted or duplicated job can never yield a second summary for a
+   boundary. A job reaching beyond the head is rebased on it (its delta starts
+   after the head's boundary). A ``join`` job (a sync request that waits for
+   the key's jobs decided before it, which ran before it: one job at a time per
+   key, in order) is answered with the head — the latest summary of the epoch
+   the session is served from — or with the failure of the job it waited for.
+   A reply or a join's answer names the epoch it was decided on
+   (``JobResult.served_epoch``): the worker publishes it only while the session
+   is still served from it;
 3. the delta is read from the events topic (:mod:`streams.app.event_log`);
 4. the content-addressed cache is consulted — addressed by what the summarizer
    would send (``Summarizer.cache_key``: its first request, every selected
@@ -25,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -38,6 +46,7 @@ from schemas import (
     SummaryBoundary,
     SummaryFailure,
     SummaryJob,
+    SummaryReply,
     parse_event_record,
 )
 from streams.app.cache import SummaryCache, input_hash
@@ -51,7 +60,7 @@ from streams.summarizer import SummarizerLike, SummarySkipped
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["summary", "cached", "stale", "skipped", "failed"]
+Outcome = Literal["summary", "cached", "stale", "skipped", "failed", "replied"]
 
 
 @dataclass(frozen=True)
@@ -59,10 +68,13 @@ class JobResult:
     """What to publish for a job (``None``: nothing) and how it went."""
 
     outcome: Outcome
-    record: SessionSummary | SummaryFailure | None = None
+    record: SessionSummary | SummaryFailure | SummaryReply | None = None
     events_offset: int | None = None
     input_hash: str | None = None
     events: int = 0
+    served_epoch: int | None = None
+    """For an answer naming the key's outcome (a reply, a join's answer): the epoch the session was served
+    from when it was decided. Published only while it still is (a switch in between: decided again)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,8 @@ class Heads(Protocol):
     def head(self, partition: int, key: str) -> Head | None: ...
 
     def epoch_of(self, partition: int, session: str) -> int: ...
+
+    def failure(self, partition: int, key: str) -> SummaryFailure | None: ...
 
 
 class EventSource(Protocol):
@@ -108,14 +122,27 @@ class SummarizeHandler:
 
     async def handle(self, job: SummaryJob, partition: int) -> JobResult:
         await self.ledger.ready(partition)
+        served = self.ledger.epoch_of(partition, session_id_of(*job.session_key))
+        result = await self._handle(job, partition, served)
+        if job.reply_to is not None and result.record is not None and not isinstance(result.record, SessionSummary):
+            # An answer to a waiting request that names no new summary: true of the served epoch only.
+            return replace(result, served_epoch=served)
+        return result
+
+    async def _handle(self, job: SummaryJob, partition: int, served: int) -> JobResult:
         key = table_key(job.app_name, job.user_id, job.session_id, job.filter_key)
         head = self.ledger.head(partition, key)
+        if job.origin == "join":
+            return self._join(job, partition, key, head)
         version = head.version if head is not None else 0
-        if head is not None and version > job.from_version and covers(head, job):
+        # Versions count per epoch: a job decided on the line the session left may carry a
+        # from_version above the adopted head's, so only a job built on this very version is exempt
+        # (it runs: its empty delta is answered below), unless a request waits for the covering summary.
+        if head is not None and covers(head, job) and (version != job.from_version or job.reply_to is not None):
             if job.reply_to is None:
                 return JobResult("stale")
-            return self._nothing(job, f"version {version} already covers the requested events", version)
-        epoch = head.epoch if head is not None else self.ledger.epoch_of(partition, session_id_of(*job.session_key))
+            return JobResult("replied", self._reply(job, head, job.reply_to))
+        epoch = head.epoch if head is not None else served
         fresh = job.previous_boundary is None and version == job.from_version
         previous = head if head is not None and not fresh else None
         delta = await self._delta(job, partition, previous)
@@ -199,7 +226,46 @@ class SummarizeHandler:
             error_class=type(exc).__name__,
             reason=str(exc)[:2000],
             created_at=self.clock(),
+            upto_event_id=job.upto.last_event_id,
         )
+
+    def _join(self, job: SummaryJob, partition: int, key: str, head: Head | None) -> JobResult:
+        """A ``join`` job: the key's earlier jobs are done; answer with their outcome.
+
+        The failure of the job it waited for (the key's last given-up job, aiming
+        at the join's target) when no summary came after it and the head does not
+        reach the target; else the head, which covers the target or is the newest
+        summary there is (a failure of a later range the track side already gave
+        back does not answer a request that waits for an earlier boundary).
+        """
+        reply_to = job.reply_to
+        if reply_to is None:
+            return JobResult("stale")
+        failed = self.ledger.failure(partition, key)
+        if (
+            failed is not None
+            and failed.upto_event_id in (None, job.upto.last_event_id)
+            and (head is None or not covers(head, job))
+        ):
+            reason = (
+                f"the summary job {failed.job_id} this request joined failed "
+                f"(no summary covers event {job.upto.last_event_id!r}): {failed.reason}"
+            )
+            answer = failed.model_copy(update={
+                "job_id": job.job_id, "reply_to": reply_to, "reason": reason[:2000], "gave_up": False,
+                "context_window": None, "created_at": self.clock(),
+            })  # fmt: skip
+            return JobResult("failed", answer)
+        if head is None:
+            return self._nothing(job, "no summary of the key covers the events the request waited for", 0)
+        return JobResult("replied", self._reply(job, head, reply_to))
+
+    def _reply(self, job: SummaryJob, head: Head, reply_to: str) -> SummaryReply:
+        """``job``'s answer naming the key's latest summary (``head``), unchanged."""
+        return SummaryReply(
+            app_name=job.app_name, user_id=job.user_id, session_id=job.session_id, filter_key=job.filter_key,
+            job_id=job.job_id, reply_to=reply_to, summary=head.record, created_at=self.clock(),
+        )  # fmt: skip
 
     def _nothing(self, job: SummaryJob, reason: str, version: int) -> JobResult:
         return JobResult("skipped", self.failure(job, SummarySkipped(f"{reason} (latest version {version})")))

@@ -32,10 +32,11 @@ from schemas import (
     SummaryBoundary,
     SummaryFailure,
     SummaryJob,
+    SummaryReply,
 )
 from schemas.commands import NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
-from streams.app.decoding import Rejected
+from streams.app.decoding import Rejected, SummaryRecord
 from streams.app.tracked import TrackedKey, table_key
 from streams.rules.boundaries import delta_after, to_micros
 from streams.rules.filter_keys import FULL_SESSION
@@ -128,9 +129,11 @@ def nothing_to_summarize(
 ) -> SummaryFailure:
     """The answer to a ``summarize_sync`` that emitted no job (``error_class`` ``NothingToSummarize``).
 
-    The reason names the allowlist when it refused the key (the Go guide's
-    ``CreateSessionSummary`` is then a no-op), else every decision's reason
-    (``checks_failed``, ``empty_delta``, ``in_flight``, ...).
+    Only when the command has nothing to wait for either (no job decided for the
+    key and no summary of it: see ``planner.join_job``). The reason names the
+    allowlist when it refused the key (the Go guide's ``CreateSessionSummary``
+    is then a no-op), else every decision's reason (``checks_failed``,
+    ``empty_delta``, ``cooling_down``, ...).
     """
     key = command.filter_key
     if not policy.allows(key):
@@ -296,7 +299,7 @@ class TrackHandler:
         outcome = apply_command(command, policy, states, at=at)
         first = full.first_offset if full is not None else None
         out = self._write(outcome, store, first, origin=origin, partition=coords.partition, record_key=record_key)
-        if isinstance(command, SummarizeSync) and not outcome.jobs:
+        if isinstance(command, SummarizeSync) and not outcome.jobs and not outcome.joins:
             out.replies.append(nothing_to_summarize(command, outcome, policy, at))
         return out
 
@@ -341,7 +344,8 @@ class TrackHandler:
                 wall = before.emitted_wall if before is not None else None
             store[tkey] = TrackedKey(state, first_offset if key == FULL_SESSION else None, partition, wall, record_key)
         jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
-        return TrackOutput(jobs=jobs)
+        # A join job reads no events and is nobody's retry or replay job: sent as decided.
+        return TrackOutput(jobs=[*jobs, *outcome.joins])
 
     def _finish_job(
         self, job: SummaryJob, outcome: Outcome, first_offset: int | None, origin: str | None
@@ -372,13 +376,16 @@ class TrackHandler:
             fresh = replace(new_state(*sk, k), version=found.state.version, high_offset=found.state.high_offset)
             store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None, found.record_key)
 
-    def on_summary_record(
-        self, record: SessionSummary | SummaryFailure | EpochAdopted, store: StateStore, offset: int | None = None
-    ) -> None:
+    def on_summary_record(self, record: SummaryRecord, store: StateStore, offset: int | None = None) -> None:
         """Advance the key's boundary (summary), release its in-flight job (failure) or switch the
-        session's keys to another epoch; ``offset``: where the record is on the summaries topic."""
+        session's keys to another epoch; ``offset``: where the record is on the summaries topic.
+
+        A reply (``SummaryReply``) names a summary already applied: nothing to do.
+        """
         if isinstance(record, EpochAdopted):
             self._on_adoption(record, store, offset)
+            return
+        if isinstance(record, SummaryReply):
             return
         key = table_key(record.app_name, record.user_id, record.session_id, record.filter_key)
         found = store.get(key)
@@ -452,4 +459,4 @@ def assume_done(outcome: Outcome) -> Outcome:
                         id_of=lambda p: p.event_id, micros_of=lambda p: p.ts)
         )  # fmt: skip
         states[job.filter_key] = rebase(state, remaining, boundary, job.from_version + 1, job.job_id)
-    return Outcome(states, outcome.decisions, outcome.jobs)
+    return Outcome(states, outcome.decisions, outcome.jobs, outcome.joins)

@@ -8,6 +8,7 @@ import json
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,10 @@ def command(keep_running: bool, timeout: float) -> None:
     Starts (or reuses) the local Kafka and Cassandra, creates topics and tables,
     starts one worker and one projector, publishes the session request by request
     (46 events: parallel tool calls, a large tool result, a research and an
-    itinerary branch, an idle gap), then asks for a synchronous summary and
-    prints every summary with its stats, report and model.
+    itinerary branch, an idle gap), asks for a synchronous summary of each
+    branch when its sub-agent hands back and of the full session at the end,
+    prints every summary with its stats, report and model, and ends with the
+    address of the session's page in ``distill ui``.
     """
     from streams.cli.init_cmd import command as init_command
     from streams.services.manager import LocalServices
@@ -72,33 +75,74 @@ def demo_url(key: Any, port: int | None = None) -> str:
     return browser_url("127.0.0.1", port or DEFAULT_PORT, f"/session?{query}")
 
 
+def branch_hand_backs(records: list[dict[str, Any]]) -> dict[str, str]:
+    """``{event_id: filter_key}``: the last event of each branch (a sub-agent handing back to the planner)."""
+    last: dict[str, str] = {}
+    for raw in records:
+        if raw.get("filter_key") and not raw.get("partial"):
+            last[raw["filter_key"]] = raw["event_id"]
+    return {event_id: filter_key for filter_key, event_id in last.items()}
+
+
+async def publish_demo_session(
+    client: Any, key: Any, records: list[dict[str, Any]], *, pause_s: float, timeout: float,
+    echo: Callable[[str], None] = click.echo,
+) -> None:  # fmt: skip
+    """Publish the demo session as its agent runtime would, and ask for the summaries the demo shows.
+
+    Request by request, ``pause_s`` apart (a user reading the answer). When a
+    sub-agent hands back (the last event of its branch), a forced
+    ``summarize_sync`` of that branch, answered before the planner goes on;
+    after the last request a forced ``summarize_sync`` of the full session.
+    With the triggers' defaults the research branch and the full session are
+    also summarized on their own (the large search result, the idle gap): the
+    session ends with summaries of three keys.
+    """
+    from streams.app.decoding import decode_event_record
+    from streams.client import SummaryTimeoutError, SummaryUnavailableError
+
+    hand_backs = branch_hand_backs(records)
+    by_request: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for raw in records:
+        by_request[raw["request_id"]].append(raw)
+
+    async def summarize(filter_key: str) -> None:
+        label = filter_key or "full session"
+        try:
+            reply = await client.request_summary(key, filter_key, wait=True, timeout=timeout, force=True)
+            echo(f"   summarize_sync [{label}]: " + (f"version {reply.version}" if reply else "nothing new"))
+        except (SummaryUnavailableError, SummaryTimeoutError) as exc:  # reported; the demo goes on to its end
+            echo(f"   summarize_sync [{label}]: {exc}")
+
+    echo(f"== publishing {len(records)} events of {key.kafka_key().decode()} in {len(by_request)} requests")
+    for i, (request_id, raws) in enumerate(by_request.items()):
+        if i:
+            await asyncio.sleep(pause_s)
+        chunk: list[Any] = []
+        for raw in raws:
+            chunk.append(decode_event_record(json.dumps(raw).encode(), 1 << 30))
+            if raw["event_id"] in hand_backs:
+                await client.publish_many(chunk)
+                chunk = []
+                await summarize(hand_backs[raw["event_id"]])
+        await client.publish_many(chunk)
+        echo(f"   {request_id}: {len(raws)} events")
+    await summarize("")
+
+
 async def _run(settings: Settings, workdir: Path, timeout: float) -> Any:
     """Publish the demo session, print its summaries and ``distill show``; returns its ``SessionKey``."""
     from schemas import SessionKey, SessionSummary
-    from streams.app.decoding import decode_event_record
     from streams.cli.tail_cmd import format_summary
-    from streams.client import DistillClient, SummaryUnavailableError
+    from streams.client import DistillClient
 
     session_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     records = load_demo_session(session_id)
     key = SessionKey(records[0]["app_name"], records[0]["user_id"], session_id)
-    by_request: dict[str, list[Any]] = defaultdict(list)
-    for raw in records:
-        by_request[raw["request_id"]].append(decode_event_record(json.dumps(raw).encode(), 1 << 30))
     started = time.monotonic()
     async with DistillClient(settings) as client:
         follower = asyncio.ensure_future(_collect(client, key))
-        click.echo(f"== publishing {len(records)} events of {key.kafka_key().decode()} in {len(by_request)} requests")
-        for request_id, events in by_request.items():
-            await client.publish_many(events)
-            click.echo(f"   {request_id}: {len(events)} events")
-            await asyncio.sleep(1.5)
-        click.echo("== summarize_sync (full session)")
-        try:
-            reply = await client.request_summary(key, wait=True, timeout=timeout, force=True)
-            click.echo(f"   answered by version {reply.version}" if reply else "   nothing new to summarize")
-        except SummaryUnavailableError as exc:
-            click.echo(f"   {exc}")
+        await publish_demo_session(client, key, records, pause_s=1.5, timeout=timeout)
         await asyncio.sleep(2.0)
         follower.cancel()
         summaries: list[SessionSummary] = []

@@ -9,12 +9,13 @@ import click
 from pydantic import BaseModel, TypeAdapter
 
 from schemas import DeadLetter, EpochAdopted, EventRecord, SessionSummary, SummaryJob
-from schemas.summaries import SummaryFailure
+from schemas.summaries import SummaryFailure, SummaryReply
 
 _RECORDS: dict[str, Any] = {
     "event-record": EventRecord,
     "session-summary": SessionSummary,
     "summary-failure": SummaryFailure,
+    "summary-reply": SummaryReply,
     "epoch-adopted": EpochAdopted,
     "summary-job": SummaryJob,
     "dead-letter": DeadLetter,

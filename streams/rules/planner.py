@@ -35,6 +35,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, from_micros, to_mi
 from streams.rules.errors import InvalidDecisionError
 from streams.rules.event_facts import EventFacts, event_facts
 from streams.rules.filter_keys import FULL_SESSION, ancestors
+from streams.rules.joins import join_job
 from streams.rules.policy import SummaryPolicy
 from streams.rules.trigger_state import (
     InFlight,
@@ -56,11 +57,16 @@ Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """States to write back (by filter key), every decision taken, jobs to emit."""
+    """States to write back (by filter key), every decision taken, jobs to emit.
+
+    ``joins``: the ``join`` jobs of sync requests that decided no job of their own
+    (see :func:`join_job`); emitted like jobs, they are not in any key's queue.
+    """
 
     states: dict[str, SessionTriggerState] = field(default_factory=dict)
     decisions: tuple[TriggerDecision, ...] = ()
     jobs: tuple[SummaryJob, ...] = ()
+    joins: tuple[SummaryJob, ...] = ()
 
 
 def affected_keys(
@@ -183,11 +189,13 @@ def apply_command(
     """Decide a ``summarize`` / ``summarize_sync`` command for its :func:`command_targets`.
 
     ``at`` is the command record's log timestamp (it becomes the job's
-    ``created_at``, keeping replay deterministic). ``force`` skips the checks and
-    in-flight guard but never an empty delta: a sync command that emits no job
-    gets a non-firing decision, which the caller answers with a failure record.
-    A sync command on a key the allowlist refuses gets one decision
-    ``not_allowed`` and changes no state.
+    ``created_at``, keeping replay deterministic). ``force`` skips the checks but
+    never an empty delta. A sync command whose decision does not fire makes no
+    job of its own: it joins the key's decided boundary instead (``Outcome.joins``,
+    see :func:`join_job`) — the job in flight, or the summary that already covers
+    its events — or, when the key has neither, gets a non-firing decision the
+    caller answers with a failure record. A sync command on a key the allowlist
+    refuses gets one decision ``not_allowed`` and changes no state.
 
     A ``summarize_sync`` never cascades, so the ``model_request`` it may carry
     (forked for cache-safe summarizing) only ever answers its own key: the Go
@@ -198,6 +206,7 @@ def apply_command(
     updated: dict[str, SessionTriggerState] = {}
     decisions: list[TriggerDecision] = []
     jobs: list[SummaryJob] = []
+    joins: list[SummaryJob] = []
     sync = command if isinstance(command, SummarizeSync) else None
     targets = command_targets(command, policy)
     if sync is not None and not targets:
@@ -223,9 +232,14 @@ def apply_command(
             updated[target] = mark_emitted(
                 state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None
             )
-        elif states.get(target) is None:
+            continue
+        if sync is not None:
+            join = join_job(state, sync, decision, created_at=at)
+            if join is not None:
+                joins.append(join)
+        if states.get(target) is None:
             updated[target] = state
-    return Outcome(updated, tuple(decisions), tuple(jobs))
+    return Outcome(updated, tuple(decisions), tuple(jobs), tuple(joins))
 
 
 def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from schemas.commands import DeleteSession
 from schemas.dead_letter import DeadLetter
 from schemas.events import FunctionCall, ToolCall
 from schemas.settings import Settings
+from streams.app.tracked import TrackedKey
 from streams.context.recall_tools import SESSION_LOAD, SESSION_SEARCH, RecallExecutor
 from streams.dead_letters import RedrivePlan, Selection, SourceCoordinates, plan_redrive
 from streams.errors import ServiceError
@@ -90,8 +91,8 @@ class Sources:
         ]
 
     async def events(self, key: SessionKey) -> list[StoredEvent]:
-        """Every complete event of the session (no boundary: the full-session key takes them all)."""
-        return await self.reader.events_after_boundary(key, "", use_latest=False)
+        """Every stored event of the session, partial ones included (the timeline shows what the session holds)."""
+        return await self.reader.stored_events(key)
 
     async def after_boundary(self, key: SessionKey, filter_key: str, summary: StoredSummary) -> list[StoredEvent]:
         """What the next prompt of ``filter_key`` carries after ``summary`` (the read API's own rule)."""
@@ -190,13 +191,12 @@ class Sources:
             await consumer.stop()
             await admin.close()
 
-    async def trigger_states(self) -> tuple[list[Any], int, bool]:
-        """The worker's trigger states from its changelog (last value per key), unreadable ones, and truncation."""
+    async def trigger_states(self) -> tuple[list[TrackedKey], int, bool]:
+        """The worker's table values from its changelog (last value per key), unreadable ones, and truncation."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         from streams.kafka_config import consumer_kwargs
-        from streams.rules.trigger_state import SessionTriggerState
-        from streams.ui.views import latest_per_key
+        from streams.ui.views import decode_tracked, latest_per_key
 
         topic = changelog_topic(self.settings)
         consumer = AIOKafkaConsumer(**consumer_kwargs(self.settings.kafka), group_id=None, enable_auto_commit=False)
@@ -220,13 +220,8 @@ class Sources:
                     break
         finally:
             await consumer.stop()
-        states, bad = [], 0
-        for value in latest_per_key(records).values():
-            try:
-                states.append(SessionTriggerState.from_bytes(value))
-            except ValueError:
-                bad += 1
-        return states, bad, truncated
+        tracked, bad = decode_tracked(latest_per_key(records).values())
+        return tracked, bad, truncated
 
     def jobs_gauge(self) -> float | None:
         """``distill_jobs_in_flight`` from the worker's metrics endpoint, when ``worker.metrics_port`` is set."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from projections.boundary import Cut
@@ -21,12 +21,14 @@ from projections.read_api import StoredEvent, StoredSummary
 from schemas import SessionKey
 from schemas.dead_letter import DeadLetter
 from schemas.summaries import SessionSummary
+from streams.app.tracked import TrackedKey
 from streams.dead_letters import format_line, one_line, original_size, redrive_skip_reason, source_of, truncation
 from streams.rules.boundaries import from_micros
 from streams.ui.textdiff import DiffPart, diff_counts, word_diff
 
 State = Literal["hidden", "visible", "outside"]
-"""An event for one summary key: covered by the summary, carried by the next prompt, or not in the key's input."""
+"""An event for one summary key: covered by the summary, carried by the next prompt, or not in the key's input
+(another branch's event, or a partial one: stored, never summarized nor carried)."""
 
 MAX_LISTED_SESSIONS = 200
 
@@ -133,8 +135,8 @@ def build_timeline(events: Sequence[StoredEvent], boundaries: Sequence[KeyBounda
     covered events of a boundary are a prefix of the timeline and its marker
     sits right after that prefix (after the boundary event itself when
     ``last_event_id`` resolved). Each event's state per key: ``outside`` when
-    the key's summary does not take it (another branch), else ``hidden`` or
-    ``visible``.
+    the key's summary does not take it (another branch, or a partial event:
+    stored, never summarized nor carried), else ``hidden`` or ``visible``.
     """
     ordered = sorted(events, key=lambda e: (e.ts, e.seq, e.event_id))
     keys = sorted(boundaries, key=lambda b: b.filter_key)
@@ -151,7 +153,7 @@ def build_timeline(events: Sequence[StoredEvent], boundaries: Sequence[KeyBounda
     for i, ev in enumerate(ordered):
         states: list[State] = []
         for b in keys:
-            if not in_summary_input(ev.filter_key, b.filter_key):
+            if ev.partial or not in_summary_input(ev.filter_key, b.filter_key):
                 states.append("outside")
             elif i < covered[b.filter_key]:
                 states.append("hidden")
@@ -263,7 +265,8 @@ def covered_window(events: Sequence[StoredEvent], filter_key: str, cut: Cut, pre
     return [
         e
         for e in sorted(events, key=lambda e: (e.ts, e.seq, e.event_id))
-        if in_summary_input(e.filter_key, filter_key)
+        if not e.partial
+        and in_summary_input(e.filter_key, filter_key)
         and cut.is_hidden(e.ts, e.seq)
         and (previous is None or previous.is_after(e.ts, e.seq))
     ]
@@ -349,6 +352,11 @@ class LagRow:
     source: str
     """``kafka`` (committed group offsets) or ``cassandra`` (the projector's stored offsets)."""
 
+    @property
+    def behind(self) -> bool:
+        """Records wait for this group here (lag, or records on a partition it never committed)."""
+        return bool(self.lag) or (self.lag is None and self.end > 0)
+
 
 def lag_rows(
     committed: Mapping[str, Mapping[tuple[str, int], int | None]],
@@ -358,13 +366,18 @@ def lag_rows(
     """Records behind the log end, per group, topic and partition.
 
     ``committed`` maps a Kafka group to its committed offsets (``None``: never
-    committed: the lag is unknown, the group reads from its reset point);
-    ``projector`` the offsets the projector stores next to its rows (it does
-    not commit to Kafka). Partitions whose end is unknown are left out.
+    committed: the lag is unknown, the group reads from its reset point). A
+    group reading a topic reads all its partitions: one it never committed on
+    (a worker stuck on that partition's first record) is listed with an
+    unknown lag, as long as it holds records. ``projector``: the offsets the
+    projector stores next to its rows (it does not commit to Kafka).
+    Partitions whose end is unknown are left out.
     """
     rows: list[LagRow] = []
     for group, offsets in sorted(committed.items()):
-        for (topic, partition), offset in sorted(offsets.items()):
+        topics = {topic for topic, _ in offsets}
+        never = {tp: None for tp, end in ends.items() if tp[0] in topics and tp not in offsets and end > 0}
+        for (topic, partition), offset in sorted({**offsets, **never}.items()):
             end = ends.get((topic, partition))
             if end is not None:
                 lag = None if offset is None or offset < 0 else max(0, end - offset)
@@ -388,26 +401,47 @@ class JobRow:
     job_id: str
     upto_event_id: str
     emitted_at: datetime
+    """The time of the event that emitted it (event time: what the worker's decisions count in)."""
     attempt: int
-    age_s: float
+    age_s: float | None
+    """Since the worker emitted it, by the wall clock (``None``: not recorded, as for a queued job; event
+    times may be anything, a replay's or a producer's clock, so they give no age)."""
+    queue_position: int = 0
+    """0: the key's job being summarized; n: the n-th job emitted after it, waiting for its answer."""
 
 
-def job_rows(states: Iterable[Any], now: datetime) -> list[JobRow]:
-    """The in-flight job of every trigger state that has one, oldest first.
+def decode_tracked(values: Iterable[bytes]) -> tuple[list[TrackedKey], int]:
+    """The worker's table values as its changelog holds them, and how many are unreadable."""
+    out: list[TrackedKey] = []
+    bad = 0
+    for value in values:
+        try:
+            out.append(TrackedKey.from_bytes(value))
+        except ValueError:
+            bad += 1
+    return out, bad
 
-    ``states`` are ``SessionTriggerState`` values (the worker's table, as its
-    changelog holds them): ``in_flight`` is set from the job's emission until
-    its summary (or failure) is applied.
+
+def job_rows(tracked: Iterable[TrackedKey], now: datetime) -> list[JobRow]:
+    """Every job of every trigger state that is emitted and not answered, oldest first.
+
+    A key's unanswered jobs are ``in_flight`` (the one summarized now) and
+    ``queued`` behind it (emitted, run one at a time in order), from their
+    emission until their summary (or failure) is applied. The worker records
+    the wall-clock emission of the in-flight job only (``emitted_wall``): its
+    age counts from there; a queued job has none.
     """
     rows = []
-    for s in states:
-        f = s.in_flight
-        if f is None:
-            continue
-        emitted = from_micros(f.emitted_at)
-        rows.append(JobRow(s.app_name, s.user_id, s.session_id, s.filter_key, f.job_id, f.upto_event_id, emitted,
-                           f.attempt, max(0.0, (now - emitted).total_seconds())))  # fmt: skip
-    return sorted(rows, key=lambda r: (r.emitted_at, r.session_id, r.filter_key))
+    for t in tracked:
+        s = t.state
+        for position, f in enumerate(s.unanswered):
+            emitted = from_micros(f.emitted_at)
+            age = None
+            if position == 0 and s.in_flight is not None and t.emitted_wall is not None:
+                age = max(0.0, (now - datetime.fromtimestamp(t.emitted_wall, UTC)).total_seconds())
+            rows.append(JobRow(s.app_name, s.user_id, s.session_id, s.filter_key, f.job_id, f.upto_event_id, emitted,
+                               f.attempt, age, position))  # fmt: skip
+    return sorted(rows, key=lambda r: (r.emitted_at, r.session_id, r.filter_key, r.queue_position))
 
 
 def latest_per_key(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[bytes, bytes]:

@@ -138,13 +138,16 @@ async def test_force_and_sync_commands(pipeline: Settings, client: DistillClient
 
     await client.publish_many([b.user("Make it shorter."), b.assistant("Hi Ana, launch is Monday.")])
     key = SessionKeyOf(b)
-    # Unforced (the same-run path, the default): the threshold is not met, nothing to summarize.
-    assert await client.request_summary(key, wait=True, timeout=60) is None
+    # Unforced (the same-run path, the default): the threshold is not met, nothing new is summarized;
+    # the answer is the newest summary there is (Go's caller reads it after CreateSessionSummary).
+    newest = await client.request_summary(key, wait=True, timeout=60)
+    assert newest is not None and newest.version == 1 and newest.boundary.last_event_id == f"{b.session}-e2"
     summary = await client.request_summary(key, wait=True, timeout=60, force=True)
     assert summary is not None and summary.version == 2 and summary.reply_to is not None
     assert summary.boundary.last_event_id == f"{b.session}-e4"
-    # Forced but nothing new: still nothing to summarize, not an error.
-    assert await client.request_summary(key, wait=True, timeout=60, force=True) is None
+    # Forced but nothing new: the summary covering the events, not a second one and not an error.
+    again = await client.request_summary(key, wait=True, timeout=60, force=True)
+    assert again is not None and again.version == 2 and again.summary == summary.summary
 
 
 async def test_sync_request_for_a_branch_key_returns_that_keys_summary(

@@ -40,7 +40,9 @@ class ThreadedServer:
             asyncio.set_event_loop(loop)
             app = web.Application()
             app.router.add_post(self.path, self._handle)
-            runner = web.AppRunner(app, access_log=None)
+            # At stop, a request still being answered (a scripted hang) is cancelled after a second,
+            # rather than holding the stop for aiohttp's default minute (``stop`` gives up at 10 s).
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, "127.0.0.1", 0)
             loop.run_until_complete(site.start())

@@ -1,140 +1,173 @@
-"""The demo session of ``distill demo`` projected into Cassandra, with summaries of three keys at known boundaries.
+"""The session of ``distill demo``, summarized by the real worker and projected by the real projector.
 
-The events are the bundled demo session (``streams.cli.demo_cmd.load_demo_session``),
-written by the real ``Projector`` as ``distill projector`` writes them. The
-summaries are records of the summaries topic with boundaries chosen by the
-test, so the expected page is known without running a model (the oracle):
+``run_demo`` publishes the bundled session exactly as ``distill demo`` does
+(``streams.cli.demo_cmd.publish_demo_session``: request by request, a forced
+``summarize_sync`` of each branch when its sub-agent hands back, one of the
+full session at the end) to a running ``distill worker`` whose model is
+:class:`DemoModel` behind the scripted OpenAI-compatible server. What the
+pages must show is then read off the summary records the worker published
+(``DemoRun``), not written down beforehand.
 
-- full session: v1 up to ``ev-013`` (the bookings), v2 up to ``ev-035``;
-- ``travel-agent/research``: v1 up to ``ev-020``, v2 up to ``ev-023`` (Chinese text, per-character diff);
-- ``travel-agent/itinerary``: v1 up to ``ev-029``.
-
-No summary text mentions the flight's PNR ``X7Q2LM`` (``ev-010``/``ev-013``), a
-detail the full-session summary hides: ``session_search`` must find it.
+:class:`DemoModel` is a scripted model with a known, lossy rule: it keeps
+what the user asked for and the names of the tools called, in Chinese prose,
+and drops everything the tools returned and the agents said. So the flight's
+PNR ``X7Q2LM`` (a tool result and an agent's answer) is in no summary, and a
+summary's versions differ inside a Chinese sentence (the message count, the
+tool list): what the per-character diff must mark.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import json
+import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from projections.projector import Projector, SourceRecord
-from schemas import SessionKey
-from schemas.summaries import (
-    CallReport,
-    SessionSummary,
-    SummaryBoundary,
-    SummaryReport,
-    SummaryStats,
-    TriggerReport,
-)
-from streams.cli.demo_cmd import load_demo_session
+from schemas import SessionKey, SessionSummary
+from schemas.settings import Settings
+from tests.support.openai_server import Reply, answer, slow
 
-RESEARCH = "travel-agent/research"
-ITINERARY = "travel-agent/itinerary"
 HIDDEN_DETAIL = "X7Q2LM"
+"""The flight's PNR: in a tool result and an agent's reply, never in a summary (``DemoModel`` drops both)."""
+HOLD = "HOLD-THIS-CALL"
+"""A request whose conversation contains this is answered only after ``HOLD_S`` (a job stays in flight)."""
+HOLD_S = 600.0
+PAUSE_S = 0.3
+"""Between two requests (``distill demo`` waits 1.5 s; the scripted model answers at once)."""
 
-FULL_V1 = (
-    "Ana Silva and Tom Berg plan a 5-day vegetarian trip to Lisbon (May 12-16, budget 2500 EUR, flying from Berlin). "
-    "Booked flight TP1350 for 412 EUR and Alfama Inn for 580 EUR."
-)
-FULL_V2 = (
-    "Ana Silva and Tom Berg plan a 5-day vegetarian trip to Lisbon (May 12-16, budget 2500 EUR, flying from Berlin). "
-    "Booked flight TP1350 and Alfama Inn (together 992 EUR). Vegetarian restaurants were researched and Arkhe is "
-    "reserved for May 14 at 20:00. Sintra moved to May 14 after Tom's work call (train 12:41), back for dinner."
-)
-RESEARCH_V1 = (
-    "研究代理为阿尔法玛附近的素食餐厅做了调研：Princesa do Castelo 便宜的自助餐，Ao 26 纯素小馆，Arkhe 需提前两周预订。"
-)
-RESEARCH_V2 = (
-    "研究代理为阿尔法玛附近的素食餐厅做了调研：Princesa do Castelo 便宜的自助餐，Ao 26 纯素小馆。"
-    "已预订 Arkhe，5月14日20:00。"
-)
-ITINERARY_V1 = (
-    "Day-by-day plan: May 12 Alfama, May 13 Belém, May 14 Gulbenkian and LX Factory with dinner at Arkhe, "
-    "May 15 Sintra day trip, May 16 Time Out Market and the flight home at 18:40."
-)
+_HEADER = re.compile(r"^对话摘要（共 (\d+) 条消息）：")
+_SECTION = re.compile(r"(用户要求|已调用工具)：(.*?)。")
+_MESSAGE = re.compile(r"^([a-z][\w-]*): (.*)$")
+_TOOL_CALL = re.compile(r"^\[Called tool: ([\w.-]+) with args")
 
 
 @dataclass(frozen=True)
-class DemoSeed:
-    """What was written: the session key, the ordered event ids, and each key's latest boundary event."""
+class DemoDigest:
+    """What :class:`DemoModel` keeps: a message count, the user's requests, the tools called (in order)."""
+
+    messages: int
+    requests: tuple[str, ...]
+    tools: tuple[str, ...]
+
+    def text(self) -> str:
+        return (
+            f"对话摘要（共 {self.messages} 条消息）：用户要求：{'；'.join(self.requests) or '无'}。"
+            f"已调用工具：{'、'.join(self.tools) or '无'}。"
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> DemoDigest | None:
+        """The digest a summary text holds (``None``: not written by ``DemoModel``)."""
+        head = _HEADER.match(text.strip())
+        if head is None:
+            return None
+        sections = dict(_SECTION.findall(text))
+
+        def items(name: str, sep: str) -> tuple[str, ...]:
+            value = sections.get(name, "无")
+            return () if value == "无" else tuple(value.split(sep))
+
+        return cls(int(head.group(1)), items("用户要求", "；"), items("已调用工具", "、"))
+
+
+def _conversation(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(author, text)`` of each message line of the rendered conversation (the previous summary: ``system``)."""
+    text = "\n".join(str(m.get("content") or "") for m in body.get("messages", []))
+    inside = text.split("<conversation>", 1)[-1].split("</conversation>", 1)[0]
+    return [(m.group(1), m.group(2)) for m in map(_MESSAGE.match, inside.splitlines()) if m]
+
+
+def demo_summary(body: dict[str, Any]) -> str:
+    """The summary :class:`DemoModel` writes for a summary request: the previous digest rolled forward."""
+    previous = DemoDigest(0, (), ())
+    messages = 0
+    requests: list[str] = []
+    tools: list[str] = []
+    for author, text in _conversation(body):
+        if author == "system":
+            previous = DemoDigest.parse(text.removeprefix("summary: ")) or previous
+            continue
+        messages += 1
+        call = _TOOL_CALL.match(text)
+        if author == "user":
+            requests.append(text.split(". ")[0].rstrip("."))
+        elif call and call.group(1) not in tools and call.group(1) not in previous.tools:
+            tools.append(call.group(1))
+    return DemoDigest(
+        previous.messages + messages, previous.requests + tuple(requests), previous.tools + tuple(tools)
+    ).text()
+
+
+class DemoModel:
+    """The scripted model of the demo run (see the module doc); a request holding :data:`HOLD` hangs."""
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        if any(HOLD in text for _, text in _conversation(body)):
+            return slow(HOLD_S, "answered after the test")
+        return answer(demo_summary(body))
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """The demo session as published and the summaries the worker published for it (in topic order)."""
 
     key: SessionKey
-    event_ids: list[str]
-    boundaries: dict[str, str]
-    versions: dict[str, int]
+    records: list[dict[str, Any]]
+    summaries: list[SessionSummary]
+
+    @property
+    def complete_ids(self) -> list[str]:
+        """The complete events, in session order (a partial one is stored, never summarized nor carried)."""
+        return [r["event_id"] for r in self.records if not r.get("partial")]
+
+    def record(self, event_id: str) -> dict[str, Any]:
+        return next(r for r in self.records if r["event_id"] == event_id)
+
+    def filter_key_of(self, event_id: str) -> str:
+        return str(self.record(event_id)["filter_key"])
+
+    def history(self, filter_key: str) -> list[SessionSummary]:
+        """The versions of one key, oldest first."""
+        return sorted((s for s in self.summaries if s.filter_key == filter_key), key=lambda s: s.version)
+
+    def latest(self) -> dict[str, SessionSummary]:
+        """The newest version of each key, by key."""
+        return {s.filter_key: s for s in sorted(self.summaries, key=lambda s: (s.filter_key, s.version))}
+
+    def containing(self, text: str) -> list[str]:
+        """The complete events whose record holds ``text`` (in a message, a tool call or its result)."""
+        return [r["event_id"] for r in self.records if not r.get("partial") and text in json.dumps(r["message"])]
 
 
-def _summary(
-    key: SessionKey, filter_key: str, version: int, text: str, upto: dict[str, Any], prev: dict[str, Any] | None,
-    covered: int, trigger: TriggerReport, created: datetime,
-) -> SessionSummary:  # fmt: skip
-    def boundary(ev: dict[str, Any]) -> SummaryBoundary:
-        return SummaryBoundary(cutoff_at=datetime.fromisoformat(ev["timestamp"]), last_event_id=ev["event_id"])
+async def run_demo(settings: Settings, session_id: str, echo: Callable[[str], None] = lambda line: None) -> DemoRun:
+    """Publish the demo session as ``distill demo`` does; returns it with every summary the worker published."""
+    from streams.cli.demo_cmd import load_demo_session, publish_demo_session
+    from streams.client import DistillClient
+    from tests.integration.pipeline_support import read_topic, summaries_of
 
-    tokens = covered * 42
-    out_tokens = max(1, len(text) // 4)
-    return SessionSummary(
-        app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
-        summary=text, version=version, previous_version=version - 1 if version > 1 else None,
-        boundary=boundary(upto), previous_boundary=boundary(prev) if prev else None,
-        model="extractive-demo", prompt_version="demo-1", created_at=created,
-        stats=SummaryStats(original_event_count=covered, compressed_event_count=1,
-                           compression_ratio=round(covered / 1, 2), original_tokens=tokens,
-                           summary_tokens=out_tokens, token_compression_ratio=round(tokens / out_tokens, 2),
-                           input_tokens=tokens + 180, output_tokens=out_tokens),
-        report=SummaryReport(
-            trigger=trigger,
-            calls=(CallReport(mode="standalone", model="extractive-demo", estimated_prompt_tokens=tokens + 180,
-                              budget_tokens=6000, latency_ms=12.5, completion_tokens=out_tokens),),
-            truncated_previous_summary=False,
-        ),
-        job_id=f"job-{filter_key or 'full'}-{version}",
-    )  # fmt: skip
-
-
-async def seed_demo(projector: Projector, session_id: str) -> DemoSeed:
-    """Project the demo events and the summaries (through ``projector.project``, as the Kafka runner does)."""
     records = load_demo_session(session_id)
-    first = records[0]
-    key = SessionKey(first["app_name"], first["user_id"], session_id)
-    by_id = {r["event_id"]: r for r in records}
-    offsets = itertools.count(100)
-    sink_letters: list[Any] = []
+    key = SessionKey(records[0]["app_name"], records[0]["user_id"], session_id)
+    async with DistillClient(settings) as client:
+        await publish_demo_session(client, key, records, pause_s=PAUSE_S, timeout=60.0, echo=echo)
+    # The last summarize_sync of each key was answered: every summary of the run is on the topic by now.
+    published = summaries_of(await read_topic(settings, settings.topics.summaries, timeout=30.0))
+    mine = [SessionSummary.model_validate(s) for s in published if s["session_id"] == session_id]
+    return DemoRun(key, records, mine)
 
-    async def sink(letter: Any) -> None:
-        sink_letters.append(letter)
 
-    def source(topic: str, value: bytes) -> SourceRecord:
-        return SourceRecord(topic, 0, next(offsets), key.kafka_key(), value, 0)
-
-    await projector.project([source(projector.events_topic, json.dumps(r).encode()) for r in records], sink)
-    created = datetime(2026, 5, 2, 10, 0, tzinfo=UTC)
-    events = TriggerReport(name="event_threshold", value=13, threshold=10, unit="events")
-    plan = [
-        ("", 1, FULL_V1, "ev-013", None, 13, events),
-        (RESEARCH, 1, RESEARCH_V1, "ev-020", None, 5, TriggerReport(name="token_threshold", value=5120,
-                                                                   threshold=4000, unit="tokens")),
-        (RESEARCH, 2, RESEARCH_V2, "ev-023", "ev-020", 3, TriggerReport(name="force")),
-        (ITINERARY, 1, ITINERARY_V1, "ev-029", None, 6, TriggerReport(name="event_threshold", value=6, threshold=5,
-                                                                      unit="events")),
-        ("", 2, FULL_V2, "ev-035", "ev-013", 22, TriggerReport(name="manual")),
-    ]  # fmt: skip
-    summaries = [
-        _summary(key, fk, v, text, by_id[upto], by_id[prev] if prev else None, n, trig, created + timedelta(minutes=i))
-        for i, (fk, v, text, upto, prev, n, trig) in enumerate(plan)
-    ]
-    await projector.project([source(projector.summaries_topic, s.model_dump_json().encode()) for s in summaries], sink)
-    if sink_letters:
-        reasons = [f"{x.source_topic}/{x.source_offset}: {x.reason[:200]}" for x in sink_letters]
-        raise AssertionError(f"the projector rejected demo records: {reasons}")
-    return DemoSeed(
-        key,
-        [r["event_id"] for r in records],
-        {"": "ev-035", RESEARCH: "ev-023", ITINERARY: "ev-029"},
-        {"": 2, RESEARCH: 2, ITINERARY: 1},
-    )
+async def wait_projected(reader: Any, run: DemoRun, timeout: float = 30.0) -> None:
+    """Until the read side holds every stored event and the latest version of every key of ``run``."""
+    want = {k: s.version for k, s in run.latest().items()}
+    deadline = time.monotonic() + timeout
+    have: dict[str, int] = {}
+    events = 0
+    while time.monotonic() < deadline:
+        have = {s.filter_key: s.version for s in await reader.list_summaries(run.key)}
+        events = (await reader.session_stats(run.key))["events"]
+        if have == want and events == len(run.records):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not projected within {timeout:.0f} s: summaries {have} (want {want}), events {events}")

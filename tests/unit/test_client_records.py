@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryBoundary, SummaryFailure
+from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryBoundary, SummaryFailure, SummaryReply
 from schemas.settings import Settings
 from schemas.summaries import SummaryReport, TriggerReport
 from streams.client import (
@@ -172,3 +172,41 @@ def test_a_sync_record_without_force_reads_as_forced_and_the_client_always_sends
     assert SummarizeSync.model_validate_json(raw).force is True
     unforced = sync_command().model_copy(update={"force": False})
     assert json.loads(_value(unforced))["force"] is False
+
+
+def reply(reply_to: str, filter_key: str = "") -> bytes:
+    """The worker's answer naming the key's summary (published for another job)."""
+    named = SessionSummary.model_validate_json(summary(None, filter_key=filter_key))
+    return SummaryReply(
+        app_name="app", user_id="u1", session_id="s1", filter_key=filter_key, job_id="join-1", reply_to=reply_to,
+        summary=named, created_at=T,
+    ).model_dump_json().encode()  # fmt: skip
+
+
+async def test_a_request_answered_by_a_reply_returns_the_summary_it_names() -> None:
+    client = ReplyingClient(lambda c: reply(c.reply_to))
+    got = await client.request_summary(SESSION, timeout=5)
+    assert isinstance(got, SessionSummary) and got.summary == "text" and got.job_id == "j"
+
+
+class FollowingClient(DistillClient):
+    """``summaries()`` with no broker: the summaries topic holds ``msgs``."""
+
+    def __init__(self, msgs: list[Msg]) -> None:
+        super().__init__(Settings())
+        self.msgs = msgs
+
+    async def _follower(self, from_beginning: bool) -> Any:
+        class Follower(FakeConsumer):
+            async def stop(self) -> None:
+                pass
+
+        return Follower(self.msgs)
+
+
+async def test_following_summaries_leaves_replies_out() -> None:
+    """A reply is an answer, never a new version: ``summaries()`` yields the summaries only."""
+    key = SESSION.kafka_key()
+    client = FollowingClient([Msg("sum", 0, 0, key, summary()), Msg("sum", 0, 1, key, reply("corr"))])
+    got = [r async for r in client.summaries(SESSION, include_failures=True)]
+    assert [type(r).__name__ for r in got] == ["SessionSummary"]

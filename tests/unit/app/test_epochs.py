@@ -25,10 +25,11 @@ from schemas import (
     TriggerReport,
 )
 from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_NOT_CAUGHT_UP, EPOCH_UNKNOWN
-from schemas.settings import Settings
+from schemas.settings import KafkaSettings, Settings
 from streams.app.coordinates import Coordinates
 from streams.app.epochs import decide_adoption
 from streams.app.heads import Head, HeadBook, head_of, session_id_of
+from streams.app.ledger import SummaryLedger
 from streams.app.runtime import Backoff, Topics, WorkerRuntime
 from streams.app.summarize import JobResult, SummarizeHandler
 from streams.app.track import TrackHandler
@@ -149,31 +150,14 @@ def test_the_book_follows_the_served_epoch_parks_the_left_heads_and_ignores_reco
 # -- the runtime: the next pass rolls forward the adopted line ---------------------------------------------------
 
 
-class BookLedger:
-    """The ledger over a real :class:`HeadBook`, without Kafka (own writes only)."""
+class BookLedger(SummaryLedger):
+    """The real ledger over its :class:`HeadBook`, without Kafka (own writes only, or :meth:`absorb`)."""
 
     def __init__(self) -> None:
-        self.book = HeadBook()
-        self.offset = 0
+        super().__init__(KafkaSettings(), "sum")
 
     async def ready(self, partition: int) -> None:
         return None
-
-    def forget(self, partitions: set[int]) -> None:
-        return None
-
-    def head(self, partition: int, key: str) -> Head | None:
-        return self.book.head(partition, key)
-
-    def epoch_of(self, partition: int, session: str) -> int:
-        return self.book.epoch_of(partition, session)
-
-    def record(self, partition: int, s: SessionSummary, events_offset: int | None, raw: bytes | None = None,
-               at: int | None = None) -> None:  # fmt: skip
-        self.book.record(partition, s, events_offset, raw, at)
-
-    def adopt(self, partition: int, record: EpochAdopted, at: int | None) -> None:
-        self.book.adopt(partition, record, at)
 
 
 class Sent:
@@ -198,7 +182,7 @@ def runtime(model: ScriptedModel) -> tuple[WorkerRuntime, Sent]:
                        TrackHandler(policies_from_settings(settings.summary, settings.llm.model)),
                        summarizer_for, backoff=Backoff(0.01, 0.02))  # fmt: skip
     ledger = BookLedger()
-    rt.ledger = ledger  # type: ignore[assignment]
+    rt.ledger = ledger
     rt.summarize = SummarizeHandler(ledger, MemoryEventLog(EVENTS), summarizer_for)
     rt.cache_ready.set()
     rt.send = sent = Sent()

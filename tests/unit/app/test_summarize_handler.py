@@ -1,8 +1,10 @@
 """The summarize handler's stale/duplicate guard, with in-memory ledger and events log.
 
-A job whose target the head summary already covers produces nothing (or a
-failure answer for a sync job); a duplicate of a job that already ran is
-stale; a job reaching beyond the head is rebased on it; versions only grow.
+A job whose target the head summary already covers produces nothing (a sync
+job is answered with that summary); a duplicate of a job that already ran is
+stale; a job reaching beyond the head is rebased on it; versions only grow. A
+sync request's ``join`` job is answered with the head, or with the failure of
+the job it waited for.
 """
 
 from __future__ import annotations
@@ -11,21 +13,23 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, SummaryJob
+from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, SummaryJob, SummaryReply
 from schemas.settings import Settings
 from streams.app.event_log import RawEvent
-from streams.app.ledger import Head, summary_key
+from streams.app.ledger import Head, head_of, summary_key
 from streams.app.summarize import SummarizeHandler
+from streams.app.tracked import table_key
 from streams.summarizer import SummarizerLike, build_summarizer
 from streams.summarizer.dynamic import DynamicSummarizer
 from tests.unit.summarizer.helpers import SESSION, ScriptedModel, event
 
 
 class MemoryLedger:
-    """The ledger's read side: heads per (partition, key); ``record`` as the runtime does."""
+    """The ledger's read side: heads and given-up failures per (partition, key); ``record`` as the runtime does."""
 
     def __init__(self) -> None:
         self.heads: dict[tuple[int, str], Head] = {}
+        self.failures: dict[tuple[int, str], SummaryFailure] = {}
         self.ready_calls: list[int] = []
 
     async def ready(self, partition: int) -> None:
@@ -37,16 +41,20 @@ class MemoryLedger:
     def epoch_of(self, partition: int, session: str) -> int:
         return 0
 
-    def record(
-        self, partition: int, summary: SessionSummary, events_offset: int | None, raw: bytes | None = None,
-        at: int | None = None,
-    ) -> None:  # fmt: skip
+    def failure(self, partition: int, key: str) -> SummaryFailure | None:
+        return self.failures.get((partition, key))
+
+    def record(self, partition: int, summary: SessionSummary, events_offset: int | None, at: int | None = None) -> None:
         key = summary_key(summary)
+        self.failures.pop((partition, key), None)
         current = self.heads.get((partition, key))
         if current is None or current.version < summary.version:
-            self.heads[(partition, key)] = Head(
-                summary.version, summary.boundary, summary.summary, events_offset, summary.job_id
-            )
+            self.heads[(partition, key)] = head_of(summary, events_offset)
+
+    def record_failure(self, partition: int, failure: SummaryFailure, at: int | None = None) -> None:
+        if failure.gave_up:
+            key = table_key(failure.app_name, failure.user_id, failure.session_id, failure.filter_key)
+            self.failures[(partition, key)] = failure
 
 
 class MemoryEventLog:
@@ -131,15 +139,100 @@ async def test_a_job_the_head_covers_is_stale_even_for_an_earlier_target() -> No
     assert len(model.requests) == 1
 
 
-async def test_a_covered_sync_job_gets_a_failure_answer_not_a_second_summary() -> None:
-    h, ledger, _, _ = handler()
+async def test_a_covered_sync_job_is_answered_with_the_covering_summary_not_a_second_one() -> None:
+    """A forced request whose events a summary already covers gets that summary (it used to get a skip)."""
+    h, ledger, _, model = handler()
     first = await h.handle(job(3), 0)
     assert isinstance(first.record, SessionSummary)
     ledger.record(0, first.record, first.events_offset)
     answer = await h.handle(job(3, reply_to="corr-1"), 0)
-    assert answer.outcome == "skipped"
-    assert isinstance(answer.record, SummaryFailure)
-    assert answer.record.reply_to == "corr-1" and "version 1 already covers" in answer.record.reason
+    assert answer.outcome == "replied" and isinstance(answer.record, SummaryReply)
+    assert answer.record.reply_to == "corr-1" and answer.record.summary == first.record
+    assert len(model.requests) == 1
+
+
+def join(upto: int, reply_to: str = "corr-j") -> SummaryJob:
+    """A sync request's ``join`` job waiting for the decided boundary ``EVENTS[upto]``."""
+    return job(upto, reply_to=reply_to, origin="join").model_copy(update={"job_id": f"join-{reply_to}"})
+
+
+def gave_up(job_id: str, upto: int = 3, reason: str = "model refused: 400 invalid value") -> SummaryFailure:
+    """The failure record of a job aiming at ``EVENTS[upto]``, given up."""
+    return SummaryFailure(
+        app_name=SESSION.app_name, user_id=SESSION.user_id, session_id=SESSION.session_id, job_id=job_id,
+        error_class="PermanentError", reason=reason, created_at=datetime(2026, 1, 1, tzinfo=UTC), gave_up=True,
+        retryable=False, attempts=1, upto_event_id=EVENTS[upto].event_id,
+    )  # fmt: skip
+
+
+async def test_a_join_is_answered_with_the_summary_of_the_job_it_waited_for() -> None:
+    h, ledger, _, model = handler()
+    first = await h.handle(job(3), 0)  # the round's job, run before the join (one job at a time per key)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    answer = await h.handle(join(3), 0)
+    assert answer.outcome == "replied" and isinstance(answer.record, SummaryReply)
+    assert answer.record.summary == first.record and answer.record.reply_to == "corr-j"
+    assert answer.record.job_id == "join-corr-j" and len(model.requests) == 1
+
+
+async def test_a_join_gets_the_newest_summary_when_it_stops_short_of_the_target() -> None:
+    """A summary holding recent events back ends before its job's target: still the one to build on."""
+    h, ledger, _, _ = handler()
+    first = await h.handle(job(2), 0)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    answer = await h.handle(join(3), 0)
+    assert isinstance(answer.record, SummaryReply) and answer.record.summary == first.record
+
+
+async def test_a_join_whose_job_gave_up_is_answered_with_that_failure() -> None:
+    h, ledger, _, model = handler()
+    ledger.record_failure(0, gave_up("j-0-3"))
+    answer = await h.handle(join(3), 0)
+    failure = answer.record
+    assert answer.outcome == "failed" and isinstance(failure, SummaryFailure)
+    assert failure.error_class == "PermanentError" and failure.reply_to == "corr-j"
+    assert "j-0-3 this request joined failed" in failure.reason and "model refused" in failure.reason
+    # the track side must not count it as one more failure of the key (nor release another job)
+    assert not failure.gave_up and failure.job_id == "join-corr-j" and failure.context_window is None
+    assert not model.requests
+
+
+async def test_a_later_ranges_failure_does_not_answer_a_join_waiting_for_an_earlier_boundary() -> None:
+    """The track side gave the failed range back: the request waits for the boundary before it."""
+    h, ledger, _, _ = handler()
+    first = await h.handle(job(2), 0)  # a head short of e3 (as a job for e3 holding recent events back leaves)
+    assert isinstance(first.record, SessionSummary)
+    ledger.record(0, first.record, first.events_offset)
+    ledger.record_failure(0, gave_up("j-1-5", upto=5))
+    earlier = await h.handle(join(3), 0)
+    assert isinstance(earlier.record, SummaryReply) and earlier.record.summary == first.record
+    waited = await h.handle(join(5, reply_to="corr-k"), 0)
+    assert isinstance(waited.record, SummaryFailure) and "j-1-5" in waited.record.reason
+
+
+async def test_a_failure_record_names_the_target_of_its_job() -> None:
+    h, _, _, _ = handler()
+    assert h.failure(job(3), RuntimeError("boom")).upto_event_id == EVENTS[3].event_id
+
+
+async def test_a_summary_after_the_failure_answers_the_join() -> None:
+    h, ledger, _, _ = handler()
+    ledger.record_failure(0, gave_up("j-0-3"))
+    retried = await h.handle(job(3), 0)  # the range decided again, summarized this time
+    assert isinstance(retried.record, SessionSummary)
+    ledger.record(0, retried.record, retried.events_offset)
+    answer = await h.handle(join(3), 0)
+    assert isinstance(answer.record, SummaryReply) and answer.record.summary == retried.record
+
+
+async def test_a_join_with_no_summary_to_name_says_there_was_nothing_to_summarize() -> None:
+    h, _, _, model = handler()
+    answer = await h.handle(join(3), 0)
+    assert answer.outcome == "skipped" and isinstance(answer.record, SummaryFailure)
+    assert answer.record.error_class == "SummarySkipped" and answer.record.reply_to == "corr-j"
+    assert not model.requests
 
 
 async def test_a_job_beyond_the_head_is_rebased_on_it_and_versions_grow() -> None:

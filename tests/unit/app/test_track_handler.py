@@ -15,6 +15,7 @@ from schemas import (
     SummaryBoundary,
     SummaryFailure,
     SummaryJob,
+    SummaryReply,
     SummaryReport,
     TriggerReport,
 )
@@ -259,3 +260,39 @@ def test_a_given_up_job_cools_its_key_down_and_the_idle_sweep_leaves_it_alone() 
     assert not h.on_record(idle, Coordinates("ev", 1, 50), table, log_time=T0 + timedelta(seconds=30)).jobs
     [retry] = feed(h, table, [event(62)], start=60)  # the half-open retry, budgeted with the learned window
     assert retry.summary_context_window == 2048
+
+
+def test_a_sync_request_during_the_rounds_job_joins_it_and_leaves_the_key_as_it_was() -> None:
+    """The join job goes out with the jobs; the key's queue, its state and the sweep's clock stay."""
+    clock = [T0.timestamp()]
+    h = handler(threshold=1, wall_clock=lambda: clock[0])
+    table: dict[str, TrackedKey] = {}
+    (job,) = feed(h, table, [event(1, "user"), event(2)])
+    key = table_key("a", "u", "s", "")
+    before = table[key]
+    clock[0] += 300  # the job is old: a new emission would restart its timeout
+    out = h.on_record(sync("", force=False), Coordinates("ev", 1, 9), table, log_time=T0 + timedelta(seconds=3))
+    (join,) = out.jobs
+    assert not out.replies and join.origin == "join" and join.reply_to == "r"
+    assert join.upto.last_event_id == job.upto.last_event_id and join.job_id != job.job_id
+    assert table[key].emitted_wall == before.emitted_wall and table[key].state.to_bytes() == before.state.to_bytes()
+    late = sweep_commands(table.values(), now=T0 + timedelta(seconds=500), idle_after_s=None, job_timeout_s=120)
+    assert [c.model_extra["origin"] for _, _, c in late] == ["retry"]  # the real job is still re-emitted
+
+
+def test_a_reply_on_the_summaries_topic_changes_no_state() -> None:
+    h = handler()
+    table: dict[str, TrackedKey] = {}
+    (job,) = feed(h, table, [event(1, "user"), event(2), event(3)])
+    key = table_key("a", "u", "s", "")
+    before = table[key].state.to_bytes()
+    named = SessionSummary(
+        app_name="a", user_id="u", session_id="s", summary="x", version=1,
+        boundary=SummaryBoundary(cutoff_at=job.upto.cutoff_at, last_event_id="e3"), model="m", prompt_version="p",
+        created_at=T0, report=SummaryReport(trigger=TriggerReport(name="event_threshold")), job_id=job.job_id,
+    )  # fmt: skip
+    answer = SummaryReply(
+        app_name="a", user_id="u", session_id="s", job_id="join", reply_to="r", summary=named, created_at=T0
+    )
+    h.on_summary_record(answer, table)
+    assert table[key].state.to_bytes() == before

@@ -3,17 +3,21 @@
 Generated sessions mix parallel tool calls, pending calls, late results,
 streamed partials, error events, several branches, reused ids, equal
 timestamps, summaries at random boundaries, compaction on and off, and tight
-budgets. The default run uses ``DISTILL_PROPERTY_EXAMPLES`` examples (500 unless
-set); the acceptance run is ``DISTILL_PROPERTY_EXAMPLES=10000``.
+budgets. ``DISTILL_PROPERTY_EXAMPLES`` cases (500 unless set; the acceptance run,
+``make test``, is 10000) are generated from seeds (:mod:`tests.support.picks`; a
+failure names its seed), and up to 300 more by Hypothesis, which shrinks a
+failure to a small example.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +25,7 @@ from schemas import ErrorInfo, Message, SessionEvent, SessionSummary
 from streams.context import AssemblyOptions, CompactionConfig, RecallCapabilities, assemble, find_violations
 from streams.context.history import event_message
 from streams.rules.tokens import SimpleTokenCounter
+from tests.support.picks import HypothesisPicks, Picks, SeededPicks
 from tests.unit.context.sessions import T0, summary_at
 
 EXAMPLES = int(os.environ.get("DISTILL_PROPERTY_EXAMPLES", "500"))
@@ -28,25 +33,27 @@ COUNTER = SimpleTokenCounter()
 KEYS = ["", "app", "app/a", "app/b", "app/a/x"]
 TOOLS = ["search", "shell", "fetch", "session_load", "write"]
 BIG = "B" * 4096
-TEXTS = st.sampled_from(["ok", "", "some words here", BIG, "line\n" * 50, "é" * 300])
+TEXTS = ["ok", "", "some words here", BIG, "line\n" * 50, "é" * 300]
+HYPOTHESIS_EXAMPLES = min(EXAMPLES, 300)
+SEED_CHUNKS = 20
 
 
 class _Gen:
-    def __init__(self, draw: st.DrawFn) -> None:
-        self.draw = draw
+    def __init__(self, pick: Picks) -> None:
+        self.pick = pick
         self.events: list[SessionEvent] = []
         self.n = 0
         self.call_seq = 0
 
     def add(self, role: str, request: str, invocation: str, **fields: Any) -> None:
-        draw = self.draw
+        pick = self.pick
         self.n += 1
-        same = self.events and draw(st.integers(0, 4)) == 0
+        same = self.events and pick.integer(0, 4) == 0
         ts = self.events[-1].timestamp if same else T0 + timedelta(seconds=self.n)
-        flags: dict[str, Any] = {"filter_key": draw(st.sampled_from(KEYS))}
-        if draw(st.integers(0, 9)) == 0:
+        flags: dict[str, Any] = {"filter_key": pick.choice(KEYS)}
+        if pick.integer(0, 9) == 0:
             flags["skip_summarization"] = True
-        if draw(st.integers(0, 12)) == 0:
+        if pick.integer(0, 12) == 0:
             flags["error"] = ErrorInfo(type="boom", message="failed")
         self.events.append(
             SessionEvent(
@@ -65,23 +72,22 @@ class _Gen:
 
     def call_id(self) -> str:
         self.call_seq += 1
-        if self.call_seq > 1 and self.draw(st.integers(0, 15)) == 0:
-            return f"c{self.draw(st.integers(1, self.call_seq - 1))}"  # a reused id
+        if self.call_seq > 1 and self.pick.integer(0, 15) == 0:
+            return f"c{self.pick.integer(1, self.call_seq - 1)}"  # a reused id
         return f"c{self.call_seq}"
 
 
-@st.composite
-def sessions(draw: st.DrawFn) -> list[SessionEvent]:
-    g = _Gen(draw)
+def sessions(pick: Picks) -> list[SessionEvent]:
+    g = _Gen(pick)
     late: list[tuple[str, str, str, str]] = []
-    for r in range(draw(st.integers(0, 5))):
-        request = draw(st.sampled_from([f"r{r}", ""]))
-        invocation = draw(st.sampled_from([f"i{r}", f"i{r}", ""]))
-        g.add("user", request, invocation, content=draw(st.sampled_from(["hello", "", "do it"])))
-        for _ in range(draw(st.integers(0, 4))):
-            kind = draw(st.sampled_from(["text", "tools", "tools", "partial", "system", "empty"]))
+    for r in range(pick.integer(0, 5)):
+        request = pick.choice([f"r{r}", ""])
+        invocation = pick.choice([f"i{r}", f"i{r}", ""])
+        g.add("user", request, invocation, content=pick.choice(["hello", "", "do it"]))
+        for _ in range(pick.integer(0, 4)):
+            kind = pick.choice(["text", "tools", "tools", "partial", "system", "empty"])
             if kind == "text":
-                g.add("assistant", request, invocation, content=draw(TEXTS))
+                g.add("assistant", request, invocation, content=pick.choice(TEXTS))
             elif kind == "partial":
                 g.add("assistant", request, invocation, content="chu", partial=True)
             elif kind == "system":
@@ -89,67 +95,65 @@ def sessions(draw: st.DrawFn) -> list[SessionEvent]:
             elif kind == "empty":
                 g.add("assistant", request, invocation, content=None, reasoning_content="hmm")
             else:
-                calls = [(g.call_id(), draw(st.sampled_from(TOOLS))) for _ in range(draw(st.integers(1, 3)))]
-                args = draw(st.sampled_from(["{}", '{"q": "x"}', json.dumps({"body": BIG})]))
+                calls = [(g.call_id(), pick.choice(TOOLS)) for _ in range(pick.integer(1, 3))]
+                args = pick.choice(["{}", '{"q": "x"}', json.dumps({"body": BIG})])
                 g.add(
                     "assistant",
                     request,
                     invocation,
-                    content=draw(st.sampled_from([None, "calling"])),
+                    content=pick.choice([None, "calling"]),
                     tool_calls=[
                         {"id": c, "type": "function", "function": {"name": n, "arguments": args}} for c, n in calls
                     ],
                 )
-                for call_id, name in draw(st.permutations(calls)):
-                    fate = draw(st.sampled_from(["now", "now", "now", "late", "pending", "twice"]))
-                    content = draw(TEXTS)
+                for call_id, name in pick.permutation(calls):
+                    fate = pick.choice(["now", "now", "now", "late", "pending", "twice"])
+                    content = pick.choice(TEXTS)
                     if fate in ("now", "twice"):
                         g.add("tool", request, invocation, tool_call_id=call_id, content=content, name=name)
                     if fate == "twice":
                         g.add("tool", request, invocation, tool_call_id=call_id, content=content)
                     if fate == "late":
                         late.append((call_id, name, request, invocation))
-        while late and bool(draw(st.booleans())):
+        while late and bool(pick.boolean()):
             call_id, name, request_l, inv_l = late.pop(0)
-            g.add("tool", request_l, inv_l, tool_call_id=call_id, content=draw(TEXTS), name=name)
-    if draw(st.integers(0, 10)) == 0:
+            g.add("tool", request_l, inv_l, tool_call_id=call_id, content=pick.choice(TEXTS), name=name)
+    if pick.integer(0, 10) == 0:
         g.add("tool", "rx", "ix", tool_call_id="orphan", content="lost")
     return g.events
 
 
-@st.composite
-def summaries(draw: st.DrawFn, events: list[SessionEvent]) -> SessionSummary | None:
-    if not events or draw(st.integers(0, 4)) == 0:
+def summaries(pick: Picks, events: list[SessionEvent]) -> SessionSummary | None:
+    if not events or pick.integer(0, 4) == 0:
         return None
-    at = events[draw(st.integers(0, len(events) - 1))]
-    mode = draw(st.sampled_from(["id", "ts", "unknown-id"]))
-    summary = summary_at(at, draw(st.sampled_from(["what happened so far", ""])), with_id=mode == "id")
+    at = events[pick.integer(0, len(events) - 1)]
+    mode = pick.choice(["id", "ts", "unknown-id"])
+    summary = summary_at(at, pick.choice(["what happened so far", ""]), with_id=mode == "id")
     if mode == "unknown-id":
         boundary = summary.boundary.model_copy(update={"last_event_id": "nope"})
         summary = summary.model_copy(update={"boundary": boundary})
     return summary
 
 
-@st.composite
-def options(draw: st.DrawFn) -> AssemblyOptions:
+def options(pick: Picks) -> AssemblyOptions:
     compaction = CompactionConfig(
-        enabled=draw(st.booleans()),
-        keep_recent_requests=draw(st.integers(0, 2)),
-        tool_result_max_tokens=draw(st.sampled_from([0, 10, 256, 1024])),
-        oversized_tool_result_max_tokens=draw(st.sampled_from([0, 0, 50, 300])),
-        force_clean_tool_names=frozenset(draw(st.sets(st.sampled_from(TOOLS), max_size=2))),
-        keep_tool_names=frozenset(draw(st.sets(st.sampled_from(TOOLS), max_size=2))),
-        skip_recent=draw(st.integers(0, 3)),
+        enabled=pick.boolean(),
+        keep_recent_requests=pick.integer(0, 2),
+        tool_result_max_tokens=pick.choice([0, 10, 256, 1024]),
+        oversized_tool_result_max_tokens=pick.choice([0, 0, 50, 300]),
+        force_clean_tool_names=frozenset(pick.subset(TOOLS, 2)),
+        keep_tool_names=frozenset(pick.subset(TOOLS, 2)),
+        skip_recent=pick.integer(0, 3),
     )
     return AssemblyOptions(
-        add_session_summary=draw(st.booleans()),
-        injection_mode=draw(st.sampled_from(["system", "user"])),
-        max_history_runs=draw(st.integers(0, 3)),
-        filter_key=draw(st.sampled_from(KEYS)),
+        add_session_summary=pick.boolean(),
+        injection_mode=pick.choice(["system", "user"]),
+        max_history_runs=pick.integer(0, 3),
+        filter_key=pick.choice(KEYS),
         compaction=compaction,
-        token_budget=draw(st.sampled_from([None, None, 30, 120, 400, 1500, 5000])),
+        token_budget=pick.choice([None, None, 30, 120, 400, 1500, 5000]),
         token_counter=COUNTER,
-        recall=RecallCapabilities(search=draw(st.booleans()), load=draw(st.booleans())),
+        recall=RecallCapabilities(search=pick.boolean(), load=pick.boolean()),
     )
 
 
@@ -160,22 +164,16 @@ def _budget_shape_ok(messages: list[dict[str, Any]]) -> bool:
     return len(steps) <= 2 and sum(m["role"] == "user" for m in steps) <= 1
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=os.environ.get("DISTILL_PROPERTY_RANDOM") is None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(data=st.data())
-def test_assembled_requests_are_always_valid(data: st.DataObject) -> None:
-    events = data.draw(sessions())
-    summary = data.draw(summaries(events))
-    opts = data.draw(options())
+def check_case(pick: Picks) -> None:
+    """One generated case: a session, maybe a summary, options, a current message; the request is checked."""
+    events = sessions(pick)
+    summary = summaries(pick, events)
+    opts = options(pick)
     users = [e for e in events if e.message.role == "user"]
-    current_choice = data.draw(st.sampled_from(["str", "none", "event"] if users else ["str", "none"]))
+    current_choice = pick.choice(["str", "none", "event"] if users else ["str", "none"])
     current: Any = {"str": "the new question", "none": None}.get(current_choice)
     if current_choice == "event":
-        current = data.draw(st.sampled_from(users))
+        current = pick.choice(users)
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in TOOLS[:2]]
 
     req = assemble("You are an agent.", summary, events, current, tools, opts)
@@ -196,3 +194,25 @@ def test_assembled_requests_are_always_valid(data: st.DataObject) -> None:
     if current_choice == "str":
         last = req.messages[-1]
         assert last["role"] == "user" and str(last["content"]).endswith("the new question")
+
+
+@settings(
+    max_examples=HYPOTHESIS_EXAMPLES,
+    deadline=None,
+    derandomize=os.environ.get("DISTILL_PROPERTY_RANDOM") is None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_assembled_requests_are_always_valid(data: st.DataObject) -> None:
+    check_case(HypothesisPicks(data.draw))
+
+
+@pytest.mark.parametrize("chunk", range(SEED_CHUNKS))
+def test_assembled_requests_are_always_valid_over_seeds(chunk: int) -> None:
+    """``EXAMPLES`` seeded cases in all (the acceptance size), in chunks so a report says where."""
+    offset = 0 if os.environ.get("DISTILL_PROPERTY_RANDOM") is None else random.randrange(1 << 30)
+    for seed in range(chunk, EXAMPLES, SEED_CHUNKS):
+        try:
+            check_case(SeededPicks(offset + seed))
+        except AssertionError as exc:
+            raise AssertionError(f"case from seed {offset + seed} (SeededPicks({offset + seed})): {exc}") from exc

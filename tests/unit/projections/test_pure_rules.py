@@ -194,3 +194,14 @@ def test_chunking_a_huge_single_word_is_linear() -> None:
     chunks = lexical.chunk_index("x" * 200_000)
     assert time.perf_counter() - started < 2.0
     assert chunks[-1][1] == 200_000 and len(chunks) < 40
+
+
+def test_the_projector_skips_the_answers_on_the_summaries_topic_and_refuses_unknown_records() -> None:
+    """Failures and replies (``summary_reply`` names a summary already published) are no new version."""
+    from projections.projector import parse_summary_record
+    from schemas import RecordDecodeError
+
+    assert parse_summary_record(b'{"type": "summary_failure"}') is None
+    assert parse_summary_record(b'{"type": "summary_reply", "summary": {}}') is None
+    with pytest.raises(RecordDecodeError, match="unknown record type"):
+        parse_summary_record(b'{"type": "summary_echo"}')

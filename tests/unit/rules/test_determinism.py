@@ -23,12 +23,12 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import SessionEvent, SessionSummary, SummaryJob
+from schemas import SessionEvent, SessionSummary, SummarizeSync, SummaryJob
 from schemas.settings import Settings, SummarySettings
 from streams.app.tracked import TrackedKey
 from streams.rules.boundaries import events_after
 from streams.rules.filter_keys import in_summary_input
-from streams.rules.planner import affected_keys, apply_event
+from streams.rules.planner import affected_keys, apply_command, apply_event, command_targets
 from streams.rules.policy import SummaryPolicy, policies_from_settings
 from streams.rules.trigger_state import SessionTriggerState, on_job_failed, on_summary
 from streams.summarizer import SummarySkipped
@@ -72,24 +72,40 @@ class Run:
     """(key, boundary event, text) of every summary made."""
     queue: list[tuple[int, SummaryJob]] = field(default_factory=list)
     emitted: int = 0
+    asked: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = field(default_factory=list)
+    """Per sync request: (command, key, targets of the jobs it fired, targets of the joins it made)."""
 
     def publish(self, event: SessionEvent) -> None:
         self.log.append(event)
         keys = affected_keys(event, self.policy, self.table.get(""))
         outcome = apply_event(event, self.policy, {k: self.table.get(k) for k in keys}, offset=len(self.log) - 1)
         self.table.update(outcome.states)
-        for job in outcome.jobs:
-            if job.origin != "retry":
-                self.jobs.append((job.filter_key, job.job_id, job.upto.last_event_id))
-            delay = self.delays[self.emitted % len(self.delays)]
-            self.emitted += 1
-            self.queue.append((len(self.log) + delay, job))
+        self.emit(outcome.jobs)
         self.drain(len(self.log))
         if len(self.log) - 1 in self.restarts:
             self.table = {
                 k: TrackedKey.from_bytes(TrackedKey(SessionTriggerState.from_bytes(s.to_bytes())).to_bytes()).state
                 for k, s in self.table.items()
             }
+
+    def ask(self, command: SummarizeSync) -> None:
+        """A sync request after the last event (its jobs queue like the events'; a join changes nothing)."""
+        keys = ("", *command_targets(command, self.policy))
+        at = self.log[-1].timestamp
+        outcome = apply_command(command, self.policy, {k: self.table.get(k) for k in keys}, at=at)
+        self.table.update(outcome.states)
+        fired = tuple(j.upto.last_event_id for j in outcome.jobs)
+        joined = tuple(j.upto.last_event_id for j in outcome.joins)
+        self.asked.append((command.command_id, command.filter_key, fired, joined))
+        self.emit(outcome.jobs)
+
+    def emit(self, jobs: tuple[SummaryJob, ...]) -> None:
+        for job in jobs:
+            if job.origin != "retry":
+                self.jobs.append((job.filter_key, job.job_id, job.upto.last_event_id))
+            delay = self.delays[self.emitted % len(self.delays)]
+            self.emitted += 1
+            self.queue.append((len(self.log) + delay, job))
 
     def drain(self, now: int) -> None:
         # In job order: the summarize side runs a key's jobs one at a time, in order.
@@ -227,3 +243,65 @@ def test_a_summary_arriving_late_gives_the_boundaries_of_an_instant_one() -> Non
     assert len(instant.jobs) >= 3
     assert [t for _, _, t in late.jobs] == [t for _, _, t in instant.jobs]
     assert late.summaries == instant.summaries
+
+
+def requests_after(events: list[SessionEvent], seed: int) -> dict[int, list[SummarizeSync]]:
+    """Sync requests (forced or not, for the event's key) after some model outputs, by event index."""
+    rng = random.Random(seed)
+    out: dict[int, list[SummarizeSync]] = {}
+    for i, e in enumerate(events):
+        if e.message.role == "assistant" and rng.random() < 0.5:
+            out[i] = [
+                SummarizeSync(app_name="app", user_id="u", session_id="s", command_id=f"c{i}-{n}",
+                              reply_to=f"c{i}-{n}", filter_key=e.filter_key, force=rng.random() < 0.4)
+                for n in range(rng.randint(1, 2))
+            ]  # fmt: skip
+    return out
+
+
+def replay_asking(
+    config: dict[str, object],
+    events: list[SessionEvent],
+    asks: dict[int, list[SummarizeSync]],
+    delays: list[int],
+    restarts: frozenset[int],
+) -> Run:
+    run = build(config, delays, restarts)
+    for i, event in enumerate(events):
+        run.publish(event)
+        for command in asks.get(i, ()):
+            run.ask(command)
+    run.finish()
+    return run
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    config=st.sampled_from(CONFIGS),
+    seed=st.integers(0, 10_000),
+    rounds=st.integers(3, 10),
+    branches=st.booleans(),
+    delays=st.lists(st.integers(0, 7), min_size=1, max_size=6),
+    restarts=st.frozensets(st.integers(0, 40), max_size=3),
+)
+def test_sync_requests_fire_and_join_the_same_boundaries_whatever_the_latency(
+    config: dict[str, object],
+    seed: int,
+    rounds: int,
+    branches: bool,
+    delays: list[int],
+    restarts: frozenset[int],
+) -> None:
+    """A request's job or join is decided from the log alone: summaries coming back late (or a
+    restart) change neither, and a request never adds a job for a boundary a job already has."""
+    events = session(seed, rounds, branches)
+    asks = requests_after(events, seed)
+    instant = replay_asking(config, events, asks, [0], frozenset())
+    slow = replay_asking(config, events, asks, delays, restarts)
+    assert slow.asked == instant.asked
+    assert slow.jobs == instant.jobs
+    assert slow.summaries == instant.summaries
+    targets = [(key, target) for key, _, target in instant.jobs]
+    assert len(targets) == len(set(targets)), "two jobs for one boundary"
+    for _, _, fired, joined in instant.asked:
+        assert len(fired) + len(joined) <= 1

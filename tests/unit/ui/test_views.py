@@ -11,6 +11,7 @@ from projections.read_api import StoredEvent, StoredSummary
 from schemas import SessionKey
 from schemas.dead_letter import DeadLetter
 from schemas.summaries import SessionSummary, SummaryBoundary, SummaryReport, TriggerReport
+from streams.app.tracked import TrackedKey
 from streams.rules.trigger_state import InFlight, SessionTriggerState
 from streams.ui import views
 from streams.ui.sources import TRIGGER_TABLE
@@ -76,6 +77,22 @@ def test_states_per_key_follow_the_branch_rule() -> None:
     assert [e.event_id for e in timeline.hidden["app/research"]] == ["ev-001", "ev-002"]
     assert [e.event_id for e in timeline.visible["app/research"]] == ["ev-004", "ev-005"]
     assert [e.event_id for e in timeline.hidden[""]] == ["ev-001", "ev-002", "ev-003"]
+
+
+def test_a_partial_event_is_on_the_timeline_in_no_key_s_input() -> None:
+    """A streaming chunk is stored (the session counts it) but never summarized nor carried by a prompt."""
+    from dataclasses import replace
+
+    events = [ev(1), replace(ev(2), partial=True), ev(3), replace(ev(4, "app/research"), partial=True), ev(5)]
+    timeline = views.build_timeline(events, [boundary("", events[2]), boundary("app/research", events[2])])
+    rows = {r.event.event_id: r.states for r in timeline.rows if isinstance(r, views.EventRow)}
+    assert list(rows) == ["ev-001", "ev-002", "ev-003", "ev-004", "ev-005"]
+    assert rows["ev-002"] == rows["ev-004"] == ("outside", "outside")
+    assert [e.event_id for e in timeline.hidden[""]] == ["ev-001", "ev-003"]
+    assert [e.event_id for e in timeline.visible["app/research"]] == ["ev-005"]
+    assert rows_around_markers(timeline) == {"": ("ev-003", "ev-004"), "app/research": ("ev-003", "ev-004")}
+    cut = timeline.keys[0].cut
+    assert [x.event_id for x in views.covered_window(events, "", cut, None)] == ["ev-001", "ev-003"]
 
 
 def test_a_timestamp_only_boundary_covers_every_event_at_the_cutoff() -> None:
@@ -164,19 +181,46 @@ def test_lag_per_group_and_partition_from_kafka_and_from_the_projector() -> None
     ]
 
 
-def test_jobs_in_flight_come_from_the_latest_trigger_state_of_each_key() -> None:
+def test_a_partition_a_group_never_committed_is_listed_with_an_unknown_lag() -> None:
+    """A worker stuck on the first record of a partition has committed nothing there: that partition is lag too."""
+    ends = {("jobs", 0): 2, ("jobs", 1): 6, ("events", 0): 5, ("summaries", 0): 0}
+    committed = {"distill": {("jobs", 1): 6, ("events", 0): 5}}
+    rows = views.lag_rows(committed, ends)
+    assert [(r.topic, r.partition, r.committed, r.end, r.lag) for r in rows] == [
+        ("events", 0, 5, 5, 0),
+        ("jobs", 0, None, 2, None),
+        ("jobs", 1, 6, 6, 0),
+    ]
+    assert [r.behind for r in rows] == [False, True, False]
+
+
+def test_jobs_in_flight_come_from_the_latest_changelog_value_of_each_key() -> None:
+    """The changelog holds the worker's table values (``TrackedKey`` bytes), the last one per key counts."""
     emitted = T0 + timedelta(seconds=30)
-    busy = SessionTriggerState("a", "u", "s1", "k", in_flight=InFlight("job-1", "ev-9", int(emitted.timestamp() * 1e6)))
-    idle = SessionTriggerState("a", "u", "s2")
+    flight = InFlight("job-1", "ev-9", int(emitted.timestamp() * 1e6))
+    busy = TrackedKey(SessionTriggerState("a", "u", "s1", "k", in_flight=flight), 0, 1, emitted.timestamp())
+    idle = TrackedKey(SessionTriggerState("a", "u", "s3"), 0, 1)
     records = [(b"s1", idle.to_bytes()), (b"s1", busy.to_bytes()), (b"s2", busy.to_bytes()), (b"s2", None),
-               (b"s3", idle.to_bytes())]  # fmt: skip
+               (b"s3", idle.to_bytes()), (b"s4", b"not a state")]  # fmt: skip
     latest = views.latest_per_key(records)
-    assert set(latest) == {b"s1", b"s3"}
-    states = [SessionTriggerState.from_bytes(v) for v in latest.values()]
-    rows = views.job_rows(states, T0 + timedelta(seconds=90))
+    assert set(latest) == {b"s1", b"s3", b"s4"}
+    tracked, bad = views.decode_tracked(latest.values())
+    assert bad == 1 and sorted(t.state.session_id for t in tracked) == ["s1", "s3"]
+    rows = views.job_rows(tracked, T0 + timedelta(seconds=90))
     assert [(r.session_id, r.filter_key, r.job_id, r.upto_event_id, r.age_s) for r in rows] == [
         ("s1", "k", "job-1", "ev-9", 60.0)
     ]
+
+
+def test_a_job_s_age_is_wall_clock_time_when_the_worker_recorded_its_emission() -> None:
+    """Event times may be anything (a replay, a producer's clock): only the worker's emission time gives an age."""
+    flight = InFlight("job-1", "ev-9", int(T0.timestamp() * 1e6))
+    wall = (T0 + timedelta(days=30)).timestamp()
+    tracked = TrackedKey(SessionTriggerState("a", "u", "s1", in_flight=flight), 0, 1, emitted_wall=wall)
+    (row,) = views.job_rows([tracked], T0 + timedelta(days=30, seconds=12))
+    assert row.emitted_at == T0 and row.age_s == 12.0
+    (unknown,) = views.job_rows([TrackedKey(tracked.state, 0, 1)], T0 + timedelta(days=30, seconds=12))
+    assert unknown.age_s is None
 
 
 def test_the_changelog_name_matches_the_worker_table() -> None:

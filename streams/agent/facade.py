@@ -1,0 +1,408 @@
+"""The agent facade: a runtime's loop on distill in a few lines.
+
+    async with SessionBackend(load_settings()) as backend:
+        agent = DistillAgent(backend, app_name="travel", user_id="alice", session_id="s-1", model="gpt-4o")
+        await agent.user("What's the weather in Lisbon?")
+        while True:
+            request = await agent.next_request(SYSTEM_PROMPT, tools=[WEATHER_TOOL])
+            reply = (await llm.chat.completions.create(model="gpt-4o", **request.kwargs())).choices[0].message
+            await agent.record(reply)
+            if not await agent.run_tools(reply, {"get_weather": get_weather}):
+                break
+
+- :meth:`DistillAgent.user` / :meth:`~DistillAgent.record` / :meth:`~DistillAgent.run_tools`
+  publish what the user, the model and the tools produced (one session event each);
+- :meth:`~DistillAgent.next_request` reads the key's context from Cassandra (the one
+  :meth:`ContextReader.read <projections.context_read.ContextReader.read>`) and assembles
+  the request (:func:`~streams.context.assemble_from_read`): summary injection, compaction,
+  the recall tools, and fitting into the model's window (:mod:`streams.context.fitting`);
+- :meth:`~DistillAgent.run_tools` answers ``session_search`` / ``session_load`` from
+  Cassandra (:class:`~streams.context.RecallExecutor`) and the runtime's tools by name.
+
+Its settings are ``Settings.agent`` (:class:`~schemas.settings.AgentSettings`, Go's llmagent
+options), overridable per facade by keyword. The facade holds no history: only the ids of
+the events it published that Cassandra does not show yet (the projection lag), which
+``next_request`` waits for, so a request never misses what was just said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from projections.errors import AnchorNotFound
+from schemas import Message, SessionEvent, SessionKey, SessionSummary, ToolCall
+from schemas.reads import AppliedSummary, ContextRead, ProjectionLag
+from schemas.settings import AgentSettings
+from streams.adapters.backend import SessionBackend
+from streams.adapters.native import Clock
+from streams.agent.messages import InvalidMessageError, to_message, to_usage
+from streams.agent.options import assembly_options, recall_capabilities, refresh_at
+from streams.agent.tools import LocalTool, run_local_tool
+from streams.client import SummaryTimeoutError, SummaryUnavailableError
+from streams.context.assembly import AssemblyOptions, AssemblyReport
+from streams.context.fitting import Fitted, fit
+from streams.context.from_read import assemble_from_read
+from streams.context.injection import SummaryFormatter
+from streams.context.recall_tools import RecallExecutor
+from streams.errors import DistillError
+
+log = logging.getLogger("distill.agent")
+MAX_FORCED_REFRESHES = 3
+"""Forced summaries one request may ask for while it would still drop history."""
+_FIRST_POLL_S = 0.02
+_MAX_POLL_S = 0.25
+
+
+class ProjectionBehindError(DistillError):
+    """Cassandra did not show the facade's latest events within ``projection_wait_s``: no request was built.
+
+    ``lag`` is the read's projection lag (how far the projector is behind); ``missing`` the ids not shown.
+    """
+
+    def __init__(self, message: str, lag: ProjectionLag, missing: Sequence[str]) -> None:
+        super().__init__(message)
+        self.lag = lag
+        self.missing = tuple(missing)
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """The next model request and how it was built.
+
+    ``summary``: the summary injected (``None``: none applies, or injection is off).
+    ``summary_refreshed``: a summary was asked for before this request and the request built on it.
+    ``cut_tokens``: tool-result payloads above this many tokens were cut to fit the budget.
+    ``dropped_messages``: messages tailoring still had to leave out (history in no summary: logged).
+    """
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    report: AssemblyReport
+    summary: AppliedSummary | None
+    budget: int | None
+    summary_refreshed: bool = False
+    cut_tokens: int | None = None
+    projection_lag: ProjectionLag = field(default_factory=ProjectionLag)
+
+    @property
+    def dropped_messages(self) -> int:
+        return self.report.tailored_messages
+
+    def kwargs(self) -> dict[str, Any]:
+        """``messages`` and (when there are any) ``tools``, for ``chat.completions.create(**...)``."""
+        return {"messages": self.messages, **({"tools": self.tools} if self.tools else {})}
+
+
+@dataclass
+class _Run:
+    """The current run: one user request and the model calls answering it."""
+
+    request_id: str
+    invocation_id: str
+    user_event_id: str | None = None
+    model_calls: int = 0
+
+
+class DistillAgent:
+    """One agent's view of one session (or one branch: ``filter_key``) on a shared :class:`SessionBackend`.
+
+    ``model`` is the agent model's name: it picks the window (unless
+    ``context_window`` is set) and is recorded on the events, so the worker's
+    context-ratio trigger uses the same window. ``options`` (default: the
+    backend settings' ``agent`` section) and keyword ``overrides`` (any
+    :class:`~schemas.settings.AgentSettings` field) configure it;
+    ``summary_formatter`` is Go's ``WithSummaryFormatter``. Not safe for
+    concurrent use by several tasks: a session's loop is sequential.
+    """
+
+    def __init__(
+        self,
+        backend: SessionBackend,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        filter_key: str = "",
+        agent_name: str = "assistant",
+        model: str | None = None,
+        options: AgentSettings | None = None,
+        summary_formatter: SummaryFormatter | None = None,
+        **overrides: Any,
+    ) -> None:
+        base = options if options is not None else backend.settings.agent
+        self.options = AgentSettings.model_validate({**base.model_dump(), **overrides}) if overrides else base
+        self.backend = backend
+        self.key = SessionKey(app_name, user_id, session_id)
+        self.filter_key = filter_key
+        self.agent_name = agent_name
+        self.model = model
+        self.summary_formatter = summary_formatter
+        self._clock = Clock()
+        self._seeded = False
+        self._run: _Run | None = None
+        self._unconfirmed: list[tuple[str, datetime]] = []
+        self._summary_floor = 0
+        self._recall: RecallExecutor | None = None
+
+    # -- what happened ---------------------------------------------------------------------------------------
+
+    async def user(
+        self, content: str | Message | Mapping[str, Any] | object, *, request_id: str | None = None
+    ) -> SessionEvent:
+        """Publish the user's message: it starts a new run (request and invocation ``request_id``, default new)."""
+        msg = Message(role="user", content=content) if isinstance(content, str) else to_message(content)
+        if msg.role != "user":
+            raise InvalidMessageError(f"user() takes a user message, got role {msg.role!r} (use record())")
+        await self._seed()
+        rid = request_id or f"req-{uuid.uuid4().hex[:12]}"
+        self._run = _Run(request_id=rid, invocation_id=rid)
+        event = self._event(msg, self._run)
+        self._run.user_event_id = event.event_id
+        await self._publish([event])
+        return event
+
+    async def record(
+        self, message: Message | Mapping[str, Any] | object, *, usage: object | None = None
+    ) -> SessionEvent:
+        """Publish what the model (or a tool) produced: an assistant reply or a tool result, in the current run.
+
+        Takes a :class:`~schemas.Message`, a chat-completions dict or the ``openai``
+        client's message object; ``usage`` is the response's token counts. A user
+        message starts a new run (as :meth:`user`).
+        """
+        msg = to_message(message)
+        if msg.role == "user":
+            return await self.user(msg)
+        run = await self._current_run()
+        event = self._event(msg, run, usage=to_usage(usage))
+        await self._publish([event])
+        return event
+
+    async def run_tools(
+        self, reply: Message | Mapping[str, Any] | object, tools: Mapping[str, LocalTool] | None = None
+    ) -> list[Message]:
+        """Answer every tool call of ``reply`` in order, publish the results, and return them (``[]``: no calls).
+
+        ``session_search`` / ``session_load`` are answered from Cassandra (when
+        ``enable_on_demand_session``, unless ``tools`` names them); any other call
+        by ``tools[name](**arguments)``
+        (see :mod:`streams.agent.tools`). Failures are answered to the model as
+        ``{"error": ...}``, never raised.
+        """
+        calls = to_message(reply).tool_calls
+        if not calls:
+            return []
+        results = [await self._answer(call, tools or {}) for call in calls]
+        run = await self._current_run()
+        await self._publish([self._event(result, run) for result in results])
+        return results
+
+    async def _answer(self, call: ToolCall, tools: Mapping[str, LocalTool]) -> Message:
+        recall = self.recall
+        if recall is not None and recall.handles(call.function.name) and call.function.name not in tools:
+            return await recall.execute(call)
+        return await run_local_tool(call, tools)
+
+    @property
+    def recall(self) -> RecallExecutor | None:
+        """The ``session_search`` / ``session_load`` executor (``None`` without ``enable_on_demand_session``)."""
+        caps = recall_capabilities(self.options)
+        if self._recall is None and caps.any:
+            self._recall = self.backend.recall(self.key, self.filter_key, capabilities=caps)
+        return self._recall
+
+    # -- the next request ------------------------------------------------------------------------------------
+
+    async def next_request(self, system_prompt: str = "", tools: Sequence[Mapping[str, Any]] = ()) -> AgentRequest:
+        """The request for the next model call of the current run, built from Cassandra alone.
+
+        1. With ``sync_summary_intra_run``, from the run's second call on: a
+           ``summarize_sync`` (``force=False``) first, as Go's flow does.
+        2. The read (waiting until it shows every event this facade published)
+           and the assembly, fitted into the budget (payload cuts before dropped
+           rounds, :func:`streams.context.fitting.fit`).
+        3. A summary is asked for, and the request rebuilt on it, when the
+           request reaches the refresh threshold (compaction and summaries on;
+           ``force=False``, once, as Go's pre-call refresh) or while it would
+           still drop history and events lie after the boundary (summaries
+           on; ``force=True``, up to ``MAX_FORCED_REFRESHES`` times). The request
+           waits for the key's job in flight and answers with the summary that
+           covers the requested events (``summary_timeout_s``). A summary that
+           alone exceeds the budget is sent as it is (only the model shortens
+           it): ``report.over_budget`` says so.
+
+        Raises :class:`ProjectionBehindError` when Cassandra does not show the
+        published events within ``projection_wait_s``.
+        """
+        run = await self._current_run()
+        opts = self.options
+        refreshed = False
+        read = await self.read()
+        if opts.sync_summary_intra_run and opts.add_session_summary and run.model_calls > 0:
+            # the answer is the key's newest summary (the round's job's once it is done): only a newer
+            # version than the read's counts as a refresh
+            synced = await self._refresh(force=False)
+            if synced is not None and synced.version > _own_version(read, self.filter_key):
+                refreshed = True
+                read = await self.read()
+        assembly = assembly_options(opts, filter_key=self.filter_key, model=self.model,
+                                    summary_formatter=self.summary_formatter)  # fmt: skip
+        fitted = self._fit(system_prompt, read, tools, assembly)
+        threshold = refresh_at(opts, self.model)
+        due = threshold is not None and fitted.request.report.prompt_tokens >= threshold
+        for _ in range(MAX_FORCED_REFRESHES):
+            force = opts.add_session_summary and fitted.needs_summary and self._after_boundary(read)
+            if not (force or due):
+                break
+            due = False
+            had = _own_version(read, self.filter_key)
+            summary = await self._refresh(force=force)  # waits for the key's job in flight, if any
+            version = summary.version if summary is not None else had
+            if version <= had:
+                break
+            read = await self.read()
+            fitted = self._fit(system_prompt, read, tools, assembly)
+            refreshed = True
+        run.model_calls += 1
+        request = fitted.request
+        if fitted.dropped_messages:
+            log.warning(
+                "request over the budget: tailoring left out %d messages no summary holds",
+                fitted.dropped_messages,
+                extra={"session_id": self.key.session_id, "filter_key": self.filter_key,
+                       "budget": assembly.token_budget, "prompt_tokens": request.report.prompt_tokens},
+            )  # fmt: skip
+        return AgentRequest(
+            messages=request.messages, tools=request.tools, report=request.report,
+            summary=read.summary if request.report.summary_injected else None, budget=assembly.token_budget,
+            summary_refreshed=refreshed, cut_tokens=fitted.cut_tokens, projection_lag=read.projection_lag,
+        )  # fmt: skip
+
+    def _fit(
+        self, system_prompt: str, read: ContextRead, tools: Sequence[Mapping[str, Any]], options: AssemblyOptions
+    ) -> Fitted:
+        return fit(lambda o: assemble_from_read(system_prompt, read, tools=tools, options=o), options)
+
+    async def read(self) -> ContextRead:
+        """The key's context read, once Cassandra shows every event (and summary) this facade published."""
+        deadline = time.monotonic() + self.options.projection_wait_s
+        delay = _FIRST_POLL_S
+        current = self._run.user_event_id if self._run is not None else None
+        while True:
+            try:
+                read = await self.backend.context.read(self.key, self.filter_key, current_event_id=current)
+            except AnchorNotFound:  # the run's user message is not projected yet
+                read = None
+            missing = self._not_shown(read)
+            if read is not None and not missing:
+                self._unconfirmed.clear()
+                self._clock.seen(read.events)
+                return read
+            if time.monotonic() >= deadline:
+                lag = read.projection_lag if read is not None else ProjectionLag()
+                raise ProjectionBehindError(
+                    f"Cassandra does not show {len(missing) or 1} of the events published for {self.key} "
+                    f"after {self.options.projection_wait_s:g} s (projector {lag.events_behind} events / "
+                    f"{lag.seconds_behind:g} s behind); is the projector running?",
+                    lag, missing,
+                )  # fmt: skip
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, _MAX_POLL_S)
+
+    def _not_shown(self, read: ContextRead | None) -> list[str]:
+        """The ids of published events ``read`` neither holds nor covers by its summary's boundary."""
+        if read is None:
+            return [event_id for event_id, _ in self._unconfirmed]
+        ids = {e.event_id for e in read.events}
+        missing = [
+            event_id for event_id, ts in self._unconfirmed
+            if event_id not in ids and not _covered(read.summary, event_id, ts)
+        ]  # fmt: skip
+        if _own_version(read, self.filter_key) < self._summary_floor:
+            missing.append(f"summary v{self._summary_floor}")
+        return missing
+
+    # -- summaries -------------------------------------------------------------------------------------------
+
+    async def summarize(self, *, force: bool = True, timeout: float | None = None) -> SessionSummary | None:
+        """Ask for a summary of the key now (``summarize_sync``); the next request waits until it is projected.
+
+        Returns what :meth:`DistillClient.request_summary <streams.client.DistillClient.request_summary>`
+        returns (``None``: nothing to summarize) and raises what it raises.
+        """
+        summary = await self.backend.client.request_summary(
+            self.key, self.filter_key, force=force, timeout=timeout or self.options.summary_timeout_s
+        )
+        if summary is not None:
+            self._summary_floor = max(self._summary_floor, summary.version)
+        return summary
+
+    def _after_boundary(self, read: ContextRead) -> bool:
+        """Whether ``read`` holds events its summary's boundary does not cover (what a forced summary takes)."""
+        return any(not _covered(read.summary, e.event_id, e.timestamp) for e in read.events)
+
+    async def _refresh(self, *, force: bool) -> SessionSummary | None:
+        """:meth:`summarize`, a failure logged instead of raised: the request is then built without it."""
+        try:
+            return await self.summarize(force=force)
+        except (SummaryUnavailableError, SummaryTimeoutError) as exc:
+            log.warning("summary before the model call not available: %s", exc,
+                        extra={"session_id": self.key.session_id, "filter_key": self.filter_key})  # fmt: skip
+            return None
+
+    # -- events ----------------------------------------------------------------------------------------------
+
+    def _event(self, msg: Message, run: _Run, *, usage: Any = None) -> SessionEvent:
+        return SessionEvent(
+            app_name=self.key.app_name, user_id=self.key.user_id, session_id=self.key.session_id,
+            event_id=f"ev-{uuid.uuid4().hex}", timestamp=self._clock.next(datetime.now(UTC)),
+            invocation_id=run.invocation_id, request_id=run.request_id,
+            author="user" if msg.role == "user" else self.agent_name, filter_key=self.filter_key, message=msg,
+            model=self.model, context_window=self.options.context_window, usage=usage,
+        )  # fmt: skip
+
+    async def _publish(self, events: Sequence[SessionEvent]) -> None:
+        await self.backend.client.publish_many(events)
+        self._unconfirmed.extend((e.event_id, e.timestamp) for e in events)
+
+    async def _seed(self) -> None:
+        """Read once before the first event: timestamps go after what the session already holds."""
+        if not self._seeded:
+            await self.read()
+            self._seeded = True
+
+    async def _current_run(self) -> _Run:
+        """The current run; on a facade that has not started one, the run of the session's latest user turn."""
+        if self._run is not None:
+            return self._run
+        read = await self.read()
+        self._seeded = True
+        current = next((e for e in read.events if e.event_id == read.current_event_id), None)
+        if current is None:
+            rid = f"req-{uuid.uuid4().hex[:12]}"
+            self._run = _Run(request_id=rid, invocation_id=rid)
+        else:
+            after = [e for e in read.events if e.timestamp > current.timestamp and e.message.role == "assistant"]
+            self._run = _Run(current.request_id, current.invocation_id, current.event_id, model_calls=len(after))
+        return self._run
+
+
+def _own_version(read: ContextRead, filter_key: str) -> int:
+    """The version of the key's own summary in ``read`` (0: none; an ancestor's does not count)."""
+    s = read.summary
+    return s.version if s is not None and s.filter_key == filter_key else 0
+
+
+def _covered(summary: AppliedSummary | None, event_id: str, ts: datetime) -> bool:
+    """Whether ``summary``'s boundary covers the event: it is the boundary event, or strictly before the cutoff."""
+    if summary is None:
+        return False
+    boundary = summary.boundary
+    return boundary.last_event_id == event_id or ts < boundary.cutoff_at

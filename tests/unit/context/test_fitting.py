@@ -1,0 +1,130 @@
+"""Fitting a request into the window: payloads are cut (naming the event) before rounds are dropped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+
+import pytest
+
+from streams.context.assembly import AssembledRequest, AssemblyOptions, assemble
+from streams.context.compaction import CompactionConfig
+from streams.context.fitting import (
+    MIN_CUT_TOKENS,
+    cut_thresholds,
+    fit,
+    model_window,
+    refresh_threshold,
+    request_budget,
+    with_payload_cuts,
+)
+from streams.context.recall_tools import RecallCapabilities
+from tests.support.markers import MarkerBook
+from tests.unit.context.sessions import Session
+
+CUT_NAMES = re.compile(r"event_id=([^;]+);")
+
+
+def test_window_and_budget() -> None:
+    assert model_window(5000, "gpt-4o") == 5000
+    assert model_window(None, "gpt-4o-2024-08-06") == 128000
+    assert model_window(None, "unknown-model") == 8192
+    assert request_budget(8192, 2048) == 6144
+    assert request_budget(3000, 2048) == 1500  # the reply's room is at most half the window
+    assert request_budget(3000, -5) == 3000
+
+
+def test_refresh_threshold_is_gos_clamp() -> None:
+    assert refresh_threshold(8192, 0.7) == 5734
+    assert refresh_threshold(2500, 0.5) == 2000  # the floor
+    assert refresh_threshold(1500, 0.5) == 1500  # never above the window
+
+
+def test_cut_thresholds_halve_down_to_the_floor() -> None:
+    assert cut_thresholds(4000) == [1000, 500, 250, 125]
+    assert cut_thresholds(100) == [MIN_CUT_TOKENS]
+
+
+def test_payload_cuts_leave_passes_0_and_1_off_when_compaction_is_off() -> None:
+    off = CompactionConfig(keep_tool_names=frozenset({"session_load"}))
+    cut = with_payload_cuts(off, 300)
+    assert cut.enabled and cut.oversized_tool_result_max_tokens == 300
+    assert cut.tool_result_max_tokens == 0 and not cut.force_clean_tool_names
+    assert cut.keep_tool_names == {"session_load"}
+    on = CompactionConfig(enabled=True, oversized_tool_result_max_tokens=200, force_clean_tool_names=frozenset({"x"}))
+    assert with_payload_cuts(on, 300).oversized_tool_result_max_tokens == 200  # its own, smaller one stays
+    assert with_payload_cuts(on, 100).force_clean_tool_names == {"x"}
+
+
+def _session(book: MarkerBook, rounds: int, size: int) -> Session:
+    """Rounds of a question and one large tool result, markers at the head and in the middle (glued to CJK)."""
+    s = Session()
+    for n in range(rounds):
+        s.turn(f"r{n}")
+        e = s.user("placeholder")
+        s.events[-1] = e.model_copy(update={"message": e.message.model_copy(
+            update={"content": f"天气怎么样 {book.mint(e.event_id)}"})})  # fmt: skip
+        s.call((f"c{n}", "fetch"))
+        eid = f"e{len(s.events) + 1}"
+        head, middle = book.mint(eid), book.mint(eid)
+        s.result(f"c{n}", json.dumps({"ref": head, "body": "数据" * (size // 2) + f"中间{middle}" + "尾" * size},
+                                     ensure_ascii=False))  # fmt: skip
+        s.answer(f"done {n}")
+    return s
+
+
+def _build(s: Session) -> Callable[[AssemblyOptions], AssembledRequest]:
+    return lambda o: assemble("sys", None, s.events, options=o)
+
+
+def test_tailoring_alone_drops_rounds_fit_cuts_payloads_instead() -> None:
+    book = MarkerBook()
+    s = _session(book, rounds=4, size=3000)
+    options = AssemblyOptions(token_budget=3000, recall=RecallCapabilities(search=True, load=True))
+    plain = assemble("sys", None, s.events, options=options)
+    assert plain.report.tailored_messages > 0  # what the model would lose without fitting
+
+    fitted = fit(_build(s), options)
+    assert not fitted.needs_summary and fitted.dropped_messages == 0
+    assert fitted.cut_tokens is not None and fitted.request.report.prompt_tokens <= 3000
+    text = json.dumps(fitted.request.messages, ensure_ascii=False)
+    named = set(CUT_NAMES.findall(text))
+    for event_id, markers in book.by_event.items():
+        for marker in markers:
+            assert marker in text or event_id in named, (event_id, marker)
+    assert "session_load can return the full text" in text
+
+
+def test_fit_keeps_the_largest_threshold_that_fits() -> None:
+    s = _session(MarkerBook(), rounds=2, size=3000)
+    options = AssemblyOptions(token_budget=2500)  # two results of ~1500 tokens each
+    fitted = fit(_build(s), options)
+    assert fitted.cut_tokens == cut_thresholds(2500)[0] and not fitted.needs_summary
+
+
+def test_what_no_cut_can_fit_needs_a_summary() -> None:
+    s = _session(MarkerBook(), rounds=30, size=400)
+    options = AssemblyOptions(token_budget=1200)
+    fitted = fit(_build(s), options)
+    assert fitted.needs_summary and fitted.dropped_messages > 0
+    assert fitted.cut_tokens is not None  # the payloads were cut as far as it goes first
+
+
+@pytest.mark.parametrize("budget", [None, 100_000])
+def test_a_request_that_fits_is_left_alone(budget: int | None) -> None:
+    s = _session(MarkerBook(), rounds=3, size=3000)
+    options = AssemblyOptions(token_budget=budget)
+    fitted = fit(_build(s), options)
+    assert fitted.cut_tokens is None and not fitted.needs_summary
+    assert fitted.request.messages == assemble("sys", None, s.events, options=options).messages
+
+
+def test_configured_compaction_is_kept_while_cutting() -> None:
+    s = _session(MarkerBook(), rounds=4, size=3000)
+    options = AssemblyOptions(token_budget=3000, compaction=CompactionConfig(enabled=True, tool_result_max_tokens=50))
+    fitted = fit(_build(s), options)
+    assert fitted.request.report.compaction.placeholders > 0  # Pass 1 still ran
+    assert not fitted.needs_summary
+    assert dataclasses.replace(options).compaction.oversized_tool_result_max_tokens == 0  # options not mutated
