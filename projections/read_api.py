@@ -9,7 +9,7 @@ texts (``AnchorNotFound``, ``InvalidRequest``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -265,7 +265,7 @@ class SessionReader:
         The Go code stops after step 2; the guide (our spec) documents step 3,
         so it is included. ``None`` when the session has no summary at all.
         """
-        rows = list(await aexecute(self._s, self._summary_all, tuple(key)))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         found = {r.filter_key: r for r in rows if r.summary}
         for wanted in (filter_key, ""):
             if wanted in found:
@@ -289,7 +289,7 @@ class SessionReader:
         the result says which rule answered. Pass it as ``summary=`` to
         :meth:`events_after_boundary` for the events the next prompt must add.
         """
-        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         return select_for_prompt((_cut(r) for r in rows), filter_key)
 
     async def get_summary_text(self, key: SessionKey, filter_key: str = "") -> str | None:
@@ -304,7 +304,7 @@ class SessionReader:
         For display (``distill show``, a UI): the text may be another
         branch's. A prompt uses :meth:`get_summary_view`, which never is.
         """
-        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         found = select_for_display((_cut(r) for r in rows), filter_key)
         return found.summary if found else None
 
@@ -316,7 +316,7 @@ class SessionReader:
 
     async def list_summaries(self, key: SessionKey) -> list[StoredSummary]:
         """The latest summary of every filter key of the session, by key."""
-        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         return sorted((_summary(r) for r in rows), key=lambda s: s.filter_key)
 
     async def summary_history(
@@ -604,7 +604,7 @@ class SessionReader:
         self, key: SessionKey, query: str, k: int, filter_key: str, min_score: float, mode: str
     ) -> list[_Doc]:
         async def accept() -> _Accept | None:
-            rows = await aexecute(self._s, self._summary_cuts, tuple(key))
+            rows = _heads(await aexecute(self._s, self._summary_cuts, tuple(key)))
             chosen = select_hidden((_cut(r) for r in rows), filter_key)
             if chosen is None:
                 return None  # no summary hides anything
@@ -862,6 +862,15 @@ def _ready(accept: _Accept) -> asyncio.Future[_Accept | None]:
     fut: asyncio.Future[_Accept | None] = asyncio.get_running_loop().create_future()
     fut.set_result(accept)
     return fut
+
+
+def _heads(rows: Iterable[Any]) -> list[Any]:
+    """The ``summaries_latest`` rows of a session that hold a summary.
+
+    A session an epoch switch left without heads still has its static columns
+    (``served_epoch``): Cassandra returns them as one row whose key columns are null.
+    """
+    return [r for r in rows if r.filter_key is not None]
 
 
 def _cut(row: Any) -> SummaryCut:

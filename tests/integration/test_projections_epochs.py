@@ -82,8 +82,10 @@ async def test_a_switch_replaces_every_key_at_once_and_records_before_it_no_long
     assert out.adoptions == 1
     # one epoch: the key the epoch has no summary for is gone, not left from the old line
     assert await served(store, k) == {"": (1, 1, "新摘要一")}
-    read = await ContextReader(store.session, store.settings.cassandra.keyspace).read(k)
+    reads = ContextReader(store.session, store.settings.cassandra.keyspace)
+    read = await reads.read(k)
     assert read.summary is not None and (read.summary.epoch, read.summary.summary) == (1, "新摘要一")
+    assert read.served_epoch == 1
     # delivered again from an earlier offset: the old line's summaries and the switch itself change nothing
     out = await store.apply(*(record(SUMMARIES, v, offset=10 + i) for i, v in enumerate(live)),
                             record(SUMMARIES, switch(k, 1, replayed), offset=20))  # fmt: skip
@@ -94,6 +96,13 @@ async def test_a_switch_replaces_every_key_at_once_and_records_before_it_no_long
     assert await served(store, k) == {"": (1, 2, "新摘要二")}
     history = await store.reader.summary_history(k, "")
     assert [(h.epoch, h.version) for h in history] == [(1, 2), (1, 1), (0, 2), (0, 1)]
+    # a switch to an epoch without a head of the session: no summary, and the read still names the epoch
+    await store.apply(record(SUMMARIES, switch(k, 2, [], previous=1, cid="c-empty"), offset=22))
+    empty = await reads.read(k)
+    assert (await served(store, k), empty.summary, empty.served_epoch) == ({}, None, 2)
+    view = await store.reader.get_summary_view(k, "app/b")
+    text = await store.reader.get_summary_text(k, "")
+    assert (view, text, await store.reader.get_summary(k)) == (None, None, None)
 
 
 async def test_switching_back_serves_the_old_line_and_every_epoch_stays_listed(store: Store) -> None:
