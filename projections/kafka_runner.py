@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from projections.errors import StoreUnavailable
-from projections.projector import BatchOutcome, PartitionProgress, Projector, SourceRecord
+from projections.projector import BatchOutcome, PartitionProgress, Projector, SourceRecord, replay_topic_prefix
 from schemas import DeadLetter
 
 log = logging.getLogger("distill.projector")
@@ -73,7 +74,10 @@ class ProjectorRunner:
         backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         heartbeat_s: float = 1.0,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        follow_epochs: bool = False,
     ) -> None:
+        """``follow_epochs``: also consume the replays' outputs (``<summaries>.replay-*``, found as
+        they are created), so the versions of epochs not served yet are listed too."""
         self.projector = projector
         self.dead_letter_topic = dead_letter_topic
         self._consumer_kwargs = consumer_kwargs
@@ -85,6 +89,7 @@ class ProjectorRunner:
         self.heartbeat_s = heartbeat_s
         self._last_heartbeat = 0.0
         self.on_batch = on_batch
+        self.follow_epochs = follow_epochs
         self.assigned: set[TopicPartition] = set()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
@@ -119,15 +124,24 @@ class ProjectorRunner:
     async def run(self) -> None:
         """Consume until ``stop()``; projects each polled batch, retrying it while Cassandra is unavailable."""
         p = self.projector
+        kwargs = dict(self._consumer_kwargs)
+        if self.follow_epochs:  # a new replay's output is found within seconds, not at the 5-minute default
+            kwargs.setdefault("metadata_max_age_ms", 5000)
         self._consumer = AIOKafkaConsumer(
-            **self._consumer_kwargs,
+            **kwargs,
             group_id=p.consumer_group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
         )
         self._producer = AIOKafkaProducer(**self._producer_kwargs)
-        self._consumer.subscribe([p.events_topic, p.summaries_topic], listener=_SeekToStored(self))
+        if self.follow_epochs:
+            names = (re.escape(p.events_topic), re.escape(p.summaries_topic),
+                     re.escape(replay_topic_prefix(p.summaries_topic)) + ".+")  # fmt: skip
+            pattern = "^(?:" + "|".join(names) + ")$"
+            self._consumer.subscribe(pattern=pattern, listener=_SeekToStored(self))
+        else:
+            self._consumer.subscribe([p.events_topic, p.summaries_topic], listener=_SeekToStored(self))
         await self._producer.start()
         await self._consumer.start()
         try:

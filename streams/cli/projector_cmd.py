@@ -44,6 +44,7 @@ async def _run(settings: Settings, group: str, max_batch: int) -> None:
             producer_kwargs=producer_kwargs(settings.kafka),
             max_batch=max_batch,
             backoff_max_s=settings.cassandra.reconnect_max_delay_s,
+            follow_epochs=True,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
