@@ -29,20 +29,22 @@ from tests.integration.test_projections_support import (
     record,
     summary,
 )
+from tests.support.keyspaces import KeyspacePool
 
 pytestmark = pytest.mark.integration
 REPLAY = f"{SUMMARIES}.replay-e1-20260101000000-abcd"
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
-async def store(service_settings: Settings) -> AsyncIterator[Store]:
+async def store(service_settings: Settings, keyspaces: KeyspacePool) -> AsyncIterator[Store]:
     data = service_settings.model_dump()
-    data["cassandra"]["keyspace"] = f"t_epochs_{uuid.uuid4().hex[:8]}"
+    data["cassandra"]["keyspace"] = keyspaces.lease()
     s = open_store(Settings(**data))
     try:
         yield s
     finally:
         close_store(s)
+        keyspaces.release(data["cassandra"]["keyspace"])
 
 
 def key() -> SessionKey:
