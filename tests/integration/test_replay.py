@@ -128,12 +128,15 @@ def with_prompt(settings: Settings, prompt: str) -> Settings:
     return Settings(**data)
 
 
-async def served(reader: SessionReader, key: SessionKey, epoch: int, timeout: float = 30.0) -> tuple[int, str]:
-    """The served ``(version, text)`` of the session's full-session key once it is of ``epoch``."""
+async def served(
+    reader: SessionReader, key: SessionKey, epoch: int, timeout: float = 30.0, version: int = 0
+) -> tuple[int, str]:
+    """The served ``(version, text)`` of the session's full-session key once it is of ``epoch``
+    (and at least ``version``: the projector writes what the worker published a moment later)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         found = await reader.latest_summary(key)
-        if found is not None and found.epoch == epoch:
+        if found is not None and found.epoch == epoch and found.version >= version:
             return found.version, found.summary
         if asyncio.get_running_loop().time() > deadline:
             pytest.fail(f"{'/'.join(key)} is not served from epoch {epoch}: {found}")
@@ -216,7 +219,7 @@ async def test_a_replay_builds_an_epoch_the_read_side_serves_and_the_live_line_r
                and int(e.rsplit("-e", 1)[1]) <= int(nxt["boundary"]["last_event_id"].rsplit("-e", 1)[1])]  # fmt: skip
     missing = [m for e in covered for m in book.markers_of(e) if m not in nxt["summary"]]
     assert not missing, (missing, nxt["summary"])
-    assert await served(reader, keys[0], epoch) == (3, nxt["summary"])
+    assert await served(reader, keys[0], epoch, version=3) == (3, nxt["summary"])
 
     # Back to the live line for one session; every epoch stays listed.
     out = await asyncio.to_thread(distill, settings, "epochs", "adopt", "0", "--session", "/".join(keys[1]))
