@@ -47,7 +47,7 @@ from projections.boundary import Cut, to_millis
 from projections.cassandra_paging import afetch_all
 from projections.cassandra_session import aexecute
 from projections.errors import AnchorNotFound
-from projections.filter_keys import FULL_SESSION, SEPARATOR
+from projections.filter_keys import FULL_SESSION, SEPARATOR, related
 from projections.rows import restore_event_json
 from schemas import SessionEvent, SessionKey, SessionSummary
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
@@ -65,14 +65,10 @@ _TURN_COLS = "invocation_id, request_id, ts, event_id, seq, filter_key, role, pa
 def visible(event_key: str, filter_key: str) -> bool:
     """Whether an event of ``event_key`` is in the prompt of ``filter_key``: same line of ancestry, or keyless.
 
-    The Go ``Event.filter`` rule, restated from ``streams.rules.filter_keys.related``
-    (projections may not import streams; a unit test pins the two together).
+    The Go ``Event.filter`` rule (``projections.filter_keys.related``); a key's
+    summary input is the same set, so its boundary hides only summarized events.
     """
-    if not event_key or not filter_key:
-        return True
-    return (event_key + SEPARATOR).startswith(filter_key + SEPARATOR) or (filter_key + SEPARATOR).startswith(
-        event_key + SEPARATOR
-    )
+    return related(event_key, filter_key)
 
 
 def ancestors_nearest_first(filter_key: str) -> tuple[str, ...]:

@@ -31,8 +31,22 @@ def related(a: str, b: str) -> bool:
 def in_summary_input(event_key: str, target: str) -> bool:
     """Whether an event belongs to the summary input (the delta) of ``target``.
 
-    The full session takes every event, child branches included. A branch takes
-    its subtree plus the events without a key; its ancestors' events are excluded.
+    Exactly the events a prompt on ``target`` shows (``related``): the full
+    session takes every event; a branch its line of ancestry — ancestors,
+    itself, descendants — plus the events without a key. The boundary of
+    ``target``'s summary cuts the prompt's history, so the summary must hold
+    everything the cut hides: an ancestor's event (the root agent's turn a
+    sub-agent saw) is summarized by the branch too. Go excludes ancestors here
+    while its prompt shows them, which hides them unsummarized.
+    """
+    return related(event_key, target)
+
+
+def in_subtree(event_key: str, target: str) -> bool:
+    """Whether an event is in ``target``'s own subtree (or keyless; the full session: every event).
+
+    What a branch's trigger index and threshold counters follow: a root
+    agent's chatter alone does not trigger its sub-agents' summaries.
     """
     if target == FULL_SESSION or event_key == FULL_SESSION:
         return True

@@ -66,7 +66,7 @@ from streams.rules.checks import CheckOutcome, TriggerView, evaluate_all, prefer
 from streams.rules.counters import F_CONTENT, Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.event_facts import EventFacts, event_facts
-from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_summary_input
+from streams.rules.filter_keys import FULL_SESSION, SEPARATOR, ancestors, counts_toward, in_subtree
 from streams.rules.held_back import (
     all_held_back,
     all_held_back_after_decision,
@@ -236,7 +236,7 @@ def seed_branch_state(full: SessionTriggerState, filter_key: str) -> SessionTrig
     may undercount; the summarizer still reads the whole branch history for its
     first summary.
     """
-    entries = [p for p in full.decided if in_summary_input(p.filter_key, filter_key)]
+    entries = [p for p in full.decided if in_subtree(p.filter_key, filter_key)]
     scope = full.scopes.get(filter_key)
     activity = scope.activity.copy() if scope is not None else _activity_from(entries)
     return SessionTriggerState(
@@ -257,7 +257,7 @@ def _activity_from(entries: list[PendingEvent]) -> Activity:
 
 
 def _seed_scope(full: SessionTriggerState, key: str) -> Scope:
-    entries = [p for p in full.pending[full.skip :] if in_summary_input(p.filter_key, key)]
+    entries = [p for p in full.pending[full.skip :] if in_subtree(p.filter_key, key)]
     return Scope(Counters.of(entries), _activity_from(entries))
 
 
@@ -484,7 +484,7 @@ def _recount(state: SessionTriggerState, skip: int, cutoff: int | None = None) -
     if state.scopes:
         state.scopes = {
             k: Scope(
-                Counters.of(p for p in view if in_summary_input(p.filter_key, k)),
+                Counters.of(p for p in view if in_subtree(p.filter_key, k)),
                 scope.activity.consume_gap(cutoff) if cutoff is not None else scope.activity,
             )
             for k, scope in state.scopes.items()
@@ -764,7 +764,7 @@ def _counters_after_held_back(
     key, app = state.filter_key, state.app_name
     if key or not trigger_key or scope is state.own:
         return without_held_back(scope.counters, held, lambda p: counts_toward(p.filter_key, key, app))
-    return without_held_back(scope.counters, held, lambda p: in_summary_input(p.filter_key, trigger_key))
+    return without_held_back(scope.counters, held, lambda p: in_subtree(p.filter_key, trigger_key))
 
 
 def to_dict(state: SessionTriggerState) -> dict[str, Any]:

@@ -101,13 +101,26 @@ class Scenario:
                 yield b, BRANCH
 
     def key_events(self, session: str, filter_key: str) -> list[str]:
-        """The summarizable events of the key's summary input (the oracle's own rule: the full
-        session takes every event; a branch its subtree and the events without a key)."""
+        """The summarizable events of the key's summary input (the oracle's own rule: whatever
+        a prompt on the key shows, which its boundary cuts — the full session takes every event;
+        a branch the events without a key and those on its line of ancestry, the root agent's
+        turns keyed with the app name included)."""
         return [
             e.event_id for e in self.events[session]
             if not e.partial and not e.skip_summarization
-            and (filter_key == "" or e.filter_key in ("", filter_key) or e.filter_key.startswith(filter_key + "/"))
+            and (not filter_key or not e.filter_key or (e.filter_key + "/").startswith(filter_key + "/")
+                 or (filter_key + "/").startswith(e.filter_key + "/"))
         ]  # fmt: skip
+
+    def key_progress(self, session: str, filter_key: str) -> str | None:
+        """The last event a key's boundary reaches once it caught up: a branch's triggers follow
+        its own subtree (and keyless events), not its ancestors' turns."""
+        own = [
+            e.event_id for e in self.events[session]
+            if not e.partial and not e.skip_summarization
+            and (not filter_key or not e.filter_key or (e.filter_key + "/").startswith(filter_key + "/"))
+        ]  # fmt: skip
+        return own[-1] if own else None
 
 
 def _filler(rng: random.Random, chars: int, cjk_every: int) -> str:
@@ -136,13 +149,18 @@ def build_round(sc: Scenario, rng: random.Random, b: SessionBuilder, index: int,
         text = f"Round {round_}: {rng.choice(WORDS)} request {mark()} for {b.session}"
         if index % 3 == 0:  # a marker glued into CJK text, no space around it
             text = f"第{round_}轮{CJK[:8]}{mark()}{CJK[8:14]}。" + text
-        out.append(b.user(text))
-        out.append(b.assistant(f"Answer {round_} {mark()}: {rng.choice(WORDS)} at {rng.randint(100, 999)} EUR."))
+        # Half the branch sessions key the root agent's turns with the app name (the Go default):
+        # the branch's prompt shows them, so its summary must hold those its boundary hides.
+        root = {"filter_key": b.app_name} if index % 4 == 0 else {}
+        out.append(b.user(text, **root))
+        out.append(
+            b.assistant(f"Answer {round_} {mark()}: {rng.choice(WORDS)} at {rng.randint(100, 999)} EUR.", **root)
+        )
         if index % 2 == 0:
             sc.branch_sessions.add(b.session)
             out.append(b.assistant(f"Search hit {mark()} fare {rng.randint(100, 900)}", filter_key=BRANCH))
             out.append(b.assistant(f"Search hit {mark()} fare {rng.randint(100, 900)}", filter_key=BRANCH))
-        out.append(b.assistant(f"Done {round_}, next step {mark()}."))
+        out.append(b.assistant(f"Done {round_}, next step {mark()}.", **root))
     elif b.app_name == "big":
         out.append(b.user(f"Fetch the {rng.choice(WORDS)} report {mark()} please."))
         call_id = f"call-{b.session}-{round_}"
@@ -207,9 +225,8 @@ def duplicated_versions(records: list[dict[str, Any]]) -> dict[tuple[str, str, i
 def caught_up(sc: Scenario, records: list[dict[str, Any]]) -> bool:
     latest = latest_by_key(records)
     for b, fk in sc.summary_keys():
-        expected = sc.key_events(b.session, fk)
         got = latest.get((b.session, fk))
-        if got is None or got["boundary"]["last_event_id"] != expected[-1]:
+        if got is None or got["boundary"]["last_event_id"] != sc.key_progress(b.session, fk):
             return False
     return True
 
@@ -372,6 +389,7 @@ def oracle_problems(
         verdicts.append(judge_key(
             sc.book, (b.session, fk), sc.key_events(b.session, fk), s["summary"] if s else None,
             s["boundary"]["last_event_id"] if s else None, s["version"] if s else None, cut_ids,
+            progress=sc.key_progress(b.session, fk),
         ))  # fmt: skip
     versions = {(s["session_id"], s["filter_key"], s["version"]) for s in records if s.get("type") == "summary"}
     failures = [s for s in records if s.get("type") == "summary_failure"]

@@ -71,7 +71,8 @@ async def test_events_after_boundary_for_branch_key(store: Store, key: SessionKe
         event(key, "b-partial", at=6, filter_key="app/b", partial=True),
     )
     after = await store.reader.events_after_boundary(key, "app/b")
-    assert [e.event_id for e in after] == ["plain", "b", "b-sub"]
+    # The root agent's event (an ancestor's) is in the branch's input: the branch's prompt shows it.
+    assert [e.event_id for e in after] == ["root", "plain", "b", "b-sub"]
     full = await store.reader.events_after_boundary(key, "")
     assert [e.event_id for e in full] == ["root", "plain", "b", "b-sub", "c"]
     await store.summaries(summary(key, 1, text="s", cutoff=3, last_event_id="b", filter_key="app/b"))

@@ -23,10 +23,11 @@ TEXTS = ("天气怎么样？", "查一下航班", "hello there", "请总结一�
 
 
 def in_summary_input(event_key: str, target: str) -> bool:
-    """The oracle's own statement of a key's summary input (subtree plus keyless)."""
+    """The oracle's own statement of a key's summary input: whatever a prompt on ``target`` shows
+    (keyless events, and keys on its line of ancestry: ancestors, itself, descendants)."""
     if target == "" or event_key == "":
         return True
-    return event_key == target or event_key.startswith(target + "/")
+    return (event_key + "/").startswith(target + "/") or (target + "/").startswith(event_key + "/")
 
 
 def applicable(latest: dict[str, SessionSummary], filter_key: str) -> SessionSummary | None:

@@ -98,6 +98,7 @@ def judge_key(
     boundary: str | None,
     version: int | None,
     cut_event_ids: Collection[str] = frozenset(),
+    progress: str | None = None,
 ) -> KeyVerdict:
     """The verdict for one key.
 
@@ -105,6 +106,8 @@ def judge_key(
     order; ``boundary`` the final summary's last event id (``None``: never
     summarized, then every event counts as missing). Events after the boundary
     are not judged here (they must be visible in the assembled request instead).
+    ``progress``: the last event the boundary reaches once the key caught up (default the
+    last of ``key_events``; a branch's triggers follow its subtree, not its ancestors' turns).
     """
     upto: Iterable[str] = key_events
     if boundary is not None and boundary in key_events:
@@ -118,4 +121,5 @@ def judge_key(
             cut += len(lost)
         elif lost:
             missing[event_id] = lost
-    return KeyVerdict(key, version, boundary, key_events[-1] if key_events else None, missing, cut)
+    last = progress if progress is not None else (key_events[-1] if key_events else None)
+    return KeyVerdict(key, version, boundary, last, missing, cut)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from projections import filter_keys, lexical
 from projections.boundary import Cut
+from projections.context_read import ancestors_nearest_first, visible
 from projections.windows import normalize_content, normalize_window, slice_content
 from streams.rules import filter_keys as streams_filter_keys
 
@@ -205,3 +206,18 @@ def test_the_projector_skips_the_answers_on_the_summaries_topic_and_refuses_unkn
     assert parse_summary_record(b'{"type": "summary_reply", "summary": {}}') is None
     with pytest.raises(RecordDecodeError, match="unknown record type"):
         parse_summary_record(b'{"type": "summary_echo"}')
+
+
+@given(_key, _key, st.data())
+def test_what_a_prompt_cuts_is_in_the_cutting_summarys_input(
+    event_key: str, prompt_key: str, data: st.DataObject
+) -> None:
+    """The promise at the read side: a prompt on ``prompt_key`` shows the events ``visible`` to it
+    and cuts them at the boundary of the summary that applies (its own or an ancestor's, the full
+    session last); every event the cut can hide must be in that summary's input, whichever of the
+    applicable summaries exists. (Before: a root agent's event keyed ``app`` was hidden from the
+    prompt of ``app/b`` by ``app/b``'s boundary without being in ``app/b``'s input.)"""
+    applied = data.draw(st.sampled_from(ancestors_nearest_first(prompt_key)))
+    if visible(event_key, prompt_key):
+        assert filter_keys.in_summary_input(event_key, applied), (event_key, prompt_key, applied)
+        assert streams_filter_keys.in_summary_input(event_key, applied), (event_key, prompt_key, applied)

@@ -1,6 +1,6 @@
 import pytest
 
-from streams.rules.filter_keys import ancestors, counts_toward, in_summary_input, is_within, related
+from streams.rules.filter_keys import ancestors, counts_toward, in_subtree, in_summary_input, is_within, related
 from streams.rules.targets import allows_filter_key, normalize_allowlist, summary_targets
 
 
@@ -41,8 +41,21 @@ def test_full_session_counts_app_key_and_keyless_only() -> None:
 
 def test_full_session_input_takes_child_branches() -> None:
     assert in_summary_input("app/sub", "")
-    assert not in_summary_input("app", "app/sub")
     assert in_summary_input("", "app/sub")
+
+
+def test_branch_input_takes_its_ancestors_not_its_siblings() -> None:
+    """The root agent's turns a sub-agent's prompt shows are in the sub-agent's summary input:
+    its boundary hides them (Go leaves them out of the input and loses them)."""
+    assert in_summary_input("app", "app/sub")
+    assert in_summary_input("app/sub/deep", "app/sub")
+    assert not in_summary_input("app/other", "app/sub")
+    assert not in_summary_input("app/subway", "app/sub")
+
+
+def test_the_trigger_index_keeps_to_the_subtree() -> None:
+    assert in_subtree("app/sub/deep", "app/sub") and in_subtree("", "app/sub") and in_subtree("app", "")
+    assert not in_subtree("app", "app/sub")
 
 
 def test_ancestors() -> None:

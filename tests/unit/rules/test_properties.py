@@ -9,7 +9,7 @@ from schemas import SessionEvent
 from streams.rules.boundaries import events_after
 from streams.rules.counters import Counters
 from streams.rules.event_facts import event_facts
-from streams.rules.filter_keys import counts_toward, in_summary_input
+from streams.rules.filter_keys import counts_toward, in_subtree
 from streams.rules.planner import affected_keys, apply_event
 from streams.rules.policy import SummaryPolicy
 from streams.rules.tokens import SimpleTokenCounter
@@ -71,14 +71,14 @@ def expected_counters(events: list[SessionEvent], key: str) -> Counters:
 def test_fold_then_boundary_equals_recomputation(events: list[SessionEvent], key: str, cut: int, by_id: bool) -> None:
     state = fold(events, key)
     # A summary's boundary is always a summarized event: never partial nor skipped.
-    members = [e for e in events if in_summary_input(e.filter_key, key) and not e.partial and not e.skip_summarization]
+    members = [e for e in events if in_subtree(e.filter_key, key) and not e.partial and not e.skip_summarization]
     if members and (by_id or cut % 2):
         target = members[cut % len(members)]
         s = summary(1, target.event_id if by_id else None, (target.timestamp - events[0].timestamp).total_seconds())
         state = on_summary(state, s.model_copy(update={"filter_key": key}))
-        delta = [e for e in events_after(events, s.boundary) if in_summary_input(e.filter_key, key)]
+        delta = [e for e in events_after(events, s.boundary) if in_subtree(e.filter_key, key)]
     else:
-        delta = [e for e in events if in_summary_input(e.filter_key, key)]
+        delta = [e for e in events if in_subtree(e.filter_key, key)]
     assert state.counters == expected_counters(delta, key)
     counted = [e for e in delta if not e.partial and not e.skip_summarization]
     assert [p.event_id for p in state.pending] == [e.event_id for e in counted]
@@ -105,7 +105,7 @@ def test_no_pending_event_is_dropped_or_double_counted(events: list[SessionEvent
             state = on_summary(state, s)
     remaining = [p.event_id for p in state.pending]
     all_members = [
-        e.event_id for e in events if in_summary_input(e.filter_key, key) and not e.partial and not e.skip_summarization
+        e.event_id for e in events if in_subtree(e.filter_key, key) and not e.partial and not e.skip_summarization
     ]
     assert sorted(covered + remaining) == sorted(all_members)
     assert len(set(covered + remaining)) == len(covered) + len(remaining)
