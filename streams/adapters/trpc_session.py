@@ -35,6 +35,7 @@ from trpc_agent_sdk.sessions import BaseSessionService, Session, SessionServiceC
 from trpc_agent_sdk.sessions.compact.default import DEFAULT_SUMMARIZER_PROMPT, DefaultSessionSummary
 from trpc_agent_sdk.tools import BaseTool
 from trpc_agent_sdk.types import Content, Part
+from trpc_agent_sdk.utils import user_key
 
 from schemas import FunctionCall, SessionEvent, SessionKey, SessionSummary, ToolCall
 from schemas.settings import Settings, load_settings
@@ -173,7 +174,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
     ) -> Session:  # fmt: skip
         session_id = (session_id or "").strip() or str(uuid.uuid4())
         session = Session(id=session_id, app_name=app_name, user_id=user_id, state=dict(state or {}),
-                          save_key=f"{app_name}/{user_id}/{session_id}")  # fmt: skip
+                          save_key=user_key(app_name, user_id))  # fmt: skip
         self._known.setdefault((app_name, user_id), {})[session_id] = session.last_update_time
         if state:
             await self._publish_state(session)
@@ -188,7 +189,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         if not view.events and view.summary is None and not known:
             return None
         session = Session(id=session_id, app_name=app_name, user_id=user_id,
-                          save_key=f"{app_name}/{user_id}/{session_id}")  # fmt: skip
+                          save_key=user_key(app_name, user_id))  # fmt: skip
         await self._fill(session, view)
         return self.filter_events(session)
 
@@ -217,7 +218,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         found = {sid: at.timestamp() for sid, at in (await backend.session_ids(app_name, user_id)).items()}
         for sid, at in self._known.get((app_name, user_id), {}).items():
             found.setdefault(sid, at)
-        sessions = [Session(id=sid, app_name=app_name, user_id=user_id, save_key=f"{app_name}/{user_id}/{sid}",
+        sessions = [Session(id=sid, app_name=app_name, user_id=user_id, save_key=user_key(app_name, user_id),
                             last_update_time=at) for sid, at in sorted(found.items())]  # fmt: skip
         return ListSessionsResponse(sessions=sessions)
 

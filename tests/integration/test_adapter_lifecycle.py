@@ -115,9 +115,9 @@ def user_event(text: str, invocation: str) -> Event:
 
 
 def call_event(invocation: str, call_id: str, city: str) -> Event:
-    call = FunctionCall(id=call_id, name="get_weather", args={"city": city, "单位": "摄氏度"})
+    call = Part(function_call=FunctionCall(id=call_id, name="get_weather", args={"city": city, "单位": "摄氏度"}))
     return Event(invocation_id=invocation, author="assistant",
-                 content=Content(role="model", parts=[Part(text="让我查一下天气。"), Part(function_call=call)]))  # fmt: skip
+                 content=Content(role="model", parts=[Part(text="让我查一下天气。"), call]))  # fmt: skip
 
 
 def response_event(invocation: str, call_id: str, result: dict[str, Any]) -> Event:
@@ -216,9 +216,11 @@ async def test_trpc_create_append_get_update_state_match_the_in_memory_service(t
     """Every read right after a write (no projector wait) and every state change equal the reference's."""
     user, s = "alice", sid("life")
     assert await trpc.get(user, s) is None  # unknown session
-    await trpc.create(user, s, state={"语言": "中文", "plan": {"days": 3}})
+    await trpc.create(user, s, state={"语言": "中文", "plan": {"days": 3}, "temp:scratch": 1, "user:name": "小明"})
     await trpc.get(user, s)
-    for event in conversation():
+    turn = conversation()
+    turn[1].actions.state_delta = {"temp:draft": "草稿", "app:theme": "dark"}  # temp: lives in memory only
+    for event in turn:
         await trpc.append(s, event)
         await trpc.get(user, s)  # read your writes: right after append_event
     await trpc.update_state(s, {"budget": "1200 EUR", "目的地": "东京"})
@@ -233,9 +235,7 @@ async def test_trpc_create_append_get_update_state_match_the_in_memory_service(t
     assert await trpc.get("bob", s) is None  # another user's session of the same id
 
 
-async def test_trpc_a_second_process_reads_the_same_session_once_projected(
-    trpc: TrpcPair, pipeline: Settings
-) -> None:
+async def test_trpc_a_second_process_reads_the_same_session_once_projected(trpc: TrpcPair, pipeline: Settings) -> None:
     """A fresh service (another process: no pending events, no memory) sees what the reference holds."""
     user, s = "alice", sid("persist")
     await trpc.create(user, s, state={"语言": "中文"})
@@ -350,18 +350,21 @@ async def test_trpc_view_after_a_summary_loses_nothing(trpc: TrpcPair) -> None:
 def every_item(mark: str = "") -> list[dict[str, Any]]:
     """One of every item kind the SDK stores: messages (string and parts), reasoning, calls, outputs, others."""
     call_id, other_id = f"call_{uuid.uuid4().hex[:8]}", f"call_{uuid.uuid4().hex[:8]}"
+    parts = [{"type": "input_text", "text": "顺便说一下，"}, {"type": "input_text", "text": "我怕冷。"}]
+    thought = [{"type": "summary_text", "text": "需要调用天气工具"}]
+    answer = [{"type": "output_text", "text": f"上海明天小雨，12 度，记得带伞。{mark}", "annotations": []}]
     return [
         {"role": "user", "content": f"帮我查一下上海明天的天气。{mark}"},
-        {"role": "user", "content": [{"type": "input_text", "text": "顺便说一下，"}, {"type": "input_text", "text": "我怕冷。"}]},
+        {"role": "user", "content": parts},
         {"role": "developer", "content": "回答要简短。"},
-        {"type": "reasoning", "id": f"rs_{uuid.uuid4().hex[:8]}", "summary": [{"type": "summary_text", "text": "需要调用天气工具"}]},
+        {"type": "reasoning", "id": f"rs_{uuid.uuid4().hex[:8]}", "summary": thought},
         {"type": "function_call", "call_id": call_id, "name": "get_weather", "arguments": '{"city": "上海"}',
          "id": f"fc_{uuid.uuid4().hex[:8]}", "status": "completed"},
-        {"type": "function_call_output", "call_id": call_id, "output": f'{{"forecast": "小雨，12 度", "ref": "{mark}"}}'},
+        {"type": "function_call_output", "call_id": call_id, "output": f"小雨 12 度 ref={mark}"},
         {"type": "function_call", "call_id": other_id, "name": "get_notes", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": other_id, "output": [{"type": "input_text", "text": "备注：傍晚转晴"}]},
+        {"type": "function_call_output", "call_id": other_id, "output": [{"type": "input_text", "text": "傍晚转晴"}]},
         {"type": "message", "role": "assistant", "id": f"msg_{uuid.uuid4().hex[:8]}", "status": "completed",
-         "content": [{"type": "output_text", "text": f"上海明天小雨，12 度，记得带伞。{mark}", "annotations": []}]},
+         "content": answer},
         {"type": "web_search_call", "id": f"ws_{uuid.uuid4().hex[:8]}", "status": "completed",
          "action": {"type": "search", "query": "上海 天气"}},
         {"role": "system", "content": "系统提示"},
