@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trpc_agent_sdk.events import Event
-from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part
+from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part, State
 
 from schemas import Message, SessionEvent, SessionKey, ToolCall
 from schemas.events import FunctionCall as ChatFunction
@@ -173,6 +173,11 @@ def from_message(event: SessionEvent) -> Event:
         timestamp=event.timestamp.timestamp(), partial=event.partial or None,
         content=Content(role=role, parts=parts) if parts else None,
     )  # fmt: skip
+
+
+def persisted_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` without its ``temp:`` keys: trpc keeps those in the running session only, never stored."""
+    return {k: v for k, v in state.items() if not k.startswith(State.TEMP_PREFIX)}
 
 
 def state_of(events: Sequence[SessionEvent]) -> dict[str, Any] | None:

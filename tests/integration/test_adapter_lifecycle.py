@@ -223,7 +223,7 @@ async def test_trpc_create_append_get_update_state_match_the_in_memory_service(t
     for event in turn:
         await trpc.append(s, event)
         await trpc.get(user, s)  # read your writes: right after append_event
-    await trpc.update_state(s, {"budget": "1200 EUR", "目的地": "东京"})
+    await trpc.update_state(s, {"budget": "1200 EUR", "目的地": "东京", "temp:step": 2})  # stored, temp: too
     got = await trpc.get(user, s)
     assert got is not None and got.state["目的地"] == "东京" and got.state["last_city"] == "北京"
     await trpc.update_state(s, {})  # an empty delta changes nothing
