@@ -103,6 +103,13 @@ async def eventually(read: Callable[[], Awaitable[T]], done: Callable[[T], bool]
         await asyncio.sleep(0.2)
 
 
+async def projected(settings: Settings, key: SessionKey, count: int) -> None:
+    """Until Cassandra shows ``count`` events of ``key`` (read by a backend that published nothing)."""
+    async with SessionBackend(settings) as other:
+        view = await eventually(lambda: other.view(key), lambda v: len(v.events) >= count)
+    assert len(view.events) >= count, f"the projector did not write {key}'s {count} events"
+
+
 def sid(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
 
@@ -254,8 +261,9 @@ async def test_trpc_a_second_process_reads_the_same_session_once_projected(trpc:
         assert s in {x.id for x in listed.sessions}
 
 
-async def test_trpc_list_and_delete_match_the_in_memory_service(trpc: TrpcPair) -> None:
-    """Listed sessions of the user, and the deleted one gone at once (get, list), then created again from empty."""
+async def test_trpc_list_and_delete_match_the_in_memory_service(trpc: TrpcPair, pipeline: Settings) -> None:
+    """Listed sessions of the user, and the deleted one gone at once (get, list: before the projector applies
+    the tombstone, its rows are still in Cassandra), then created again from empty."""
     user = f"lister-{uuid.uuid4().hex[:6]}"
     a, b, c = sid("a"), sid("b"), sid("c")
     assert await trpc.listed(user) == []
@@ -266,6 +274,7 @@ async def test_trpc_list_and_delete_match_the_in_memory_service(trpc: TrpcPair) 
         await trpc.append(b, event)
         await trpc.append(c, event)
     assert await trpc.listed(user) == sorted([a, b, c])
+    await projected(pipeline, SessionKey(APP, user, b), 5)  # the state event and the turn's 4
     await trpc.delete(user, b)
     assert await trpc.get(user, b) is None  # right after delete_session: gone
     assert await trpc.listed(user) == sorted([a, c])
@@ -440,6 +449,7 @@ async def test_agents_clear_session_matches_sqlite(agents: AgentsPair, pipeline:
     """After ``clear_session`` the history is empty at once, and holds only what comes after it; also elsewhere."""
     await agents.add(every_item())
     await agents.pop()
+    await projected(pipeline, agents.distill.key, len(every_item()) + 1)  # the items and pop_item's marker
     await agents.clear()
     assert await agents.items() == []
     assert await agents.pop() is None
