@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pytest
@@ -55,6 +58,8 @@ APP = "lifecycle"
 APPS = {APP: {"event_threshold": 1000, "conversation_threshold": 1000}}
 """No summary unless a test forces one: the differential steps compare whole histories."""
 T = TypeVar("T")
+PROJECTOR: list[int] = []
+"""The pid of the module's projector (a process this module started)."""
 
 
 # -- the module's pipeline ---------------------------------------------------------------------------------------
@@ -80,11 +85,23 @@ def pipeline(
         asyncio.run(create_topics(settings))
         with LocalPipeline(tmp_path_factory.mktemp("lifecycle"), env=worker_env(settings)) as procs:
             procs.wait_for_worker(120)
+            PROJECTOR.append(procs.procs["projector"].pid)
             yield settings
             for name, proc in procs.procs.items():
                 assert proc.poll() is None, f"the {name} died: see {procs.log(name)}"
     finally:
+        PROJECTOR.clear()
         keyspaces.release(keyspace)
+
+
+@contextmanager
+def projector_paused() -> Iterator[None]:
+    """The module's projector stopped (SIGSTOP) for the block: reads get nothing new from Cassandra."""
+    os.kill(PROJECTOR[0], signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(PROJECTOR[0], signal.SIGCONT)
 
 
 @pytest.fixture(scope="module")
@@ -227,9 +244,10 @@ async def test_trpc_create_append_get_update_state_match_the_in_memory_service(t
     await trpc.get(user, s)
     turn = conversation()
     turn[1].actions.state_delta = {"temp:draft": "草稿", "app:theme": "dark"}  # temp: lives in memory only
-    for event in turn:
-        await trpc.append(s, event)
-        await trpc.get(user, s)  # read your writes: right after append_event
+    with projector_paused():
+        for event in turn:
+            await trpc.append(s, event)
+            await trpc.get(user, s)  # read your writes: right after append_event, nothing projected
     await trpc.update_state(s, {"budget": "1200 EUR", "目的地": "东京", "temp:step": 2})  # stored, temp: too
     got = await trpc.get(user, s)
     assert got is not None and got.state["目的地"] == "东京" and got.state["last_city"] == "北京"
@@ -275,14 +293,18 @@ async def test_trpc_list_and_delete_match_the_in_memory_service(trpc: TrpcPair, 
         await trpc.append(c, event)
     assert await trpc.listed(user) == sorted([a, b, c])
     await projected(pipeline, SessionKey(APP, user, b), 5)  # the state event and the turn's 4
-    await trpc.delete(user, b)
-    assert await trpc.get(user, b) is None  # right after delete_session: gone
-    assert await trpc.listed(user) == sorted([a, c])
-    await trpc.delete(user, "never-created")  # deleting an unknown session is no error
-    await trpc.create(user, b)  # the same id again: an empty session
-    await trpc.get(user, b)
-    await trpc.append(b, user_event("重新开始：你好", "inv-again"))
-    await trpc.get(user, b)
+    with projector_paused():  # Cassandra still has every row of b
+        await trpc.delete(user, b)
+        assert await trpc.get(user, b) is None  # right after delete_session: gone
+        assert await trpc.listed(user) == sorted([a, c])
+        await trpc.delete(user, "never-created")  # deleting an unknown session is no error
+        await trpc.create(user, b)  # the same id again: an empty session
+        await trpc.get(user, b)
+        await trpc.append(b, user_event("重新开始：你好", "inv-again"))
+        await trpc.get(user, b)
+        assert await trpc.listed(user) == sorted([a, b, c])
+    await projected(pipeline, SessionKey(APP, user, b), 1)
+    await trpc.get(user, b)  # the tombstone applied, the new event projected: the same answer
     assert await trpc.listed(user) == sorted([a, b, c])
 
 
@@ -418,8 +440,11 @@ async def agents(backend: SessionBackend) -> AsyncIterator[AgentsPair]:
 
 async def test_agents_items_of_every_kind_and_limits_match_sqlite(agents: AgentsPair) -> None:
     assert await agents.items() == []
-    await agents.add(every_item())
-    assert len(await agents.items()) == len(every_item())  # read your writes: right after add_items
+    with projector_paused():
+        await agents.add(every_item())
+        assert len(await agents.items()) == len(every_item())  # read your writes: nothing projected yet
+        await agents.pop()
+        await agents.items(3)
     await agents.add(every_item("第二轮"))
     await agents.add([])
     for limit in (None, 0, 1, 3, 7, 19, 20, 21, 100, -1):
@@ -450,12 +475,13 @@ async def test_agents_clear_session_matches_sqlite(agents: AgentsPair, pipeline:
     await agents.add(every_item())
     await agents.pop()
     await projected(pipeline, agents.distill.key, len(every_item()) + 1)  # the items and pop_item's marker
-    await agents.clear()
-    assert await agents.items() == []
-    assert await agents.pop() is None
     fresh = [{"role": "user", "content": "新的开始"}, {"role": "assistant", "content": "好的，重新开始。"}]
-    await agents.add(fresh)
-    assert await agents.items() == fresh
+    with projector_paused():  # Cassandra still has every row of the session
+        await agents.clear()
+        assert await agents.items() == []
+        assert await agents.pop() is None
+        await agents.add(fresh)
+        assert await agents.items() == fresh
     async with SessionBackend(pipeline) as other:
         elsewhere = DistillSession(agents.session_id, other, app_name=APP, user_id="alice")
         got = await eventually(elsewhere.get_items, lambda items: items == fresh)
