@@ -318,14 +318,19 @@ class SessionBackend:
         return stored.record
 
     async def boundary_event(self, key: SessionKey, summary: SessionSummary) -> SessionEvent | None:
-        """The event at ``summary``'s boundary (the newest covered one), read from the cutoff on."""
+        """The event at ``summary``'s boundary (the newest covered one): one this process published and
+        Cassandra does not show yet, else read from the cutoff on."""
+        wanted = summary.boundary.last_event_id
+        pending = self._pending.get(key)
+        for event in reversed(pending.events if pending is not None else []):
+            if event.event_id == wanted:
+                return event
         probe = StoredSummary(
             filter_key=summary.filter_key, version=summary.version, summary=summary.summary,
             cutoff_at=summary.boundary.cutoff_at - timedelta(milliseconds=1), last_event_id=None,
             created_at=summary.created_at, record=summary,
         )  # fmt: skip
         rows = await self.reader.events_after_boundary(key, summary.filter_key, summary=probe, use_latest=False)
-        wanted = summary.boundary.last_event_id
         for row in rows:
             if row.event_id == wanted:
                 return row.event()

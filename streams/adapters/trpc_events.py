@@ -33,7 +33,7 @@ from streams.adapters.native import PART_OF_FIELD, Clock, Path, native_block, na
 
 EVENT_FORMAT = "trpc-agent-py/event"
 STATE_FIELD = "session_state"
-"""The session state after this event (head events only): ``get_session`` reads it back."""
+"""The session state after this event (on each of its pieces): ``get_session`` reads it back."""
 
 
 def call_id(call: FunctionCall | FunctionResponse, event_id: str, index: int) -> str:
@@ -111,12 +111,12 @@ def to_session_events(
     out = []
     for n, (message, text_path) in enumerate(messages):
         fields: dict[str, Any] = {**common, "message": message, "timestamp": at if n == 0 else clock.next(at)}
+        if state is not None:  # on every piece: a summary boundary may fall on any of them
+            fields[STATE_FIELD] = json.loads(json.dumps(dict(state), default=str))
         if n == 0:
             fields |= extra
             fields["event_id"] = event.id
             fields["native"] = native_block(EVENT_FORMAT, record, text_path, message.content)
-            if state is not None:
-                fields[STATE_FIELD] = json.loads(json.dumps(dict(state), default=str))
         else:
             fields["event_id"] = f"{event.id}~{n}"
             fields[PART_OF_FIELD] = event.id

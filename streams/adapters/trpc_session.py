@@ -215,7 +215,9 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         if state is None and view.summary is not None:
             boundary = await self._backend.boundary_event(view.key, view.summary)
             state = state_of([boundary]) if boundary is not None else None
-        session.state = state if state is not None else dict(session.state)
+        if state is None:
+            state = self._stored.get(view.key)  # what this process recorded last (e.g. created, nothing since)
+        session.state = dict(state) if state is not None else dict(session.state)
         self._stored[self.key_of(session)] = dict(session.state)
         session.conversation_count = sum(1 for e in view.events if e.author == "user" and e.message.role == "user")
         if session.events:
