@@ -18,6 +18,12 @@ Where distill differs on purpose, the distill invariant is asserted instead:
   the whole history): every appended event is either in the summary's input (its
   marker reached the summary, the scripted summarizer echoes markers) or in the view;
 - ``list_sessions`` needs a ``user_id`` (distill never reads across users).
+
+Not compared (distill differs, see the adapters' docstrings): ``app:`` / ``user:``
+state keys are kept in the one session's state (the reference shares them across
+the app's / user's sessions); ``update_session`` stores the state only (the events
+are the ones ``append_event`` published); a session created without state and not
+written to yet is known to the creating process only.
 """
 
 from __future__ import annotations
