@@ -131,6 +131,7 @@ SLOW_FILES = {
     "tests/integration/test_example_agent.py": 45,
     "tests/unit/context/test_property.py": 45,
     "tests/integration/test_adapter_trpc.py": 42,
+    "tests/integration/test_adapter_lifecycle.py": 40,
     "tests/integration/test_pipeline_failures.py": 40,
     "tests/integration/test_adapter_openai_agents.py": 33,
     "tests/integration/test_projections_kafka.py": 32,

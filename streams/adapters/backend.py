@@ -30,6 +30,7 @@ from typing import Any
 from projections.cassandra_session import aexecute, connect
 from projections.context_read import ContextReader, visible
 from projections.read_api import SessionReader, StoredSummary
+from projections.statements import SELECT_DELETED
 from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
 from schemas.reads import AppliedSummary
 from schemas.settings import Settings
@@ -69,6 +70,25 @@ class SessionView:
 @dataclass
 class _Pending:
     events: list[SessionEvent] = field(default_factory=list)
+
+
+@dataclass
+class _Deleted:
+    """A ``delete_session`` this process published, until Cassandra shows it done.
+
+    The projector applies the tombstone a moment after Kafka acknowledges it;
+    until then the view leaves out what belongs to the deleted session: events
+    stamped at or before ``at`` (unless this process published them after the
+    delete, ``after``) and summaries made before it (the projector's own rule
+    for a summary that arrives late).
+    """
+
+    at: datetime
+    published_at: datetime
+    after: set[str] = field(default_factory=set)
+
+    def hides(self, event: SessionEvent) -> bool:
+        return event.timestamp <= self.at and event.event_id not in self.after
 
 
 def covered_by(summary: SessionSummary | None, event: SessionEvent, order: Sequence[str]) -> bool:
@@ -115,6 +135,9 @@ class SessionBackend:
         self._lock = asyncio.Lock()
         self._pending: dict[SessionKey, _Pending] = {}
         self._latest: dict[tuple[SessionKey, str], SessionSummary] = {}
+        self._deleted: dict[SessionKey, _Deleted] = {}
+        self._newest: dict[SessionKey, datetime] = {}
+        self._select_deleted: Any = None
 
     async def __aenter__(self) -> SessionBackend:
         await self.start()
@@ -179,16 +202,26 @@ class SessionBackend:
             return
         await self.client.publish_many(events)
         for event in events:
+            deleted = self._deleted.get(event.session_key)
+            if deleted is not None:
+                deleted.after.add(event.event_id)
             if not event.partial:
                 self._pending.setdefault(event.session_key, _Pending()).events.append(event)
 
     async def delete(self, key: SessionKey) -> None:
-        """Publish the ``delete_session`` tombstone; the session's pending events are forgotten."""
+        """Publish the ``delete_session`` tombstone; the session is gone from :meth:`view` and
+        :meth:`session_ids` at once (its pending events forgotten, its projected rows hidden
+        until the projector has removed them)."""
+        published_at = datetime.now(UTC)
+        pending = self._pending.pop(key, None)
+        stamps = [published_at, *(e.timestamp for e in (pending.events if pending else ()))]
+        if key in self._newest:
+            stamps.append(self._newest[key])
+        self._deleted[key] = _Deleted(at=max(stamps), published_at=published_at)
         await self.client.publish(
             DeleteSession(app_name=key.app_name, user_id=key.user_id, session_id=key.session_id,
                           command_id=uuid.uuid4().hex)
         )  # fmt: skip
-        self._pending.pop(key, None)
         for k in [k for k in self._latest if k[0] == key]:
             del self._latest[k]
 
@@ -219,6 +252,17 @@ class SessionBackend:
         summary = await self._applied_record(key, filter_key, read.summary, read.served_epoch)
         stats = await self.reader.session_stats(key)
         projected = list(read.events)
+        deleted = self._deleted.get(key)
+        if deleted is not None:
+            old = [e for e in projected if deleted.hides(e)]
+            projected = [e for e in projected if not deleted.hides(e)]
+            stale = summary is not None and summary.created_at <= deleted.at
+            summary = None if stale else summary
+            stats = {"events": len(projected)}
+            if not old and not stale and await self._delete_projected(key, deleted):
+                del self._deleted[key]
+        if projected:
+            self._newest[key] = max(self._newest.get(key, projected[-1].timestamp), projected[-1].timestamp)
         seen = {e.event_id for e in projected}
         pending = self._pending.get(key)
         extra: list[SessionEvent] = []
@@ -232,6 +276,22 @@ class SessionBackend:
         kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]
         total = int(stats.get("events") or 0) + len(extra)
         return SessionView(key, filter_key, summary, tuple(kept), total)
+
+    async def _delete_projected(self, key: SessionKey, deleted: _Deleted) -> bool:
+        """Whether the projector has applied this process's tombstone of ``key`` (``deleted_sessions``)."""
+        if self._cql is None:
+            return False
+        if self._select_deleted is None:
+            self._select_deleted = await asyncio.to_thread(
+                self._cql.prepare, SELECT_DELETED.format(ks=self.settings.cassandra.keyspace)
+            )
+        stmt = self._select_deleted
+        rows = list(await aexecute(self._cql, stmt, (key.app_name, key.user_id, key.session_id)))
+        if not rows or rows[0].deleted_at is None:
+            return False
+        at = rows[0].deleted_at
+        at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
+        return bool(at >= deleted.published_at - timedelta(milliseconds=1))  # Cassandra keeps milliseconds
 
     async def _applied_record(
         self, key: SessionKey, filter_key: str, applied: AppliedSummary | None, served_epoch: int = 0
@@ -258,14 +318,19 @@ class SessionBackend:
         return stored.record
 
     async def boundary_event(self, key: SessionKey, summary: SessionSummary) -> SessionEvent | None:
-        """The event at ``summary``'s boundary (the newest covered one), read from the cutoff on."""
+        """The event at ``summary``'s boundary (the newest covered one): one this process published and
+        Cassandra does not show yet, else read from the cutoff on."""
+        wanted = summary.boundary.last_event_id
+        pending = self._pending.get(key)
+        for event in reversed(pending.events if pending is not None else []):
+            if event.event_id == wanted:
+                return event
         probe = StoredSummary(
             filter_key=summary.filter_key, version=summary.version, summary=summary.summary,
             cutoff_at=summary.boundary.cutoff_at - timedelta(milliseconds=1), last_event_id=None,
             created_at=summary.created_at, record=summary,
         )  # fmt: skip
         rows = await self.reader.events_after_boundary(key, summary.filter_key, summary=probe, use_latest=False)
-        wanted = summary.boundary.last_event_id
         for row in rows:
             if row.event_id == wanted:
                 return row.event()
@@ -287,6 +352,9 @@ class SessionBackend:
             )
             for row in await aexecute(self._cql, stmt, (app_name, user_id)):
                 out[row.session_id] = row.last.replace(tzinfo=UTC) if row.last.tzinfo is None else row.last
+        for key, deleted in self._deleted.items():
+            if (key.app_name, key.user_id) == (app_name, user_id) and out.get(key.session_id, deleted.at) <= deleted.at:
+                out.pop(key.session_id, None)  # its newest searchable event is the deleted session's
         for key, pending in self._pending.items():
             if (key.app_name, key.user_id) == (app_name, user_id) and pending.events:
                 last = pending.events[-1].timestamp

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import FunctionTool
 from agents.memory.session import SessionABC
+from agents.memory.session_settings import resolve_session_limit
 
 from schemas import FunctionCall, SessionEvent, SessionKey, SessionSummary, ToolCall
 from streams.adapters.backend import SessionBackend, SessionView
@@ -77,12 +78,13 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The summary item (when there is a summary), then the items after its boundary (compacted).
 
-        With ``limit``, the latest ``limit`` items after the summary item.
+        With ``limit`` (else ``session_settings.limit``), the latest ``limit`` items after the summary item.
         """
         view = await self._view()
         items = self.items_of(view)
         head = [summary_item(view.summary.summary)] if view.summary and view.summary.summary.strip() else []
-        if limit is not None:
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and limit >= 0:  # SQLiteSession's semantics: 0 gives none, a negative limit all
             items = items[-limit:] if limit > 0 else []
         return [*head, *items]
 
@@ -114,9 +116,10 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
     async def pop_item(self) -> TResponseInputItem | None:
         """Take back the newest visible item: it leaves the view (a summary that already covers it keeps it)."""
         view = await self._view()
-        if not view.events:
+        events = self._visible(view)
+        if not events:
             return None
-        last = view.events[-1]
+        last = events[-1]
         marker = SessionEvent.model_validate(
             {
                 "app_name": self.key.app_name, "user_id": self.key.user_id, "session_id": self.key.session_id,
@@ -165,14 +168,19 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
 
     def items_of(self, view: SessionView) -> list[dict[str, Any]]:
         """The items of ``view``'s events, tool outputs of earlier requests compacted."""
-        markers = {e.event_id: (e.model_extra or {}).get(RETRACTS_FIELD) for e in view.events}
-        retracted = {str(target) for target in markers.values() if target}
-        events = [e for e in view.events if not markers[e.event_id] and e.event_id not in retracted]
+        events = self._visible(view)
         texts = self._compacted_texts(events)
         out: list[dict[str, Any]] = []
         for event in events:
             out.extend(event_to_items(event, texts.get(event.event_id)))
         return out
+
+    @staticmethod
+    def _visible(view: SessionView) -> list[SessionEvent]:
+        """The events of ``view`` that stand for items: ``pop_item``'s markers and what they took back left out."""
+        markers = {e.event_id: (e.model_extra or {}).get(RETRACTS_FIELD) for e in view.events}
+        retracted = {str(target) for target in markers.values() if target}
+        return [e for e in view.events if not markers[e.event_id] and e.event_id not in retracted]
 
     def _compacted_texts(self, events: list[SessionEvent]) -> dict[str, str]:
         """New texts of the tool results compaction shortened, by event id."""

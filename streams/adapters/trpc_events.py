@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trpc_agent_sdk.events import Event
-from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part
+from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part, State
 
 from schemas import Message, SessionEvent, SessionKey, ToolCall
 from schemas.events import FunctionCall as ChatFunction
@@ -33,7 +33,7 @@ from streams.adapters.native import PART_OF_FIELD, Clock, Path, native_block, na
 
 EVENT_FORMAT = "trpc-agent-py/event"
 STATE_FIELD = "session_state"
-"""The session state after this event (head events only): ``get_session`` reads it back."""
+"""The session state after this event (on each of its pieces): ``get_session`` reads it back."""
 
 
 def call_id(call: FunctionCall | FunctionResponse, event_id: str, index: int) -> str:
@@ -111,12 +111,12 @@ def to_session_events(
     out = []
     for n, (message, text_path) in enumerate(messages):
         fields: dict[str, Any] = {**common, "message": message, "timestamp": at if n == 0 else clock.next(at)}
+        if state is not None:  # on every piece: a summary boundary may fall on any of them
+            fields[STATE_FIELD] = json.loads(json.dumps(dict(state), default=str))
         if n == 0:
             fields |= extra
             fields["event_id"] = event.id
             fields["native"] = native_block(EVENT_FORMAT, record, text_path, message.content)
-            if state is not None:
-                fields[STATE_FIELD] = json.loads(json.dumps(dict(state), default=str))
         else:
             fields["event_id"] = f"{event.id}~{n}"
             fields[PART_OF_FIELD] = event.id
@@ -173,6 +173,11 @@ def from_message(event: SessionEvent) -> Event:
         timestamp=event.timestamp.timestamp(), partial=event.partial or None,
         content=Content(role=role, parts=parts) if parts else None,
     )  # fmt: skip
+
+
+def persisted_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` without its ``temp:`` keys: trpc keeps those in the running session only, never stored."""
+    return {k: v for k, v in state.items() if not k.startswith(State.TEMP_PREFIX)}
 
 
 def state_of(events: Sequence[SessionEvent]) -> dict[str, Any] | None:

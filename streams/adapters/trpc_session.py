@@ -35,12 +35,19 @@ from trpc_agent_sdk.sessions import BaseSessionService, Session, SessionServiceC
 from trpc_agent_sdk.sessions.compact.default import DEFAULT_SUMMARIZER_PROMPT, DefaultSessionSummary
 from trpc_agent_sdk.tools import BaseTool
 from trpc_agent_sdk.types import Content, Part
+from trpc_agent_sdk.utils import user_key
 
 from schemas import FunctionCall, SessionEvent, SessionKey, SessionSummary, ToolCall
 from schemas.settings import Settings, load_settings
 from streams.adapters.backend import SessionBackend, SessionView
 from streams.adapters.native import Clock
-from streams.adapters.trpc_events import STATE_FIELD, state_of, to_session_events, to_trpc_events
+from streams.adapters.trpc_events import (
+    STATE_FIELD,
+    persisted_state,
+    state_of,
+    to_session_events,
+    to_trpc_events,
+)
 from streams.adapters.trpc_settings import summary_overrides, with_app_overrides
 from streams.context.recall_tools import recall_tools
 
@@ -139,6 +146,8 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         self.filter_key = filter_key
         self._clocks: dict[SessionKey, Clock] = {}
         self._known: dict[tuple[str, str], dict[str, float]] = {}
+        self._stored: dict[SessionKey, dict[str, Any]] = {}
+        """The state each session's newest event records (what trpc's services call the stored state)."""
 
     # -- wiring ----------------------------------------------------------------------------------------------
 
@@ -172,11 +181,12 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         agent_context: Any = None,
     ) -> Session:  # fmt: skip
         session_id = (session_id or "").strip() or str(uuid.uuid4())
-        session = Session(id=session_id, app_name=app_name, user_id=user_id, state=dict(state or {}),
-                          save_key=f"{app_name}/{user_id}/{session_id}")  # fmt: skip
+        session = Session(id=session_id, app_name=app_name, user_id=user_id, state=persisted_state(state or {}),
+                          save_key=user_key(app_name, user_id))  # fmt: skip
         self._known.setdefault((app_name, user_id), {})[session_id] = session.last_update_time
-        if state:
-            await self._publish_state(session)
+        self._stored[self.key_of(session)] = dict(session.state)
+        if session.state:
+            await self._publish_state(session, session.state)
         return session
 
     async def get_session(
@@ -188,7 +198,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         if not view.events and view.summary is None and not known:
             return None
         session = Session(id=session_id, app_name=app_name, user_id=user_id,
-                          save_key=f"{app_name}/{user_id}/{session_id}")  # fmt: skip
+                          save_key=user_key(app_name, user_id))  # fmt: skip
         await self._fill(session, view)
         return self.filter_events(session)
 
@@ -205,7 +215,10 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         if state is None and view.summary is not None:
             boundary = await self._backend.boundary_event(view.key, view.summary)
             state = state_of([boundary]) if boundary is not None else None
-        session.state = state if state is not None else dict(session.state)
+        if state is None:
+            state = self._stored.get(view.key)  # what this process recorded last (e.g. created, nothing since)
+        session.state = dict(state) if state is not None else dict(session.state)
+        self._stored[self.key_of(session)] = dict(session.state)
         session.conversation_count = sum(1 for e in view.events if e.author == "user" and e.message.role == "user")
         if session.events:
             session.last_update_time = max(e.timestamp for e in session.events)
@@ -217,7 +230,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         found = {sid: at.timestamp() for sid, at in (await backend.session_ids(app_name, user_id)).items()}
         for sid, at in self._known.get((app_name, user_id), {}).items():
             found.setdefault(sid, at)
-        sessions = [Session(id=sid, app_name=app_name, user_id=user_id, save_key=f"{app_name}/{user_id}/{sid}",
+        sessions = [Session(id=sid, app_name=app_name, user_id=user_id, save_key=user_key(app_name, user_id),
                             last_update_time=at) for sid, at in sorted(found.items())]  # fmt: skip
         return ListSessionsResponse(sessions=sessions)
 
@@ -226,6 +239,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         await backend.delete(SessionKey(app_name, user_id, session_id))
         self._known.get((app_name, user_id), {}).pop(session_id, None)
         self._clocks.pop(SessionKey(app_name, user_id, session_id), None)
+        self._stored.pop(SessionKey(app_name, user_id, session_id), None)
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Append ``event`` to ``session`` (as the base service does) and publish it to distill.
@@ -239,30 +253,39 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         if not event.is_summary_event():
             backend = await self.ready()
             key = self.key_of(session)
-            await backend.publish(to_session_events(event, key, self._clock(key), state=session.state))
+            stored = self._stored.get(key, persisted_state(session.state)) | dict(event.actions.state_delta or {})
+            await backend.publish(to_session_events(event, key, self._clock(key), state=stored))
+            self._stored[key] = stored
             self._known.setdefault((session.app_name, session.user_id), {})[session.id] = event.timestamp
         return event
 
     async def update_session(self, session: Session) -> None:
-        """Persist the session state when it differs from the state distill last recorded."""
+        """Persist the session's state as it is (``temp:`` keys too, as trpc's services store the object)
+        when it differs from the state distill last recorded. The events are not rewritten: distill
+        has every event ``append_event`` published, and its view is the summary plus the events after it."""
         view = await self.view_of(self.key_of(session))
         if state_of(view.events) != session.state:
-            await self._publish_state(session)
+            await self._publish_state(session, session.state)
 
     async def update_session_state(self, session: Session, state_delta: dict[str, Any]) -> None:
+        """Patch the stored state with ``state_delta`` (every key of it, as trpc's services do)."""
+        if not state_delta:
+            return
         session.state.update(state_delta)
-        await self._publish_state(session)
+        key = self.key_of(session)
+        await self._publish_state(session, self._stored.get(key, persisted_state(session.state)) | state_delta)
 
-    async def _publish_state(self, session: Session) -> None:
+    async def _publish_state(self, session: Session, state: dict[str, Any]) -> None:
         """A state-only event (role ``system``, never summarized or shown) carrying the session state."""
         backend = await self.ready()
         key = self.key_of(session)
+        self._stored[key] = dict(state)
         event = SessionEvent.model_validate(
             {
                 "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
                 "event_id": f"state-{uuid.uuid4().hex}", "timestamp": self._clock(key).next(datetime.now(UTC)),
                 "author": "distill", "message": {"role": "system", "content": None}, "skip_summarization": True,
-                STATE_FIELD: json.loads(json.dumps(session.state, default=str)),
+                STATE_FIELD: json.loads(json.dumps(state, default=str)),
             }
         )  # fmt: skip
         await backend.publish([event])
