@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from projections import lexical
-from projections.rows import MAX_INDEXED_CHARS, estimate_tokens, event_rows, restore_event_json
+from projections.rows import MAX_INDEXED_CHARS, estimate_tokens, event_rows, recall_rows, restore_event_json
 from schemas import SessionEvent
 
 
@@ -36,8 +36,9 @@ def test_stored_event_json_does_not_repeat_the_text() -> None:
     rows = event_rows(_event(big), 0, estimate_tokens)
     event_json = rows.event[-1]
     assert isinstance(event_json, str) and big not in event_json and len(event_json) < 1000
-    assert rows.recall is not None and rows.recall[8] == big[:MAX_INDEXED_CHARS]
-    assert rows.recall[11] == 50_000  # content_bytes still describes the whole result
+    recall = recall_rows(_event(big), 0)
+    assert recall is not None and recall.doc[8] == big[:MAX_INDEXED_CHARS]
+    assert recall.doc[11] == 50_000  # content_bytes still describes the whole result
 
 
 def _reference_tokens(text: str) -> set[str]:
