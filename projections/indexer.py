@@ -37,6 +37,7 @@ from cassandra.query import PreparedStatement
 from pydantic import ValidationError
 
 from projections import statements as q
+from projections.binding import RowBinder
 from projections.embedding import MAX_EMBED_CHARS, Embedder
 from projections.errors import StoreUnavailable
 from projections.rows import RecallRows, recall_rows
@@ -101,9 +102,9 @@ class RecallIndexer(CassandraStage):
         consumer_group: str,
         embedder: Embedder | None = None,
         concurrency: int = 32,
-        batch_statements: int = 64,
+        batch_statements: int = 128,
         batch_bytes: int = 512 * 1024,
-        pipeline_events: int = 500,
+        pipeline_events: int = 2000,
     ) -> None:
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
@@ -125,6 +126,7 @@ class RecallIndexer(CassandraStage):
             "recall_chunk": self._session.prepare(q.INSERT_RECALL_CHUNK.format(ks=ks)),
             "markers": self._session.prepare(q.SELECT_DELETED_OFFSETS.format(ks=ks)),
         }
+        self._bind_doc, self._bind_chunk = RowBinder(out["recall"]), RowBinder(out["recall_chunk"])
         tables = list(q.RECALL_TABLES)
         if self._embedder is not None:
             dims = self._embedder.dimensions
@@ -214,7 +216,7 @@ class RecallIndexer(CassandraStage):
     def _batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
         """The rows of ``built[start:stop]`` grouped by tenant partition, cut into size-capped batches."""
         groups: dict[tuple[str, str], list[Row]] = {}
-        doc_stmt, chunk_stmt = self._p["recall"], self._p["recall_chunk"]
+        doc_stmt, chunk_stmt = self._bind_doc, self._bind_chunk
         for index in range(start, stop):
             item, rows = built[index]
             tenant = (item.event.app_name, item.event.user_id)
@@ -225,7 +227,7 @@ class RecallIndexer(CassandraStage):
             for chunk in rows.chunks:
                 text = chunk[9]
                 group.append((chunk_stmt, chunk, index, (len(text) if isinstance(text, str) else 0) + 256))
-        return cut_batches(groups.values(), self.batch_statements, self.batch_bytes)
+        return cut_batches(self._replicas.group(groups), self.batch_statements, self.batch_bytes)
 
     async def _write_vectors(self, written: list[tuple[_Item, RecallRows]]) -> None:
         assert self._embedder is not None

@@ -46,6 +46,7 @@ from cassandra.query import PreparedStatement
 from pydantic import ValidationError
 
 from projections import statements as q
+from projections.binding import RowBinder
 from projections.errors import StoreUnavailable
 from projections.rows import TokenCounter, estimate_tokens, event_rows, summary_history_row, summary_latest_values
 from projections.stage import (
@@ -60,8 +61,8 @@ from projections.stage import (
     cut_batches,
     dead_letter,
 )
-from schemas import DeleteSession, SessionEvent, SessionSummary, parse_event_record
-from schemas.records import RecordDecodeError, json_object
+from schemas import DeleteSession, SessionEvent, SessionSummary
+from schemas.records import RecordDecodeError, json_object, parse_event_data
 
 log = logging.getLogger("distill.projector")
 
@@ -77,12 +78,40 @@ __all__ = [
 class _Event:
     record: SourceRecord
     event: SessionEvent
+    data: dict[str, Any]
+    """The decoded record ``event`` was validated from (its stored JSON is made from it)."""
 
 
 @dataclass(frozen=True)
 class _Delete:
     record: SourceRecord
     command: DeleteSession
+
+
+_MAYBE_SURROGATE = b"\\ud"
+_MAYBE_SURROGATE_UPPER = b"\\uD"
+
+
+def _refuse_lone_surrogates(value: object, path: str = "") -> None:
+    """``RecordDecodeError`` naming the first string of ``value`` holding a lone UTF-16 surrogate.
+
+    The json module decodes ``"\\ud800"`` into a string no UTF-8 column can
+    store: the driver (and the stored JSON) would fail on it at every retry
+    of the batch. A paired surrogate (an emoji written as two escapes) is
+    fine. Only records holding a ``\\ud…`` escape are walked.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RecordDecodeError(f"{path or 'the record'} holds a lone UTF-16 surrogate: {exc.reason}") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_lone_surrogates(key, path)
+            _refuse_lone_surrogates(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(item, f"{path}[{i}]")
 
 
 def parse_summary_record(raw: bytes | None) -> SessionSummary | None:
@@ -119,9 +148,9 @@ class Projector(CassandraStage):
         consumer_group: str,
         count_tokens: TokenCounter | None = None,
         concurrency: int = 32,
-        batch_statements: int = 64,
+        batch_statements: int = 128,
         batch_bytes: int = 512 * 1024,
-        pipeline_events: int = 500,
+        pipeline_events: int = 2000,
     ) -> None:
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
@@ -144,6 +173,8 @@ class Projector(CassandraStage):
             "session_source": q.UPSERT_SESSION_SOURCE,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
+        self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
+                                                               "session_source")}  # fmt: skip
         for table in q.SESSION_TABLES:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
         for table in q.RECALL_TABLES:
@@ -198,9 +229,12 @@ class Projector(CassandraStage):
             return parse_summary_record(record.value)
         if record.value is None:
             raise RecordDecodeError("empty record value")
-        parsed = parse_event_record(record.value)
+        data = json_object(record.value)
+        if _MAYBE_SURROGATE in record.value or _MAYBE_SURROGATE_UPPER in record.value:
+            _refuse_lone_surrogates(data)
+        parsed = parse_event_data(data)
         if isinstance(parsed, SessionEvent):
-            return _Event(record, parsed)
+            return _Event(record, parsed, data)
         if isinstance(parsed, DeleteSession):
             return _Delete(record, parsed)
         return None  # summarize commands are the worker's business
@@ -235,13 +269,13 @@ class Projector(CassandraStage):
     def _batches(self, items: list[_Event], start: int, stop: int) -> list[Batch]:
         """The rows of ``items[start:stop]`` grouped by session partition and cut into size-capped batches."""
         groups: dict[tuple[str, str, str], list[Row]] = {}
-        p = self._p
+        p = self._bind
         stmt_event, stmt_event_id, stmt_turn = p["event"], p["event_id"], p["turn"]
         stmt_call, stmt_result, stmt_source = p["tool_call"], p["tool_result"], p["session_source"]
         for index in range(start, stop):
             item = items[index]
             ev = item.event
-            rows = event_rows(ev, item.record.offset, self._count)
+            rows = event_rows(ev, item.record.offset, self._count, item.data)
             pk = (ev.app_name, ev.user_id, ev.session_id)
             group = groups.get(pk)
             if group is None:
@@ -256,7 +290,7 @@ class Projector(CassandraStage):
             if rows.tool_result is not None:
                 r = rows.tool_result
                 group.append((stmt_result, (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
-        return cut_batches(groups.values(), self.batch_statements, self.batch_bytes)
+        return cut_batches(self._replicas.group(groups), self.batch_statements, self.batch_bytes)
 
     async def _write_summaries(self, summaries: list[SessionSummary], outcome: BatchOutcome) -> None:
         by_key: dict[tuple[str, str, str, str], list[SessionSummary]] = {}

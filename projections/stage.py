@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cassandra import DriverException, InvalidRequest, RequestExecutionException
 from cassandra.cluster import NoHostAvailable, Session
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.connection import ConnectionBusy
+from cassandra.query import BatchStatement, BatchType
 
 from projections import statements as q
+from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute
 from projections.errors import StoreUnavailable
 from schemas import DeadLetter
@@ -114,40 +117,93 @@ def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = N
 
 @dataclass
 class Batch:
-    """Statements of one Cassandra partition written together: ``(statement, params, index of the record)``."""
+    """Rows of one Cassandra partition written together: ``(binder, row, index of the record)``."""
 
-    entries: list[tuple[PreparedStatement, Any, int]] = field(default_factory=list)
+    entries: list[tuple[RowBinder, Any, int]] = field(default_factory=list)
+    size: int = 0
+    """Approximate bytes of the rows."""
 
     def statement(self) -> Any:
-        if len(self.entries) == 1:
-            return self.entries[0][0]
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for stmt, params, _ in self.entries:
-            batch.add(stmt, params)
-        return batch
-
-    def params(self) -> Any:
-        return self.entries[0][1] if len(self.entries) == 1 else None
+        """One statement for the whole batch (an unlogged batch, or the bound statement of a single row)."""
+        return batch_of([(binder, row) for binder, row, _ in self.entries])
 
 
-Row = tuple[PreparedStatement, Any, int, int]
-"""``(statement, params, index of the record, approximate bytes)``."""
+Row = tuple[RowBinder, Any, int, int]
+"""``(binder, row, index of the record, approximate bytes)``."""
 
 
-def cut_batches(groups: Iterable[list[Row]], max_statements: int, max_bytes: int) -> list[Batch]:
-    """Each partition's statements as batches of at most ``max_statements`` and about ``max_bytes``."""
+_BUSY_RETRIES = 200
+_BUSY_DELAY_S = 0.02
+"""A write refused because the connection's socket is full is resent after this, up to ``_BUSY_RETRIES`` times."""
+
+
+def _busy(exc: BaseException) -> bool:
+    """The driver refused to send: every host's connection was busy (backpressure, not an outage)."""
+    errors = getattr(exc, "errors", None)
+    if not isinstance(exc, NoHostAvailable) or not isinstance(errors, dict) or not errors:
+        return False
+    return all(isinstance(e, ConnectionBusy) for e in errors.values())
+
+
+MAX_BATCH_PARTITIONS = 10
+"""Partitions per multi-partition batch: at Cassandra's ``unlogged_batch_across_partitions_warn_threshold``."""
+
+
+def cut_batches(
+    groups: Iterable[Iterable[list[Row]]], max_statements: int, max_bytes: int,
+    max_partitions: int = MAX_BATCH_PARTITIONS,
+) -> list[Batch]:  # fmt: skip
+    """Each group's partitions (lists of rows) as unlogged batches within the three caps.
+
+    A group is a set of partitions that live on the same replicas
+    (:class:`ReplicaGroups`): one batch of several of them is one message to
+    a coordinator that is a replica of every one, which applies each
+    partition's mutation locally; the rows of one partition stay together in
+    a batch (one mutation) as far as the caps allow. Fewer, fuller messages
+    are what makes the driver cheap per row: its cost is mostly per message.
+    """
     batches: list[Batch] = []
-    for statements in groups:
+    for partitions in groups:
         current = Batch()
-        size = 0
-        for stmt, params, index, row_bytes in statements:
-            if current.entries and (len(current.entries) >= max_statements or size + row_bytes > max_bytes):
+        size = count = 0
+        for rows in partitions:
+            if current.entries and count >= max_partitions:
                 batches.append(current)
-                current, size = Batch(), 0
-            current.entries.append((stmt, params, index))
-            size += row_bytes
-        batches.append(current)
+                current, size, count = Batch(), 0, 0
+            count += 1
+            for binder, row, index, row_bytes in rows:
+                if current.entries and (len(current.entries) >= max_statements or size + row_bytes > max_bytes):
+                    batches.append(current)
+                    current, size, count = Batch(), 0, 1
+                current.entries.append((binder, row, index))
+                current.size += row_bytes
+                size += row_bytes
+        if current.entries:
+            batches.append(current)
     return batches
+
+
+class ReplicaGroups:
+    """Groups partition keys by the replicas that own them (the driver's token map)."""
+
+    def __init__(self, session: Session, keyspace: str) -> None:
+        self._metadata = getattr(getattr(session, "cluster", None), "metadata", None)
+        self._ks = keyspace
+
+    def key(self, parts: Sequence[str]) -> frozenset[Any]:
+        """The ids of the replicas of the partition ``parts`` (its text key columns); empty when unknown."""
+        if self._metadata is None:
+            return frozenset()
+        encoded = [p.encode() for p in parts]
+        packed = encoded[0] if len(encoded) == 1 else b"".join(struct.pack(">H", len(b)) + b + b"\x00" for b in encoded)
+        return frozenset(h.host_id for h in self._metadata.get_replicas(self._ks, packed))
+
+    def group(self, partitions: Mapping[Any, list[Row]]) -> list[list[list[Row]]]:
+        """``partitions`` (key → rows) as groups of partitions sharing their replicas."""
+        groups: dict[frozenset[Any], list[list[Row]]] = {}
+        for key, rows in partitions.items():
+            groups.setdefault(self.key(key), []).append(rows)
+        return list(groups.values())
 
 
 class CassandraStage:
@@ -158,7 +214,8 @@ class CassandraStage:
 
     def __init__(
         self, session: Session, keyspace: str, *, consumer_group: str, concurrency: int = 32,
-        batch_statements: int = 64, batch_bytes: int = 512 * 1024, pipeline_events: int = 500,
+        batch_statements: int = 128, batch_bytes: int = 512 * 1024, pipeline_events: int = 2000,
+        in_flight_bytes: int = 8 * 1024 * 1024,
     ) -> None:  # fmt: skip
         self._session = session
         self._ks = keyspace
@@ -167,6 +224,8 @@ class CassandraStage:
         self.batch_statements = batch_statements
         self.batch_bytes = batch_bytes
         self.pipeline_events = pipeline_events
+        self.in_flight_bytes = in_flight_bytes
+        self._replicas = ReplicaGroups(session, keyspace)
         self._stage_p = {
             name: session.prepare(cql.format(ks=keyspace))
             for name, cql in {"save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS,
@@ -224,21 +283,37 @@ class CassandraStage:
         in_flight: list[tuple[list[Batch], asyncio.Future[Any]]] = []
         failures: list[tuple[Batch, BaseException]] = []
 
+        def submit(batches: list[Batch]) -> asyncio.Future[Any]:
+            # Bytes in flight, not only statements, are bounded: a run of 50 KB tool results in 512 KB
+            # batches would fill the socket faster than Cassandra reads it (the driver: ConnectionBusy).
+            mean = max(1, sum(b.size for b in batches) // len(batches))
+            concurrency = max(2, min(self._concurrency, self.in_flight_bytes // 2 // mean))
+            work = [(b.statement(), None) for b in batches]
+            return asyncio.wrap_future(self._submit_concurrent(work, concurrency))
+
         async def settle(batches: list[Batch], future: asyncio.Future[Any]) -> None:
-            try:
-                results = await future
-            except _TRANSIENT as exc:
-                raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
-            failures.extend((batches[i], r.result_or_exc) for i, r in enumerate(results) if not r.success)
+            for attempt in range(_BUSY_RETRIES + 1):
+                try:
+                    results = await future
+                except _TRANSIENT as exc:
+                    raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
+                busy = [batches[i] for i, r in enumerate(results) if not r.success and _busy(r.result_or_exc)]
+                failures.extend((batches[i], r.result_or_exc) for i, r in enumerate(results)
+                                if not r.success and not _busy(r.result_or_exc))  # fmt: skip
+                if not busy:
+                    return
+                if attempt == _BUSY_RETRIES:
+                    failures.extend((b, StoreUnavailable("cassandra connection stayed overloaded")) for b in busy)
+                    return
+                await asyncio.sleep(_BUSY_DELAY_S)  # the socket drains; the writes are idempotent: resend them
+                batches, future = busy, submit(busy)
 
         try:
             for start in range(0, count, step):
                 batches = build(start, min(count, start + step))
                 if not batches:
                     continue
-                work = [(b.statement(), b.params()) for b in batches]
-                future = asyncio.wrap_future(self._submit_concurrent(work))
-                in_flight.append((batches, future))
+                in_flight.append((batches, submit(batches)))
                 if len(in_flight) >= 2:
                     await settle(*in_flight.pop(0))
             while in_flight:
@@ -250,7 +325,7 @@ class CassandraStage:
         for batch, exc in failures:
             if not isinstance(exc, InvalidRequest):
                 raise StoreUnavailable(f"cassandra write failed: {type(exc).__name__}: {exc}") from exc
-            singles = await self._run_concurrent((stmt, params) for stmt, params, _ in batch.entries)
+            singles = await self._run_concurrent((binder.bound(row), None) for binder, row, _ in batch.entries)
             for position, single_exc in singles:
                 if not isinstance(single_exc, InvalidRequest):
                     raise StoreUnavailable(
@@ -269,7 +344,8 @@ class CassandraStage:
         except DriverException as exc:
             raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
 
-    def _submit_concurrent(self, work: list[tuple[Any, Any]]) -> concurrent.futures.Future[Any]:
+    def _submit_concurrent(self, work: list[tuple[Any, Any]], concurrency: int | None = None
+                           ) -> concurrent.futures.Future[Any]:  # fmt: skip
         """``execute_concurrent_async``, with its failure to start turned into ``StoreUnavailable``.
 
         With every host down the driver fails the first statements while
@@ -279,7 +355,7 @@ class CassandraStage:
         """
         try:
             future: concurrent.futures.Future[Any] = self._session.execute_concurrent_async(
-                work, concurrency=self._concurrency, raise_on_first_error=False
+                work, concurrency=concurrency or self._concurrency, raise_on_first_error=False
             )
         except concurrent.futures.InvalidStateError as exc:
             raise StoreUnavailable(f"cassandra unavailable: the driver could not submit the writes: {exc}") from exc
