@@ -13,10 +13,44 @@ Statements using column encryption are refused: they need the driver's path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
+from cassandra.cqltypes import DateType
+from cassandra.marshal import int64_pack
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+
+
+def serialize_timestamp(value: Any, protocol_version: int) -> bytes:
+    """``DateType.serialize`` for datetimes, without its ``utctimetuple``/``timegm`` round trip.
+
+    The same milliseconds: the driver takes the whole seconds since the epoch
+    (floored), adds the microseconds as a fraction of a millisecond, and
+    truncates. Memoized: an event's timestamp is in every row it makes.
+    Anything but a datetime goes to the driver's serializer.
+    """
+    if not isinstance(value, datetime):
+        return DateType.serialize(value, protocol_version)  # type: ignore[no-any-return]
+    return _timestamp_bytes(value)
+
+
+@lru_cache(maxsize=8192)
+def _timestamp_bytes(value: datetime) -> bytes:
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    seconds = (aware - _EPOCH) // _SECOND
+    return int64_pack(int(seconds * 1e3 + value.microsecond / 1e3))  # type: ignore[no-any-return]
+
+
+def _serializer(column_type: Any) -> Callable[[Any, int], bytes]:
+    if column_type is DateType:
+        return serialize_timestamp
+    serialize: Callable[[Any, int], bytes] = column_type.serialize
+    return serialize
 
 
 class RowBinder:
@@ -30,7 +64,7 @@ class RowBinder:
         self.prepared = prepared
         self.query_id = prepared.query_id
         self._version = prepared.protocol_version
-        self._serializers = tuple(column.type.serialize for column in prepared.column_metadata)
+        self._serializers = tuple(_serializer(column.type) for column in prepared.column_metadata)
 
     def values(self, row: Sequence[Any]) -> list[bytes | None]:
         """The serialized values of ``row`` (exactly ``len(column_metadata)`` of them)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import concurrent.futures
 import struct
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from cassandra.query import BatchStatement, BatchType
 
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
-from projections.cassandra_session import aexecute
+from projections.cassandra_session import aexecute, aexecute_many
 from projections.errors import StoreUnavailable
 from schemas import DeadLetter
 
@@ -273,7 +272,8 @@ class CassandraStage:
 
         The records are handled in chunks of ``pipeline_events``: the rows of
         the next chunk are built while the previous chunk's writes are in
-        flight (at most two chunks), so the CPU work here overlaps Cassandra's.
+        flight (at most two chunks), so the CPU work here overlaps Cassandra's
+        (``aexecute_many`` sends from the driver's thread, the loop is free).
         Every write must be an idempotent upsert, so their relative order is
         free. A batch Cassandra rejects (``InvalidRequest``) is replayed
         statement by statement to name exactly the records at fault; any
@@ -288,18 +288,14 @@ class CassandraStage:
             # batches would fill the socket faster than Cassandra reads it (the driver: ConnectionBusy).
             mean = max(1, sum(b.size for b in batches) // len(batches))
             concurrency = max(2, min(self._concurrency, self.in_flight_bytes // 2 // mean))
-            work = [(b.statement(), None) for b in batches]
-            return asyncio.wrap_future(self._submit_concurrent(work, concurrency))
+            return aexecute_many(self._session, [(b.statement(), None) for b in batches], concurrency)
 
         async def settle(batches: list[Batch], future: asyncio.Future[Any]) -> None:
             for attempt in range(_BUSY_RETRIES + 1):
-                try:
-                    results = await future
-                except _TRANSIENT as exc:
-                    raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
-                busy = [batches[i] for i, r in enumerate(results) if not r.success and _busy(r.result_or_exc)]
-                failures.extend((batches[i], r.result_or_exc) for i, r in enumerate(results)
-                                if not r.success and not _busy(r.result_or_exc))  # fmt: skip
+                results = await future
+                busy = [batches[i] for i, (ok, value) in enumerate(results) if not ok and _busy(value)]
+                failures.extend((batches[i], value) for i, (ok, value) in enumerate(results)
+                                if not ok and not _busy(value))  # fmt: skip
                 if not busy:
                     return
                 if attempt == _BUSY_RETRIES:
@@ -344,30 +340,15 @@ class CassandraStage:
         except DriverException as exc:
             raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
 
-    def _submit_concurrent(self, work: list[tuple[Any, Any]], concurrency: int | None = None
-                           ) -> concurrent.futures.Future[Any]:  # fmt: skip
-        """``execute_concurrent_async``, with its failure to start turned into ``StoreUnavailable``.
-
-        With every host down the driver fails the first statements while
-        submitting, then fails itself sorting their errors and raises
-        ``InvalidStateError`` from the submission: that is an outage, to be
-        retried like ``NoHostAvailable``, not a crash of the stage.
-        """
-        try:
-            future: concurrent.futures.Future[Any] = self._session.execute_concurrent_async(
-                work, concurrency=concurrency or self._concurrency, raise_on_first_error=False
-            )
-        except concurrent.futures.InvalidStateError as exc:
-            raise StoreUnavailable(f"cassandra unavailable: the driver could not submit the writes: {exc}") from exc
-        return future
-
     async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
-        """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``."""
-        items = list(work)
-        if not items:
-            return []
-        try:
-            results = await asyncio.wrap_future(self._submit_concurrent(items))
-        except _TRANSIENT as exc:
-            raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
-        return [(i, r.result_or_exc) for i, r in enumerate(results) if not r.success]
+        """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``.
+
+        A statement that failed for want of a host raises ``StoreUnavailable``
+        (an outage: the caller's batch is retried); other failures are returned.
+        """
+        results = await aexecute_many(self._session, list(work), self._concurrency)
+        failures = [(i, value) for i, (ok, value) in enumerate(results) if not ok]
+        for _, exc in failures:
+            if isinstance(exc, _TRANSIENT):
+                raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
+        return failures
