@@ -51,9 +51,10 @@ from projections.stage import (
     SourceRecord,
     cut_batches,
     dead_letter,
+    refuse_unstorable,
 )
-from schemas import DeleteSession, SessionEvent, parse_event_record
-from schemas.records import RecordDecodeError
+from schemas import DeleteSession, SessionEvent
+from schemas.records import RecordDecodeError, json_object, parse_event_data
 
 log = logging.getLogger("distill.indexer")
 
@@ -166,7 +167,9 @@ class RecallIndexer(CassandraStage):
                 outcome.ignored += 1
                 continue
             try:
-                parsed = parse_event_record(record.value)
+                data = json_object(record.value)
+                refuse_unstorable(record.value, data)
+                parsed = parse_event_data(data)
             except (RecordDecodeError, ValidationError):
                 outcome.ignored += 1
                 continue

@@ -60,6 +60,7 @@ from projections.stage import (
     SourceRecord,
     cut_batches,
     dead_letter,
+    refuse_unstorable,
 )
 from schemas import DeleteSession, SessionEvent, SessionSummary
 from schemas.records import RecordDecodeError, json_object, parse_event_data
@@ -86,32 +87,6 @@ class _Event:
 class _Delete:
     record: SourceRecord
     command: DeleteSession
-
-
-_MAYBE_SURROGATE = b"\\ud"
-_MAYBE_SURROGATE_UPPER = b"\\uD"
-
-
-def _refuse_lone_surrogates(value: object, path: str = "") -> None:
-    """``RecordDecodeError`` naming the first string of ``value`` holding a lone UTF-16 surrogate.
-
-    The json module decodes ``"\\ud800"`` into a string no UTF-8 column can
-    store: the driver (and the stored JSON) would fail on it at every retry
-    of the batch. A paired surrogate (an emoji written as two escapes) is
-    fine. Only records holding a ``\\ud…`` escape are walked.
-    """
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise RecordDecodeError(f"{path or 'the record'} holds a lone UTF-16 surrogate: {exc.reason}") from exc
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_lone_surrogates(key, path)
-            _refuse_lone_surrogates(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _refuse_lone_surrogates(item, f"{path}[{i}]")
 
 
 def parse_summary_record(raw: bytes | None) -> SessionSummary | None:
@@ -226,12 +201,12 @@ class Projector(CassandraStage):
 
     def _parse(self, record: SourceRecord) -> _Event | _Delete | SessionSummary | None:
         if record.topic == self.summaries_topic:
+            refuse_unstorable(record.value or b"")
             return parse_summary_record(record.value)
         if record.value is None:
             raise RecordDecodeError("empty record value")
         data = json_object(record.value)
-        if _MAYBE_SURROGATE in record.value or _MAYBE_SURROGATE_UPPER in record.value:
-            _refuse_lone_surrogates(data)
+        refuse_unstorable(record.value, data)
         parsed = parse_event_data(data)
         if isinstance(parsed, SessionEvent):
             return _Event(record, parsed, data)

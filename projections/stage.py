@@ -32,6 +32,7 @@ from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
 from projections.errors import StoreUnavailable
 from schemas import DeadLetter
+from schemas.records import RecordDecodeError, json_object
 
 _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
 PROJECT_STAGE = "project"
@@ -112,6 +113,39 @@ def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = N
         stage=stage,
         failed_at=datetime.now(UTC),
     )
+
+
+_MAYBE_SURROGATE = b"\\ud"
+_MAYBE_SURROGATE_UPPER = b"\\uD"
+
+
+def _refuse_lone_surrogates(value: object, path: str = "") -> None:
+    """``RecordDecodeError`` naming the first string of ``value`` holding a lone UTF-16 surrogate.
+
+    The json module decodes ``"\\ud800"`` into a string no UTF-8 column can
+    store: the driver (and the stored JSON) would fail on it at every retry
+    of the batch. A paired surrogate (an emoji written as two escapes) is
+    fine. Only records holding a ``\\ud…`` escape are walked.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RecordDecodeError(f"{path or 'the record'} holds a lone UTF-16 surrogate: {exc.reason}") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_lone_surrogates(key, path)
+            _refuse_lone_surrogates(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(item, f"{path}[{i}]")
+
+
+def refuse_unstorable(raw: bytes, data: object = None) -> None:
+    """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds text no
+    column can store. Costs a substring search unless ``raw`` holds a ``\\ud…`` escape."""
+    if _MAYBE_SURROGATE in raw or _MAYBE_SURROGATE_UPPER in raw:
+        _refuse_lone_surrogates(json_object(raw) if data is None else data)
 
 
 @dataclass
