@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks.cpu_clock import CpuMeter, find_cassandra_pid
 from projections.cassandra_session import connect
-from projections.migrations import apply_migrations
 from projections.indexer import RecallIndexer
+from projections.migrations import apply_migrations
 from projections.projector import Projector, SourceRecord
 from projections.read_api import SessionReader
 from schemas import DeadLetter, SessionKey

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
-from cassandra.cqltypes import DateType
-from cassandra.marshal import int64_pack
+from cassandra.cqltypes import DateType, ListType, SetType, UTF8Type, VarcharType
+from cassandra.marshal import int32_pack, int64_pack
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -46,9 +47,29 @@ def _timestamp_bytes(value: datetime) -> bytes:
     return int64_pack(int(seconds * 1e3 + value.microsecond / 1e3))  # type: ignore[no-any-return]
 
 
+def serialize_text_collection(items: Any, protocol_version: int) -> bytes:
+    """``SetType(VarcharType).serialize`` (and ``ListType``'s): a count, then each item's length and UTF-8.
+
+    The driver writes each item through a ``BytesIO`` and the item type's
+    ``to_binary``, about a microsecond an item: a recall row's token set
+    holds up to thousands.
+    """
+    if isinstance(items, str) or protocol_version < 3:
+        raise TypeError("Received a string for a type that expects a sequence")
+    encoded = list(map(str.encode, items))  # UTF-8
+    # map/zip/chain iterate in C: no bytecode per item.
+    pieces = chain.from_iterable(zip(map(int32_pack, map(len, encoded)), encoded, strict=True))
+    return int32_pack(len(encoded)) + b"".join(pieces)  # type: ignore[no-any-return]
+
+
 def _serializer(column_type: Any) -> Callable[[Any, int], bytes]:
     if column_type is DateType:
         return serialize_timestamp
+    if (
+        isinstance(column_type, type) and issubclass(column_type, SetType | ListType)
+        and tuple(getattr(column_type, "subtypes", ())) in ((VarcharType,), (UTF8Type,))
+    ):  # fmt: skip
+        return serialize_text_collection
     serialize: Callable[[Any, int], bytes] = column_type.serialize
     return serialize
 

@@ -102,9 +102,10 @@ def doc_tokens(text: str, cap: int = MAX_DOC_TOKENS) -> set[str]:
     difference it makes: a keyword whose *stem* equals a stop word, like
     "thes" → "the", no longer matches documents through that stop word.)
 
-    The projector runs this on every message, so it takes the fast path when
-    the text holds no CJK (one regex pass, each distinct word stemmed once);
-    the result is the same as stemming every kept word of ``_split_words``.
+    The indexer runs this on every message, so it takes the fast path when
+    the text holds no CJK (one translate and split, then set operations: only
+    words with a suffix are stemmed); the result is the same as stemming every
+    kept word of ``_split_words``.
     """
     lowered = text.lower()
     if lowered.isascii():  # ASCII: ``_WORD`` matches exactly the runs of [a-z0-9]
@@ -123,14 +124,16 @@ def doc_tokens(text: str, cap: int = MAX_DOC_TOKENS) -> set[str]:
                 if len(tokens) >= cap:
                     break
         return tokens
-    known = _INDEX_TOKEN
-    if len(known) + len(unique) > _INDEX_TOKEN_MAX:
-        known.clear()  # here, not while filling: every word of this text must stay memoized below
-    for word in unique.difference(known):
-        _index_token(word)
-    tokens = {known[word] for word in unique}
-    tokens.discard("")
-    return tokens
+    # Set operations, not a memo per word: a 50 KB tool result holds thousands of distinct words, and a
+    # lookup in a large memo is a cache miss per word (two thirds of the time this took).
+    kept = unique - STOP_WORDS
+    short = [w for w in kept if len(w) < 3 and not _short_keyword(w)]
+    kept.difference_update(short)
+    suffixed = [w for w in kept if w.endswith(_SUFFIXES)]
+    if suffixed:
+        kept.difference_update(suffixed)
+        kept.update(map(_stem, suffixed))
+    return kept
 
 
 _INDEX_TOKEN: dict[str, str] = {}

@@ -91,6 +91,7 @@ async def run_stages(settings: Settings, stages: Sequence[tuple[str, str]], max_
     builders = {"project": projector_runner, "index": indexer_runner}
     with cassandra_session(settings.cassandra) as session:
         runners = [builders[stage](settings, session, group, max_batch) for stage, group in stages]
+
         def stop() -> None:
             for r in runners:
                 r.stop()
@@ -113,7 +114,11 @@ async def run_stages(settings: Settings, stages: Sequence[tuple[str, str]], max_
 @click.option("--group", default=None, help="Consumer group (default: <worker.app_id>-projector).")
 @click.option("--index/--no-index", default=True, show_default=True,
               help="Also run the recall indexer in this process (its own consumer group).")  # fmt: skip
-@click.option("--index-group", default=None, help="The indexer's consumer group (default: <worker.app_id>-indexer).")
+@click.option(
+    "--index-group",
+    default=None,
+    help="The indexer's consumer group (default: <worker.app_id>-indexer, or <group>-index with --group).",
+)
 @click.option("--max-batch", default=2000, show_default=True, help="Records per projected batch.")
 def command(group: str | None, index: bool, index_group: str | None, max_batch: int) -> None:
     """Consume the events and summaries topics and write them to Cassandra, exactly once in effect.
@@ -126,6 +131,6 @@ def command(group: str | None, index: bool, index_group: str | None, max_batch: 
     setup_logging(settings.worker.log_level, settings.worker.log_json)
     project_group, default_index_group = default_groups(settings)
     stages = [("project", group or project_group)]
-    if index:
-        stages.append(("index", index_group or default_index_group))
+    if index:  # a group of one's own for the projector means one for its indexer too
+        stages.append(("index", index_group or (f"{group}-index" if group else default_index_group)))
     asyncio.run(run_stages(settings, stages, max_batch))
