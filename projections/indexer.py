@@ -49,7 +49,6 @@ from projections.stage import (
     DeadLetterSink,
     Row,
     SourceRecord,
-    cut_batches,
     dead_letter,
     refuse_unstorable,
 )
@@ -230,7 +229,7 @@ class RecallIndexer(CassandraStage):
             for chunk in rows.chunks:
                 text = chunk[9]
                 group.append((chunk_stmt, chunk, index, (len(text) if isinstance(text, str) else 0) + 256))
-        return cut_batches(self._replicas.group(groups), self.batch_statements, self.batch_bytes)
+        return self._cut(groups)
 
     async def _write_vectors(self, written: list[tuple[_Item, RecallRows]]) -> None:
         assert self._embedder is not None

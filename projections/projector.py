@@ -58,7 +58,6 @@ from projections.stage import (
     PartitionProgress,
     Row,
     SourceRecord,
-    cut_batches,
     dead_letter,
     refuse_unstorable,
 )
@@ -265,7 +264,7 @@ class Projector(CassandraStage):
             if rows.tool_result is not None:
                 r = rows.tool_result
                 group.append((stmt_result, (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
-        return cut_batches(self._replicas.group(groups), self.batch_statements, self.batch_bytes)
+        return self._cut(groups)
 
     async def _write_summaries(self, summaries: list[SessionSummary], outcome: BatchOutcome) -> None:
         by_key: dict[tuple[str, str, str, str], list[SessionSummary]] = {}

@@ -178,6 +178,7 @@ def _busy(exc: BaseException) -> bool:
     return all(isinstance(e, ConnectionBusy) for e in errors.values())
 
 
+_MIN_BATCH_STATEMENTS = 4
 MAX_BATCH_PARTITIONS = 10
 """Partitions per multi-partition batch: at Cassandra's ``unlogged_batch_across_partitions_warn_threshold``."""
 
@@ -300,6 +301,18 @@ class CassandraStage:
             raise StoreUnavailable(f"cassandra progress write failed: {failed[0][1]}")
 
     # -- writes ----------------------------------------------------------------------------------------------
+
+    def _cut(self, partitions: Mapping[Any, list[Row]]) -> list[Batch]:
+        """``partitions`` (key → rows) as batches: grouped by replicas, within the caps.
+
+        A batch is applied by one thread of the coordinator, so a few rows are
+        spread over up to ``concurrency`` batches rather than sent as one: a
+        small batch (a quiet moment) is then written in the time of a few
+        rows, a large one still in full batches of ``batch_statements``.
+        """
+        rows = sum(len(r) for r in partitions.values())
+        per_batch = max(_MIN_BATCH_STATEMENTS, min(self.batch_statements, -(-rows // self._concurrency)))
+        return cut_batches(self._replicas.group(partitions), per_batch, self.batch_bytes)
 
     async def _write_pipelined(self, count: int, build: Callable[[int, int], list[Batch]]) -> dict[int, BaseException]:
         """Write the batches ``build(start, stop)`` makes of records ``[0, count)``; the rejected ones by index.
