@@ -152,8 +152,12 @@ async def main() -> None:
     ap.add_argument("--batch", type=int, default=2000, help="records per project() call (the runner polls up to 2000)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--stages", choices=("both", "critical", "index"), default="both",
-                    help="which stages to measure in steps 1-2 (search needs the index, load the critical path)")
+    ap.add_argument(
+        "--stages",
+        choices=("both", "critical", "index"),
+        default="both",
+        help="which stages to measure in steps 1-2 (search needs the index, load the critical path)",
+    )
     ap.add_argument("--time-budget", type=float, default=240.0, help="stop a stage after this many seconds")
     ap.add_argument("--lag-seconds", type=float, default=30.0, help="sustained-rate phase length (0: skip it)")
     ap.add_argument("--lag-rate", type=float, default=1000.0, help="events/s in the sustained-rate phase")

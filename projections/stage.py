@@ -357,6 +357,7 @@ class CassandraStage:
                 if not batches:
                     continue
                 in_flight.append((batches, submit(batches)))
+                await asyncio.sleep(0)  # building and binding a chunk is CPU: let other tasks of the loop run
                 if len(in_flight) >= 2:
                     await settle(*in_flight.pop(0))
             while in_flight:

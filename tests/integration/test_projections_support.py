@@ -13,8 +13,8 @@ import pytest_asyncio
 from cassandra.cluster import Cluster, Session
 
 from projections.cassandra_session import connect
-from projections.migrations import apply_migrations
 from projections.indexer import RecallIndexer
+from projections.migrations import apply_migrations
 from projections.projector import Projector, SourceRecord
 from projections.read_api import SessionReader
 from schemas import DeadLetter, SessionKey

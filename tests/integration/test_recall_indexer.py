@@ -63,8 +63,9 @@ def _latin_filler(rng: random.Random, chars: int) -> str:
     lines: list[str] = []
     n = 0
     while n < chars:
-        line = (f"2025-03-01T12:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z {rng.choice(_WORDS)} "
-                f"{rng.choice(_WORDS)} {rng.randrange(10_000)} {rng.choice(_WORDS)} in {rng.randrange(900)}ms")  # fmt: skip
+        stamp = f"2025-03-01T12:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z"
+        line = (f"{stamp} {rng.choice(_WORDS)} {rng.choice(_WORDS)} {rng.randrange(10_000)} {rng.choice(_WORDS)} "
+                f"in {rng.randrange(900)}ms")  # fmt: skip
         lines.append(line)
         n += len(line) + 1
     return "\n".join(lines)
@@ -211,7 +212,8 @@ async def test_a_deletion_landing_while_the_indexer_writes_removes_what_it_just_
 async def test_a_faster_indexer_keeps_the_events_after_a_deletion(store: Store) -> None:
     key = _key("ahead")
     old = record(EVENTS, event(key, "e1", at=1, content="old words walrus"))
-    delete = record(EVENTS, _delete(key), timestamp_ms=int((datetime.now(UTC) - timedelta(seconds=5)).timestamp() * 1000))
+    five_seconds_ago = int((datetime.now(UTC) - timedelta(seconds=5)).timestamp() * 1000)
+    delete = record(EVENTS, _delete(key), timestamp_ms=five_seconds_ago)
     new = record(EVENTS, event(key, "n1", at=50, content="new words walrus"))
     await _index(store, old, delete, new)  # the indexer is ahead of the projector
     await _project(store, old, delete, new)  # the projector's deletion (stamped at the command) spares n1

@@ -86,7 +86,6 @@ def test_the_stored_json_made_from_the_record_reads_back_as_the_event(
     content: object, role: str, null_calls: bool, extra: bool
 ) -> None:
     """The projector stores the JSON of the decoded record, not of the model: it must restore the same event."""
-    from projections.rows import stored_record_json
     from schemas.records import parse_event_data
 
     message: dict[str, object] = {"role": role, "content": content}
