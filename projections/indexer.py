@@ -230,9 +230,8 @@ class RecallIndexer(CassandraStage):
             if group is None:
                 group = groups[tenant] = []
             group.append((doc_stmt, rows.doc, index, rows.size))
-            for chunk in rows.chunks:
-                text = chunk[9]
-                group.append((chunk_stmt, chunk, index, (len(text) if isinstance(text, str) else 0) + 256))
+            for chunk, size in zip(rows.chunks, rows.chunk_sizes, strict=True):
+                group.append((chunk_stmt, chunk, index, size))
         return self._cut(groups)
 
     async def _write_vectors(self, written: list[tuple[_Item, RecallRows]]) -> None:

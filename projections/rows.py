@@ -82,6 +82,21 @@ def restore_event_json(event_json: str, text: str) -> SessionEvent:
     return event
 
 
+POSTING_BYTES = 24
+"""What one token of a row's ``tokens`` set weighs in a mutation (the cell and its path), for batch sizing."""
+
+
+def row_bytes(text: str, tokens: set[str] | None = None) -> int:
+    """About the bytes a row with ``text`` (and ``tokens``) adds to a batch: UTF-8, not characters.
+
+    A CJK chunk is three bytes a character and a token per character: sized
+    by characters, a batch of them held several times the bytes and the SAI
+    postings it was meant to, and timed out under load.
+    """
+    size = len(text) if text.isascii() else 3 * len(text)
+    return size + POSTING_BYTES * (len(tokens) if tokens else 0) + 256
+
+
 def recall_eligible(event: SessionEvent) -> bool:
     """Searchable/loadable: complete, no tool calls, a user/assistant/tool role and non-empty text (Go rule)."""
     msg = event.message
@@ -131,7 +146,7 @@ def event_rows(
             event.filter_key, msg.role, event.partial,
         )  # fmt: skip
     return EventRows(
-        size=len(text) + len(event_json) + 256,
+        size=row_bytes(text) + len(event_json),
         event=event_row,
         event_id=(app, user, sid, event.event_id, event.timestamp, seq),
         tool_calls=calls,
@@ -151,7 +166,9 @@ class RecallRows:
     text: str
     """The whole text (what an embedder embeds)."""
     size: int
-    """Approximate bytes of the ``recall_docs`` row (for batch sizing)."""
+    """Approximate bytes of the ``recall_docs`` row (for batch sizing, see ``row_bytes``)."""
+    chunk_sizes: tuple[int, ...] = ()
+    """Approximate bytes of each ``recall_chunks`` row."""
 
     @property
     def tokens(self) -> int:
@@ -182,6 +199,7 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
         msg.tool_call_id, msg.name, size, tokens or None,
     )  # fmt: skip
     chunks: tuple[tuple[object, ...], ...] = ()
+    chunk_sizes: tuple[int, ...] = ()
     if len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS:
         spans = chunk_index(text, LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, first_chars=MAX_INDEXED_CHARS,
                             first_tokens=MAX_DOC_TOKENS)  # fmt: skip
@@ -190,7 +208,8 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
              msg.tool_call_id, msg.name, size, chunk_tokens or None)
             for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
         )  # fmt: skip
-    return RecallRows(doc=doc, chunks=chunks, text=text, size=len(indexed) + 256)
+        chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
+    return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes)
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:

@@ -82,16 +82,20 @@ def _pseudo_word(rng: random.Random) -> str:
 def _recall_set(rng: random.Random, key: SessionKey, facts: int) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """Tool results of 10-80 KB, each with one fact planted at a random depth: ``(events, [(query, event id)])``.
 
-    Every third is Chinese. Some facts sit right at the chunk boundaries
-    (the first chunk's 8 Ki characters, the later chunks' 32 Ki).
+    Every third is Chinese. The first three facts sit right at chunk
+    boundaries (the first chunk's 8 Ki characters, the second's 32 Ki after).
     """
     events: list[dict[str, Any]] = []
     wanted: list[tuple[str, str]] = []
-    boundaries = (8 * 1024 - 10, 8 * 1024 + 40 * 1024 - 190, 8 * 1024 + 5)
+    boundaries = (8 * 1024 - 10, 8 * 1024 - 200 + 32 * 1024 - 15, 8 * 1024 + 5)  # across the first two chunk ends
     for n in range(facts):
-        size = rng.randrange(10_000, 80_000)
+        cjk = n % 3 == 2
+        # CJK: a token per character (bigrams), so the documents are shorter in characters (25 Ki ≈ 75 KB).
+        size = rng.randrange(9_000, 25_000) if cjk else rng.randrange(10_000, 80_000)
+        if n < len(boundaries):
+            size = max(size, boundaries[n] + 2_000)
         depth = boundaries[n] if n < len(boundaries) else rng.randrange(0, size)
-        if n % 3 == 2:
+        if cjk:
             code = "".join(rng.choice("零一二三四五六七八九") for _ in range(4))
             fact, query = f"退款编号{code}已经批准", f"退款编号{code}"
             filler = _cjk_filler(rng, size)
