@@ -6,6 +6,9 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 OWNER := .distill/services-owned.json
 # The context-assembly property test's acceptance size (issue 7: >= 10,000 generated sessions).
 PROPERTY_EXAMPLES ?= 10000
+# Test processes (pytest-xdist). Whole files go to one process (module fixtures start one worker or
+# keyspace per file); most integration time is waiting on Kafka and Cassandra, so 4 beat 2 cores' worth.
+TEST_WORKERS ?= 4
 
 .PHONY: venv test unit lint typecheck demo services-up services-down clean
 
@@ -26,12 +29,12 @@ test: venv
 	@set -e; rc=0; \
 	  $(BIN)/distill init || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then DISTILL_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) \
-	    $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; fi; \
+	    $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=$$?; fi; \
 	  $(BIN)/distill services down --owner-file $(OWNER); \
 	  exit $$rc
 
 unit: venv
-	$(BIN)/pytest -q -m "not integration" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m "not integration" -n 2 $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check schemas projections streams tests benchmarks

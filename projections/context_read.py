@@ -6,8 +6,10 @@ For (session, filter key) :meth:`ContextReader.read` returns a
 in-memory history would give (``tests/integration/test_context_read_property.py``
 checks it over thousands of generated sessions). It reads:
 
-1. the latest summaries of the session (one small partition) and picks the one
-   that applies to the key (:func:`applicable_summary`);
+1. the latest summaries of the session (one small partition: the heads of the
+   epoch the session is served from, which a switch replaces all at once, so
+   the read sees one epoch) and picks the one that applies to the key
+   (:func:`applicable_summary`);
 2. **the tail**: the events from the boundary to the end, newest first in pages
    of ``page_size`` (at most ``max_events``; then ``stats.truncated``), kept
    when visible to the key (:func:`visible`: ancestors, descendants and keyless
@@ -102,6 +104,7 @@ def applicable_summary(summaries: Iterable[SessionSummary], filter_key: str) -> 
                 summary=found.summary,
                 boundary=found.boundary,
                 source="exact" if candidate == filter_key else "ancestor",
+                epoch=found.epoch,
             )
     return None
 
@@ -165,7 +168,9 @@ class ContextReader:
         pk = "app_name = ? AND user_id = ? AND session_id = ?"
         ev = f"SELECT {_COLS} FROM {ks}.events_by_session WHERE {pk}"
         desc = "ORDER BY ts DESC, event_id DESC LIMIT ?"
-        self._summaries = self._prep(f"SELECT summary, summary_json FROM {ks}.summaries_latest WHERE {pk}")
+        self._summaries = self._prep(
+            f"SELECT summary, summary_json, served_epoch FROM {ks}.summaries_latest WHERE {pk}"
+        )
         self._event_pos = self._prep(f"SELECT ts, seq FROM {ks}.event_ids WHERE {pk} AND event_id = ?")
         self._tail_first = self._prep(f"{ev} AND (ts, event_id) >= (?, ?) {desc}")
         self._tail_next = self._prep(f"{ev} AND (ts, event_id) >= (?, ?) AND (ts, event_id) < (?, ?) {desc}")
@@ -212,8 +217,8 @@ class ContextReader:
                 lag_task.cancel()
         return ContextRead(
             app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
-            summary=applied, events=tuple(run.got.ordered()), current_event_id=current.event_id if current else None,
-            projection_lag=lag, index_lag=index_lag,
+            summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()),
+            current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
             stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated),
         )  # fmt: skip
 
@@ -269,6 +274,7 @@ class _Run:
         self.turn_rows: dict[str, list[Any]] = {}
         self.queries = 0
         self.rows = 0
+        self.served_epoch = 0
 
     async def q(self, stmt: PreparedStatement, params: Sequence[object]) -> list[Any]:
         self.queries += 1
@@ -283,6 +289,8 @@ class _Run:
 
     async def summary(self) -> AppliedSummary | None:
         rows = await self.q(self.r._summaries, self.pk)
+        # The static column: also on the one row a session whose switch left it no heads returns.
+        self.served_epoch = next((r.served_epoch for r in rows if r.served_epoch is not None), 0)
         records = [SessionSummary.model_validate_json(r.summary_json) for r in rows if r.summary and r.summary_json]
         return applicable_summary(records, self.filter_key)
 

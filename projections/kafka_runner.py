@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from projections.errors import StoreUnavailable
+from projections.projector import replay_topic_prefix
 from projections.stage import BatchOutcome, PartitionProgress, SourceRecord, Stage
 from schemas import DeadLetter
 
@@ -74,7 +76,10 @@ class ProjectorRunner:
         backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         heartbeat_s: float = 1.0,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        follow_epochs: bool = False,
     ) -> None:
+        """``follow_epochs``: also consume the replays' outputs (``<summaries>.replay-*``, found as
+        they are created), so the versions of epochs not served yet are listed too."""
         self.projector = projector
         self._log = logging.getLogger("distill.indexer" if getattr(projector, "STAGE", "") == "index"
                                       else "distill.projector")  # fmt: skip
@@ -88,6 +93,7 @@ class ProjectorRunner:
         self.heartbeat_s = heartbeat_s
         self._last_heartbeat = 0.0
         self.on_batch = on_batch
+        self.follow_epochs = follow_epochs
         self.assigned: set[TopicPartition] = set()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
@@ -122,15 +128,24 @@ class ProjectorRunner:
     async def run(self) -> None:
         """Consume until ``stop()``; projects each polled batch, retrying it while Cassandra is unavailable."""
         p = self.projector
+        kwargs = dict(self._consumer_kwargs)
+        if self.follow_epochs:  # a new replay's output is found within seconds, not at the 5-minute default
+            kwargs.setdefault("metadata_max_age_ms", 5000)
         self._consumer = AIOKafkaConsumer(
-            **self._consumer_kwargs,
+            **kwargs,
             group_id=p.consumer_group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
         )
         self._producer = AIOKafkaProducer(**self._producer_kwargs)
-        self._consumer.subscribe(list(p.topics), listener=_SeekToStored(self))
+        summaries_topic = getattr(p, "summaries_topic", None)
+        if self.follow_epochs and summaries_topic is not None:  # the projector: the replays' outputs too
+            names = [*(re.escape(t) for t in p.topics), re.escape(replay_topic_prefix(summaries_topic)) + ".+"]
+            pattern = "^(?:" + "|".join(names) + ")$"
+            self._consumer.subscribe(pattern=pattern, listener=_SeekToStored(self))
+        else:
+            self._consumer.subscribe(list(p.topics), listener=_SeekToStored(self))
         await self._producer.start()
         await self._consumer.start()
         try:

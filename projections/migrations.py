@@ -59,10 +59,14 @@ def _replication_cql(replication: dict[str, object]) -> str:
 def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migration]:
     """Create the keyspace and apply every migration not yet recorded. Returns those applied."""
     ks = settings.keyspace
-    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {_replication_cql(settings.replication)}")
+    ddl = settings.schema_timeout_s
+    session.execute(
+        f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {_replication_cql(settings.replication)}", timeout=ddl
+    )
     session.execute(
         f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
-        "version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
+        "version int PRIMARY KEY, name text, checksum text, applied_at timestamp)",
+        timeout=ddl,
     )
     done = {
         row.version: row.checksum for row in session.execute(f"SELECT version, checksum FROM {ks}.schema_migrations")
@@ -77,7 +81,7 @@ def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migr
                 )
             continue
         for statement in migration.statements:
-            session.execute(statement, timeout=60)
+            session.execute(statement, timeout=ddl)
         session.execute(
             f"INSERT INTO {ks}.schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
             (migration.version, migration.name, migration.checksum, datetime.now(UTC)),

@@ -30,6 +30,13 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   so search forgets the session as soon as the prompt does.
   Summaries never go backwards: ``summaries_latest`` is only written with
   ``IF NOT EXISTS`` / ``IF version < ?`` (see ``_write_latest``).
+* **Epochs** (``schemas.epochs``). Every summary gets its history row (epoch 0
+  in ``summaries_history``, others in ``summaries_epoch_history``); the
+  outputs of replays (``<summaries>.replay-*``, when consumed) only that.
+  ``summaries_latest`` holds the heads of the epoch each session is served
+  from: a live summary before the session's last switch (``served_since``)
+  no longer moves it, and an ``epoch_adopted`` record, a barrier like a
+  delete, replaces every row of the session at once (``_adopt``).
 """
 
 from __future__ import annotations
@@ -42,13 +49,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cassandra.cluster import Session
-from cassandra.query import PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.errors import StoreUnavailable
-from projections.rows import TokenCounter, estimate_tokens, event_rows, summary_history_row, summary_latest_values
+from projections.rows import (
+    TokenCounter,
+    estimate_tokens,
+    event_rows,
+    summary_history_row,
+    summary_history_target,
+    summary_latest_values,
+)
 from projections.stage import (
     PROJECT_STAGE,
     Batch,
@@ -61,7 +75,7 @@ from projections.stage import (
     dead_letter,
     refuse_unstorable,
 )
-from schemas import DeleteSession, SessionEvent, SessionSummary
+from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionSummary
 from schemas.records import RecordDecodeError, json_object, parse_event_data
 
 log = logging.getLogger("distill.projector")
@@ -70,7 +84,7 @@ STAGE = PROJECT_STAGE
 
 __all__ = [
     "STAGE", "BatchOutcome", "DeadLetterSink", "PartitionProgress", "Projector", "SourceRecord", "dead_letter",
-    "parse_summary_record",
+    "parse_summary_record", "replay_topic_prefix",
 ]  # fmt: skip
 
 
@@ -88,18 +102,39 @@ class _Delete:
     command: DeleteSession
 
 
-def parse_summary_record(raw: bytes | None) -> SessionSummary | None:
-    """A summary, or ``None`` for the other records of the summaries topic (``summary_failure``,
-    ``summary_reply``: answers to waiting requests, never a new version)."""
+@dataclass(frozen=True)
+class _Summary:
+    record: SourceRecord
+    summary: SessionSummary
+    live: bool
+    """From the summaries topic (may become the latest); else a replay's output (history only)."""
+
+
+@dataclass(frozen=True)
+class _Adopt:
+    record: SourceRecord
+    adoption: EpochAdopted
+
+
+def parse_summary_record(raw: bytes | None) -> SessionSummary | EpochAdopted | None:
+    """A summary or an epoch switch, or ``None`` for the other records of the summaries topic
+    (``summary_failure``, ``summary_reply``: answers to waiting requests, never a new version)."""
     if raw is None:
         raise RecordDecodeError("empty record value")
     data = json_object(raw)
     kind = data.get("type", "summary")
     if kind in ("summary_failure", "summary_reply"):
         return None
+    if kind == "epoch_adopted":
+        return EpochAdopted.model_validate(data)
     if kind != "summary":
         raise RecordDecodeError(f"unknown record type {kind!r} on the summaries topic")
     return SessionSummary.model_validate(data)
+
+
+def replay_topic_prefix(summaries_topic: str) -> str:
+    """Replay outputs are ``<summaries>.replay-<RUN>`` (``streams.app.factory.replay_topics``)."""
+    return f"{summaries_topic}.replay-"
 
 
 class Projector(CassandraStage):
@@ -143,6 +178,9 @@ class Projector(CassandraStage):
             "event": q.INSERT_EVENT, "event_id": q.INSERT_EVENT_ID, "tool_call": q.UPSERT_TOOL_CALL,
             "tool_result": q.UPSERT_TOOL_RESULT, "history": q.INSERT_SUMMARY_HISTORY,
             "latest_insert": q.INSERT_SUMMARY_LATEST, "latest_update": q.UPDATE_SUMMARY_LATEST,
+            "epoch_history": q.INSERT_SUMMARY_EPOCH_HISTORY, "served": q.SELECT_SERVED,
+            "serve_epoch": q.SERVE_EPOCH, "latest_put": q.PUT_SUMMARY_LATEST,
+            "latest_delete": q.DELETE_SUMMARY_LATEST, "adoption": q.INSERT_ADOPTION,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED, "turn": q.INSERT_TURN,
             "session_source": q.UPSERT_SESSION_SOURCE,
         }  # fmt: skip
@@ -172,7 +210,7 @@ class Projector(CassandraStage):
         simply be retried.
         """
         outcome = BatchOutcome()
-        segment: list[_Event | SessionSummary] = []
+        segment: list[_Event | _Summary] = []
         for record in records:
             key = (record.topic, record.partition)
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
@@ -188,6 +226,10 @@ class Projector(CassandraStage):
                 segment = []
                 await self._delete(item)
                 outcome.deletes += 1
+            elif isinstance(item, _Adopt):
+                await self._flush(segment, outcome)
+                segment = []
+                outcome.adoptions += await self._adopt(item)
             else:
                 segment.append(item)
         await self._flush(segment, outcome)
@@ -198,10 +240,16 @@ class Projector(CassandraStage):
             await self._save_offsets(kept)
         return outcome
 
-    def _parse(self, record: SourceRecord) -> _Event | _Delete | SessionSummary | None:
-        if record.topic == self.summaries_topic:
+    def _parse(self, record: SourceRecord) -> _Event | _Delete | _Summary | _Adopt | None:
+        live = record.topic == self.summaries_topic
+        if live or record.topic.startswith(replay_topic_prefix(self.summaries_topic)):
             refuse_unstorable(record.value or b"")
-            return parse_summary_record(record.value)
+            parsed_summary = parse_summary_record(record.value)
+            if isinstance(parsed_summary, SessionSummary):
+                return _Summary(record, parsed_summary, live)
+            if isinstance(parsed_summary, EpochAdopted) and live:
+                return _Adopt(record, parsed_summary)
+            return None
         if record.value is None:
             raise RecordDecodeError("empty record value")
         data = json_object(record.value)
@@ -213,9 +261,9 @@ class Projector(CassandraStage):
             return _Delete(record, parsed)
         return None  # summarize commands are the worker's business
 
-    async def _flush(self, items: list[_Event | SessionSummary], outcome: BatchOutcome) -> None:
+    async def _flush(self, items: list[_Event | _Summary], outcome: BatchOutcome) -> None:
         events = [i for i in items if isinstance(i, _Event)]
-        summaries = [i for i in items if isinstance(i, SessionSummary)]
+        summaries = [i for i in items if isinstance(i, _Summary)]
         if events:
             await self._write_events(events, outcome)
         if summaries:
@@ -266,23 +314,98 @@ class Projector(CassandraStage):
                 group.append((stmt_result, (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
         return self._cut(groups)
 
-    async def _write_summaries(self, summaries: list[SessionSummary], outcome: BatchOutcome) -> None:
-        by_key: dict[tuple[str, str, str, str], list[SessionSummary]] = {}
-        for s in summaries:
-            by_key.setdefault((s.app_name, s.user_id, s.session_id, s.filter_key), []).append(s)
+    async def _write_summaries(self, summaries: list[_Summary], outcome: BatchOutcome) -> None:
+        by_key: dict[tuple[str, str, str, str], list[_Summary]] = {}
+        for item in summaries:
+            s = item.summary
+            by_key.setdefault((s.app_name, s.user_id, s.session_id, s.filter_key), []).append(item)
+        served: dict[tuple[str, str, str], asyncio.Future[tuple[int, int | None]]] = {}
 
-        async def one_key(items: list[SessionSummary]) -> None:
-            for s in items:  # sequential per key, so two versions of one key never race each other
+        def served_of(s: SessionSummary) -> asyncio.Future[tuple[int, int | None]]:
+            # One read per session per flush: a switch is a barrier, so it cannot change meanwhile.
+            pk = (s.app_name, s.user_id, s.session_id)
+            if pk not in served:
+                served[pk] = asyncio.ensure_future(self._served(pk))
+            return served[pk]
+
+        async def one_key(items: list[_Summary]) -> None:
+            for item in items:  # sequential per key, so two versions of one key never race each other
+                s = item.summary
                 if await self._deleted_after(s):
                     outcome.stale_summaries += 1
                     continue
-                await self._run(self._p["history"], summary_history_row(s))
-                if await self._write_latest(s):
+                await self._run(self._p[summary_history_target(s)], summary_history_row(s))
+                if not item.live:
+                    outcome.epoch_summaries += 1
+                    continue
+                epoch, since = await served_of(s)
+                if s.epoch != epoch or (since is not None and item.record.offset < since):
+                    outcome.stale_summaries += 1  # a line the session has left
+                elif await self._write_latest(s):
                     outcome.summaries += 1
                 else:
                     outcome.stale_summaries += 1
 
         await asyncio.gather(*(one_key(v) for v in by_key.values()))
+
+    async def _served(self, pk: tuple[str, str, str]) -> tuple[int, int | None]:
+        """The session's served epoch and the offset of the switch to it (``(0, None)``: never switched)."""
+        row = next(iter(await self._run(self._p["served"], pk)), None)
+        if row is None:
+            return 0, None
+        return (row.served_epoch or 0), row.served_since
+
+    async def _adopt(self, item: _Adopt) -> int:
+        """Serve the session from the switch's epoch: one conditional single-partition batch.
+
+        The batch replaces every ``summaries_latest`` row of the session (the
+        adopted heads; the keys the epoch has no summary for are deleted) and
+        sets ``served_epoch`` / ``served_since``, so a reader never sees two
+        epochs mixed. It is conditioned on ``served_since`` being what was
+        read: a switch at or before the applied one (delivered again) is
+        skipped, a concurrent one is read again. The heads also get their
+        history rows, and the switch its ``summary_adoptions`` row. Returns 1
+        when applied.
+        """
+        a = item.adoption
+        pk = (a.app_name, a.user_id, a.session_id)
+        offset = item.record.offset
+        if await self._deleted_at_or_after(pk, a.created_at):
+            return 0
+        for head in a.heads:
+            s = head.summary
+            await self._run(self._p[summary_history_target(s)], summary_history_row(s))
+        applied = 0
+        for _ in range(8):
+            rows = list(await self._run(self._p["served"], pk))
+            since = rows[0].served_since if rows else None
+            if since is not None and since >= offset:
+                break
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            batch.add(self._p["serve_epoch"], (a.epoch, offset, *pk, since))
+            kept = set()
+            for head in a.heads:
+                s = head.summary
+                kept.add(s.filter_key)
+                batch.add(self._p["latest_put"], (*pk, s.filter_key, *summary_latest_values(s)))
+            for row in rows:
+                if row.filter_key not in kept:
+                    batch.add(self._p["latest_delete"], (*pk, row.filter_key))
+            result = next(iter(await self._run(batch, None)))
+            if result.applied:
+                applied = 1
+                break
+        else:
+            raise StoreUnavailable(f"summaries_latest of {pk} kept switching under the projector")
+        await self._run(self._p["adoption"], (
+            *pk, offset, item.record.topic, item.record.partition, a.epoch, a.previous_epoch, a.command_id,
+            a.caught_up, len(a.heads), a.source, a.created_at))  # fmt: skip
+        return applied
+
+    async def _deleted_at_or_after(self, pk: tuple[str, str, str], created_at: datetime) -> bool:
+        rows = await self._run(self._p["select_deleted"], pk)
+        row = next(iter(rows), None)
+        return row is not None and row.deleted_at is not None and created_at <= row.deleted_at.replace(tzinfo=UTC)
 
     async def _deleted_after(self, s: SessionSummary) -> bool:
         rows = await self._run(self._p["select_deleted"], (s.app_name, s.user_id, s.session_id))

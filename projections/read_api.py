@@ -9,7 +9,7 @@ texts (``AnchorNotFound``, ``InvalidRequest``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -78,6 +78,11 @@ class StoredSummary:
     last_event_id: str | None
     created_at: datetime | None
     record: SessionSummary
+
+    @property
+    def epoch(self) -> int:
+        """The line the summary belongs to (``schemas.epochs``; 0: the live line)."""
+        return self.record.epoch
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,7 @@ class SessionReader:
         self._summary_all = self._prep(f"SELECT * FROM {ks}.summaries_latest WHERE {pk}")
         self._history = self._prep(f"SELECT * FROM {ks}.summaries_history WHERE {pk} AND filter_key = ?")
         self._history_all = self._prep(f"SELECT * FROM {ks}.summaries_history WHERE {pk}")
+        self._epoch_history = self._prep(f"SELECT * FROM {ks}.summaries_epoch_history WHERE {pk}")
         self._event_id = self._prep(f"SELECT ts, seq FROM {ks}.event_ids WHERE {pk} AND event_id = ?")
         self._event_at = self._prep(
             f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk} AND ts = ? AND event_id = ?"
@@ -259,7 +265,7 @@ class SessionReader:
         The Go code stops after step 2; the guide (our spec) documents step 3,
         so it is included. ``None`` when the session has no summary at all.
         """
-        rows = list(await aexecute(self._s, self._summary_all, tuple(key)))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         found = {r.filter_key: r for r in rows if r.summary}
         for wanted in (filter_key, ""):
             if wanted in found:
@@ -283,7 +289,7 @@ class SessionReader:
         the result says which rule answered. Pass it as ``summary=`` to
         :meth:`events_after_boundary` for the events the next prompt must add.
         """
-        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         return select_for_prompt((_cut(r) for r in rows), filter_key)
 
     async def get_summary_text(self, key: SessionKey, filter_key: str = "") -> str | None:
@@ -298,7 +304,7 @@ class SessionReader:
         For display (``distill show``, a UI): the text may be another
         branch's. A prompt uses :meth:`get_summary_view`, which never is.
         """
-        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         found = select_for_display((_cut(r) for r in rows), filter_key)
         return found.summary if found else None
 
@@ -310,16 +316,29 @@ class SessionReader:
 
     async def list_summaries(self, key: SessionKey) -> list[StoredSummary]:
         """The latest summary of every filter key of the session, by key."""
-        rows = await aexecute(self._s, self._summary_all, tuple(key))
+        rows = _heads(await aexecute(self._s, self._summary_all, tuple(key)))
         return sorted((_summary(r) for r in rows), key=lambda s: s.filter_key)
 
-    async def summary_history(self, key: SessionKey, filter_key: str | None = None) -> list[StoredSummary]:
-        """Every stored version (newest first) of ``filter_key``, or of every key when ``None``."""
-        if filter_key is None:
-            rows = await afetch_all(self._s, self._history_all, tuple(key))
-        else:
-            rows = await afetch_all(self._s, self._history, (*key, filter_key))
-        return [_summary(r) for r in rows]
+    async def summary_history(
+        self, key: SessionKey, filter_key: str | None = None, *, epoch: int | None = None
+    ) -> list[StoredSummary]:
+        """Every stored version of ``filter_key`` (of every key when ``None``) on every epoch, or on ``epoch``.
+
+        Ordered by ``(epoch, version)``, newest first (then by key). Epoch 0 is
+        read from ``summaries_history``, the others from ``summaries_epoch_history``.
+        """
+        zero: list[Any] = []
+        if epoch in (None, 0):
+            if filter_key is None:
+                zero = await afetch_all(self._s, self._history_all, tuple(key))
+            else:
+                zero = await afetch_all(self._s, self._history, (*key, filter_key))
+        others: list[Any] = []
+        if epoch != 0:
+            rows = await afetch_all(self._s, self._epoch_history, tuple(key))
+            others = [r for r in rows if filter_key in (None, r.filter_key) and epoch in (None, r.epoch)]
+        out = [_summary(r) for r in (*zero, *others)]
+        return sorted(out, key=lambda h: (-h.epoch, -h.version, h.filter_key))
 
     # -- events ----------------------------------------------------------------------------------------------
 
@@ -585,7 +604,7 @@ class SessionReader:
         self, key: SessionKey, query: str, k: int, filter_key: str, min_score: float, mode: str
     ) -> list[_Doc]:
         async def accept() -> _Accept | None:
-            rows = await aexecute(self._s, self._summary_cuts, tuple(key))
+            rows = _heads(await aexecute(self._s, self._summary_cuts, tuple(key)))
             chosen = select_hidden((_cut(r) for r in rows), filter_key)
             if chosen is None:
                 return None  # no summary hides anything
@@ -843,6 +862,15 @@ def _ready(accept: _Accept) -> asyncio.Future[_Accept | None]:
     fut: asyncio.Future[_Accept | None] = asyncio.get_running_loop().create_future()
     fut.set_result(accept)
     return fut
+
+
+def _heads(rows: Iterable[Any]) -> list[Any]:
+    """The ``summaries_latest`` rows of a session that hold a summary.
+
+    A session an epoch switch left without heads still has its static columns
+    (``served_epoch``): Cassandra returns them as one row whose key columns are null.
+    """
+    return [r for r in rows if r.filter_key is not None]
 
 
 def _cut(row: Any) -> SummaryCut:

@@ -213,21 +213,28 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:
-    """The ``summaries_history`` row: the summary and the window it covers."""
+    """The history row: the summary and the window it covers (``summaries_history`` for epoch 0;
+    ``summaries_epoch_history`` takes it with the epoch appended, see :func:`summary_history_target`)."""
     prev = summary.previous_boundary
-    return (
+    row: tuple[object, ...] = (
         summary.app_name, summary.user_id, summary.session_id, summary.filter_key, summary.version,
         summary.summary, summary.boundary.cutoff_at, summary.boundary.last_event_id,
         prev.cutoff_at if prev else None, prev.last_event_id if prev else None, summary.created_at,
         summary.model_dump_json(),
     )  # fmt: skip
+    return row if summary.epoch == 0 else (*row, summary.epoch)
+
+
+def summary_history_target(summary: SessionSummary) -> str:
+    """Which statement writes :func:`summary_history_row`: epoch 0 keeps the table it always had."""
+    return "history" if summary.epoch == 0 else "epoch_history"
 
 
 def summary_latest_values(summary: SessionSummary) -> tuple[object, ...]:
     """The non-key values of ``summaries_latest`` for ``summary``."""
     return (
         summary.version, summary.summary, summary.boundary.cutoff_at, summary.boundary.last_event_id,
-        summary.created_at, summary.model_dump_json(),
+        summary.created_at, summary.model_dump_json(), summary.epoch,
     )  # fmt: skip
 
 

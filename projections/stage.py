@@ -70,6 +70,9 @@ class BatchOutcome:
     events: int = 0
     summaries: int = 0
     stale_summaries: int = 0
+    epoch_summaries: int = 0
+    """Summaries of a replay's output (history rows only)."""
+    adoptions: int = 0
     deletes: int = 0
     ignored: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)

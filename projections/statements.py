@@ -32,13 +32,39 @@ INSERT_SUMMARY_HISTORY = (
     "last_event_id, prev_cutoff_at, prev_last_event_id, created_at, summary_json) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+INSERT_SUMMARY_EPOCH_HISTORY = (
+    "INSERT INTO {ks}.summaries_epoch_history (app_name, user_id, session_id, filter_key, version, summary, "
+    "cutoff_at, last_event_id, prev_cutoff_at, prev_last_event_id, created_at, summary_json, epoch) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 INSERT_SUMMARY_LATEST = (
     "INSERT INTO {ks}.summaries_latest (app_name, user_id, session_id, filter_key, version, summary, cutoff_at, "
-    "last_event_id, created_at, summary_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
+    "last_event_id, created_at, summary_json, epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS"
 )
 UPDATE_SUMMARY_LATEST = (
     "UPDATE {ks}.summaries_latest SET version = ?, summary = ?, cutoff_at = ?, last_event_id = ?, created_at = ?, "
-    "summary_json = ? WHERE app_name = ? AND user_id = ? AND session_id = ? AND filter_key = ? IF version < ?"
+    "summary_json = ?, epoch = ? WHERE app_name = ? AND user_id = ? AND session_id = ? AND filter_key = ? "
+    "IF version < ?"
+)
+SELECT_SERVED = (
+    "SELECT filter_key, served_epoch, served_since FROM {ks}.summaries_latest "
+    "WHERE app_name = ? AND user_id = ? AND session_id = ?"
+)
+SERVE_EPOCH = (
+    "UPDATE {ks}.summaries_latest SET served_epoch = ?, served_since = ? "
+    "WHERE app_name = ? AND user_id = ? AND session_id = ? IF served_since = ?"
+)
+"""The condition of an epoch switch's batch: nobody switched the session meanwhile."""
+PUT_SUMMARY_LATEST = (
+    "INSERT INTO {ks}.summaries_latest (app_name, user_id, session_id, filter_key, version, summary, cutoff_at, "
+    "last_event_id, created_at, summary_json, epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+DELETE_SUMMARY_LATEST = (
+    "DELETE FROM {ks}.summaries_latest WHERE app_name = ? AND user_id = ? AND session_id = ? AND filter_key = ?"
+)
+INSERT_ADOPTION = (
+    "INSERT INTO {ks}.summary_adoptions (app_name, user_id, session_id, record_offset, topic, partition, epoch, "
+    "previous_epoch, command_id, caught_up, keys, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_DELETED = "SELECT deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
 INSERT_DELETED = (
@@ -58,7 +84,7 @@ DELETE_RECALL_EVENT = (
 )
 SESSION_TABLES = (
     "events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history", "session_turns",
-    "session_sources",
+    "session_sources", "summaries_epoch_history", "summary_adoptions",
 )  # fmt: skip
 DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 SAVE_OFFSET = (

@@ -7,6 +7,7 @@ against the JSON Schemas exported by ``distill schema``.
 from schemas.base import SCHEMA_VERSION, ContractModel, ProducerModel, SessionKey, SessionRecord
 from schemas.commands import DeleteSession, Summarize, SummarizeSync
 from schemas.dead_letter import DeadLetter
+from schemas.epochs import ADOPTION_REFUSED, AdoptedHead, AdoptEpoch, EpochAdopted
 from schemas.events import ErrorInfo, FunctionCall, Message, SessionEvent, ToolCall, Usage
 from schemas.jobs import JobBoundary, SummaryJob
 from schemas.records import EventRecord, EventTopicRecord, RecordDecodeError, parse_event_record
@@ -25,12 +26,16 @@ from schemas.summaries import (
 )
 
 __all__ = [
+    "ADOPTION_REFUSED",
     "SCHEMA_VERSION",
+    "AdoptEpoch",
+    "AdoptedHead",
     "CallMode",
     "CallReport",
     "ContractModel",
     "DeadLetter",
     "DeleteSession",
+    "EpochAdopted",
     "ErrorInfo",
     "EventRecord",
     "EventTopicRecord",

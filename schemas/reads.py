@@ -34,6 +34,8 @@ class AppliedSummary(ContractModel):
     summary: str
     boundary: SummaryBoundary
     source: AppliedSource
+    epoch: int = 0
+    """The epoch the session is served from (``schemas.epochs``): every key's summary is of it."""
 
 
 class ProjectionLag(ContractModel):
@@ -83,6 +85,9 @@ class ContextRead(ContractModel):
     session_id: str
     filter_key: str
     summary: AppliedSummary | None = None
+    served_epoch: int = 0
+    """The epoch the session is served from (``schemas.epochs``): ``summary``, if any, is of it. Versions
+    count per epoch: a summary of another epoch is neither newer nor older than ``summary``."""
     events: tuple[SessionEvent, ...] = ()
     current_event_id: str | None = None
     """The current user message (the latest visible user turn, or the one asked for)."""

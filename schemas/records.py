@@ -8,9 +8,10 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError
 
 from schemas.commands import DeleteSession, Summarize, SummarizeSync
+from schemas.epochs import AdoptEpoch
 from schemas.events import SessionEvent
 
-EventTopicRecord = SessionEvent | Summarize | SummarizeSync | DeleteSession
+EventTopicRecord = SessionEvent | Summarize | SummarizeSync | DeleteSession | AdoptEpoch
 
 EventRecord = Annotated[EventTopicRecord, Field(discriminator="type")]
 """Any record of the events topic, discriminated by ``type`` (default ``"event"``)."""

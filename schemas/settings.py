@@ -53,6 +53,9 @@ class CassandraSettings(_Section):
     password: SecretStr | None = None
     local_datacenter: str = "datacenter1"
     request_timeout_s: float = Field(default=10.0, gt=0)
+    schema_timeout_s: float = Field(default=120.0, gt=0)
+    """Client timeout of a schema statement (``distill init``'s migrations): Cassandra applies schema
+    changes one at a time, so under concurrent DDL one waits behind the others far longer than a read."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
     reconnect_max_delay_s: float = Field(default=2.0, gt=0)
     """Cap of the driver's reconnection to a host it saw go down (its default grows to 10 minutes) and of the

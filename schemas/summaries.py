@@ -129,8 +129,13 @@ class SessionSummary(ContractModel):
     """A summary of one ``(session, filter key)`` at one boundary.
 
     ``version`` is 1 for the first summary of a key and grows by one with each
-    next summary; ``previous_boundary`` marks where the covered window starts
-    (``None`` for the first summary), ``boundary`` where it ends.
+    next summary of its ``epoch``; ``previous_boundary`` marks where the covered
+    window starts (``None`` for the first summary), ``boundary`` where it ends.
+
+    ``epoch`` is the line of summaries the record belongs to (``schemas.epochs``):
+    0 the live line, and every record written before epochs existed; N the line
+    the N-th ``distill replay`` built, which the live worker continues once a
+    session adopted it. Versions order by ``(epoch, version)``.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -142,6 +147,7 @@ class SessionSummary(ContractModel):
     summary: str
     version: int = Field(ge=1)
     previous_version: int | None = None
+    epoch: int = Field(default=0, ge=0)
     boundary: SummaryBoundary
     previous_boundary: SummaryBoundary | None = None
     model: str

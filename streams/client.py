@@ -27,11 +27,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel, ValidationError
 
-from schemas import SessionKey, SessionSummary, SummarizeSync, SummaryFailure, SummaryReply
+from schemas import EpochAdopted, SessionKey, SessionSummary, SummarizeSync, SummaryFailure, SummaryReply
 from schemas.commands import NOTHING_TO_SUMMARIZE_CLASSES
 from schemas.records import EventTopicRecord
 from schemas.settings import Settings
-from streams.app.decoding import SummaryRecord, decode_summary_record
+from streams.app.decoding import decode_summary_record
 from streams.errors import DistillError
 from streams.kafka_config import consumer_kwargs, producer_kwargs
 
@@ -224,7 +224,11 @@ class DistillClient:
         raise SummaryUnavailableError(reply)
 
 
-def answers(record: SummaryRecord, command: SummarizeSync) -> bool:
+Answer = SessionSummary | SummaryFailure | SummaryReply
+"""A record of the summaries topic that can answer a request (an epoch switch answers none)."""
+
+
+def answers(record: Answer, command: SummarizeSync) -> bool:
     """Whether ``record`` answers ``command``: its ``reply_to``, session and filter key."""
     return (
         record.reply_to == command.reply_to
@@ -234,7 +238,7 @@ def answers(record: SummaryRecord, command: SummarizeSync) -> bool:
     )
 
 
-async def _first_reply(stream: AsyncIterator[SummaryRecord], command: SummarizeSync) -> SummaryRecord:
+async def _first_reply(stream: AsyncIterator[Answer], command: SummarizeSync) -> Answer:
     async for record in stream:
         if answers(record, command):
             return record
@@ -253,8 +257,9 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 
 async def _records(
     consumer: AIOKafkaConsumer, session: SessionKey | None, include_failures: bool
-) -> AsyncIterator[SummaryRecord]:
-    """Decoded records of the summaries topic; a malformed one is skipped (WARNING with its coordinates).
+) -> AsyncIterator[Answer]:
+    """Decoded records of the summaries topic but epoch switches; a malformed one is skipped (WARNING with its
+    coordinates).
 
     ``session``: that session's records only, by their ids (a summary carries its session's
     own record key, which need not be the canonical one).
@@ -271,6 +276,8 @@ async def _records(
                        "error_class": type(exc).__name__},
             )  # fmt: skip
             continue
+        if isinstance(record, EpochAdopted):
+            continue  # an epoch switch: the summaries it serves were published before, on their own line
         if isinstance(record, SummaryFailure) and not include_failures:
             continue
         if session is not None and (record.app_name, record.user_id, record.session_id) != session:

@@ -19,6 +19,7 @@ import pytest
 
 from schemas.settings import Settings, load_settings
 from tests.support.cleanup import REGISTERED, register_prefix
+from tests.support.keyspaces import KeyspacePool
 
 
 def _delete_registered(settings: Settings) -> None:
@@ -89,3 +90,58 @@ def isolated_settings(service_settings: Settings) -> Settings:
         data["topics"][name] = f"t-{suffix}.{name}"
     data["topics"]["partitions"] = 2
     return Settings(**data)
+
+
+@pytest.fixture(scope="session")
+def keyspaces(service_settings: Settings) -> Iterator[KeyspacePool]:
+    """This test process's pool of migrated keyspaces (dropped at the end)."""
+    pool = KeyspacePool(service_settings.cassandra)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture()
+def pooled_settings(isolated_settings: Settings, keyspaces: KeyspacePool) -> Iterator[Settings]:
+    """``isolated_settings`` on a migrated keyspace with empty tables, emptied again after the test."""
+    name = keyspaces.lease()
+    data = isolated_settings.model_dump()
+    data["cassandra"]["keyspace"] = name
+    try:
+        yield Settings(**data)
+    finally:
+        keyspaces.release(name)
+
+
+# Seconds each of the slowest test files took in a parallel `make test` on this box (rounded). With
+# whole files per test process, starting the longest first keeps one long file from running alone
+# at the end (longest-processing-time-first scheduling); files not listed keep collection order.
+SLOW_FILES = {
+    "tests/integration/test_context_read_property.py": 150,
+    "tests/unit/summarizer/test_invariant_property.py": 125,
+    "tests/integration/test_pipeline_guarantees.py": 115,
+    "tests/integration/test_oracle_end_to_end.py": 100,
+    "tests/integration/test_replay.py": 100,
+    "tests/integration/test_services.py": 90,
+    "tests/integration/test_pipeline_timeout.py": 85,
+    "tests/integration/test_pipeline_rocksdb.py": 65,
+    "tests/integration/test_pipeline_core.py": 60,
+    "tests/integration/test_ui_browser.py": 60,
+    "tests/integration/test_example_agent.py": 45,
+    "tests/unit/context/test_property.py": 45,
+    "tests/integration/test_adapter_trpc.py": 42,
+    "tests/integration/test_pipeline_failures.py": 40,
+    "tests/integration/test_adapter_openai_agents.py": 33,
+    "tests/integration/test_projections_kafka.py": 32,
+    "tests/integration/test_pipeline_sync.py": 25,
+}
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+
+    def weight(item: pytest.Item) -> int:
+        return SLOW_FILES.get(item.path.relative_to(root).as_posix(), 0)
+
+    items.sort(key=weight, reverse=True)  # stable: a file's tests keep their order

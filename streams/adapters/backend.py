@@ -198,8 +198,10 @@ class SessionBackend:
         """The newest summary of exactly ``filter_key``: the projected one, or a newer one this process received."""
         stored = await self.reader.latest_summary(key, filter_key)
         known = self._latest.get((key, filter_key))
-        candidates = [s for s in (stored.record if stored else None, known) if s is not None]
-        return max(candidates, key=lambda s: s.version) if candidates else None
+        record = stored.record if stored is not None else None
+        if record is None:
+            return known
+        return known if known is not None and newer_on_line(known, record.epoch, record.version) else record
 
     async def view(self, key: SessionKey, filter_key: str = "") -> SessionView:
         """The summary that applies to ``filter_key`` and every event after its boundary (projected and pending).
@@ -214,7 +216,7 @@ class SessionBackend:
         that Cassandra does not show yet are merged in.
         """
         read = await self.context.read(key, filter_key)
-        summary = await self._applied_record(key, filter_key, read.summary)
+        summary = await self._applied_record(key, filter_key, read.summary, read.served_epoch)
         stats = await self.reader.session_stats(key)
         projected = list(read.events)
         seen = {e.event_id for e in projected}
@@ -232,12 +234,15 @@ class SessionBackend:
         return SessionView(key, filter_key, summary, tuple(kept), total)
 
     async def _applied_record(
-        self, key: SessionKey, filter_key: str, applied: AppliedSummary | None
+        self, key: SessionKey, filter_key: str, applied: AppliedSummary | None, served_epoch: int = 0
     ) -> SessionSummary | None:
-        """The full record of the applicable summary, or the newer one of the key this process received."""
+        """The full record of the applicable summary, or the newer one of the key this process received
+        (on the epoch the read serves: versions of two epochs do not compare)."""
         known = self._latest.get((key, filter_key))
-        if known is not None and (
-            applied is None or applied.filter_key != filter_key or known.version > applied.version
+        if (
+            known is not None
+            and known.epoch == served_epoch
+            and (applied is None or applied.filter_key != filter_key or known.version > applied.version)
         ):
             return known
         if applied is None:
@@ -309,7 +314,7 @@ class SessionBackend:
         """Record a summary this process received (before the projector stores it)."""
         k = (SessionKey(summary.app_name, summary.user_id, summary.session_id), summary.filter_key)
         current = self._latest.get(k)
-        if current is None or summary.version > current.version:
+        if current is None or summary.epoch != current.epoch or summary.version > current.version:
             self._latest[k] = summary
 
     def recall(
@@ -321,6 +326,12 @@ class SessionBackend:
             session_id=key.session_id, filter_key=filter_key,
             capabilities=self.recall_capabilities if capabilities is None else capabilities,
         )  # fmt: skip
+
+
+def newer_on_line(summary: SessionSummary, epoch: int, version: int) -> bool:
+    """Whether ``summary`` is newer than version ``version`` of ``epoch``: the same line, a higher version
+    (``schemas.epochs``: a summary of another epoch is neither newer nor older; the read side's wins)."""
+    return summary.epoch == epoch and summary.version > version
 
 
 def _stable_merge(projected: Sequence[SessionEvent], pending: Sequence[SessionEvent]) -> list[SessionEvent]:

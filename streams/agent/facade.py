@@ -150,7 +150,8 @@ class DistillAgent:
         self._seeded = False
         self._run: _Run | None = None
         self._unconfirmed: list[tuple[str, datetime]] = []
-        self._summary_floor = 0
+        self._summary_floor: tuple[int, int] | None = None
+        """``(epoch, version)`` of the newest summary of the key this facade was answered with: reads wait for it."""
         self._recall: RecallExecutor | None = None
 
     # -- what happened ---------------------------------------------------------------------------------------
@@ -251,7 +252,7 @@ class DistillAgent:
             # the answer is the key's newest summary (the round's job's once it is done): only a newer
             # version than the read's counts as a refresh
             synced = await self._refresh(force=False)
-            if synced is not None and synced.version > _own_version(read, self.filter_key):
+            if synced is not None and _newer(synced, read, self.filter_key):
                 refreshed = True
                 read = await self.read()
         assembly = assembly_options(opts, filter_key=self.filter_key, model=self.model,
@@ -264,10 +265,8 @@ class DistillAgent:
             if not (force or due):
                 break
             due = False
-            had = _own_version(read, self.filter_key)
             summary = await self._refresh(force=force)  # waits for the key's job in flight, if any
-            version = summary.version if summary is not None else had
-            if version <= had:
+            if summary is None or not _newer(summary, read, self.filter_key):
                 break
             read = await self.read()
             fitted = self._fit(system_prompt, read, tools, assembly)
@@ -328,8 +327,10 @@ class DistillAgent:
             event_id for event_id, ts in self._unconfirmed
             if event_id not in ids and not _covered(read.summary, event_id, ts)
         ]  # fmt: skip
-        if _own_version(read, self.filter_key) < self._summary_floor:
-            missing.append(f"summary v{self._summary_floor}")
+        floor = self._summary_floor
+        if floor is not None and read.served_epoch == floor[0] and _own_version(read, self.filter_key) < floor[1]:
+            # On another epoch the session switched lines (either way): the read side serves one at once.
+            missing.append(f"summary v{floor[1]}" + (f" of epoch {floor[0]}" if floor[0] else ""))
         return missing
 
     # -- summaries -------------------------------------------------------------------------------------------
@@ -344,7 +345,9 @@ class DistillAgent:
             self.key, self.filter_key, force=force, timeout=timeout or self.options.summary_timeout_s
         )
         if summary is not None:
-            self._summary_floor = max(self._summary_floor, summary.version)
+            floor = self._summary_floor
+            if floor is None or floor[0] != summary.epoch or floor[1] < summary.version:
+                self._summary_floor = (summary.epoch, summary.version)
         return summary
 
     def _after_boundary(self, read: ContextRead) -> bool:
@@ -401,6 +404,12 @@ def _own_version(read: ContextRead, filter_key: str) -> int:
     """The version of the key's own summary in ``read`` (0: none; an ancestor's does not count)."""
     s = read.summary
     return s.version if s is not None and s.filter_key == filter_key else 0
+
+
+def _newer(summary: SessionSummary, read: ContextRead, filter_key: str) -> bool:
+    """Whether ``summary`` (an answer of ``summarize_sync``) is news to ``read``: a newer version of the
+    key's own summary, or one of another epoch than the read's (versions of two lines do not compare)."""
+    return summary.epoch != read.served_epoch or summary.version > _own_version(read, filter_key)
 
 
 def _covered(summary: AppliedSummary | None, event_id: str, ts: datetime) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 from faust.serializers import codecs
 from pydantic import BaseModel
 
-from streams.app.decoding import decode_event_record, decode_summary_record
+from streams.app.decoding import decode_event_record, decode_job_record, decode_summary_record
 from streams.app.tracked import TrackedKey
 
 M = TypeVar("M", bound=BaseModel)
@@ -56,10 +56,20 @@ class ModelCodec(codecs.Codec, Generic[M]):
 
 
 class SummaryRecordCodec(codecs.Codec):
-    """Summaries topic: ``SessionSummary``, ``SummaryFailure`` or ``SummaryReply``."""
+    """Summaries topic: ``SessionSummary``, ``SummaryFailure``, ``SummaryReply`` or ``EpochAdopted``."""
 
     def _loads(self, s: bytes) -> Any:
         return decode_summary_record(s)
+
+    def _dumps(self, s: Any) -> bytes:
+        return dump_model(s)
+
+
+class JobRecordCodec(codecs.Codec):
+    """Jobs topic: ``SummaryJob`` or a forwarded ``AdoptEpoch``."""
+
+    def _loads(self, s: bytes) -> Any:
+        return decode_job_record(s)
 
     def _dumps(self, s: Any) -> bytes:
         return dump_model(s)
@@ -97,10 +107,8 @@ def dump_model(value: Any) -> bytes:
 
 def register_codecs(max_record_bytes: int) -> None:
     """Register distill's codecs with Faust (idempotent)."""
-    from schemas import SummaryJob
-
     codecs.register(EVENTS_CODEC, EventRecordCodec(max_bytes=max_record_bytes))
-    codecs.register(JOB_CODEC, ModelCodec(SummaryJob))
+    codecs.register(JOB_CODEC, JobRecordCodec())
     codecs.register(SUMMARY_CODEC, SummaryRecordCodec())
     codecs.register(STATE_CODEC, TrackedKeyCodec())
     codecs.register(KEY_CODEC, StrCodec())

@@ -13,17 +13,20 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from schemas import (
+    AdoptEpoch,
+    EpochAdopted,
     EventTopicRecord,
     RecordDecodeError,
     SessionEvent,
     SessionSummary,
     SummaryFailure,
+    SummaryJob,
     SummaryReply,
     parse_event_record,
 )
 
-SummaryRecord = SessionSummary | SummaryFailure | SummaryReply
-"""A record of the summaries topic."""
+SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
+"""A record of the summaries topic: every consumer handles the four (a reply and a switch are no summary)."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,21 @@ def _validation_reason(exc: ValidationError) -> str:
 
 
 def decode_summary_record(raw: bytes) -> SummaryRecord:
-    """A record of the summaries topic (a summary, a failure answer, or a reply naming a summary)."""
+    """A record of the summaries topic: a summary, a failure answer, a reply naming a summary or an epoch switch."""
     data = json.loads(raw)
     kind = data.get("type") if isinstance(data, dict) else None
     if kind == "summary_failure":
         return SummaryFailure.model_validate(data)
     if kind == "summary_reply":
         return SummaryReply.model_validate(data)
+    if kind == "epoch_adopted":
+        return EpochAdopted.model_validate(data)
     return SessionSummary.model_validate(data)
+
+
+def decode_job_record(raw: bytes) -> SummaryJob | AdoptEpoch:
+    """A record of the jobs topic: a summary job, or an epoch switch the track agent forwarded."""
+    data = json.loads(raw)
+    if isinstance(data, dict) and data.get("type") == "adopt_epoch":
+        return AdoptEpoch.model_validate(data)
+    return SummaryJob.model_validate(data)

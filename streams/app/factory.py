@@ -8,7 +8,9 @@ thin agents do decode → handler → send:
 * ``absorb`` (summaries topic): summaries and failures advance or release the
   table's keys (same table, co-partitioned);
 * ``summarize`` (jobs topic): hands each job to the bounded :class:`JobPool`
-  (``async_summary_num`` concurrent, one per key, acked in order).
+  (``async_summary_num`` concurrent, one per key, acked in order), and each
+  ``adopt_epoch`` the track agent forwarded (an epoch switch, decided where the
+  heads are: ``WorkerRuntime.run_adoption``).
 
 Every record is sent to the partition it came from, so a session's events,
 jobs, summaries and table entries always share one partition number whatever
@@ -30,7 +32,7 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
-from schemas import SessionKey
+from schemas import AdoptEpoch, SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
@@ -51,6 +53,7 @@ from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
 from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
+from streams.app.tracked import table_key
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
 from streams.summarizer.factory import build_model
@@ -75,6 +78,8 @@ class ReplayOptions:
     sessions: frozenset[str] = frozenset()
     preload_from: str | None = None
     from_latest: bool = False
+    epoch: int = 0
+    """The epoch the run's summaries belong to (``schemas.epochs``)."""
 
 
 def session_filter(specs: frozenset[str] | set[str]) -> Callable[[SessionKey], bool]:
@@ -224,7 +229,7 @@ def create_app(
         optimistic=False,  # decisions are a pure function of the log: a replay keeps the real queue
     )
     summarizer_for, warm_model = _summarizers(settings, ext)
-    runtime = WorkerRuntime(settings, topics, track, summarizer_for)
+    runtime = WorkerRuntime(settings, topics, track, summarizer_for, default_epoch=replay.epoch if replay else 0)
     # A job that fails outside its retry loop is never acked: stop, so it is delivered again.
     runtime.pool.on_error = app.crash
     # The keys the sweep can poke. Not in replay mode: a replay reads the live events topic
@@ -323,6 +328,8 @@ def create_app(
                 outgoing.append((topics.jobs, key, job.model_dump_json().encode(), msg.partition))
             for reply in out.replies:
                 outgoing.append((topics.summaries, key, reply.model_dump_json().encode(), msg.partition))
+            for adoption in out.adoptions:
+                outgoing.append((topics.jobs, key, adoption.model_dump_json().encode(), msg.partition))
             if out.dead_letter is not None:
                 outgoing.append((topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition))
         write_table(stream, batch, last_of, outgoing)
@@ -393,7 +400,7 @@ def create_app(
             try:
                 batch = TableBatch(cast(Any, table))
                 batch.partition = partition
-                track.on_summary_record(event.value, batch)
+                track.on_summary_record(event.value, batch, event.message.offset)
                 outgoing: list[tuple[str, bytes, bytes | None, int]] = []
                 write_table(manual, batch, {partition: event}, outgoing)
                 await send_all(outgoing)
@@ -412,10 +419,14 @@ def create_app(
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             job = event.value
             produced = msg.timestamp if msg.timestamp else None
+            if isinstance(job, AdoptEpoch):  # an epoch switch: ordered with the full session's jobs
+                run = partial(runtime.run_adoption, job, coords, msg.key or b"")
+                pool_key = table_key(job.app_name, job.user_id, job.session_id, "")
+            else:
+                run = partial(runtime.run_job, job, coords, msg.key or b"", produced)
+                pool_key = job_pool_key(job)
             await runtime.pool.submit(
-                job_pool_key(job), msg.partition, msg.offset,
-                partial(runtime.run_job, job, coords, msg.key or b"", produced),
-                event.ack,
+                pool_key, msg.partition, msg.offset, run, event.ack,
                 # A job of a revoked consumer generation is re-delivered from the committed offset.
                 valid=partial(current_job, app, msg, revoked_generation),
             )  # fmt: skip

@@ -24,7 +24,8 @@ from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
-from streams.app.ledger import Head, head_of, summary_key
+from streams.app.heads import Head, head_of
+from streams.app.ledger import summary_key
 from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey
@@ -67,14 +68,18 @@ class ReplayStats:
 
 
 class _Ledger:
-    def __init__(self) -> None:
+    def __init__(self, epoch: int = 0) -> None:
         self.heads: dict[str, Head] = {}
+        self.epoch = epoch
 
     async def ready(self, partition: int) -> None:
         return None
 
     def head(self, partition: int, key: str) -> Head | None:
         return self.heads.get(key)
+
+    def epoch_of(self, partition: int, session: str) -> int:
+        return self.epoch
 
     def failure(self, partition: int, key: str) -> SummaryFailure | None:
         return None  # a job that fails here raises: the replay stops, no request waits for it

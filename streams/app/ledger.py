@@ -11,44 +11,36 @@ ever move to higher versions, so re-reading our own writes is harmless).
 A job whose ``from_version`` is below the head is stale: that is what makes
 re-emitted and duplicate jobs harmless, across crashes and rebalances.
 
+Heads are those of the epoch each session is served from (:mod:`streams.app.heads`):
+an ``epoch_adopted`` record on the partition switches a session's heads to the
+adopted epoch's, and summaries of the line it left no longer count.
+
 It also keeps, per key, the last given-up failure published since the key's
-latest summary (:meth:`SummaryLedger.failure`): a request that waited for that
-job (a ``join`` job) is answered with it. Records are folded in log order, on
-catch-up as when this worker writes them, so the two agree.
+latest summary and its session's last switch (:meth:`SummaryLedger.failure`): a
+request that waited for that job (a ``join`` job) is answered with it. Records
+are folded in log order, on catch-up as when this worker writes them, so the two
+agree.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from schemas import SessionSummary, SummaryBoundary, SummaryFailure
+from schemas import EpochAdopted, SessionSummary, SummaryFailure
 from schemas.settings import KafkaSettings
 from streams.app.cache import SummaryCache
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
+from streams.app.heads import Head, HeadBook, head_of
 from streams.app.tracked import table_key
 from streams.errors import RetryableError
 from streams.kafka_config import consumer_kwargs
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """The latest summary of one key."""
-
-    version: int
-    boundary: SummaryBoundary
-    summary: str
-    events_offset: int | None
-    job_id: str
-    record: SessionSummary
-    """The summary as published (what a request waiting for it is answered with)."""
 
 
 def summary_key(summary: SessionSummary) -> str:
@@ -58,12 +50,14 @@ def summary_key(summary: SessionSummary) -> str:
 class SummaryLedger:
     """Heads per partition; see the module docstring."""
 
-    def __init__(self, kafka: KafkaSettings, topic: str, cache: SummaryCache | None = None) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, topic: str, cache: SummaryCache | None = None, *, default_epoch: int = 0
+    ) -> None:
         self.kafka = kafka
         self.topic = topic
         self.cache = cache
-        self._heads: dict[int, dict[str, Head]] = {}
-        self._failed: dict[int, dict[str, SummaryFailure]] = {}
+        self.book = HeadBook(default_epoch)
+        """Heads on each session's served epoch, and the keys' failures (see :mod:`streams.app.heads`)."""
         self._read_upto: dict[int, int] = {}
         """Per partition: the offset the heads were read up to (the next catch-up starts there)."""
         self._ready: set[int] = set()
@@ -89,31 +83,26 @@ class SummaryLedger:
             self._ready.discard(p)
 
     def head(self, partition: int, key: str) -> Head | None:
-        return self._heads.get(partition, {}).get(key)
+        return self.book.head(partition, key)
+
+    def epoch_of(self, partition: int, session: str) -> int:
+        return self.book.epoch_of(partition, session)
 
     def failure(self, partition: int, key: str) -> SummaryFailure | None:
-        """The key's last given-up failure, unless a summary of the key was published after it."""
-        return self._failed.get(partition, {}).get(key)
+        """The key's last given-up failure, unless a summary of the key or a switch of its session came after it."""
+        return self.book.failure(partition, key)
 
-    def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
-        """Apply a summary (ours or read back); older versions never replace newer ones.
+    def record(self, partition: int, summary: SessionSummary, events_offset: int | None, at: int | None = None) -> None:
+        """Apply a summary (ours or read back at ``at``): only its session's served epoch, versions only grow."""
+        self.book.record(partition, summary, events_offset, at)
 
-        Any summary record clears the key's failure: it comes later in the log (a record
-        read again on catch-up comes again in its place, so the fold ends the same).
-        """
-        heads = self._heads.setdefault(partition, {})
-        key = summary_key(summary)
-        self._failed.get(partition, {}).pop(key, None)
-        current = heads.get(key)
-        if current is not None and current.version >= summary.version:
-            return
-        heads[key] = head_of(summary, events_offset)
+    def record_failure(self, partition: int, failure: SummaryFailure, at: int | None = None) -> None:
+        """Apply a failure record (ours or read back at ``at``): a given-up job is the key's latest news."""
+        self.book.record_failure(partition, failure, at)
 
-    def record_failure(self, partition: int, failure: SummaryFailure) -> None:
-        """Apply a failure record (ours or read back): a given-up job is the key's latest news."""
-        if failure.gave_up:
-            key = table_key(failure.app_name, failure.user_id, failure.session_id, failure.filter_key)
-            self._failed.setdefault(partition, {})[key] = failure
+    def adopt(self, partition: int, record: EpochAdopted, at: int | None) -> None:
+        """Apply an epoch switch (ours, or read back at ``at``)."""
+        self.book.adopt(partition, record, at)
 
     async def ready(self, partition: int) -> None:
         """Read ``partition`` of the summaries topic to its end (once per assignment)."""
@@ -130,7 +119,7 @@ class SummaryLedger:
             log.info(
                 "summary ledger ready",
                 extra={"topic": self.topic, "partition": partition, "records": count,
-                       "keys": len(self._heads.get(partition, {}))},
+                       "keys": self.book.keys(partition)},
             )  # fmt: skip
 
     async def _catch_up(self, partition: int) -> int:
@@ -145,41 +134,44 @@ class SummaryLedger:
             await consumer.seek_to_beginning(tp)
         else:
             consumer.seek(tp, start)
-        self._heads.setdefault(partition, {})
         count = 0
         try:
             while await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=2000)
                 for msg in batch.get(tp, []):
                     count += 1
-                    self.absorb(partition, msg.value, msg.headers)
+                    self.absorb(partition, msg.value, msg.headers, msg.offset)
             self._read_upto[partition] = max(end, await consumer.position(tp))
         finally:
             consumer.pause(tp)  # no long-polling at the log end between catch-ups
         return count
 
-    def absorb(self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
-        """Apply one record of the summaries topic as read back (catch-up reads them in log order)."""
+    def absorb(
+        self, partition: int, value: bytes | None, headers: list[tuple[str, bytes]] | None, offset: int | None = None
+    ) -> None:
+        """Apply one record of the summaries topic as read back at ``offset`` (catch-up reads them in log order).
+
+        Every kind of record: a summary, a failure, a switch; a reply names a summary
+        already applied and changes nothing.
+        """
         if value is None:
             return
         try:
             record = decode_summary_record(value)
         except ValueError:
             return
+        if isinstance(record, EpochAdopted):
+            self.adopt(partition, record, offset)
+            return
         if isinstance(record, SummaryFailure):
-            self.record_failure(partition, record)
+            self.record_failure(partition, record, offset)
             return
         if not isinstance(record, SessionSummary):
             return
-        self.record(partition, record, header_int(headers, EVENTS_OFFSET))
+        self.record(partition, record, header_int(headers, EVENTS_OFFSET), offset)
         digest = header(headers, INPUT_HASH)
         if digest and self.cache is not None:
             self.cache.put(digest, record)
-
-
-def head_of(summary: SessionSummary, events_offset: int | None) -> Head:
-    """The ledger head of ``summary`` (``events_offset``: the events-topic offset of its boundary)."""
-    return Head(summary.version, summary.boundary, summary.summary, events_offset, summary.job_id, summary)
 
 
 async def preload_cache(kafka: KafkaSettings, topic: str, cache: SummaryCache) -> int:
@@ -212,3 +204,6 @@ async def preload_cache(kafka: KafkaSettings, topic: str, cache: SummaryCache) -
     finally:
         await consumer.stop()
     return loaded
+
+
+__all__ = ["Head", "SummaryLedger", "head_of", "preload_cache", "summary_key"]

@@ -14,18 +14,30 @@ from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError
 
-from schemas import CallReport, DeadLetter, SessionSummary, SummaryFailure, SummaryJob, SummaryReport
+from schemas import (
+    AdoptEpoch,
+    CallReport,
+    DeadLetter,
+    EpochAdopted,
+    SessionSummary,
+    SummaryFailure,
+    SummaryJob,
+    SummaryReply,
+    SummaryReport,
+)
 from schemas.settings import Settings
 from streams import metrics
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
+from streams.app.epochs import decide_adoption
 from streams.app.event_log import EventLogReader
 from streams.app.headers import summary_headers
+from streams.app.heads import session_id_of
 from streams.app.ledger import SummaryLedger, summary_key
 from streams.app.pool import JobPool
 from streams.app.summarize import JobResult, SummarizeHandler, is_permanent
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
-from streams.app.tracked import table_key
+from streams.app.tracked import KEY_SEPARATOR, table_key
 from streams.errors import PermanentError, RetryableError
 from streams.summarizer import SummarizerLike
 from streams.summarizer.model import ContextLengthError
@@ -75,6 +87,8 @@ class WorkerRuntime:
     backoff: Backoff = field(default_factory=Backoff)
     max_unexpected_attempts: int = 3
     send: Send | None = None
+    default_epoch: int = 0
+    """The epoch of summaries of sessions that never switched (a replay: its own, ``schemas.epochs``)."""
     ledger: SummaryLedger = field(init=False)
     reader: EventLogReader = field(init=False)
     summarize: SummarizeHandler = field(init=False)
@@ -86,7 +100,8 @@ class WorkerRuntime:
 
     def __post_init__(self) -> None:
         n = self.settings.summary.async_summary_num
-        self.ledger = SummaryLedger(self.settings.kafka, self.topics.summaries, self.cache)
+        self.ledger = SummaryLedger(self.settings.kafka, self.topics.summaries, self.cache,
+                                    default_epoch=self.default_epoch)  # fmt: skip
         self.reader = EventLogReader(self.settings.kafka, self.topics.events, size=n)
         self.summarize = SummarizeHandler(self.ledger, self.reader, self.summarizer_for, self.cache)
         self.pool = JobPool(n, on_size=metrics.JOBS_IN_FLIGHT.set)
@@ -197,39 +212,49 @@ class WorkerRuntime:
                     break
                 await asyncio.sleep(delay)
                 continue
-            await self._publish_checked(result, coords.partition, key, fields)
-            break
+            if await self._publish_checked(result, coords.partition, key, fields):
+                break
+            # The session switched epochs while the job ran: run it again on the adopted line's head.
         if produced_at is not None:
             metrics.JOB_AGE.observe(max(0.0, time.time() - produced_at))
 
-    async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> None:
+    async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> bool:
         """Publish ``result``, retried while Kafka fails; a send that failed re-reads the ledger first.
 
         A send that timed out may still have landed: the next try reads the summaries
-        partition again, and the compare-and-set then finds the version taken.
+        partition again, and the compare-and-set then finds the version taken. ``False``:
+        not published because the session now follows another epoch (run the job again).
         """
         attempt = 0
         while True:
             try:
-                await self._publish(result, partition, key)
-                return
+                return await self._publish(result, partition, key)
             except (RetryableError, KafkaError) as exc:
                 self.ledger.forget({partition})
                 await self._back_off(exc, attempt, "summary publish failed, retrying", fields)
                 attempt += 1
 
-    async def _publish(self, result: JobResult, partition: int, key: bytes) -> None:
+    async def _publish(self, result: JobResult, partition: int, key: bytes) -> bool:
         record = result.record
         if not isinstance(record, SessionSummary):
+            if record is not None and result.served_epoch is not None:
+                return await self._publish_answer(result, record, partition, key)
             metrics.JOBS_DONE.labels(result.outcome).inc()
             if record is not None:
                 assert self.send is not None
                 await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, [])
-            return
-        # Compare-and-set on the key's head: a version is published once, whatever ran at once.
-        async with self._head_lock(record):
+            return True
+        # Compare-and-set on the key's head, epoch and version: a version of a line is published
+        # once whatever ran at once, and never on a line the session has left.
+        async with self._head_lock(summary_key(record)):
             await self.ledger.ready(partition)
             head = self.ledger.head(partition, summary_key(record))
+            served = self.ledger.epoch_of(partition, session_id_of(*record.session_key))
+            if record.epoch != served:
+                log.info("summary dropped: the session switched epochs, the job runs again", extra={
+                    "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
+                    "epoch": record.epoch, "served_epoch": served, "job_id": record.job_id})  # fmt: skip
+                return False
             built_on = record.version - 1
             if (head.version if head is not None else 0) != built_on:
                 metrics.JOBS_DONE.labels("stale").inc()
@@ -237,11 +262,11 @@ class WorkerRuntime:
                     "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
                     "version": record.version, "head": head.version if head else 0,
                     "job_id": record.job_id})  # fmt: skip
-                return
+                return True
             assert self.send is not None
             headers = summary_headers(result.events_offset, result.input_hash)
-            await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, headers)
-            self.ledger.record(partition, record, result.events_offset)
+            sent = await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, headers)
+            self.ledger.record(partition, record, result.events_offset, _offset_of(sent))
         metrics.JOBS_DONE.labels(result.outcome).inc()
         if result.input_hash:
             self.cache.put(result.input_hash, record)
@@ -252,10 +277,90 @@ class WorkerRuntime:
         log.info(
             "summary published",
             extra={"topic": self.topics.summaries, "partition": partition, "session_id": record.session_id,
-                   "filter_key": record.filter_key, "version": record.version, "job_id": record.job_id,
-                   "model": record.model, "prompt_version": record.prompt_version, "outcome": result.outcome,
-                   "events": result.events},
+                   "filter_key": record.filter_key, "version": record.version, "epoch": record.epoch,
+                   "job_id": record.job_id, "model": record.model, "prompt_version": record.prompt_version,
+                   "outcome": result.outcome, "events": result.events},
         )  # fmt: skip
+        return True
+
+    async def _publish_answer(
+        self, result: JobResult, record: SummaryFailure | SummaryReply, partition: int, key: bytes
+    ) -> bool:
+        """Publish a reply or a join's answer, under the key's head lock, if the session is still served
+        from the epoch it was decided on (``False``: a switch landed meanwhile, decide it again).
+
+        A switch takes the head locks of the session's keys, so a reply naming a summary of the
+        line the session left can never follow the switch on the topic.
+        """
+        name = table_key(record.app_name, record.user_id, record.session_id, record.filter_key)
+        async with self._head_lock(name):
+            await self.ledger.ready(partition)
+            served = self.ledger.epoch_of(partition, session_id_of(record.app_name, record.user_id,
+                                                                   record.session_id))  # fmt: skip
+            if served != result.served_epoch:
+                log.info("answer dropped: the session switched epochs, the job runs again", extra={
+                    "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
+                    "epoch": result.served_epoch, "served_epoch": served, "job_id": record.job_id})  # fmt: skip
+                return False
+            assert self.send is not None
+            await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, [])
+        metrics.JOBS_DONE.labels(result.outcome).inc()
+        return True
+
+    async def run_adoption(self, command: AdoptEpoch, coords: Coordinates, key: bytes) -> None:
+        """Switch the command's session to its epoch, or answer why not (``streams.app.epochs``).
+
+        Under the head locks of every key of the session, so no summary of the line it
+        leaves is published after the switch: a job racing it loses its compare-and-set
+        and runs again on the adopted head. The ``EpochAdopted`` record is published to
+        the session's summaries partition; a command applied before (delivered again) is
+        not applied twice.
+        """
+        partition = coords.partition
+        session = session_id_of(*command.session_key)
+        fields = {**coords.log_fields(), "session_id": command.session_id, "epoch": command.epoch,
+                  "command_id": command.command_id}  # fmt: skip
+        attempt = 0
+        while True:
+            try:
+                await self._adopt(command, partition, session, key, fields)
+                return
+            except (RetryableError, KafkaError) as exc:
+                self.ledger.forget({partition})
+                await self._back_off(exc, attempt, "epoch switch failed, retrying", fields)
+                attempt += 1
+
+    async def _adopt(
+        self, command: AdoptEpoch, partition: int, session: str, key: bytes, fields: dict[str, Any]
+    ) -> None:
+        await self.ledger.ready(partition)
+        book = self.ledger.book
+        names = {"", *book.session_heads(partition, session), *(h.summary.filter_key for h in command.heads),
+                 *(book.parked(partition, session, command.epoch) or ())}  # fmt: skip
+        async with contextlib.AsyncExitStack() as stack:
+            for fk in sorted(names):
+                await stack.enter_async_context(self._head_lock(f"{session}{KEY_SEPARATOR}{fk}"))
+            await self.ledger.ready(partition)
+            if book.applied(partition, session, command.command_id):
+                log.info("epoch switch already applied", extra=fields)
+                return
+            served = book.epoch_of(partition, session)
+            live = book.session_heads(partition, session)
+            answer = decide_adoption(command, served, live, book.parked(partition, session, command.epoch),
+                                     now_utc())  # fmt: skip
+            assert self.send is not None
+            raw = answer.model_dump_json().encode()
+            sent = await self.send(self.topics.summaries, key, raw, partition, [])
+            if isinstance(answer, EpochAdopted):
+                self.ledger.adopt(partition, answer, _offset_of(sent))
+        if isinstance(answer, EpochAdopted):
+            metrics.JOBS_DONE.labels("epoch_adopted").inc()
+            log.info("epoch adopted", extra={**fields, "previous_epoch": answer.previous_epoch,
+                                             "keys": len(answer.heads), "caught_up": answer.caught_up})  # fmt: skip
+        else:
+            metrics.JOBS_DONE.labels("epoch_refused").inc()
+            log.info("epoch switch refused", extra={**fields, "error_class": answer.error_class,
+                                                    "reason": answer.reason[:300]})  # fmt: skip
 
     def _recently_given_up(self, job: SummaryJob, within_s: float, now: float) -> bool:
         at = self._given_up.get(job_pool_key(job))
@@ -268,9 +373,8 @@ class WorkerRuntime:
         self._given_up[job_pool_key(job)] = now
 
     @contextlib.asynccontextmanager
-    async def _head_lock(self, record: SessionSummary) -> AsyncIterator[None]:
+    async def _head_lock(self, name: str) -> AsyncIterator[None]:
         """The per-key lock of the compare-and-set (dropped once nobody holds or waits for it)."""
-        name = summary_key(record)
         entry = self._head_locks.get(name)
         if entry is None:
             entry = self._head_locks[name] = [asyncio.Lock(), 0]
@@ -299,21 +403,22 @@ class WorkerRuntime:
         )
         log.error("summary job given up", extra={**fields, "error_class": type(exc).__name__,
                   "attempts": run.attempts, "retryable": retryable, "context_window": run.window})  # fmt: skip
-        await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
-        self.ledger.record_failure(coords.partition, failure)  # a request waiting for the job is answered with it
+        sent = await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
+        # A request waiting for the job is answered with it.
+        self.ledger.record_failure(coords.partition, failure, _offset_of(sent))
         await self._send_retrying(self.topics.dead_letters, key, dl.model_dump_json().encode(), coords, fields)
         metrics.DEAD_LETTERS.labels("summarize", type(exc).__name__).inc()
 
     async def _send_retrying(
         self, topic: str, key: bytes, value: bytes, coords: Coordinates, fields: dict[str, Any]
-    ) -> None:
-        """``send`` to the job's partition of ``topic``, retried with backoff while Kafka fails (never dropped)."""
+    ) -> Any:
+        """``send`` to the job's partition of ``topic``, retried with backoff while Kafka fails (never dropped);
+        returns what the send returned (the record's metadata)."""
         assert self.send is not None
         attempt = 0
         while True:
             try:
-                await self.send(topic, key, value, coords.partition, [])
-                return
+                return await self.send(topic, key, value, coords.partition, [])
             except (RetryableError, KafkaError) as exc:
                 await self._back_off(exc, attempt, "summary job failure send failed, retrying",
                                      {**fields, "to_topic": topic})  # fmt: skip
@@ -379,6 +484,12 @@ class _Run:
 
     def report(self) -> SummaryReport:
         return SummaryReport(trigger=self.job.trigger, calls=tuple(self.calls), passes=max(1, self.attempts))
+
+
+def _offset_of(sent: Any) -> int | None:
+    """The offset a send's metadata names (``None``: a send that returns none, as test doubles do)."""
+    offset = getattr(sent, "offset", None)
+    return offset if isinstance(offset, int) else None
 
 
 def job_pool_key(job: SummaryJob) -> str:

@@ -4,19 +4,26 @@ No Faust here. Per job:
 
 1. the ledger is caught up for the job's partition, and the key's head (latest
    summary) is looked up;
-2. a job built on an older version than the head whose target the head already
-   covers is stale: nothing is produced (a ``summarize_sync`` job is answered
-   with the covering summary, a :class:`~schemas.SummaryReply`) — so a re-emitted
-   or duplicated job can never yield a second summary for a boundary. A job
-   reaching beyond the head is rebased on it (its delta starts after the head's
-   boundary). A ``join`` job (a sync request that waits for the key's jobs
-   decided before it, which ran before it: one job at a time per key, in order)
-   is answered with the head, or with the failure of the job it waited for;
+2. a job whose target the head already covers, built on another version than
+   the head (an older one, or one of the line the session left, see
+   :mod:`schemas.epochs`), is stale: nothing is produced (a ``summarize_sync``
+   job is answered with the covering summary, a :class:`~schemas.SummaryReply`)
+   — so a re-emitted or duplicated job can never yield a second summary for a
+   boundary. A job reaching beyond the head is rebased on it (its delta starts
+   after the head's boundary). A ``join`` job (a sync request that waits for
+   the key's jobs decided before it, which ran before it: one job at a time per
+   key, in order) is answered with the head — the latest summary of the epoch
+   the session is served from — or with the failure of the job it waited for.
+   A reply or a join's answer names the epoch it was decided on
+   (``JobResult.served_epoch``): the worker publishes it only while the session
+   is still served from it;
 3. the delta is read from the events topic (:mod:`streams.app.event_log`);
 4. the content-addressed cache is consulted — addressed by what the summarizer
    would send (``Summarizer.cache_key``: its first request, every selected
    event, the model, the output settings) — else the summarizer runs;
-5. the result carries version ``head + 1``: versions only grow.
+5. the result carries version ``head + 1`` on the head's epoch (a key without a
+   head: its session's served epoch, :mod:`schemas.epochs`): versions only grow
+   within an epoch.
 
 Transient failures raise :class:`~streams.errors.RetryableError` (the caller
 retries with backoff); permanent ones become a :class:`SummaryFailure`.
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -44,7 +51,7 @@ from schemas import (
 )
 from streams.app.cache import SummaryCache, input_hash
 from streams.app.event_log import RawEvent
-from streams.app.ledger import Head
+from streams.app.heads import Head, session_id_of
 from streams.app.tracked import table_key
 from streams.errors import DistillError, PermanentError
 from streams.rules.boundaries import events_after
@@ -65,6 +72,9 @@ class JobResult:
     events_offset: int | None = None
     input_hash: str | None = None
     events: int = 0
+    served_epoch: int | None = None
+    """For an answer naming the key's outcome (a reply, a join's answer): the epoch the session was served
+    from when it was decided. Published only while it still is (a switch in between: decided again)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,8 @@ class Heads(Protocol):
     async def ready(self, partition: int) -> None: ...
 
     def head(self, partition: int, key: str) -> Head | None: ...
+
+    def epoch_of(self, partition: int, session: str) -> int: ...
 
     def failure(self, partition: int, key: str) -> SummaryFailure | None: ...
 
@@ -110,15 +122,27 @@ class SummarizeHandler:
 
     async def handle(self, job: SummaryJob, partition: int) -> JobResult:
         await self.ledger.ready(partition)
+        served = self.ledger.epoch_of(partition, session_id_of(*job.session_key))
+        result = await self._handle(job, partition, served)
+        if job.reply_to is not None and result.record is not None and not isinstance(result.record, SessionSummary):
+            # An answer to a waiting request that names no new summary: true of the served epoch only.
+            return replace(result, served_epoch=served)
+        return result
+
+    async def _handle(self, job: SummaryJob, partition: int, served: int) -> JobResult:
         key = table_key(job.app_name, job.user_id, job.session_id, job.filter_key)
         head = self.ledger.head(partition, key)
         if job.origin == "join":
             return self._join(job, partition, key, head)
         version = head.version if head is not None else 0
-        if head is not None and version > job.from_version and covers(head, job):
+        # Versions count per epoch: a job decided on the line the session left may carry a
+        # from_version above the adopted head's, so only a job built on this very version is exempt
+        # (it runs: its empty delta is answered below), unless a request waits for the covering summary.
+        if head is not None and covers(head, job) and (version != job.from_version or job.reply_to is not None):
             if job.reply_to is None:
                 return JobResult("stale")
             return JobResult("replied", self._reply(job, head, job.reply_to))
+        epoch = head.epoch if head is not None else served
         fresh = job.previous_boundary is None and version == job.from_version
         previous = head if head is not None and not fresh else None
         delta = await self._delta(job, partition, previous)
@@ -143,7 +167,7 @@ class SummarizeHandler:
             )  # fmt: skip
         cached = self.cache.get(digest) if self.cache is not None and digest else None
         if cached is not None:
-            summary = self._from_cache(cached, job, version, previous)
+            summary = self._from_cache(cached, job, version, previous, epoch)
             return JobResult("cached", summary, delta.offsets.get(summary.boundary.last_event_id or ""), digest,
                              len(delta.events))  # fmt: skip
         try:
@@ -173,6 +197,7 @@ class SummarizeHandler:
             summary=result.text,
             version=new_version,
             previous_version=version or None,
+            epoch=epoch,
             boundary=boundary,
             previous_boundary=prev_boundary,
             model=result.model,
@@ -294,9 +319,9 @@ class SummarizeHandler:
         return events, raws, offsets
 
     def _from_cache(
-        self, cached: SessionSummary, job: SummaryJob, version: int, previous: Head | None
+        self, cached: SessionSummary, job: SummaryJob, version: int, previous: Head | None, epoch: int
     ) -> SessionSummary:
-        """The cached summary as the key's next version; its boundary is kept as cached
+        """The cached summary as the key's next version on ``epoch``; its boundary is kept as cached
         (``boundary.version`` is the boundary *format* version, not the summary's)."""
         new_version = version + 1
         prev_boundary = previous.boundary if previous is not None else None
@@ -304,6 +329,7 @@ class SummarizeHandler:
             update={
                 "version": new_version,
                 "previous_version": version or None,
+                "epoch": epoch,
                 "previous_boundary": prev_boundary,
                 "job_id": job.job_id,
                 "reply_to": job.reply_to,

@@ -19,8 +19,10 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from schemas import (
+    AdoptEpoch,
     DeadLetter,
     DeleteSession,
+    EpochAdopted,
     EventTopicRecord,
     SessionEvent,
     SessionKey,
@@ -54,6 +56,7 @@ from streams.rules.trigger_state import (
     SessionTriggerState,
     cooling_down,
     new_state,
+    on_adoption,
     on_job_failed,
     on_summary,
     rebase,
@@ -91,6 +94,8 @@ class TrackOutput:
     jobs: list[SummaryJob] = field(default_factory=list)
     replies: list[SummaryFailure] = field(default_factory=list)
     dead_letter: DeadLetter | None = None
+    adoptions: list[AdoptEpoch] = field(default_factory=list)
+    """Epoch switches for the summarize side (jobs topic, the session's partition): it owns the heads."""
 
 
 def dead_letter_for(
@@ -152,13 +157,13 @@ def nothing_to_summarize(
     )
 
 
-def key_refused(command: SummarizeSync, reason: str, at: datetime) -> SummaryFailure:
-    """The answer to a ``summarize_sync`` whose record key was refused (``error_class`` ``RecordKeyError``)."""
+def key_refused(command: SummarizeSync | AdoptEpoch, reason: str, at: datetime) -> SummaryFailure:
+    """The answer to a ``summarize_sync`` or ``adopt_epoch`` whose record key was refused (``RecordKeyError``)."""
     return SummaryFailure(
         app_name=command.app_name,
         user_id=command.user_id,
         session_id=command.session_id,
-        filter_key=command.filter_key,
+        filter_key=command.filter_key if isinstance(command, SummarizeSync) else "",
         job_id=f"command:{command.command_id}",
         reply_to=command.reply_to,
         error_class=RECORD_KEY_ERROR,
@@ -233,7 +238,7 @@ class TrackHandler:
                     value, record_key, coords, RECORD_KEY_ERROR, problem, "track", self.dead_letter_limit
                 )
             )
-            if isinstance(record, SummarizeSync):  # its caller waits for an answer
+            if isinstance(record, SummarizeSync | AdoptEpoch) and record.reply_to:  # its caller waits for an answer
                 out.replies.append(key_refused(record, problem, log_time or datetime.now(UTC)))
             return out
         kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None
@@ -242,6 +247,9 @@ class TrackHandler:
         if isinstance(record, DeleteSession):
             self._on_delete(record, store)
             return TrackOutput()
+        if isinstance(record, AdoptEpoch):
+            # A replay builds an epoch; only the live line switches (the summaries topic records it).
+            return TrackOutput() if self.job_origin == "replay" else TrackOutput(adoptions=[record])
         return with_events_key(self._on_command(record, coords, store, log_time or datetime.now(UTC), kept), kept)
 
     def _load(self, store: StateStore, sk: SessionKey, filter_key: str) -> TrackedKey | None:
@@ -368,11 +376,15 @@ class TrackHandler:
             fresh = replace(new_state(*sk, k), version=found.state.version, high_offset=found.state.high_offset)
             store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None, found.record_key)
 
-    def on_summary_record(self, record: SummaryRecord, store: StateStore) -> None:
-        """Advance the key's boundary (summary) or release its in-flight job (failure).
+    def on_summary_record(self, record: SummaryRecord, store: StateStore, offset: int | None = None) -> None:
+        """Advance the key's boundary (summary), release its in-flight job (failure) or switch the
+        session's keys to another epoch; ``offset``: where the record is on the summaries topic.
 
         A reply (``SummaryReply``) names a summary already applied: nothing to do.
         """
+        if isinstance(record, EpochAdopted):
+            self._on_adoption(record, store, offset)
+            return
         if isinstance(record, SummaryReply):
             return
         key = table_key(record.app_name, record.user_id, record.session_id, record.filter_key)
@@ -380,12 +392,30 @@ class TrackHandler:
         if found is None:
             return
         if isinstance(record, SessionSummary):
-            state = on_summary(found.state, record)
+            state = on_summary(found.state, record, offset)
         else:
             state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
                                   at=to_micros(record.created_at), window=record.context_window)  # fmt: skip
         if state is not found.state:
             store[key] = replace(found, state=state)
+
+    def _on_adoption(self, record: EpochAdopted, store: StateStore, offset: int | None) -> None:
+        """Every key of the session follows the adopted epoch's head (``on_adoption``)."""
+        sk = record.session_key
+        heads = {h.summary.filter_key: h.summary for h in record.heads}
+        full = self._load(store, sk, FULL_SESSION)
+        policy = self.policies.for_app(record.app_name)
+        keys = {*session_keys(full.state if full else None, policy), *heads, *(h.summary.filter_key
+                                                                              for h in record.replaced)}  # fmt: skip
+        for k in sorted(keys):
+            found = self._load(store, sk, k)
+            if found is None:
+                continue
+            # Without the offset (records replayed in memory), one past the last switch keeps it idempotent.
+            at = offset if offset is not None else (found.state.adopted_at or -1) + 1
+            state = on_adoption(found.state, heads.get(k), at)
+            if state is not found.state:
+                store[table_key(*sk, k)] = replace(found, state=state)
 
 
 def resend(state: SessionTriggerState | None, at: datetime) -> Outcome:

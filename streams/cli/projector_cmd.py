@@ -42,7 +42,7 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     return OpenAIEmbedder(settings.embedder)
 
 
-def _runner(settings: Settings, stage: Stage, max_batch: int) -> ProjectorRunner:
+def _runner(settings: Settings, stage: Stage, max_batch: int, *, follow_epochs: bool = False) -> ProjectorRunner:
     from projections.kafka_runner import ProjectorRunner
     from streams.kafka_config import consumer_kwargs, producer_kwargs
 
@@ -53,6 +53,7 @@ def _runner(settings: Settings, stage: Stage, max_batch: int) -> ProjectorRunner
         producer_kwargs=producer_kwargs(settings.kafka),
         max_batch=max_batch,
         backoff_max_s=settings.cassandra.reconnect_max_delay_s,
+        follow_epochs=follow_epochs,
     )
 
 
@@ -69,7 +70,7 @@ def projector_runner(settings: Settings, session: Session, group: str, max_batch
         consumer_group=group,
         count_tokens=get_token_counter().count_message,
     )
-    return _runner(settings, projector, max_batch)
+    return _runner(settings, projector, max_batch, follow_epochs=True)  # the replays' summaries too
 
 
 def indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import time
@@ -32,6 +31,11 @@ from schemas.settings import Settings, load_settings
               help="At most this many LLM calls at once (default: summary.async_summary_num).")  # fmt: skip
 @click.option("--resume", "resume_run", default=None, metavar="RUN",
               help="Continue the replay RUN after a crash: its consumer group, topics and state.")  # fmt: skip
+@click.option("--adopt/--no-adopt", default=True, show_default=True,
+              help="Once the run is done, switch each replayed session to the run's epoch if it caught up "
+                   "with the live line (see 'distill epochs adopt').")  # fmt: skip
+@click.option("--adopt-timeout", default=60.0, show_default=True,
+              help="Seconds to wait for the workers' answers to the switches.")  # fmt: skip
 @click.option("--dry-run", is_flag=True,
               help="Say how many keys and boundaries the replay would summarize and how many the cache "
                    "answers, without running it (reads the events and summaries topics, calls no model).")  # fmt: skip
@@ -43,9 +47,11 @@ def command(
     timeout: float,
     llm_concurrency: int | None,
     resume_run: str | None,
+    adopt: bool,
+    adopt_timeout: float,
     dry_run: bool,
 ) -> None:
-    """Replay the events topic with a fresh consumer group into new jobs/summaries topics.
+    """Replay the events topic with a fresh consumer group into a new summary epoch.
 
     Trigger decisions are a pure function of the event log (each decided against
     the previous job's target, whatever the LLM latency), so a replay reaches the
@@ -53,22 +59,28 @@ def command(
     jobs are re-emitted as in a live run. Summaries whose inputs
     (previous summary, delta, prompt, model) are unchanged are reused from the
     content-addressed cache (filled from the live summaries topic and earlier
-    replays) instead of calling the LLM. Output: <summaries>.replay-<RUN>.
+    replays) instead of calling the LLM. Output: epoch N (the next number) on
+    <summaries>.replay-eN-<time>-<id>; then each replayed session whose epoch
+    caught up with the live line is switched to it (--no-adopt: not).
     """
     from streams.app.factory import replay_topics
+    from streams.epochs_admin import new_run_id, next_epoch, run_epoch
 
     settings = load_settings()
     specs = (*sessions, *(f"{app}/*/*" for app in apps))
     if dry_run:
         _dry_run(settings, specs)
         return
-    run_id = resume_run or time.strftime("%Y%m%d%H%M%S") + f"-{os.getpid() % 1000:03d}"
+    epoch = run_epoch(resume_run) if resume_run else asyncio.run(next_epoch(settings))
+    run_id = resume_run or new_run_id(epoch or 0)
     out = replay_topics(settings, run_id)
     asyncio.run(_create_topics(settings, out.jobs, out.summaries))
     workdir = Path(".distill") / "replay"
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{run_id}.log"
     args = ["worker", "--replay-run", run_id, *[a for s in specs for a in ("--replay-session", s)]]
+    if epoch:
+        args += ["--replay-epoch", str(epoch)]
     if not from_beginning:
         args.append("--replay-from-latest")
     from streams.local_pipeline import distill_executable
@@ -78,7 +90,8 @@ def command(
     with log_path.open("ab") as log:
         proc = subprocess.Popen([distill_executable(), *args], stdout=log, stderr=subprocess.STDOUT)
     verb = "resumed" if resume_run else "started"
-    click.echo(f"replay {run_id} {verb}: worker pid {proc.pid}, output {out.summaries}, log {log_path}")
+    click.echo(f"replay {run_id} {verb} (epoch {epoch}): worker pid {proc.pid}, output {out.summaries}, "
+               f"log {log_path}")  # fmt: skip
     click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
         stats = asyncio.run(_watch(settings, f"{settings.worker.app_id}-replay-{run_id}", out.summaries, proc,
@@ -91,8 +104,14 @@ def command(
             except subprocess.TimeoutExpired:
                 proc.kill()
     outcomes = _outcomes(log_path)
+    click.echo("")
+    if adopt and epoch:
+        from streams.cli.epochs_cmd import adopt_sessions
+
+        adopt_sessions(settings, epoch, set(specs), require_caught_up=True, source=run_id, timeout=adopt_timeout,
+                       resume_hint=f"distill replay --resume {run_id}")  # fmt: skip
     click.echo(
-        f"\ndone: {stats['events']} events, {stats['summaries']} summaries "
+        f"done: {stats['events']} events, {stats['summaries']} summaries "
         f"(LLM calls {outcomes.get('summary', 0)}, reused from cache {outcomes.get('cached', 0)}) → {out.summaries}"
     )
 

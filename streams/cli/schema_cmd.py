@@ -8,7 +8,7 @@ from typing import Any
 import click
 from pydantic import BaseModel, TypeAdapter
 
-from schemas import DeadLetter, EventRecord, SessionSummary, SummaryJob
+from schemas import DeadLetter, EpochAdopted, EventRecord, SessionSummary, SummaryJob
 from schemas.summaries import SummaryFailure, SummaryReply
 
 _RECORDS: dict[str, Any] = {
@@ -16,6 +16,7 @@ _RECORDS: dict[str, Any] = {
     "session-summary": SessionSummary,
     "summary-failure": SummaryFailure,
     "summary-reply": SummaryReply,
+    "epoch-adopted": EpochAdopted,
     "summary-job": SummaryJob,
     "dead-letter": DeadLetter,
 }

@@ -50,7 +50,8 @@ def format_summary(s: object) -> str:
     assert isinstance(s, SessionSummary)
     st = s.stats
     head = (
-        f"── {s.app_name}/{s.user_id}/{s.session_id} [{s.filter_key or 'full session'}] v{s.version} "
+        f"── {s.app_name}/{s.user_id}/{s.session_id} [{s.filter_key or 'full session'}] "
+        f"{f'epoch {s.epoch} ' if s.epoch else ''}v{s.version} "
         f"(model {s.model}, prompt {s.prompt_version}, trigger {s.report.trigger.name}"
         f"{_trigger_value(s)})"
     )

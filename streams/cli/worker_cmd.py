@@ -20,6 +20,7 @@ from schemas.settings import load_settings
 @click.option("--replay-session", multiple=True, hidden=True)
 @click.option("--replay-from-latest", is_flag=True, hidden=True)
 @click.option("--replay-concurrency", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option("--replay-epoch", type=click.IntRange(min=1), default=None, hidden=True)
 def command(
     app_spec: str | None,
     loglevel: str | None,
@@ -27,6 +28,7 @@ def command(
     replay_session: tuple[str, ...],
     replay_from_latest: bool,
     replay_concurrency: int | None,
+    replay_epoch: int | None,
 ) -> None:
     """Run a worker: the track agent (events → jobs), the summarize agent (jobs → summaries).
 
@@ -44,11 +46,14 @@ def command(
         settings.summary.async_summary_num = replay_concurrency
     replay = None
     if replay_run:
+        from streams.epochs_admin import run_epoch
+
         replay = ReplayOptions(
             replay_run,
             frozenset(replay_session),
             preload_from=settings.topics.summaries,
             from_latest=replay_from_latest,
+            epoch=replay_epoch or run_epoch(replay_run) or 0,
         )
     app = create_app(settings, extensions=load_extensions(app_spec, settings), replay=replay)
     run_worker(app, settings)

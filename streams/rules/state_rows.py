@@ -11,7 +11,9 @@ written only while a key has one (rows without it read as no failures), so
 rows of keys that never failed keep the 12-field layout older builds read.
 A 14th, ``[decided event id, queued jobs]`` (the decided boundary and the jobs
 queued behind the in-flight one), is written once a key has decided a job
-(the 13th is then ``null`` when the key has no failures).
+(the 13th is then ``null`` when the key has no failures). A 15th, the
+summaries-topic offset of the session's last epoch switch, only once there was
+one (the 13th and 14th are then ``null`` when empty).
 
 ``ROW_FORMAT`` versions the layout; the object form of
 :func:`~streams.rules.trigger_state.to_dict` (format 1) stays readable.
@@ -30,6 +32,7 @@ from streams.rules.trigger_state import (
     InFlight,
     Scope,
     SessionTriggerState,
+    adopted_in,
     decided_in,
     decided_row,
     failure_in,
@@ -55,8 +58,9 @@ _PARTS = (
     "high offset",
     "failure cooldown",
     "decided boundary",
+    "epoch switch offset",
 )
-_BASE_FIELDS = len(_PARTS) - 2
+_BASE_FIELDS = len(_PARTS) - 3
 _STRINGS = range(4)
 
 
@@ -77,10 +81,13 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         state.high_offset,
     ]
     decided = state.decided_id is not None or state.queued
-    if decided or state.failed is not None or state.learned_window is not None:
+    adopted = state.adopted_at is not None
+    if adopted or decided or state.failed is not None or state.learned_window is not None:
         row.append(failure_row(state) if state.failed is not None or state.learned_window is not None else None)
-    if decided:
-        row.append(decided_row(state))
+    if adopted or decided:
+        row.append(decided_row(state) if decided else None)
+    if adopted:
+        row.append(state.adopted_at)
     return row
 
 
@@ -93,7 +100,7 @@ def _flight_row(flight: InFlight | None) -> list[Any] | None:
 
 def state_from_row(row: Any) -> SessionTriggerState:
     """Read :func:`state_to_row` back (after a JSON round trip); see the module docstring."""
-    if not isinstance(row, list) or len(row) not in (_BASE_FIELDS, _BASE_FIELDS + 1, len(_PARTS)):
+    if not isinstance(row, list) or not _BASE_FIELDS <= len(row) <= len(_PARTS):
         raise CorruptTriggerStateError(f"trigger state row must be a list of {_BASE_FIELDS} to {len(_PARTS)} fields")
     part = 0
     try:
@@ -115,6 +122,8 @@ def state_from_row(row: Any) -> SessionTriggerState:
         failed, window = failure_in(row[12] if len(row) > _BASE_FIELDS else None)
         part = 13
         decided_id, queued = decided_in(row[13] if len(row) > _BASE_FIELDS + 1 else None)
+        part = 14
+        adopted_at = adopted_in(row[14] if len(row) > _BASE_FIELDS + 2 else None)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         ids = "/".join(str(x) for x in row[:3])
         raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc
@@ -135,6 +144,7 @@ def state_from_row(row: Any) -> SessionTriggerState:
         failed,
         window,
     )
+    state.adopted_at = adopted_at
     return with_decided(state, decided_id, queued)
 
 

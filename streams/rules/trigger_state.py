@@ -144,6 +144,9 @@ class SessionTriggerState:
     """Target event of the last decided job (``None``: none since the last reset or given-up job)."""
     skip: int = 0
     """Leading ``pending`` entries at or before the decided boundary (derived from ``decided_id``)."""
+    adopted_at: int | None = None
+    """Summaries-topic offset of the last epoch switch applied (``schemas.epochs``): the records
+    before it belong to the line the session left, and are ignored when delivered again."""
 
     @property
     def unanswered(self) -> tuple[InFlight, ...]:
@@ -200,6 +203,7 @@ class SessionTriggerState:
             self.queued,
             self.decided_id,
             self.skip,
+            self.adopted_at,
         )
 
     def _replace(self, **changes: Any) -> SessionTriggerState:
@@ -354,19 +358,21 @@ def _evolve_scopes(full: SessionTriggerState, facts: EventFacts) -> None:
         advance_in_place(scope.activity, facts)
 
 
-def on_summary(state: SessionTriggerState, summary: SessionSummary) -> SessionTriggerState:
+def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int | None = None) -> SessionTriggerState:
     """Advance the boundary to ``summary``'s (see the module contracts).
 
     Returns a new state (``state`` is not modified), or ``state`` itself for a
-    stale, duplicate or foreign summary. The boundary's event id is looked up in
-    the pending index; a boundary on an event the state never indexed (partial,
-    skipped, or already covered) falls back to the timestamp rule, which keeps
-    events at the cutoff instant.
+    stale, duplicate or foreign summary — or one read at summaries-topic
+    ``offset`` before the key's last epoch switch (a line the session left).
+    The boundary's event id is looked up in the pending index; a boundary on an
+    event the state never indexed (partial, skipped, or already covered) falls
+    back to the timestamp rule, which keeps events at the cutoff instant.
     """
     if (
         summary.filter_key != state.filter_key
         or summary.session_id != state.session_id
         or summary.version <= state.version
+        or (offset is not None and state.adopted_at is not None and offset < state.adopted_at)
     ):
         return state
     boundary = summary.boundary
@@ -378,6 +384,36 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary) -> SessionTr
         micros_of=lambda p: p.ts,
     )
     return rebase(state, remaining, boundary, summary.version, summary.job_id)
+
+
+def on_adoption(state: SessionTriggerState, head: SessionSummary | None, at: int) -> SessionTriggerState:
+    """The session switched epochs at summaries-topic offset ``at``; ``head`` is the key's latest
+    summary in the adopted epoch (``None``: the epoch has none for the key).
+
+    The key now follows that line: its version becomes the head's (or 0), so the
+    epoch's next summaries apply whatever the versions of the line it left. The
+    applied boundary becomes the head's: a head past it cuts the pending index
+    and answers the jobs whose targets it covers (as a summary does); a head
+    behind it keeps the index (the summarize side rolls the head forward over
+    every event after it, and decisions only count after the decided boundary,
+    which does not move). Idempotent: a switch at or before ``adopted_at`` is
+    ignored (delivered again), and so are the summaries before it (:func:`on_summary`).
+    A copy, or ``state`` itself when ignored.
+    """
+    if state.adopted_at is not None and at <= state.adopted_at:
+        return state
+    if head is None or head.filter_key != state.filter_key or head.session_id != state.session_id:
+        out = state.copy()
+        out.version = 0
+        out.adopted_at = at
+        return out
+    boundary = head.boundary
+    remaining = delta_after(
+        state.pending, boundary.last_event_id, boundary.cutoff_at, id_of=lambda p: p.event_id, micros_of=lambda p: p.ts
+    )
+    out = rebase(state, remaining, boundary, head.version, head.job_id)
+    out.adopted_at = at
+    return out
 
 
 def rebase(
@@ -419,6 +455,8 @@ def rebase(
         state.learned_window,
         left[1:],
         state.decided_id,
+        0,
+        state.adopted_at,
     )
     _recount(out, _skip_for(entries, state.decided_id))
     return out
@@ -753,6 +791,8 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["fl"] = failure_row(state)
     if state.decided_id is not None or state.queued:
         out["d"] = decided_row(state)
+    if state.adopted_at is not None:
+        out["ad"] = state.adopted_at
     return out
 
 
@@ -812,6 +852,7 @@ _STATE_FIELDS = {
     "i": "in-flight job",
     "fl": "failure cooldown",
     "d": "decided boundary",
+    "ad": "epoch switch offset",
 }
 
 
@@ -849,6 +890,8 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         part = "v"
         if not isinstance(data["v"], int):
             raise TypeError(f"expected an integer, got {type(data['v']).__name__}")
+        part = "ad"
+        adopted_at = adopted_in(data.get("ad"))
     except KeyError as exc:
         raise CorruptTriggerStateError(f"{_state_label(data)}: missing {_part_label(part)}") from exc
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -870,7 +913,15 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         failed,
         window,
     )
+    state.adopted_at = adopted_at
     return with_decided(state, decided_id, queued)
+
+
+def adopted_in(value: Any) -> int | None:
+    """Read ``adopted_at`` back (``None``: the key never switched epochs)."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise TypeError(f"epoch switch offset must be an integer, got {type(value).__name__}")
+    return value
 
 
 def _state_label(data: Mapping[str, Any]) -> str:

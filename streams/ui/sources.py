@@ -99,7 +99,9 @@ class Sources:
         return await self.reader.events_after_boundary(key, filter_key, summary=summary)
 
     async def history(self, key: SessionKey, filter_key: str) -> list[StoredSummary]:
-        return await self.reader.summary_history(key, filter_key)
+        """The versions of the epoch the session is served from (the versions of one epoch count 1, 2, ...)."""
+        latest = await self.reader.latest_summary(key, filter_key)
+        return await self.reader.summary_history(key, filter_key, epoch=latest.epoch if latest is not None else 0)
 
     async def cut_of(self, key: SessionKey, boundary: Any) -> Cut | None:
         if boundary is None:

@@ -68,6 +68,31 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+class ProjectorProcess:
+    """``distill projector`` in a subprocess (the settings' topics and keyspace), its output in a log file."""
+
+    def __init__(self, settings: Settings, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [DISTILL, "projector", "--group", f"{settings.worker.app_id}-projector"], env=worker_env(settings),
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=str(ROOT),
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
 @contextmanager
 def workers(settings: Settings, tmp: Path, count: int = 1) -> Iterator[list[WorkerProcess]]:
     tmp.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,7 @@ async def test_cassandra_write_and_read(isolated_settings: Settings) -> None:
         with pytest.raises(Exception, match="no_such_table does not exist"):
             await aexecute(session, f"SELECT * FROM {ks}.no_such_table")
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {isolated_settings.cassandra.keyspace}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {isolated_settings.cassandra.keyspace}", timeout=120)
         cluster.shutdown()
 
 
@@ -106,7 +106,7 @@ def test_init_twice_is_idempotent(isolated_settings: Settings) -> None:
         ks = isolated_settings.cassandra.keyspace
         versions = [r.version for r in session.execute(f"SELECT version FROM {ks}.schema_migrations")]
         assert sorted(versions) == [m.version for m in load_migrations(ks)]
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
     finally:
         cluster.shutdown()
 
@@ -131,5 +131,5 @@ def test_changed_applied_migration_is_a_clear_error(isolated_settings: Settings)
         assert result.returncode == 1
         assert result.stderr.startswith(f"error: migration 001_base changed after it was applied to keyspace {ks}")
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}")
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()

@@ -16,8 +16,8 @@ from tests.integration.test_projections_support import close_store, event, open_
 pytestmark = pytest.mark.integration
 
 
-def test_show_prints_summary_versions_and_stats(isolated_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = open_store(isolated_settings)
+def test_show_prints_summary_versions_and_stats(pooled_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(pooled_settings)
     key = SessionKey("app", "u", "s")
     try:
 
@@ -29,7 +29,7 @@ def test_show_prints_summary_versions_and_stats(isolated_settings: Settings, mon
             )
 
         asyncio.run(fill())
-        monkeypatch.setenv("DISTILL_CASSANDRA__KEYSPACE", isolated_settings.cassandra.keyspace)
+        monkeypatch.setenv("DISTILL_CASSANDRA__KEYSPACE", pooled_settings.cassandra.keyspace)
         runner = CliRunner()
         out = runner.invoke(cli, ["show", "app", "u", "s", "--json"])
         assert out.exit_code == 0, out.output

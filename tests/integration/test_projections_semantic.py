@@ -37,11 +37,11 @@ def server() -> Iterator[EmbeddingsServer]:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def store(isolated_settings: Settings, server: EmbeddingsServer) -> AsyncIterator[Store]:
+async def store(pooled_settings: Settings, server: EmbeddingsServer) -> AsyncIterator[Store]:
     embedder = OpenAIEmbedder(
         EmbedderSettings(base_url=server.base_url, api_key=SecretStr("sk-test"), model="embed-test", dimensions=DIMS)
     )
-    s = open_store(isolated_settings, embedder=embedder)
+    s = open_store(pooled_settings, embedder=embedder)
     try:
         for key in TENANTS:
             tag = f"{key.app_name}-{key.user_id}-{key.session_id}"

@@ -104,13 +104,13 @@ def open_store(settings: Settings, embedder: Any = None) -> Store:
 
 
 def close_store(store: Store) -> None:
-    store.session.execute(f"DROP KEYSPACE IF EXISTS {store.settings.cassandra.keyspace}", timeout=60)
+    """Disconnect; the keyspace is the ``pooled_settings`` fixture's (emptied after the test)."""
     store.cluster.shutdown()
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def store(isolated_settings: Settings) -> AsyncIterator[Store]:
-    s = open_store(isolated_settings)
+async def store(pooled_settings: Settings) -> AsyncIterator[Store]:
+    s = open_store(pooled_settings)
     try:
         yield s
     finally:

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.integration
 _names = st.sampled_from(["a", "b", "c"])
 
 
-def test_tenant_isolation_property(isolated_settings: Settings) -> None:
-    s = open_store(isolated_settings)
+def test_tenant_isolation_property(pooled_settings: Settings) -> None:
+    s = open_store(pooled_settings)
     counter = iter(range(10**6))
 
     @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))

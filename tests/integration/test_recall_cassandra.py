@@ -24,8 +24,8 @@ BIG = "".join(f"line {i:05d}: invoice ACME-{i} total {i * 3} EUR é中\n" for i 
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def store(isolated_settings: Settings) -> AsyncIterator[Store]:
-    s = open_store(isolated_settings)
+async def store(pooled_settings: Settings) -> AsyncIterator[Store]:
+    s = open_store(pooled_settings)
     try:
         call = [{"id": "c1", "type": "function", "function": {"name": "fetch_invoices", "arguments": "{}"}}]
         await s.events(

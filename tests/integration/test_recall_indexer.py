@@ -32,6 +32,7 @@ from tests.integration.test_projections_support import (
     record,
     summary,
 )
+from tests.support.keyspaces import KeyspacePool
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -41,14 +42,17 @@ _FILLER_CJK = "".join(chr(0x4E00 + i) for i in range(256))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def store(service_settings: Settings) -> AsyncIterator[Store]:
+async def store(service_settings: Settings, keyspaces: KeyspacePool) -> AsyncIterator[Store]:
+    """One pooled keyspace for the module (the tests use sessions of their own)."""
+    name = keyspaces.lease()
     data = service_settings.model_dump()
-    data["cassandra"]["keyspace"] = f"t_{uuid.uuid4().hex[:8]}"
+    data["cassandra"]["keyspace"] = name
     s = open_store(Settings(**data))
     try:
         yield s
     finally:
         close_store(s)
+        keyspaces.release(name)
 
 
 def _key(name: str) -> SessionKey:

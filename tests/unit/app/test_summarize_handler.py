@@ -38,17 +38,20 @@ class MemoryLedger:
     def head(self, partition: int, key: str) -> Head | None:
         return self.heads.get((partition, key))
 
+    def epoch_of(self, partition: int, session: str) -> int:
+        return 0
+
     def failure(self, partition: int, key: str) -> SummaryFailure | None:
         return self.failures.get((partition, key))
 
-    def record(self, partition: int, summary: SessionSummary, events_offset: int | None) -> None:
+    def record(self, partition: int, summary: SessionSummary, events_offset: int | None, at: int | None = None) -> None:
         key = summary_key(summary)
         self.failures.pop((partition, key), None)
         current = self.heads.get((partition, key))
         if current is None or current.version < summary.version:
             self.heads[(partition, key)] = head_of(summary, events_offset)
 
-    def record_failure(self, partition: int, failure: SummaryFailure) -> None:
+    def record_failure(self, partition: int, failure: SummaryFailure, at: int | None = None) -> None:
         if failure.gave_up:
             key = table_key(failure.app_name, failure.user_id, failure.session_id, failure.filter_key)
             self.failures[(partition, key)] = failure

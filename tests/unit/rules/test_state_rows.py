@@ -65,5 +65,5 @@ def test_a_malformed_part_raises_a_typed_error_naming_it(index: int, value: obje
 
 @pytest.mark.parametrize("row", [{"a": 1}, [1, 2, 3], None])
 def test_a_row_of_the_wrong_shape_is_rejected(row: object) -> None:
-    with pytest.raises(CorruptTriggerStateError, match="list of 12 to 14 fields"):
+    with pytest.raises(CorruptTriggerStateError, match="list of 12 to 15 fields"):
         state_from_row(row)

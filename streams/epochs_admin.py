@@ -1,0 +1,219 @@
+"""Operating summary epochs: numbering replay runs, reading an epoch's heads, asking sessions to switch.
+
+* A replay run builds epoch N into ``<summaries>.replay-eN-<time>-<pid>``: the
+  topic names are the register of epochs (:func:`replay_epochs`), the next run
+  takes the highest number + 1 (:func:`next_epoch`).
+* :func:`epoch_heads` reads an epoch's topic: per session the latest summary of
+  each key (and the events offset its header names), with the record key and
+  the partition the session lives on.
+* :func:`request_adoptions` sends one ``adopt_epoch`` command per session (on
+  the events topic, with the session's own record key and partition, ordered
+  with its events) and collects the answers from the summaries topic: an
+  ``EpochAdopted``, or a ``SummaryFailure`` saying why not (``schemas.epochs``).
+
+Records are read and written with aiokafka; :func:`collect_heads` is pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from schemas import AdoptedHead, AdoptEpoch, EpochAdopted, SessionKey, SessionSummary, SummaryFailure
+from schemas.settings import Settings
+from streams.app.decoding import decode_summary_record
+from streams.app.headers import EVENTS_OFFSET, header_int
+from streams.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
+
+_RUN = re.compile(r"^e(\d+)-")
+
+
+def run_epoch(run_id: str) -> int | None:
+    """The epoch a run id names (``e3-20260101120000-042`` → 3); ``None``: a run from before epochs."""
+    match = _RUN.match(run_id)
+    return int(match.group(1)) if match else None
+
+
+def new_run_id(epoch: int) -> str:
+    return f"e{epoch}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+async def _topic_names(settings: Settings) -> list[str]:
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        return list(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def replay_epochs(settings: Settings) -> dict[int, list[str]]:
+    """Epoch → the replay output topics that built it (a resumed run keeps its topic)."""
+    prefix = f"{settings.topics.summaries}.replay-"
+    out: dict[int, list[str]] = {}
+    for name in sorted(await _topic_names(settings)):
+        if name.startswith(prefix):
+            epoch = run_epoch(name[len(prefix) :])
+            if epoch is not None:
+                out.setdefault(epoch, []).append(name)
+    return out
+
+
+async def next_epoch(settings: Settings) -> int:
+    """The number of the next replay's epoch (epoch 0 is the live line)."""
+    return max(await replay_epochs(settings), default=0) + 1
+
+
+@dataclass
+class SessionHeads:
+    """One session's heads in an epoch, and where its records live."""
+
+    key: SessionKey
+    record_key: bytes
+    partition: int
+    heads: dict[str, AdoptedHead] = field(default_factory=dict)
+
+
+RawRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+"""``(partition, record key, value, headers)`` of a summaries-topic record."""
+
+
+def collect_heads(records: Iterable[RawRecord], accept: Callable[[SessionKey], bool] | None = None
+                  ) -> dict[SessionKey, SessionHeads]:  # fmt: skip
+    """Per session the latest summary of each key among ``records`` (other records are skipped)."""
+    out: dict[SessionKey, SessionHeads] = {}
+    for partition, key, value, headers in records:
+        if value is None:
+            continue
+        try:
+            record = decode_summary_record(value)
+        except ValueError:
+            continue
+        if not isinstance(record, SessionSummary) or (accept is not None and not accept(record.session_key)):
+            continue
+        found = out.get(record.session_key)
+        if found is None:
+            found = out[record.session_key] = SessionHeads(record.session_key, key or record.session_key.kafka_key(),
+                                                           partition)  # fmt: skip
+        current = found.heads.get(record.filter_key)
+        if current is None or current.summary.version < record.version:
+            offset = header_int(headers, EVENTS_OFFSET)
+            found.heads[record.filter_key] = AdoptedHead(summary=record, events_offset=offset)
+    return out
+
+
+async def read_topic(settings: Settings, topic: str) -> list[RawRecord]:
+    """Every record of ``topic`` up to its end now."""
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None,
+                                auto_offset_reset="earliest")  # fmt: skip
+    await consumer.start()
+    out: list[RawRecord] = []
+    try:
+        # Replay outputs are co-partitioned with the events topic (created with its partition count).
+        tps = [TopicPartition(topic, p) for p in range(settings.topics.partitions)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        starts = await consumer.beginning_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, starts.get(tp, 0))
+        reached = {tp: starts.get(tp, 0) for tp in tps}
+        while any(reached[tp] < ends[tp] for tp in tps):
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            for tp, messages in batch.items():
+                out.extend((tp.partition, m.key, m.value, list(m.headers or ())) for m in messages)
+                if messages:
+                    reached[tp] = messages[-1].offset + 1
+            if not batch:
+                for tp in tps:
+                    if reached[tp] < ends[tp] and await consumer.position(tp) >= ends[tp]:
+                        reached[tp] = ends[tp]
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def epoch_heads(
+    settings: Settings, epoch: int, accept: Callable[[SessionKey], bool] | None = None
+) -> dict[SessionKey, SessionHeads]:
+    """The heads of ``epoch`` as its replay runs left them (epoch 0: the sessions of every run, no heads)."""
+    topics = await replay_epochs(settings)
+    names = [n for e, found in topics.items() for n in found] if epoch == 0 else topics.get(epoch, [])
+    records = [r for name in names for r in await read_topic(settings, name)]
+    found = collect_heads(records, accept)
+    if epoch == 0:  # a switch back: the worker holds the heads the session left on epoch 0
+        for heads in found.values():
+            heads.heads.clear()
+    return found
+
+
+Answer = EpochAdopted | SummaryFailure
+
+
+async def request_adoptions(
+    settings: Settings, epoch: int, sessions: Iterable[SessionHeads], *, require_caught_up: bool, source: str = "",
+    timeout: float = 60.0,
+) -> dict[SessionKey, Answer | None]:  # fmt: skip
+    """Ask each session's worker to switch to ``epoch``; the answers (``None``: none within ``timeout``)."""
+    todo = list(sessions)
+    batch = uuid.uuid4().hex[:12]
+    commands = {
+        f"adopt-{batch}-{i}": (s, AdoptEpoch(
+            app_name=s.key.app_name, user_id=s.key.user_id, session_id=s.key.session_id,
+            command_id=f"adopt-{batch}-{i}", reply_to=f"adopt-{batch}-{i}", epoch=epoch,
+            heads=tuple(h for _, h in sorted(s.heads.items())), require_caught_up=require_caught_up, source=source,
+        ))
+        for i, s in enumerate(todo)
+    }  # fmt: skip
+    answers: dict[SessionKey, Answer | None] = {s.key: None for s in todo}
+    if not todo:
+        return answers
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None)
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await consumer.start()
+    await producer.start()
+    try:
+        tps = [TopicPartition(settings.topics.summaries, p) for p in range(settings.topics.partitions)]
+        consumer.assign(tps)
+        for tp, end in (await consumer.end_offsets(tps)).items():
+            consumer.seek(tp, end)  # only answers to the commands sent below
+        sent = [await producer.send(settings.topics.events, command.model_dump_json().encode(),
+                                    key=s.record_key, partition=s.partition)
+                for s, command in commands.values()]  # fmt: skip
+        await asyncio.gather(*sent)
+        deadline = time.monotonic() + timeout
+        waiting = set(commands)
+        while waiting and time.monotonic() < deadline:
+            batch_ = await consumer.getmany(timeout_ms=500)
+            for messages in batch_.values():
+                for msg in messages:
+                    answer = _answer(msg.value)
+                    if answer is not None and answer.reply_to in waiting:
+                        waiting.discard(answer.reply_to)
+                        answers[commands[answer.reply_to][0].key] = answer
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return answers
+
+
+def _answer(value: bytes | None) -> Answer | None:
+    if value is None:
+        return None
+    try:
+        record = decode_summary_record(value)
+    except ValueError:
+        return None
+    return record if isinstance(record, EpochAdopted | SummaryFailure) else None
+
+
+__all__ = [
+    "SessionHeads", "collect_heads", "epoch_heads", "new_run_id", "next_epoch", "replay_epochs", "request_adoptions",
+    "run_epoch",
+]  # fmt: skip
