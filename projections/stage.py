@@ -202,19 +202,24 @@ def cut_batches(
     batches: list[Batch] = []
     for partitions in groups:
         current = Batch()
-        size = count = 0
+        count = 0
         for rows in partitions:
             if current.entries and count >= max_partitions:
                 batches.append(current)
-                current, size, count = Batch(), 0, 0
+                current, count = Batch(), 0
             count += 1
+            rows_bytes = sum(r[3] for r in rows)
+            if len(current.entries) + len(rows) <= max_statements and current.size + rows_bytes <= max_bytes:
+                # The usual case: the whole partition fits (one pass, no checks per row).
+                current.entries.extend([(binder, row, index) for binder, row, index, _ in rows])
+                current.size += rows_bytes
+                continue
             for binder, row, index, row_bytes in rows:
-                if current.entries and (len(current.entries) >= max_statements or size + row_bytes > max_bytes):
+                if current.entries and (len(current.entries) >= max_statements or current.size + row_bytes > max_bytes):
                     batches.append(current)
-                    current, size, count = Batch(), 0, 1
+                    current, count = Batch(), 1
                 current.entries.append((binder, row, index))
                 current.size += row_bytes
-                size += row_bytes
         if current.entries:
             batches.append(current)
     return batches
