@@ -161,6 +161,7 @@ async def main() -> None:
     ap.add_argument("--time-budget", type=float, default=240.0, help="stop a stage after this many seconds")
     ap.add_argument("--lag-seconds", type=float, default=30.0, help="sustained-rate phase length (0: skip it)")
     ap.add_argument("--lag-rate", default="1000", help="events/s in the sustained-rate phase (a comma list: each)")
+    ap.add_argument("--lag-alone", action="store_true", help="each rate again with the projector alone")
     ap.add_argument("--keep", action="store_true", help="keep the keyspace (for --reuse); drop it yourself")
     ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
     ap.add_argument("--alter", action="append", default=[], metavar="CQL",
@@ -215,6 +216,9 @@ async def main() -> None:
 
         for rate in (float(r) for r in str(args.lag_rate).split(",")):
             await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions)
+            if args.lag_alone:
+                await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
+                                  with_indexer=False)  # fmt: skip
 
 
 async def run_stage(

@@ -50,9 +50,12 @@ def _env(settings: Settings) -> dict[str, str]:
 
 async def measure_lag(
     base: Settings, make_events: Callable[..., Any], *, rate: float, seconds: float, sessions: int,
-    poll_s: float = 0.02, drain_timeout_s: float = 180.0,
+    poll_s: float = 0.02, drain_timeout_s: float = 180.0, with_indexer: bool = True,
 ) -> None:  # fmt: skip
-    """Produce ``rate * seconds`` events of the benchmark mix at ``rate``/s; print each stage's lag p50/p99/max."""
+    """Produce ``rate * seconds`` events of the benchmark mix at ``rate``/s; print each stage's lag p50/p99/max.
+
+    ``with_indexer=False``: the projector alone (what the indexer's load on Cassandra costs the critical path).
+    """
     run = uuid.uuid4().hex[:8]
     prefix = f"bench-{run}"
     data = base.model_dump()
@@ -62,6 +65,8 @@ async def measure_lag(
     data["worker"]["app_id"] = prefix
     settings = Settings(**data)
     groups = {"critical path": f"{prefix}-projector", "indexer": f"{prefix}-indexer"}
+    if not with_indexer:
+        del groups["indexer"]
     cluster, session = connect(settings.cassandra)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -70,7 +75,8 @@ async def measure_lag(
         exe = [sys.executable, "-c", "from streams.cli.main import main; main()"]
         procs.append(subprocess.Popen([*exe, "projector", "--no-index", "--group", groups["critical path"]],
                                       env=_env(settings)))  # fmt: skip
-        procs.append(subprocess.Popen([*exe, "indexer", "--group", groups["indexer"]], env=_env(settings)))
+        if with_indexer:
+            procs.append(subprocess.Popen([*exe, "indexer", "--group", groups["indexer"]], env=_env(settings)))
         ks = settings.cassandra.keyspace
         progress = session.prepare(f"SELECT consumer_group FROM {ks}.projector_progress WHERE topic = ? "
                                    "AND partition = ?")  # fmt: skip
@@ -139,7 +145,8 @@ async def measure_lag(
             await asyncio.sleep(poll_s)
         await producing
         wall = time.monotonic() - started
-        print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes, "
+        alone = "" if with_indexer else ", the projector alone"
+        print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes{alone}, "
               f"offsets polled every {poll_s * 1000:.0f} ms):")  # fmt: skip
         for (name, values), proc in zip(lags.items(), procs, strict=True):
             cpu = process_cpu_s(proc.pid) - cpu0[proc.pid]

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder
+from projections.critical_gate import CriticalPathGate
 from projections.embedding import MAX_EMBED_CHARS, Embedder
 from projections.errors import StoreUnavailable
 from projections.rows import RecallRows, recall_rows
@@ -97,7 +98,8 @@ class RecallIndexer(CassandraStage):
     busy on its own. Its writes go out as small batches (``batch_bytes``, a
     few thousand postings: tens of ms of work each) and few at a time
     (``concurrency``), so the projector's requests wait behind a handful of
-    short ones at most.
+    short ones at most; with a ``gate`` (``projections.critical_gate``) it
+    also waits while a projector of the same partitions is behind.
     """
 
     STAGE = STAGE
@@ -110,6 +112,7 @@ class RecallIndexer(CassandraStage):
         events_topic: str,
         consumer_group: str,
         embedder: Embedder | None = None,
+        gate: CriticalPathGate | None = None,
         concurrency: int = 4,
         batch_statements: int = 128,
         batch_bytes: int = 128 * 1024,
@@ -120,6 +123,7 @@ class RecallIndexer(CassandraStage):
                          pipeline_events=pipeline_events)  # fmt: skip
         self.events_topic = events_topic
         self._embedder = embedder
+        self._gate = gate
         self.indexed_tokens = 0
         """Index postings written so far (tokens of every row): what the SAI index costs."""
         self._p = self._prepare()
@@ -166,6 +170,8 @@ class RecallIndexer(CassandraStage):
         ``index``). Raises ``StoreUnavailable`` when Cassandra fails; nothing
         is then stored for the batch, so it can simply be retried.
         """
+        if self._gate is not None and records:
+            await self._gate.wait(sorted({(r.topic, r.partition) for r in records}))
         outcome = BatchOutcome()
         segment: list[_Item] = []
         for record in records:

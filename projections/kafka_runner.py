@@ -12,7 +12,9 @@ once Cassandra answers again the projector resumes within that, not after a
 delay that grew during the outage), the consumer keeps polling so the group
 does not evict it, and each attempt logs one clear line. Nothing is skipped.
 
-After each batch, and every ``heartbeat_s`` while idle, the runner writes a
+After a batch (at most every ``min_heartbeat_s``: at a low rate a batch is a
+few records, and a heartbeat per batch cost more than the batch), and every
+``heartbeat_s`` while idle, the runner writes a
 heartbeat per partition (``Projector.save_progress``: its next offset and the
 log end offset it saw), which the read side reports as ``projection_lag`` (the
 projector) and ``index_lag`` (the indexer).
@@ -75,6 +77,7 @@ class ProjectorRunner:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         heartbeat_s: float = 1.0,
+        min_heartbeat_s: float = 0.25,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         follow_epochs: bool = False,
     ) -> None:
@@ -91,6 +94,7 @@ class ProjectorRunner:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.heartbeat_s = heartbeat_s
+        self.min_heartbeat_s = min_heartbeat_s
         self._last_heartbeat = 0.0
         self.on_batch = on_batch
         self.follow_epochs = follow_epochs
@@ -157,7 +161,8 @@ class ProjectorRunner:
                 ]  # fmt: skip
                 if records:
                     outcome = await self._project_with_retry(records)
-                    await self._heartbeat(outcome.offsets)
+                    if time.monotonic() - self._last_heartbeat >= self.min_heartbeat_s:
+                        await self._heartbeat(None)
                     if self.on_batch is not None:
                         self.on_batch(outcome)
                 elif time.monotonic() - self._last_heartbeat >= self.heartbeat_s:

@@ -75,6 +75,7 @@ def projector_runner(settings: Settings, session: Session, group: str, max_batch
 
 def indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
     """The recall-index stage (``projections.indexer``) under ``group``."""
+    from projections.critical_gate import CriticalPathGate
     from projections.indexer import RecallIndexer
 
     indexer = RecallIndexer(
@@ -83,6 +84,7 @@ def indexer_runner(settings: Settings, session: Session, group: str, max_batch: 
         events_topic=settings.topics.events,
         consumer_group=group,
         embedder=_build_embedder(settings),
+        gate=CriticalPathGate(session, settings.cassandra.keyspace),  # the critical path first
     )
     return _runner(settings, indexer, max_batch)
 

@@ -18,6 +18,8 @@ from projections import statements as q
 from projections.binding import RowBinder
 from projections.cassandra_session import aexecute_many
 from projections.context_read import ContextReader
+from projections.critical_gate import CriticalPathGate
+from projections.indexer import RecallIndexer
 from projections.projector import SourceRecord
 from projections.rows import event_rows, recall_rows
 from projections.stage import PartitionProgress
@@ -310,3 +312,22 @@ async def test_writes_leave_the_event_loop_free(store: Store) -> None:
     await task
     assert all(ok for ok, _ in results) and len(results) == 400
     assert during > 10  # the driver's execute_concurrent_async blocked the loop until all 400 were done
+
+
+async def test_the_indexer_waits_while_the_projector_is_behind(store: Store) -> None:
+    key = _key("gate")
+    gate = CriticalPathGate(store.session, store.settings.cassandra.keyspace, check_s=0.05, max_wait_s=20)
+    indexer = RecallIndexer(store.session, store.settings.cassandra.keyspace, events_topic=EVENTS,
+                            consumer_group="g-gated", gate=gate)  # fmt: skip
+    await store.projector.save_progress([PartitionProgress(EVENTS, 9, 100, 100 + 5000)])
+    rec = record(EVENTS, event(key, "e1", at=1, content="gated words ibex"), partition=9, offset=100)
+    task = asyncio.ensure_future(indexer.project([rec], _no_dead_letters))
+    await asyncio.sleep(0.5)
+    assert not task.done() and _recall_count(store, key) == 0  # the critical path first
+    await store.projector.save_progress([PartitionProgress(EVENTS, 9, 5100, 5100)])  # caught up
+    outcome = await asyncio.wait_for(task, 10)
+    assert outcome.events == 1 and gate.waited_s >= 0.5
+
+
+async def _no_dead_letters(letter: Any) -> None:
+    raise AssertionError(f"unexpected dead letter: {letter}")
