@@ -18,8 +18,11 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   (idempotence); a crash after it skips the batch, which was fully written.
   A logged multi-partition batch would give the same outcome at a higher
   price (batchlog, batch-size limits that 50 KB tool results would break),
-  so the rows go out as concurrent *unlogged single-partition* batches
-  instead (one mutation per session partition, see ``_write_events``).
+  so the rows go out as concurrent *unlogged* batches instead, each of up to
+  ten session partitions that share their replicas (``stage.cut_batches``):
+  the coordinator is a replica of all of them and applies one mutation per
+  partition, and the driver, whose cost is mostly per message, sends a
+  batch of up to ``batch_statements`` (128) rows in one.
 * **Order where it matters.** ``delete_session`` is a barrier: the writes
   before it complete, then the session is deleted, then later writes run.
   The deletion marker records where the command sits in the events topic
@@ -270,16 +273,17 @@ class Projector(CassandraStage):
             await self._write_summaries(summaries, outcome)
 
     async def _write_events(self, items: list[_Event], outcome: BatchOutcome) -> None:
-        """Write the rows of ``items`` as unlogged single-partition batches, run concurrently.
+        """Write the rows of ``items`` as unlogged batches, run concurrently.
 
         The session tables share the partition key ``(app_name, user_id,
         session_id)``, so the rows of one session's events (event, event id,
-        turn, tool calls) go out as one batch = one mutation on one replica:
-        no batchlog, one round trip instead of three or four per event.
-        Batches are capped (statements and bytes) so a run of 50 KB tool
-        results stays a modest mutation. A batch Cassandra rejects
-        (``InvalidRequest``) is replayed statement by statement to
-        dead-letter exactly the events at fault (``_write_pipelined``).
+        turn, tool calls) are one mutation on its replicas; sessions sharing
+        their replicas share a batch (``CassandraStage._cut``): no batchlog,
+        one round trip for up to 128 rows. Batches are capped (statements,
+        bytes, partitions) so a run of 50 KB tool results stays a modest
+        mutation. A batch Cassandra rejects (``InvalidRequest``) is replayed
+        statement by statement to dead-letter exactly the events at fault
+        (``_write_pipelined``).
         """
         rejected = await self._write_pipelined(len(items), lambda a, b: self._batches(items, a, b))
         for index, exc in sorted(rejected.items()):
@@ -289,7 +293,7 @@ class Projector(CassandraStage):
         outcome.events += len(items) - len(rejected)
 
     def _batches(self, items: list[_Event], start: int, stop: int) -> list[Batch]:
-        """The rows of ``items[start:stop]`` grouped by session partition and cut into size-capped batches."""
+        """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""
         groups: dict[tuple[str, str, str], list[Row]] = {}
         p = self._bind
         stmt_event, stmt_event_id, stmt_turn = p["event"], p["event_id"], p["turn"]
