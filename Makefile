@@ -7,8 +7,8 @@ OWNER := .distill/services-owned.json
 # The context-assembly property test's acceptance size (issue 7: >= 10,000 generated sessions).
 PROPERTY_EXAMPLES ?= 10000
 # Test processes (pytest-xdist). Whole files go to one process (module fixtures start one worker or
-# keyspace per file); most integration time is waiting on Kafka and Cassandra, so 4 beat 2 cores' worth.
-TEST_WORKERS ?= 4
+# keyspace per file); most integration time is waiting on Kafka and Cassandra, so 3 beat 2 cores' worth.
+TEST_WORKERS ?= 3
 
 .PHONY: venv test unit lint typecheck demo services-up services-down clean
 

@@ -151,5 +151,5 @@ async def test_projector_resumes_within_five_seconds_after_an_outage(isolated_se
             assert [r.event_id for r in rows] == ["e1"]
         finally:
             cluster.shutdown()
-    admin.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
+    admin.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
     admin_cluster.shutdown()

@@ -190,7 +190,7 @@ def pipeline(
             for name, proc in procs.procs.items():
                 assert proc.poll() is None, f"the {name} died: see {procs.log(name)}"
     finally:
-        cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
+        cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
         cluster.shutdown()
 
 

@@ -345,7 +345,7 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
                 assert first.proc.poll() is None, "the surviving worker died:\n" + first.log_text()[-3000:]
         finally:
             projector.stop()
-            cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
+            cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
             cluster.shutdown()
     numbers["faults"] = dict(echo.faults)
     numbers["total_s"] = round(time.monotonic() - started, 1)

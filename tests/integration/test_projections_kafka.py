@@ -140,7 +140,7 @@ async def test_sigkill_mid_batch_resumes_without_loss_or_duplicates(isolated_set
         assert letters and letters[0]["error_class"] == "RecordDecodeError"
         assert letters[0]["source_topic"] == settings.topics.events
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=60)
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
 
 
@@ -186,5 +186,5 @@ async def test_store_outage_pauses_and_retries_without_loss(
         assert projector.attempts >= 3
         assert any("cassandra unavailable, consumer paused" in r.getMessage() for r in caplog.records)
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=60)
+        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()

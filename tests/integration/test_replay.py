@@ -92,7 +92,7 @@ def pipeline(
         assert projector.proc.poll() is None, projector.log_text()[-4000:]
     finally:
         projector.stop()
-        cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
+        cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
         cluster.shutdown()
 
 

@@ -261,7 +261,7 @@ def ui(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
             if worker is not None:
                 worker.kill()  # its model call hangs on purpose: a graceful stop would wait for it
             pipeline.stop()
-            session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
+            session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
             cluster.shutdown()
 
 
