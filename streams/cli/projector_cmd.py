@@ -34,6 +34,17 @@ def default_groups(settings: Settings) -> tuple[str, str]:
     return f"{settings.worker.app_id}-projector", f"{settings.worker.app_id}-indexer"
 
 
+def index_group_of(project_group: str) -> str:
+    """The indexer's group beside the projector group ``project_group``: ``<name>-projector`` → ``<name>-indexer``.
+
+    One rule for the default and an explicit ``--group``, so ``distill projector
+    --group acme-projector`` and ``distill indexer`` (default ``acme-indexer``)
+    share one index group: two groups would each index every event (the
+    index is the stage's dominant Cassandra cost) although the rows agree.
+    """
+    return project_group.removesuffix("-projector") + "-indexer"
+
+
 def _build_embedder(settings: Settings) -> Embedder | None:
     if not settings.embedder.configured:
         return None
@@ -120,7 +131,8 @@ async def run_stages(settings: Settings, stages: Sequence[tuple[str, str]], max_
 @click.option(
     "--index-group",
     default=None,
-    help="The indexer's consumer group (default: <worker.app_id>-indexer, or <group>-index with --group).",
+    help="The indexer's consumer group (default: the projector's group with -projector replaced by -indexer, "
+    "else <group>-indexer).",
 )
 @click.option("--max-batch", default=2000, show_default=True, help="Records per projected batch.")
 def command(group: str | None, index: bool, index_group: str | None, max_batch: int) -> None:
@@ -132,8 +144,8 @@ def command(group: str | None, index: bool, index_group: str | None, max_batch: 
     """
     settings = load_settings()
     setup_logging(settings.worker.log_level, settings.worker.log_json)
-    project_group, default_index_group = default_groups(settings)
-    stages = [("project", group or project_group)]
+    project_group = group or default_groups(settings)[0]
+    stages = [("project", project_group)]
     if index:  # a group of one's own for the projector means one for its indexer too
-        stages.append(("index", index_group or (f"{group}-index" if group else default_index_group)))
+        stages.append(("index", index_group or index_group_of(project_group)))
     asyncio.run(run_stages(settings, stages, max_batch))

@@ -29,7 +29,9 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str]]]:
     [
         ([], [("project", "acme-projector"), ("index", "acme-indexer")]),
         (["--no-index"], [("project", "acme-projector")]),
-        (["--group", "g1"], [("project", "g1"), ("index", "g1-index")]),
+        (["--group", "g1"], [("project", "g1"), ("index", "g1-indexer")]),
+        # the default name given explicitly: the same indexer group as ``distill indexer`` (one index, not two)
+        (["--group", "acme-projector"], [("project", "acme-projector"), ("index", "acme-indexer")]),
         (["--group", "g1", "--index-group", "ix"], [("project", "g1"), ("index", "ix")]),
     ],
 )
