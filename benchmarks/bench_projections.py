@@ -1,13 +1,29 @@
-"""Projector throughput and read latency against the local Cassandra (loopback only, bounded run time).
+"""Projector and indexer throughput, index lag and read latency on the local services (loopback, bounded).
 
-    .venv/bin/python benchmarks/bench_projections.py [--events 100000] [--sessions 200]
+    .venv/bin/python benchmarks/bench_projections.py [--events 100000] [--sessions 200] [--stages both]
+                                                     [--lag-seconds 30 --lag-rate 1000]
 
-Builds a fresh keyspace, projects ``--events`` realistic events straight
-through ``Projector.project`` (Kafka is not in the measured path: this is the
-Cassandra write side), then measures ``session_search`` and ``session_load``
-latency (p50/p99) over the stored events, and drops the keyspace.
-Event mix: 45% user (40-400 chars), 35% assistant (200-2000 chars), 10%
-assistant tool calls, 10% tool results of which a quarter are 50 KB.
+Builds a fresh keyspace and, for ``--events`` realistic events:
+
+1. **critical path**: ``Projector.project`` alone (events, event ids, turns,
+   tool calls/results, sources, offsets: what the next prompt needs), timed,
+   with its CPU and Cassandra's per event;
+2. **indexer**: ``RecallIndexer.project`` alone over the same records (the
+   ``session_search`` index: documents, chunks, SAI token postings), timed;
+3. summaries, then ``session_search`` and ``session_load`` latency (p50/p99);
+4. **index lag at a sustained rate** (``--lag-seconds`` > 0): a per-run set of
+   topics on the local Kafka, ``distill projector --no-index`` and
+   ``distill indexer`` as processes, the same event mix produced at
+   ``--lag-rate`` events/s; the lag of an event is the time from its send to
+   the moment its stage's stored offset (``projector_offsets``, polled every
+   20 ms) passes it. p50/p99/max for both stages. The topics and groups are
+   deleted afterwards.
+
+Kafka is not in the measured path of 1-3 (the Cassandra write side); the
+keyspace is dropped at the end. ``--stages critical`` / ``index`` runs only
+that stage in step 1-2. Event mix: 45% user (40-400 chars), 35% assistant
+(200-2000 chars), 10% assistant tool calls, 10% tool results of which a
+quarter are 50 KB.
 """
 
 from __future__ import annotations
@@ -15,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -28,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from benchmarks.cpu_clock import CpuMeter, find_cassandra_pid
 from projections.cassandra_session import connect
+from projections.indexer import RecallIndexer
 from projections.migrations import apply_migrations
 from projections.projector import Projector, SourceRecord
 from projections.read_api import SessionReader
@@ -134,7 +152,16 @@ async def main() -> None:
     ap.add_argument("--batch", type=int, default=2000, help="records per project() call (the runner polls up to 2000)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--time-budget", type=float, default=240.0, help="stop projecting after this many seconds")
+    ap.add_argument(
+        "--stages",
+        choices=("both", "critical", "index"),
+        default="both",
+        help="which stages to measure in steps 1-2 (search needs the index, load the critical path)",
+    )
+    ap.add_argument("--time-budget", type=float, default=240.0, help="stop a stage after this many seconds")
+    ap.add_argument("--lag-seconds", type=float, default=30.0, help="sustained-rate phase length (0: skip it)")
+    ap.add_argument("--lag-rate", default="1000", help="events/s in the sustained-rate phase (a comma list: each)")
+    ap.add_argument("--lag-alone", action="store_true", help="each rate again with the projector alone")
     ap.add_argument("--keep", action="store_true", help="keep the keyspace (for --reuse); drop it yourself")
     ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
     ap.add_argument("--alter", action="append", default=[], metavar="CQL",
@@ -158,42 +185,66 @@ async def main() -> None:
             await measure_reads(session, ks, keys, call_ids, args.events, args.queries, cassandra_pid)
             return
         total_bytes = sum(len(r.value or b"") for r in records)
-        projector = Projector(
-            session,
-            ks,
-            events_topic="events",
-            summaries_topic="summaries",
-            consumer_group="b",
-            concurrency=args.concurrency,
-        )
-
-        async def sink(_: DeadLetter) -> None:
-            raise AssertionError("no dead letters expected")
-
-        meter = CpuMeter(cassandra_pid)
-        meter.start()
-        t = time.perf_counter()
-        done = 0
-        for i in range(0, len(records), args.batch):
-            await projector.project(records[i : i + args.batch], sink)
-            done = min(len(records), i + args.batch)
-            if time.perf_counter() - t > args.time_budget:
-                break
-        took = time.perf_counter() - t
+        print(f"{len(records)} events, {total_bytes / 1e6:.1f} MB JSON, {args.sessions} sessions; "
+              f"load avg before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+        projector = Projector(session, ks, events_topic="events", summaries_topic="summaries", consumer_group="b",
+                              concurrency=args.concurrency)  # fmt: skip
+        indexer = RecallIndexer(session, ks, events_topic="events", consumer_group="b-index",
+                                concurrency=args.concurrency)  # fmt: skip
+        done = len(records)
+        if args.stages in ("both", "critical"):
+            done = await run_stage("critical path", projector, records, args, cassandra_pid, total_bytes)
+        if args.stages in ("both", "index"):
+            done = await run_stage("indexer", indexer, records[:done], args, cassandra_pid, total_bytes)
+            print(f"indexer: {indexer.indexed_tokens / max(1, done):.1f} index tokens (SAI postings) per event")
         print(f"keyspace {ks}") if args.keep else None
-        print(f"projected {done} events ({total_bytes * done / len(records) / 1e6:.1f} MB JSON) in {took:.1f}s: "
-              f"{done / took:,.0f} events/s, {total_bytes * done / len(records) / took / 1e6:.1f} MB/s")  # fmt: skip
-        print(meter.report(done))
         if args.settle:
+            meter = CpuMeter(cassandra_pid)
+            meter.start()
             waited = await settle_compactions(session)
-            print(f"after the compaction backlog ({waited:.0f}s): {meter.report(done)}")
-
-        await write_summaries(projector, session, ks, keys)
-        await measure_reads(session, ks, keys, call_ids, done, args.queries, cassandra_pid)
+            print(f"compaction backlog ({waited:.0f}s): {meter.report(done)}")
+        if args.stages != "index":
+            await write_summaries(projector, session, ks, keys)
+        await measure_reads(session, ks, keys, call_ids, done, args.queries, cassandra_pid,
+                            search=args.stages != "critical", load=args.stages != "index")  # fmt: skip
     finally:
         if not (args.keep or args.reuse):
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
+    if args.lag_seconds > 0 and not args.reuse:
+        from benchmarks.index_lag import measure_lag
+
+        for rate in (float(r) for r in str(args.lag_rate).split(",")):
+            await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions)
+            if args.lag_alone:
+                await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
+                                  with_indexer=False)  # fmt: skip
+
+
+async def run_stage(
+    name: str, stage: Projector | RecallIndexer, records: list[SourceRecord], args: argparse.Namespace,
+    cassandra_pid: int | None, total_bytes: int,
+) -> int:  # fmt: skip
+    """Apply ``records`` through ``stage`` in batches of ``--batch``, print events/s and CPU; returns the count."""
+
+    async def sink(_: DeadLetter) -> None:
+        raise AssertionError("no dead letters expected")
+
+    meter = CpuMeter(cassandra_pid)
+    meter.start()
+    t = time.perf_counter()
+    done = 0
+    for i in range(0, len(records), args.batch):
+        await stage.project(records[i : i + args.batch], sink)
+        done = min(len(records), i + args.batch)
+        if time.perf_counter() - t > args.time_budget:
+            break
+    took = time.perf_counter() - t
+    mb = total_bytes * done / len(records) / 1e6
+    print(f"{name}: {done} events ({mb:.1f} MB JSON) in {took:.1f}s: {done / took:,.0f} events/s, "
+          f"{mb / took:.1f} MB/s")  # fmt: skip
+    print(f"  {meter.report(done)}")
+    return done
 
 
 async def settle_compactions(session: Any, quiet_s: float = 5.0, limit_s: float = 300.0) -> float:
@@ -234,11 +285,19 @@ async def write_summaries(projector: Projector, session: Any, ks: str, keys: lis
 
 async def measure_reads(
     session: Any, ks: str, keys: list[SessionKey], call_ids: list[str], done: int, n_queries: int,
-    cassandra_pid: int | None = None,
+    cassandra_pid: int | None = None, *, search: bool = True, load: bool = True,
 ) -> None:  # fmt: skip
     reader = SessionReader(session, ks)
     meter = CpuMeter(cassandra_pid)
     meter.start()
+    if search:
+        await measure_search(reader, keys, done, n_queries, meter)
+    if load:
+        await measure_load(reader, keys, call_ids, done, n_queries, cassandra_pid)
+
+
+async def measure_search(reader: SessionReader, keys: list[SessionKey], done: int, n_queries: int, meter: CpuMeter
+                         ) -> None:  # fmt: skip
     rng = random.Random(3)
     queries = ["kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the kafka "
                "consumer offset?", "postgres migration schema", "flight hotel booking"]  # fmt: skip
@@ -250,7 +309,18 @@ async def measure_reads(
         t = time.perf_counter()
         await reader.session_search(key, rng.choice(queries), scope, 5)
         search_ms[scope].append((time.perf_counter() - t) * 1000)
-    search_cpu = meter.report(n_queries, "search")
+    all_search = [v for vs in search_ms.values() for v in vs]
+    print(f"session_search: p50 {pct(all_search, 50):.1f} ms, p99 {pct(all_search, 99):.1f} ms "
+          f"({len(all_search)} queries)")  # fmt: skip
+    for scope, vs in search_ms.items():
+        print(f"  {scope:16s} p50 {pct(vs, 50):.1f} ms  p99 {pct(vs, 99):.1f} ms")
+    print(f"  {meter.report(n_queries, 'search')}")
+
+
+async def measure_load(reader: SessionReader, keys: list[SessionKey], call_ids: list[str], done: int, n_queries: int,
+                       cassandra_pid: int | None) -> None:  # fmt: skip
+    rng = random.Random(5)
+    meter = CpuMeter(cassandra_pid)
     meter.start()
     load_ms: list[float] = []
     loadable = call_ids[: max(1, done // 10)]
@@ -260,15 +330,9 @@ async def measure_reads(
         t = time.perf_counter()
         await reader.session_load(key, tool_call_id=call, before=1, after=1)
         load_ms.append((time.perf_counter() - t) * 1000)
-    all_search = [v for vs in search_ms.values() for v in vs]
-    print(f"session_search: p50 {pct(all_search, 50):.1f} ms, p99 {pct(all_search, 99):.1f} ms "
-          f"({len(all_search)} queries)")  # fmt: skip
-    for scope, vs in search_ms.items():
-        print(f"  {scope:16s} p50 {pct(vs, 50):.1f} ms  p99 {pct(vs, 99):.1f} ms")
     print(f"session_load:   p50 {pct(load_ms, 50):.1f} ms, p99 {pct(load_ms, 99):.1f} ms, "
           f"mean {statistics.mean(load_ms):.1f} ms ({len(load_ms)} loads)")  # fmt: skip
-    print(search_cpu)
-    print(meter.report(n_queries, "load"))
+    print(f"  {meter.report(n_queries, 'load')}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from cassandra.auth import PlainTextAuthProvider
@@ -69,3 +71,86 @@ def aexecute(session: Session, statement: Any, params: Any = None, **kwargs: Any
         lambda exc: loop.call_soon_threadsafe(_reject, fut, exc),
     )
     return fut
+
+
+class _Window:
+    """Runs ``work`` with at most ``concurrency`` statements in flight; resolves ``future`` when all are done.
+
+    Each completion (on the driver's I/O thread) sends the next statement,
+    so the pipe stays full without a round trip through the event loop; the
+    loop is woken once, at the end. (The driver's ``execute_concurrent_async``
+    blocks the calling thread until every statement is done, which froze the
+    event loop for the whole batch.)
+    """
+
+    _MAX_DEPTH = 32
+    """Completions that fire while a statement is being sent (a failing host) nest; past this, go via the loop."""
+
+    def __init__(
+        self, session: Session, work: list[tuple[Any, Any]], concurrency: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._session = session
+        self._work = work
+        self._concurrency = max(1, concurrency)
+        self._loop = loop
+        self.future: asyncio.Future[list[tuple[bool, Any]]] = loop.create_future()
+        self._results: list[tuple[bool, Any]] = [(False, None)] * len(work)
+        self._lock = threading.Lock()
+        self._next = 0
+        self._done = 0
+        self._depth = threading.local()
+
+    def start(self) -> None:
+        if not self._work:
+            self.future.set_result([])
+            return
+        for _ in range(min(self._concurrency, len(self._work))):
+            self._launch()
+
+    def _launch(self) -> None:
+        with self._lock:
+            if self._next >= len(self._work):
+                return
+            index = self._next
+            self._next += 1
+        statement, params = self._work[index]
+        depth = getattr(self._depth, "n", 0)
+        self._depth.n = depth + 1
+        try:
+            response: ResponseFuture = self._session.execute_async(statement, params)
+            response.add_callbacks(self._ok, self._failed, callback_args=(index,), errback_args=(index,))
+        except Exception as exc:  # the driver refused to send: a failure of this statement, not of the run
+            self._finish(index, False, exc)
+        finally:
+            self._depth.n = depth
+
+    def _ok(self, rows: Any, index: int) -> None:
+        self._finish(index, True, rows)
+
+    def _failed(self, exc: BaseException, index: int) -> None:
+        self._finish(index, False, exc)
+
+    def _finish(self, index: int, ok: bool, value: Any) -> None:
+        self._results[index] = (ok, value)
+        with self._lock:
+            self._done += 1
+            last = self._done == len(self._work)
+        if last:
+            self._loop.call_soon_threadsafe(_resolve, self.future, self._results)
+        elif getattr(self._depth, "n", 0) >= self._MAX_DEPTH:
+            self._loop.call_soon_threadsafe(self._launch)
+        else:
+            self._launch()
+
+
+def aexecute_many(
+    session: Session, work: Sequence[tuple[Any, Any]], concurrency: int
+) -> asyncio.Future[list[tuple[bool, Any]]]:
+    """Run ``(statement, params)`` pairs with at most ``concurrency`` in flight, without blocking the loop.
+
+    Resolves to ``(ok, rows or exception)`` per pair, in order; never raises
+    for a failed statement (the caller decides what a failure means).
+    """
+    window = _Window(session, list(work), concurrency, asyncio.get_running_loop())
+    window.start()
+    return window.future

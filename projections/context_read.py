@@ -23,7 +23,8 @@ checks it over thousands of generated sessions). It reads:
    call is not in the tail (``tool_calls`` → ``event_ids`` → the row);
 6. **turn anchors**: the covered user messages of every turn the events above
    belong to that does not surely start after the boundary (``session_turns``);
-7. the projector's heartbeat of the session's partition (``projection_lag``).
+7. the heartbeats of the session's partition: the projector's (``projection_lag``)
+   and the recall indexer's (``index_lag``), one small partition read.
 
 No step reads a whole partition unless the session has no summary (then every
 event is the prompt's). Extra covered events never change the assembled
@@ -49,6 +50,7 @@ from projections.cassandra_session import aexecute
 from projections.errors import AnchorNotFound
 from projections.filter_keys import FULL_SESSION, SEPARATOR, related
 from projections.rows import restore_event_json
+from projections.stage import INDEX_STAGE
 from schemas import SessionEvent, SessionKey, SessionSummary
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
 
@@ -178,7 +180,7 @@ class ContextReader:
         self._turn = self._prep(f"{turns} AND request_id = ?")
         self._source = self._prep(f"SELECT topic, partition FROM {ks}.session_sources WHERE {pk}")
         self._progress = self._prep(
-            f"SELECT consumer_group, next_offset, log_end_offset, updated_at, caught_up_at "
+            f"SELECT consumer_group, stage, next_offset, log_end_offset, updated_at, caught_up_at "
             f"FROM {ks}.projector_progress WHERE topic = ? AND partition = ?"
         )
 
@@ -205,29 +207,36 @@ class ContextReader:
                 await run.late_calls()
                 await run.invocation(current)
                 await run.anchors(cut, applied)
-            lag = await lag_task
+            lag, index_lag = await lag_task
         finally:
             if not lag_task.done():
                 lag_task.cancel()
         return ContextRead(
             app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
             summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()),
-            current_event_id=current.event_id if current else None,
-            projection_lag=lag, stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated),
+            current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
+            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated),
         )  # fmt: skip
 
-    async def _lag(self, key: SessionKey, run: _Run) -> ProjectionLag:
+    async def _lag(self, key: SessionKey, run: _Run) -> tuple[ProjectionLag, ProjectionLag]:
         source = next(iter(await run.q(self._source, tuple(key))), None)
         if source is None:
-            return ProjectionLag()
+            return ProjectionLag(), ProjectionLag()
         rows = list(await run.q(self._progress, (source.topic, source.partition)))
-        if not rows:
-            return ProjectionLag(topic=source.topic, partition=source.partition)
-        return projection_lag(source.topic, source.partition, rows, datetime.now(UTC), self.heartbeat_stale_s)
+        now = datetime.now(UTC)
+        index_rows = [r for r in rows if r.stage == INDEX_STAGE]
+        projector_rows = [r for r in rows if r.stage != INDEX_STAGE]
+        return (
+            projection_lag(source.topic, source.partition, projector_rows, now, self.heartbeat_stale_s),
+            projection_lag(source.topic, source.partition, index_rows, now, self.heartbeat_stale_s),
+        )
 
 
 def projection_lag(topic: str, partition: int, rows: Sequence[Any], now: datetime, stale_s: float) -> ProjectionLag:
-    """The lag of the furthest-behind consumer group among heartbeat ``rows`` (pure; see ``ProjectionLag``)."""
+    """The lag of the furthest-behind consumer group among heartbeat ``rows`` (pure; see ``ProjectionLag``).
+
+    No rows: unknown (``known=False``), for the topic and partition.
+    """
     worst: ProjectionLag | None = None
     for r in rows:
         updated = _utc(r.updated_at) if r.updated_at else EPOCH
@@ -241,8 +250,7 @@ def projection_lag(topic: str, partition: int, rows: Sequence[Any], now: datetim
                             heartbeat_age_s=round(age, 3), known=True)  # fmt: skip
         if worst is None or (lag.seconds_behind, lag.events_behind) > (worst.seconds_behind, worst.events_behind):
             worst = lag
-    assert worst is not None
-    return worst
+    return worst if worst is not None else ProjectionLag(topic=topic, partition=partition)
 
 
 def _utc(dt: datetime) -> datetime:

@@ -1,4 +1,4 @@
-"""The Kafka adapter of the projector: consume, project, seek to stored offsets on assignment.
+"""The Kafka adapter of a stage (the projector, the recall indexer): consume, apply, seek to stored offsets.
 
 Kafka's own committed offsets are never used: the truth is
 ``projector_offsets`` in Cassandra, written after the rows (see
@@ -12,9 +12,12 @@ once Cassandra answers again the projector resumes within that, not after a
 delay that grew during the outage), the consumer keeps polling so the group
 does not evict it, and each attempt logs one clear line. Nothing is skipped.
 
-After each batch, and every ``heartbeat_s`` while idle, the runner writes a
+After a batch (at most every ``min_heartbeat_s``: at a low rate a batch is a
+few records, and a heartbeat per batch cost more than the batch), and every
+``heartbeat_s`` while idle, the runner writes a
 heartbeat per partition (``Projector.save_progress``: its next offset and the
-log end offset it saw), which the read side reports as ``projection_lag``.
+log end offset it saw), which the read side reports as ``projection_lag`` (the
+projector) and ``index_lag`` (the indexer).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from projections.errors import StoreUnavailable
-from projections.projector import BatchOutcome, PartitionProgress, Projector, SourceRecord, replay_topic_prefix
+from projections.projector import replay_topic_prefix
+from projections.stage import BatchOutcome, PartitionProgress, SourceRecord, Stage
 from schemas import DeadLetter
 
 log = logging.getLogger("distill.projector")
@@ -55,7 +59,7 @@ class _SeekToStored(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class ProjectorRunner:
-    """Runs a ``Projector`` against Kafka until ``stop()``.
+    """Runs a stage (``Projector``, ``RecallIndexer``) against Kafka until ``stop()``.
 
     ``consumer_kwargs``/``producer_kwargs`` come from the composition root
     (``streams.kafka_config``), so this adapter imports no ``streams`` code.
@@ -63,7 +67,7 @@ class ProjectorRunner:
 
     def __init__(
         self,
-        projector: Projector,
+        projector: Stage,
         *,
         dead_letter_topic: str,
         consumer_kwargs: dict[str, Any],
@@ -73,12 +77,15 @@ class ProjectorRunner:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         heartbeat_s: float = 1.0,
+        min_heartbeat_s: float = 0.25,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         follow_epochs: bool = False,
     ) -> None:
         """``follow_epochs``: also consume the replays' outputs (``<summaries>.replay-*``, found as
         they are created), so the versions of epochs not served yet are listed too."""
         self.projector = projector
+        self._log = logging.getLogger("distill.indexer" if getattr(projector, "STAGE", "") == "index"
+                                      else "distill.projector")  # fmt: skip
         self.dead_letter_topic = dead_letter_topic
         self._consumer_kwargs = consumer_kwargs
         self._producer_kwargs = producer_kwargs
@@ -87,6 +94,7 @@ class ProjectorRunner:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.heartbeat_s = heartbeat_s
+        self.min_heartbeat_s = min_heartbeat_s
         self._last_heartbeat = 0.0
         self.on_batch = on_batch
         self.follow_epochs = follow_epochs
@@ -108,7 +116,7 @@ class ProjectorRunner:
                 stored = await self.projector.load_offsets()
                 break
             except StoreUnavailable as exc:
-                log.warning("cannot read stored offsets (%s); retrying in %.1fs", exc, delay)
+                self._log.warning("cannot read stored offsets (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = next_backoff(delay, self.backoff_max_s)
         for tp in assigned:
@@ -118,7 +126,7 @@ class ProjectorRunner:
             else:
                 self._consumer.seek(tp, offset)
         self.assigned |= set(assigned)
-        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{stored.get((tp.topic, tp.partition), 0)}"
+        self._log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{stored.get((tp.topic, tp.partition), 0)}"
                                           for tp in sorted(assigned)))  # fmt: skip
 
     async def run(self) -> None:
@@ -135,13 +143,13 @@ class ProjectorRunner:
             isolation_level="read_committed",
         )
         self._producer = AIOKafkaProducer(**self._producer_kwargs)
-        if self.follow_epochs:
-            names = (re.escape(p.events_topic), re.escape(p.summaries_topic),
-                     re.escape(replay_topic_prefix(p.summaries_topic)) + ".+")  # fmt: skip
+        summaries_topic = getattr(p, "summaries_topic", None)
+        if self.follow_epochs and summaries_topic is not None:  # the projector: the replays' outputs too
+            names = [*(re.escape(t) for t in p.topics), re.escape(replay_topic_prefix(summaries_topic)) + ".+"]
             pattern = "^(?:" + "|".join(names) + ")$"
             self._consumer.subscribe(pattern=pattern, listener=_SeekToStored(self))
         else:
-            self._consumer.subscribe([p.events_topic, p.summaries_topic], listener=_SeekToStored(self))
+            self._consumer.subscribe(list(p.topics), listener=_SeekToStored(self))
         await self._producer.start()
         await self._consumer.start()
         try:
@@ -153,7 +161,8 @@ class ProjectorRunner:
                 ]  # fmt: skip
                 if records:
                     outcome = await self._project_with_retry(records)
-                    await self._heartbeat(outcome.offsets)
+                    if time.monotonic() - self._last_heartbeat >= self.min_heartbeat_s:
+                        await self._heartbeat(None)
                     if self.on_batch is not None:
                         self.on_batch(outcome)
                 elif time.monotonic() - self._last_heartbeat >= self.heartbeat_s:
@@ -176,7 +185,7 @@ class ProjectorRunner:
                     if not paused:
                         self._consumer.pause(*self._consumer.assignment())
                         paused = True
-                    log.error(
+                    self._log.error(
                         "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
                         len(records), delay, exc,
                     )  # fmt: skip
@@ -185,7 +194,7 @@ class ProjectorRunner:
         finally:
             if paused:
                 self._consumer.resume(*self._consumer.assignment())
-                log.info("cassandra reachable again, consumer resumed")
+                self._log.info("cassandra reachable again, consumer resumed")
 
     async def _wait(self, delay: float) -> None:
         # Keep polling (paused partitions return nothing) so the group keeps us as a live member.
@@ -217,7 +226,7 @@ class ProjectorRunner:
             if progress:
                 await self.projector.save_progress(progress)
         except Exception as exc:  # a heartbeat is advisory: the next one retries, projection goes on
-            log.warning("projector heartbeat not written: %s", exc)
+            self._log.warning("projector heartbeat not written: %s", exc)
 
     def _still_assigned(self, tp: tuple[str, int]) -> bool:
         return TopicPartition(*tp) in self.assigned
@@ -226,7 +235,7 @@ class ProjectorRunner:
         assert self._producer is not None
         key = f"{letter.source_topic}/{letter.source_partition}/{letter.source_offset}".encode()
         await self._producer.send_and_wait(self.dead_letter_topic, letter.model_dump_json().encode(), key=key)
-        log.warning(
+        self._log.warning(
             "dead letter: %s[%d]@%d %s: %s",
             letter.source_topic, letter.source_partition, letter.source_offset, letter.error_class, letter.reason,
         )  # fmt: skip

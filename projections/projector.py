@@ -1,4 +1,11 @@
-"""The projector: Kafka records in, Cassandra rows out, offsets stored after the rows.
+"""The projector: Kafka records in, the rows the next prompt needs out, offsets stored after the rows.
+
+This is the critical path: events, event ids, turns, tool calls and results,
+session sources, summaries and the hidden-history windows (``summaries_history``),
+deletions. The recall index of ``session_search`` is *not* written here: the
+indexer (``projections.indexer``) builds it from the same events topic under
+its own consumer group, so tokenizing and the SAI token index (the dominant
+cost per event) never hold up what a prompt reads.
 
 Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
 
@@ -11,10 +18,19 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   (idempotence); a crash after it skips the batch, which was fully written.
   A logged multi-partition batch would give the same outcome at a higher
   price (batchlog, batch-size limits that 50 KB tool results would break),
-  so the rows go out as concurrent *unlogged single-partition* batches
-  instead (one mutation per session or tenant partition, see ``_write_events``).
+  so the rows go out as concurrent *unlogged* batches instead, each of up to
+  ten session partitions that share their replicas (``stage.cut_batches``):
+  the coordinator is a replica of all of them and applies one mutation per
+  partition, and the driver, whose cost is mostly per message, sends a
+  batch of up to ``batch_statements`` (128) rows in one.
 * **Order where it matters.** ``delete_session`` is a barrier: the writes
   before it complete, then the session is deleted, then later writes run.
+  The deletion marker records where the command sits in the events topic
+  (partition, offset), which is the indexer's barrier: it never indexes an
+  event of a session that a later deletion already removed. The projector
+  also removes the session's recall rows at once (stamped with the command's
+  time, so rows a faster indexer wrote for events *after* the deletion stay),
+  so search forgets the session as soon as the prompt does.
   Summaries never go backwards: ``summaries_latest`` is only written with
   ``IF NOT EXISTS`` / ``IF version < ?`` (see ``_write_latest``).
 * **Epochs** (``schemas.epochs``). Every summary gets its history row (epoch 0
@@ -29,22 +45,18 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
 from __future__ import annotations
 
 import asyncio
-import base64
-import concurrent.futures
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cassandra import DriverException, InvalidRequest, RequestExecutionException
-from cassandra.cluster import NoHostAvailable, Session
+from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from pydantic import ValidationError
 
 from projections import statements as q
-from projections.cassandra_session import aexecute
-from projections.embedding import MAX_EMBED_CHARS, Embedder
+from projections.binding import RowBinder
 from projections.errors import StoreUnavailable
 from projections.rows import (
     TokenCounter,
@@ -54,57 +66,37 @@ from projections.rows import (
     summary_history_target,
     summary_latest_values,
 )
-from schemas import DeadLetter, DeleteSession, EpochAdopted, SessionEvent, SessionSummary, parse_event_record
-from schemas.records import RecordDecodeError, json_object
+from projections.stage import (
+    PROJECT_STAGE,
+    Batch,
+    BatchOutcome,
+    CassandraStage,
+    DeadLetterSink,
+    PartitionProgress,
+    Row,
+    SourceRecord,
+    dead_letter,
+    refuse_unstorable,
+)
+from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionSummary
+from schemas.records import RecordDecodeError, json_object, parse_event_data
 
 log = logging.getLogger("distill.projector")
 
-STAGE = "project"
-_TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
+STAGE = PROJECT_STAGE
 
-
-@dataclass(frozen=True)
-class SourceRecord:
-    """One consumed Kafka record, as the adapter hands it over."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int = 0
-
-
-@dataclass(frozen=True)
-class PartitionProgress:
-    """Where the projector stands on one partition: the next offset to project and the log end it saw."""
-
-    topic: str
-    partition: int
-    next_offset: int
-    log_end_offset: int
-
-
-@dataclass
-class BatchOutcome:
-    """What one ``project`` call did (for logs, metrics and tests)."""
-
-    events: int = 0
-    summaries: int = 0
-    stale_summaries: int = 0
-    epoch_summaries: int = 0
-    """Summaries of a replay's output (history rows only)."""
-    adoptions: int = 0
-    deletes: int = 0
-    ignored: int = 0
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+__all__ = [
+    "STAGE", "BatchOutcome", "DeadLetterSink", "PartitionProgress", "Projector", "SourceRecord", "dead_letter",
+    "parse_summary_record", "replay_topic_prefix",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class _Event:
     record: SourceRecord
     event: SessionEvent
+    data: dict[str, Any]
+    """The decoded record ``event`` was validated from (its stored JSON is made from it)."""
 
 
 @dataclass(frozen=True)
@@ -125,42 +117,6 @@ class _Summary:
 class _Adopt:
     record: SourceRecord
     adoption: EpochAdopted
-
-
-@dataclass
-class _Batch:
-    """Statements of one partition written together: ``(statement, params, index of the event)``."""
-
-    entries: list[tuple[PreparedStatement, Any, int]] = field(default_factory=list)
-
-    def statement(self) -> Any:
-        if len(self.entries) == 1:
-            return self.entries[0][0]
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for stmt, params, _ in self.entries:
-            batch.add(stmt, params)
-        return batch
-
-    def params(self) -> Any:
-        return self.entries[0][1] if len(self.entries) == 1 else None
-
-
-DeadLetterSink = Callable[[DeadLetter], Awaitable[None]]
-
-
-def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = None) -> DeadLetter:
-    """A ``DeadLetter`` for ``record`` rejected with ``exc``."""
-    return DeadLetter(
-        source_topic=record.topic,
-        source_partition=record.partition,
-        source_offset=record.offset,
-        key_b64=base64.b64encode(record.key).decode() if record.key is not None else None,
-        value_b64=base64.b64encode(record.value or b"").decode(),
-        error_class=type(exc).__name__,
-        reason=(reason or str(exc))[:2000],
-        stage=STAGE,
-        failed_at=datetime.now(UTC),
-    )
 
 
 def parse_summary_record(raw: bytes | None) -> SessionSummary | EpochAdopted | None:
@@ -184,13 +140,15 @@ def replay_topic_prefix(summaries_topic: str) -> str:
     return f"{summaries_topic}.replay-"
 
 
-class Projector:
-    """Applies batches of consumed records to Cassandra. One instance per process; not thread-safe.
+class Projector(CassandraStage):
+    """Applies batches of consumed records to the critical-path tables. One instance per process; not thread-safe.
 
     ``count_tokens`` is injected by the composition root (projections may not
-    import the token counter of ``streams``); ``embedder``, when given, adds a
-    vector per recall document for semantic search.
+    import the token counter of ``streams``). The recall index is the
+    indexer's (``projections.indexer.RecallIndexer``).
     """
+
+    STAGE = STAGE
 
     def __init__(
         self,
@@ -201,91 +159,42 @@ class Projector:
         summaries_topic: str,
         consumer_group: str,
         count_tokens: TokenCounter | None = None,
-        embedder: Embedder | None = None,
         concurrency: int = 32,
-        batch_statements: int = 64,
+        batch_statements: int = 128,
         batch_bytes: int = 512 * 1024,
-        pipeline_events: int = 500,
+        pipeline_events: int = 2000,
     ) -> None:
-        self._session = session
-        self._ks = keyspace
+        super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
+                         batch_statements=batch_statements, batch_bytes=batch_bytes,
+                         pipeline_events=pipeline_events)  # fmt: skip
         self.events_topic = events_topic
         self.summaries_topic = summaries_topic
-        self.consumer_group = consumer_group
         self._count = count_tokens or estimate_tokens
-        self._embedder = embedder
-        self._concurrency = concurrency
-        self.batch_statements = batch_statements
-        self.batch_bytes = batch_bytes
-        self.pipeline_events = pipeline_events
         self._p = self._prepare()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.events_topic, self.summaries_topic)
 
     def _prepare(self) -> dict[str, PreparedStatement]:
         names = {
             "event": q.INSERT_EVENT, "event_id": q.INSERT_EVENT_ID, "tool_call": q.UPSERT_TOOL_CALL,
-            "tool_result": q.UPSERT_TOOL_RESULT, "recall": q.INSERT_RECALL, "recall_chunk": q.INSERT_RECALL_CHUNK,
-            "history": q.INSERT_SUMMARY_HISTORY,
+            "tool_result": q.UPSERT_TOOL_RESULT, "history": q.INSERT_SUMMARY_HISTORY,
             "latest_insert": q.INSERT_SUMMARY_LATEST, "latest_update": q.UPDATE_SUMMARY_LATEST,
             "epoch_history": q.INSERT_SUMMARY_EPOCH_HISTORY, "served": q.SELECT_SERVED,
             "serve_epoch": q.SERVE_EPOCH, "latest_put": q.PUT_SUMMARY_LATEST,
             "latest_delete": q.DELETE_SUMMARY_LATEST, "adoption": q.INSERT_ADOPTION,
-            "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED,
-            "save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS, "turn": q.INSERT_TURN,
-            "session_source": q.UPSERT_SESSION_SOURCE, "progress": q.SAVE_PROGRESS,
-            "progress_caught_up": q.SAVE_PROGRESS_CAUGHT_UP,
+            "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED, "turn": q.INSERT_TURN,
+            "session_source": q.UPSERT_SESSION_SOURCE,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
+        self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
+                                                               "session_source")}  # fmt: skip
         for table in q.SESSION_TABLES:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
-        out["delete_recall"] = self._session.prepare(
-            f"DELETE FROM {self._ks}.recall_docs WHERE app_name = ? AND user_id = ? AND session_id = ?"
-        )
-        out["delete_recall_chunks"] = self._session.prepare(
-            f"DELETE FROM {self._ks}.recall_chunks WHERE app_name = ? AND user_id = ? AND session_id = ?"
-        )
-        if self._embedder is not None:
-            dims = self._embedder.dimensions
-            for ddl in q.vector_ddl(self._ks, dims):
-                self._session.execute(ddl, timeout=60)
-            out["vector"] = self._session.prepare(q.insert_vector(self._ks, dims))
-            out["delete_vectors"] = self._session.prepare(
-                f"DELETE FROM {self._ks}.{q.vector_table(dims)} WHERE app_name = ? AND user_id = ? AND session_id = ?"
-            )
+        for table in q.RECALL_TABLES:
+            out[f"delete_{table}"] = self._session.prepare(q.DELETE_RECALL_AT.format(ks=self._ks, table=table))
         return out
-
-    # -- offsets ---------------------------------------------------------------------------------------------
-
-    async def load_offsets(self) -> dict[tuple[str, int], int]:
-        """The stored ``next_offset`` of every ``(topic, partition)`` of this consumer group."""
-        rows = await self._run(self._p["load_offsets"], (self.consumer_group,))
-        return {(r.topic, r.partition): r.next_offset for r in rows}
-
-    async def _save_offsets(self, offsets: dict[tuple[str, int], int]) -> None:
-        # One partition (the consumer group): a logged batch here is cheap and atomic.
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for (topic, partition), offset in sorted(offsets.items()):
-            batch.add(self._p["save_offset"], (self.consumer_group, topic, partition, offset))
-        await self._run(batch, None)
-
-    async def save_progress(self, progress: Iterable[PartitionProgress], now: datetime | None = None) -> None:
-        """Write the heartbeat row of each partition (``projector_progress``), read as ``projection_lag``.
-
-        ``caught_up_at`` is set only when the partition has nothing left to
-        project, so "seconds since caught up" is what a reader can act on.
-        """
-        at = now or datetime.now(UTC)
-        work: list[tuple[Any, Any]] = []
-        for pp in progress:
-            end = max(pp.log_end_offset, pp.next_offset)
-            if pp.next_offset >= end:
-                work.append((self._p["progress_caught_up"], (pp.next_offset, end, at, at, pp.topic, pp.partition,
-                                                             self.consumer_group)))  # fmt: skip
-            else:
-                work.append((self._p["progress"], (pp.next_offset, end, at, pp.topic, pp.partition,
-                                                   self.consumer_group)))  # fmt: skip
-        failed = await self._run_concurrent(work)
-        if failed:
-            raise StoreUnavailable(f"cassandra progress write failed: {failed[0][1]}")
 
     # -- the batch -------------------------------------------------------------------------------------------
 
@@ -311,7 +220,7 @@ class Projector:
             try:
                 item = self._parse(record)
             except (RecordDecodeError, ValidationError) as exc:
-                outcome.dead_letters.append(dead_letter(record, exc))
+                outcome.dead_letters.append(dead_letter(record, exc, stage=STAGE))
                 continue
             if item is None:
                 outcome.ignored += 1
@@ -337,6 +246,7 @@ class Projector:
     def _parse(self, record: SourceRecord) -> _Event | _Delete | _Summary | _Adopt | None:
         live = record.topic == self.summaries_topic
         if live or record.topic.startswith(replay_topic_prefix(self.summaries_topic)):
+            refuse_unstorable(record.value or b"")
             parsed_summary = parse_summary_record(record.value)
             if isinstance(parsed_summary, SessionSummary):
                 return _Summary(record, parsed_summary, live)
@@ -345,9 +255,11 @@ class Projector:
             return None
         if record.value is None:
             raise RecordDecodeError("empty record value")
-        parsed = parse_event_record(record.value)
+        data = json_object(record.value)
+        refuse_unstorable(record.value, data)
+        parsed = parse_event_data(data)
         if isinstance(parsed, SessionEvent):
-            return _Event(record, parsed)
+            return _Event(record, parsed, data)
         if isinstance(parsed, DeleteSession):
             return _Delete(record, parsed)
         return None  # summarize commands are the worker's business
@@ -361,123 +273,50 @@ class Projector:
             await self._write_summaries(summaries, outcome)
 
     async def _write_events(self, items: list[_Event], outcome: BatchOutcome) -> None:
-        """Write the rows of ``items`` as unlogged single-partition batches, run concurrently.
+        """Write the rows of ``items`` as unlogged batches, run concurrently.
 
         The session tables share the partition key ``(app_name, user_id,
         session_id)``, so the rows of one session's events (event, event id,
-        tool calls) go out as one batch = one mutation on one replica: no
-        batchlog, one round trip instead of three or four per event. The
-        recall documents (partition ``(app_name, user_id)``) are batched per
-        tenant the same way. Batches are capped (statements and bytes) so a
-        run of 50 KB tool results stays a modest mutation. A batch Cassandra
-        rejects (``InvalidRequest``) is replayed statement by statement to
-        dead-letter exactly the events at fault.
-
-        The events are handled in chunks of ``pipeline_events``: the rows of
-        the next chunk are built while the previous chunk's writes are in
-        flight (at most two chunks), so the CPU work here overlaps Cassandra's.
-        Every write is an idempotent upsert, so their relative order is free.
+        turn, tool calls) are one mutation on its replicas; sessions sharing
+        their replicas share a batch (``CassandraStage._cut``): no batchlog,
+        one round trip for up to 128 rows. Batches are capped (statements,
+        bytes, partitions) so a run of 50 KB tool results stays a modest
+        mutation. A batch Cassandra rejects (``InvalidRequest``) is replayed
+        statement by statement to dead-letter exactly the events at fault
+        (``_write_pipelined``).
         """
-        step = max(1, self.pipeline_events)
-        in_flight: list[tuple[list[_Batch], asyncio.Future[Any]]] = []
-        failures: list[tuple[_Batch, BaseException]] = []
-        vectors: list[tuple[tuple[object, ...], str]] = []
-
-        async def settle(batches: list[_Batch], future: asyncio.Future[Any]) -> None:
-            try:
-                results = await future
-            except _TRANSIENT as exc:
-                raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
-            failures.extend((batches[i], r.result_or_exc) for i, r in enumerate(results) if not r.success)
-
-        try:
-            for start in range(0, len(items), step):
-                batches = self._batches(items, start, min(len(items), start + step), vectors)
-                work = [(b.statement(), b.params()) for b in batches]
-                future = asyncio.wrap_future(self._submit_concurrent(work))
-                in_flight.append((batches, future))
-                if len(in_flight) >= 2:
-                    await settle(*in_flight.pop(0))
-            while in_flight:
-                await settle(*in_flight.pop(0))
-        finally:
-            for _, future in in_flight:  # an error above: let the remaining writes finish quietly
-                future.add_done_callback(lambda f: f.exception())
-        rejected: dict[int, BaseException] = {}
-        for batch, exc in failures:
-            if not isinstance(exc, InvalidRequest):
-                raise StoreUnavailable(f"cassandra write failed: {type(exc).__name__}: {exc}") from exc
-            singles = await self._run_concurrent((stmt, params) for stmt, params, _ in batch.entries)
-            for position, single_exc in singles:
-                if not isinstance(single_exc, InvalidRequest):
-                    raise StoreUnavailable(
-                        f"cassandra write failed: {type(single_exc).__name__}: {single_exc}"
-                    ) from single_exc
-                rejected.setdefault(batch.entries[position][2], single_exc)
+        rejected = await self._write_pipelined(len(items), lambda a, b: self._batches(items, a, b))
         for index, exc in sorted(rejected.items()):
-            outcome.dead_letters.append(dead_letter(items[index].record, exc, f"cassandra rejected the event: {exc}"))
+            outcome.dead_letters.append(
+                dead_letter(items[index].record, exc, f"cassandra rejected the event: {exc}", stage=STAGE)
+            )
         outcome.events += len(items) - len(rejected)
-        if vectors and self._embedder is not None:
-            await self._write_vectors(vectors)
 
-    def _batches(
-        self, items: list[_Event], start: int, stop: int, vectors: list[tuple[tuple[object, ...], str]]
-    ) -> list[_Batch]:
-        """The rows of ``items[start:stop]`` grouped by partition and cut into size-capped batches."""
-        groups: dict[tuple[str, ...], list[tuple[Any, Any, int, int]]] = {}
-        p = self._p
+    def _batches(self, items: list[_Event], start: int, stop: int) -> list[Batch]:
+        """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""
+        groups: dict[tuple[str, str, str], list[Row]] = {}
+        p = self._bind
+        stmt_event, stmt_event_id, stmt_turn = p["event"], p["event_id"], p["turn"]
+        stmt_call, stmt_result, stmt_source = p["tool_call"], p["tool_result"], p["session_source"]
         for index in range(start, stop):
             item = items[index]
             ev = item.event
-            rows = event_rows(ev, item.record.offset, self._count)
+            rows = event_rows(ev, item.record.offset, self._count, item.data)
             pk = (ev.app_name, ev.user_id, ev.session_id)
-            session_group = groups.get(pk)
-            if session_group is None:
-                session_group = groups[pk] = []
-                source = (*pk, item.record.topic, item.record.partition)
-                session_group.append((p["session_source"], source, index, 64))
-            session_group.append((p["event"], rows.event, index, rows.size))
+            group = groups.get(pk)
+            if group is None:
+                group = groups[pk] = []
+                group.append((stmt_source, (*pk, item.record.topic, item.record.partition), index, 64))
+            group.append((stmt_event, rows.event, index, rows.size))
             if rows.turn is not None:
-                session_group.append((p["turn"], rows.turn, index, 96))
-            session_group.append((p["event_id"], rows.event_id, index, 64))
+                group.append((stmt_turn, rows.turn, index, 96))
+            group.append((stmt_event_id, rows.event_id, index, 64))
             for r in rows.tool_calls:
-                session_group.append((p["tool_call"], (r[4], r[5], r[6], r[0], r[1], r[2], r[3]), index, 64))
+                group.append((stmt_call, (r[4], r[5], r[6], r[0], r[1], r[2], r[3]), index, 64))
             if rows.tool_result is not None:
                 r = rows.tool_result
-                session_group.append((p["tool_result"], (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
-            if rows.recall is not None:
-                tenant_group = groups.setdefault((ev.app_name, ev.user_id), [])
-                tenant_group.append((p["recall"], rows.recall, index, rows.recall_size))
-                for chunk in rows.chunks:
-                    tenant_group.append((p["recall_chunk"], chunk, index, len(str(chunk[9])) + 256))
-                if rows.recall_text is not None:
-                    vectors.append((rows.recall[:5], rows.recall_text))
-        batches: list[_Batch] = []
-        for statements in groups.values():
-            current = _Batch()
-            size = 0
-            for stmt, params, index, row_bytes in statements:
-                if current.entries and (
-                    len(current.entries) >= self.batch_statements or size + row_bytes > self.batch_bytes
-                ):
-                    batches.append(current)
-                    current, size = _Batch(), 0
-                current.entries.append((stmt, params, index))
-                size += row_bytes
-            batches.append(current)
-        return batches
-
-    async def _write_vectors(self, docs: list[tuple[tuple[object, ...], str]]) -> None:
-        assert self._embedder is not None
-        try:
-            embeddings = await self._embedder.embed([text[:MAX_EMBED_CHARS] for _, text in docs])
-        except Exception as exc:  # an embedder outage must not stall projection: lexical search still works
-            log.warning("embedder failed, %d documents stored without vectors: %s", len(docs), exc)
-            return
-        work = [(self._p["vector"], (*key, vec)) for (key, _), vec in zip(docs, embeddings, strict=True)]
-        failed = await self._run_concurrent(work)
-        if failed:
-            raise StoreUnavailable(f"cassandra vector write failed: {failed[0][1]}")
+                group.append((stmt_result, (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
+        return self._cut(groups)
 
     async def _write_summaries(self, summaries: list[_Summary], outcome: BatchOutcome) -> None:
         by_key: dict[tuple[str, str, str, str], list[_Summary]] = {}
@@ -606,56 +445,22 @@ class Projector:
         raise StoreUnavailable(f"summaries_latest for {key} kept changing under the projector")
 
     async def _delete(self, item: _Delete) -> None:
+        """The marker first (the indexer's barrier, and what stops a late summary), then the rows.
+
+        The recall rows are removed with a tombstone stamped at the command's
+        time (``USING TIMESTAMP``): rows written before it was published go,
+        rows a faster indexer already wrote for events *after* it (the session
+        started again) stay. What a lagging indexer would write for events
+        before it, the marker stops (``projections.indexer``).
+        """
         c = item.command
         pk = (c.app_name, c.user_id, c.session_id)
-        deleted_at = (
-            datetime.fromtimestamp(item.record.timestamp_ms / 1000, UTC)
-            if item.record.timestamp_ms
-            else (datetime.now(UTC))
-        )
-        await self._run(self._p["insert_deleted"], (*pk, deleted_at))
+        now = datetime.now(UTC)
+        deleted_at = datetime.fromtimestamp(item.record.timestamp_ms / 1000, UTC) if item.record.timestamp_ms else now
+        stamp_us = int(deleted_at.timestamp() * 1_000_000)
+        await self._run(self._p["insert_deleted"], (*pk, deleted_at, item.record.partition, item.record.offset))
         work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]
-        work.append((self._p["delete_recall"], pk))
-        work.append((self._p["delete_recall_chunks"], pk))
-        if "delete_vectors" in self._p:
-            work.append((self._p["delete_vectors"], pk))
+        work.extend((self._p[f"delete_{t}"], (stamp_us, *pk)) for t in q.RECALL_TABLES)
         failed = await self._run_concurrent(work)
         if failed:
             raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
-
-    # -- driver bridge ---------------------------------------------------------------------------------------
-
-    async def _run(self, statement: Any, params: Any) -> Any:
-        try:
-            return await aexecute(self._session, statement, params)
-        except _TRANSIENT as exc:
-            raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
-        except DriverException as exc:
-            raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
-
-    def _submit_concurrent(self, work: list[tuple[Any, Any]]) -> concurrent.futures.Future[Any]:
-        """``execute_concurrent_async``, with its failure to start turned into ``StoreUnavailable``.
-
-        With every host down the driver fails the first statements while
-        submitting, then fails itself sorting their errors and raises
-        ``InvalidStateError`` from the submission: that is an outage, to be
-        retried like ``NoHostAvailable``, not a crash of the projector.
-        """
-        try:
-            future: concurrent.futures.Future[Any] = self._session.execute_concurrent_async(
-                work, concurrency=self._concurrency, raise_on_first_error=False
-            )
-        except concurrent.futures.InvalidStateError as exc:
-            raise StoreUnavailable(f"cassandra unavailable: the driver could not submit the writes: {exc}") from exc
-        return future
-
-    async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
-        """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``."""
-        items = list(work)
-        if not items:
-            return []
-        try:
-            results = await asyncio.wrap_future(self._submit_concurrent(items))
-        except _TRANSIENT as exc:
-            raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
-        return [(i, r.result_or_exc) for i, r in enumerate(results) if not r.success]

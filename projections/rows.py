@@ -7,11 +7,15 @@ is what makes re-delivery harmless.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from projections.lexical import MAX_DOC_TOKENS, chunk_index, doc_tokens
+import orjson
+
+from projections.lexical import LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, MAX_DOC_TOKENS, chunk_index, doc_tokens
 from schemas import Message, SessionEvent, SessionSummary
 
 TokenCounter = Callable[[Message], int]
@@ -50,6 +54,25 @@ def stored_event_json(event: SessionEvent) -> str:
     return event.model_copy(update={"message": message}).model_dump_json()
 
 
+def stored_record_json(record: dict[str, Any], event: SessionEvent) -> str:
+    """What ``stored_event_json(event)`` stores, made from the record ``event`` was validated from.
+
+    The projector has the decoded record at hand: dumping it (with the
+    message content left out the same way) costs a fraction of copying and
+    dumping the model, and reads back as the same event, because
+    ``restore_event_json`` validates it exactly as the record was validated
+    (a list-of-parts content is left out like a string: the ``text`` column
+    holds its flattened text). ``record`` is not modified.
+    """
+    message = record.get("message")
+    if event.message.content and isinstance(message, dict):
+        record = {**record, "message": {**message, "content": None}}
+    try:
+        return orjson.dumps(record).decode()
+    except orjson.JSONEncodeError:  # integers beyond 64 bits: the json module writes them exactly
+        return json.dumps(record, ensure_ascii=False)
+
+
 def restore_event_json(event_json: str, text: str) -> SessionEvent:
     """The event stored by ``stored_event_json`` (its content taken from the ``text`` column)."""
     event = SessionEvent.model_validate_json(event_json)
@@ -57,6 +80,21 @@ def restore_event_json(event_json: str, text: str) -> SessionEvent:
         message = event.message.model_copy(update={"content": text})
         event = event.model_copy(update={"message": message})
     return event
+
+
+POSTING_BYTES = 24
+"""What one token of a row's ``tokens`` set weighs in a mutation (the cell and its path), for batch sizing."""
+
+
+def row_bytes(text: str, tokens: set[str] | None = None) -> int:
+    """About the bytes a row with ``text`` (and ``tokens``) adds to a batch: UTF-8, not characters.
+
+    A CJK chunk is three bytes a character and a token per character: sized
+    by characters, a batch of them held several times the bytes and the SAI
+    postings it was meant to, and timed out under load.
+    """
+    size = len(text) if text.isascii() else 3 * len(text)
+    return size + POSTING_BYTES * (len(tokens) if tokens else 0) + 256
 
 
 def recall_eligible(event: SessionEvent) -> bool:
@@ -67,78 +105,111 @@ def recall_eligible(event: SessionEvent) -> bool:
 
 @dataclass(frozen=True)
 class EventRows:
-    """Every row one event produces."""
+    """Every row of the critical path (what the next prompt needs) one event produces."""
 
     event: tuple[object, ...]
     event_id: tuple[object, ...]
     tool_calls: tuple[tuple[object, ...], ...]
     tool_result: tuple[object, ...] | None
-    recall: tuple[object, ...] | None
-    recall_text: str | None
     turn: tuple[object, ...] | None = None
     """The ``session_turns`` row (events of an invocation or request)."""
     size: int = 0
     """Approximate bytes of the event row (for batch sizing)."""
-    recall_size: int = 0
-    """Approximate bytes of the recall row."""
-    chunks: tuple[tuple[object, ...], ...] = ()
-    """``recall_chunks`` rows: the chunks after the first of a long document (see ``lexical.chunk_index``)."""
 
 
-def event_rows(event: SessionEvent, seq: int, count_tokens: TokenCounter) -> EventRows:
-    """The rows of ``event``, the ``seq`` (Kafka offset) orders same-timestamp events of its session."""
+def event_rows(
+    event: SessionEvent, seq: int, count_tokens: TokenCounter, record: dict[str, Any] | None = None
+) -> EventRows:
+    """The rows of ``event``, the ``seq`` (Kafka offset) orders same-timestamp events of its session.
+
+    ``record``: the decoded record ``event`` was validated from, when at hand (see ``stored_record_json``).
+    """
     msg = event.message
     app, user, sid = event.app_name, event.user_id, event.session_id
     text = message_text(msg)
     size = len(text.encode("utf-8"))
     call_ids = [tc.id for tc in msg.tool_calls]
+    event_json = stored_event_json(event) if record is None else stored_record_json(record, event)
     event_row: tuple[object, ...] = (
         app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, event.author, msg.role,
         event.request_id, event.invocation_id, text, msg.tool_call_id, msg.name, call_ids or None,
-        bool(call_ids), event.partial, event.skip_summarization, count_tokens(msg), size,
-        stored_event_json(event),
+        bool(call_ids), event.partial, event.skip_summarization, count_tokens(msg), size, event_json,
     )  # fmt: skip
     calls = tuple((app, user, sid, tc.id, tc.function.name, event.event_id, event.timestamp) for tc in msg.tool_calls)
     result = None
     if msg.role == "tool" and msg.tool_call_id and not event.partial:
         result = (app, user, sid, msg.tool_call_id, event.event_id, event.timestamp)
-    recall = None
-    recall_text = None
-    chunks: tuple[tuple[object, ...], ...] = ()
-    if recall_eligible(event):
-        recall_text = text
-        indexed = text[:MAX_INDEXED_CHARS]
-        tokens = doc_tokens(indexed)
-        recall = (
-            app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
-            msg.tool_call_id, msg.name, size, tokens or None,
-        )  # fmt: skip
-        if len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS:
-            chunks = tuple(
-                (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
-                 msg.tool_call_id, msg.name, size, chunk_tokens or None)
-                for n, (a, b, chunk_tokens) in enumerate(chunk_index(text)[1:], start=1)
-            )  # fmt: skip
     turn = None
     if event.invocation_id or event.request_id:
         turn = (
             app, user, sid, event.invocation_id, event.request_id, event.timestamp, event.event_id, seq,
             event.filter_key, msg.role, event.partial,
         )  # fmt: skip
-    event_json = event_row[-1]
-    assert isinstance(event_json, str)
     return EventRows(
-        size=len(text) + len(event_json) + 256,
-        recall_size=len(recall[8]) + 256 if recall is not None else 0,
+        size=row_bytes(text) + len(event_json),
         event=event_row,
         event_id=(app, user, sid, event.event_id, event.timestamp, seq),
         tool_calls=calls,
         tool_result=result,
-        recall=recall,
-        recall_text=recall_text,
-        chunks=chunks,
         turn=turn,
     )
+
+
+@dataclass(frozen=True)
+class RecallRows:
+    """The recall index rows of one event (written by the indexer, ``projections.indexer``)."""
+
+    doc: tuple[object, ...]
+    """The ``recall_docs`` row: the first chunk (at most ``MAX_INDEXED_CHARS``) and its tokens."""
+    chunks: tuple[tuple[object, ...], ...]
+    """``recall_chunks`` rows: the chunks after the first of a long document (see ``lexical.chunk_index``)."""
+    text: str
+    """The whole text (what an embedder embeds)."""
+    size: int
+    """Approximate bytes of the ``recall_docs`` row (for batch sizing, see ``row_bytes``)."""
+    chunk_sizes: tuple[int, ...] = ()
+    """Approximate bytes of each ``recall_chunks`` row."""
+
+    @property
+    def tokens(self) -> int:
+        """Index postings the rows add (each token of each row: the indexer's dominant cost in Cassandra)."""
+        first = self.doc[12]
+        return (len(first) if isinstance(first, set) else 0) + sum(
+            len(c[13]) for c in self.chunks if isinstance(c[13], set)
+        )
+
+
+def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
+    """The recall rows of ``event``, or ``None`` when it is not searchable (see ``recall_eligible``).
+
+    Indexed whole: the first chunk in ``recall_docs``; a longer document, or
+    one whose prefix holds more than ``MAX_DOC_TOKENS`` tokens (CJK text),
+    continues in ``recall_chunks`` rows of up to ``lexical.LATER_CHUNK_CHARS``.
+    """
+    if not recall_eligible(event):
+        return None
+    msg = event.message
+    app, user, sid = event.app_name, event.user_id, event.session_id
+    text = message_text(msg)
+    size = len(text.encode("utf-8"))
+    indexed = text[:MAX_INDEXED_CHARS]
+    tokens = doc_tokens(indexed)
+    doc = (
+        app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
+        msg.tool_call_id, msg.name, size, tokens or None,
+    )  # fmt: skip
+    chunks: tuple[tuple[object, ...], ...] = ()
+    chunk_sizes: tuple[int, ...] = ()
+    if len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS:
+        spans = chunk_index(text, LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, first_chars=MAX_INDEXED_CHARS,
+                            first_tokens=MAX_DOC_TOKENS)  # fmt: skip
+        chunks = tuple(
+            (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
+             msg.tool_call_id, msg.name, size, chunk_tokens or None)
+            for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
+        )  # fmt: skip
+        chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
+    return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes)
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:

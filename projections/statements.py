@@ -67,7 +67,21 @@ INSERT_ADOPTION = (
     "previous_epoch, command_id, caught_up, keys, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_DELETED = "SELECT deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
-INSERT_DELETED = "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at) VALUES (?, ?, ?, ?)"
+INSERT_DELETED = (
+    "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at, deleted_partition, deleted_offset) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+SELECT_DELETED_OFFSETS = (
+    "SELECT session_id, deleted_at, deleted_partition, deleted_offset FROM {ks}.deleted_sessions "
+    "WHERE app_name = ? AND user_id = ? AND session_id IN ?"
+)
+RECALL_TABLES = ("recall_docs", "recall_chunks")
+"""The recall index of ``session_search`` (partition ``(app_name, user_id)``, clustering from ``session_id``)."""
+DELETE_RECALL = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
+DELETE_RECALL_AT = "DELETE FROM {ks}.{table} USING TIMESTAMP ? WHERE app_name = ? AND user_id = ? AND session_id = ?"
+DELETE_RECALL_EVENT = (
+    "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ? AND ts = ? AND event_id = ?"
+)
 SESSION_TABLES = (
     "events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history", "session_turns",
     "session_sources", "summaries_epoch_history", "summary_adoptions",
@@ -85,11 +99,12 @@ UPSERT_SESSION_SOURCE = (
     "INSERT INTO {ks}.session_sources (app_name, user_id, session_id, topic, partition) VALUES (?, ?, ?, ?, ?)"
 )
 SAVE_PROGRESS = (
-    "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ? "
+    "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ?, stage = ? "
     "WHERE topic = ? AND partition = ? AND consumer_group = ?"
 )
 SAVE_PROGRESS_CAUGHT_UP = (
-    "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ?, caught_up_at = ? "
+    "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ?, caught_up_at = ?, "
+    "stage = ? "
     "WHERE topic = ? AND partition = ? AND consumer_group = ?"
 )
 LOAD_OFFSETS = "SELECT topic, partition, next_offset FROM {ks}.projector_offsets WHERE consumer_group = ?"

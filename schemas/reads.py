@@ -4,7 +4,9 @@ A :class:`ContextRead` is everything ``streams.context.assemble`` needs for one
 (session, filter key): the summary that applies to the key, and the stored
 events it must see, in stored order — so that assembling from it gives the
 request the full history would give. ``projection_lag`` says how far the
-projection is behind the events topic, so an agent can wait or warn.
+projection is behind the events topic, so an agent can wait or warn;
+``index_lag`` says the same of the recall index (``session_search`` may not
+find the newest events yet).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class AppliedSummary(ContractModel):
 
 
 class ProjectionLag(ContractModel):
-    """How far the projection of the session's Kafka partition is behind the events topic.
+    """How far a stage (the projector, or the recall indexer) is behind on the session's Kafka partition.
 
     ``events_behind``: records of the partition the projector had seen in the
     log but not yet written, at its last heartbeat. ``heartbeat_age_s``: how
@@ -46,7 +48,8 @@ class ProjectionLag(ContractModel):
     fresh; else the time since the projection was last known to be caught up
     (at least the heartbeat's age) — events newer than that may be missing.
     ``known``: ``False`` when no heartbeat exists for the partition (old
-    projector, or the session was never projected), then the figures are 0.
+    projector, no indexer running, or the session was never projected), then
+    the figures are 0.
     """
 
     topic: str = ""
@@ -89,4 +92,7 @@ class ContextRead(ContractModel):
     current_event_id: str | None = None
     """The current user message (the latest visible user turn, or the one asked for)."""
     projection_lag: ProjectionLag = Field(default_factory=ProjectionLag)
+    """The projector's lag: events newer than it may be missing from ``events``."""
+    index_lag: ProjectionLag = Field(default_factory=ProjectionLag)
+    """The recall indexer's lag: ``session_search`` may not find events newer than it yet."""
     stats: ReadStats = Field(default_factory=ReadStats)

@@ -30,7 +30,11 @@ def parse_event_record(raw: bytes | str) -> EventTopicRecord:
     bytes that are not a JSON object and ``pydantic.ValidationError`` (which
     names the field and the problem) for a record that breaks the schema.
     """
-    data = json_object(raw)
+    return parse_event_data(json_object(raw))
+
+
+def parse_event_data(data: dict[str, Any]) -> EventTopicRecord:
+    """``parse_event_record`` of an already decoded record (``data`` gains ``type`` when it has none)."""
     data.setdefault("type", "event")
     return _ADAPTER.validate_python(data)
 
@@ -52,5 +56,6 @@ __all__ = [
     "RecordDecodeError",
     "ValidationError",
     "json_object",
+    "parse_event_data",
     "parse_event_record",
 ]

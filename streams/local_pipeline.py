@@ -24,6 +24,10 @@ def distill_executable() -> str:
 class LocalPipeline:
     """``distill worker`` and ``distill projector`` started in ``workdir``, logs beside them.
 
+    ``distill projector`` runs both read-side stages (the critical path and,
+    in a second consumer group, the recall indexer), so ``session_search``
+    works against this pipeline as it does in a deployment.
+
     Entering waits until the worker has its partitions; leaving stops both
     (SIGTERM, then SIGKILL after 20 s) unless ``keep_running``.
     """

@@ -33,6 +33,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class ExpectedBatchWarnings(logging.Filter):
+    """Drops the driver's "Server warning" lines about batch sizes: the projector and the indexer batch rows
+    on purpose (``projections.stage.cut_batches``: up to ``batch_bytes`` and 10 partitions per batch), so on
+    most clusters every batch is over ``batch_size_warn_threshold``; one line per batch drowned the logs."""
+
+    _EXPECTED = ("Server warning: Batch for ", "Server warning: Unlogged batch covering ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self._EXPECTED)
+
+
 def logging_config(level: str = "INFO", json_logs: bool = True) -> dict[str, Any]:
     """A ``logging.config.dictConfig`` for the worker (also handed to Faust's worker)."""
     formatter = (
@@ -44,6 +55,7 @@ def logging_config(level: str = "INFO", json_logs: bool = True) -> dict[str, Any
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
+        "filters": {"expected_batch_warnings": {"()": f"{__name__}.ExpectedBatchWarnings"}},
         "handlers": {
             "stderr": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
         },
@@ -52,6 +64,7 @@ def logging_config(level: str = "INFO", json_logs: bool = True) -> dict[str, Any
             "aiokafka": {"level": "WARNING"},
             "faust": {"level": "WARNING"},
             "mode": {"level": "WARNING"},
+            "cassandra.protocol": {"filters": ["expected_batch_warnings"]},
         },
     }
 

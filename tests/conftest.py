@@ -133,6 +133,7 @@ SLOW_FILES = {
     "tests/integration/test_adapter_trpc.py": 42,
     "tests/integration/test_adapter_lifecycle.py": 40,
     "tests/integration/test_pipeline_failures.py": 40,
+    "tests/integration/test_recall_indexer.py": 35,
     "tests/integration/test_adapter_openai_agents.py": 33,
     "tests/integration/test_projections_kafka.py": 32,
     "tests/integration/test_pipeline_sync.py": 25,

@@ -90,6 +90,8 @@ class AgentRequest:
     summary_refreshed: bool = False
     cut_tokens: int | None = None
     projection_lag: ProjectionLag = field(default_factory=ProjectionLag)
+    index_lag: ProjectionLag = field(default_factory=ProjectionLag)
+    """How far the recall index is behind: ``session_search`` may not find the newest events yet."""
 
     @property
     def dropped_messages(self) -> int:
@@ -282,6 +284,7 @@ class DistillAgent:
             messages=request.messages, tools=request.tools, report=request.report,
             summary=read.summary if request.report.summary_injected else None, budget=assembly.token_budget,
             summary_refreshed=refreshed, cut_tokens=fitted.cut_tokens, projection_lag=read.projection_lag,
+            index_lag=read.index_lag,
         )  # fmt: skip
 
     def _fit(

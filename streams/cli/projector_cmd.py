@@ -1,9 +1,19 @@
-"""``distill projector``: materialize events and summaries into Cassandra (its own process, scalable by group)."""
+"""``distill projector``: materialize events and summaries into Cassandra (its own process, scalable by group).
+
+Two stages, each its own consumer group with its own offsets in Cassandra:
+the projector writes what the next prompt needs (events, summaries, the
+hidden-history windows), the recall indexer builds the ``session_search``
+index. By default one process runs both (nothing a user starts loses
+search); ``--no-index`` runs the projector alone, for deployments that run
+``distill indexer`` processes of their own.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +21,28 @@ from projections.embedding import Embedder
 from schemas.settings import Settings, load_settings
 from streams.cassandra_connection import cassandra_session
 from streams.logging_setup import setup_logging
+
+if TYPE_CHECKING:
+    from cassandra.cluster import Session
+
+    from projections.kafka_runner import ProjectorRunner
+    from projections.stage import Stage
+
+
+def default_groups(settings: Settings) -> tuple[str, str]:
+    """The consumer groups of the projector and of the indexer: ``<worker.app_id>-projector`` / ``-indexer``."""
+    return f"{settings.worker.app_id}-projector", f"{settings.worker.app_id}-indexer"
+
+
+def index_group_of(project_group: str) -> str:
+    """The indexer's group beside the projector group ``project_group``: ``<name>-projector`` → ``<name>-indexer``.
+
+    One rule for the default and an explicit ``--group``, so ``distill projector
+    --group acme-projector`` and ``distill indexer`` (default ``acme-indexer``)
+    share one index group: two groups would each index every event (the
+    index is the stage's dominant Cassandra cost) although the rows agree.
+    """
+    return project_group.removesuffix("-projector") + "-indexer"
 
 
 def _build_embedder(settings: Settings) -> Embedder | None:
@@ -21,42 +53,99 @@ def _build_embedder(settings: Settings) -> Embedder | None:
     return OpenAIEmbedder(settings.embedder)
 
 
-async def _run(settings: Settings, group: str, max_batch: int) -> None:
+def _runner(settings: Settings, stage: Stage, max_batch: int, *, follow_epochs: bool = False) -> ProjectorRunner:
     from projections.kafka_runner import ProjectorRunner
-    from projections.projector import Projector
     from streams.kafka_config import consumer_kwargs, producer_kwargs
+
+    return ProjectorRunner(
+        stage,
+        dead_letter_topic=settings.topics.dead_letters,
+        consumer_kwargs=consumer_kwargs(settings.kafka),
+        producer_kwargs=producer_kwargs(settings.kafka),
+        max_batch=max_batch,
+        backoff_max_s=settings.cassandra.reconnect_max_delay_s,
+        follow_epochs=follow_epochs,
+    )
+
+
+def projector_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
+    """The critical-path stage (``projections.projector``) under ``group``."""
+    from projections.projector import Projector
     from streams.rules.tokens import get_token_counter
 
+    projector = Projector(
+        session,
+        settings.cassandra.keyspace,
+        events_topic=settings.topics.events,
+        summaries_topic=settings.topics.summaries,
+        consumer_group=group,
+        count_tokens=get_token_counter().count_message,
+    )
+    return _runner(settings, projector, max_batch, follow_epochs=True)  # the replays' summaries too
+
+
+def indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
+    """The recall-index stage (``projections.indexer``) under ``group``."""
+    from projections.critical_gate import CriticalPathGate
+    from projections.indexer import RecallIndexer
+
+    indexer = RecallIndexer(
+        session,
+        settings.cassandra.keyspace,
+        events_topic=settings.topics.events,
+        consumer_group=group,
+        embedder=_build_embedder(settings),
+        gate=CriticalPathGate(session, settings.cassandra.keyspace),  # the critical path first
+    )
+    return _runner(settings, indexer, max_batch)
+
+
+async def run_stages(settings: Settings, stages: Sequence[tuple[str, str]], max_batch: int) -> None:
+    """Run ``(stage, group)`` pairs (``project`` / ``index``) in this process until SIGTERM or SIGINT."""
+    builders = {"project": projector_runner, "index": indexer_runner}
     with cassandra_session(settings.cassandra) as session:
-        projector = Projector(
-            session,
-            settings.cassandra.keyspace,
-            events_topic=settings.topics.events,
-            summaries_topic=settings.topics.summaries,
-            consumer_group=group,
-            count_tokens=get_token_counter().count_message,
-            embedder=_build_embedder(settings),
-        )
-        runner = ProjectorRunner(
-            projector,
-            dead_letter_topic=settings.topics.dead_letters,
-            consumer_kwargs=consumer_kwargs(settings.kafka),
-            producer_kwargs=producer_kwargs(settings.kafka),
-            max_batch=max_batch,
-            backoff_max_s=settings.cassandra.reconnect_max_delay_s,
-            follow_epochs=True,
-        )
+        runners = [builders[stage](settings, session, group, max_batch) for stage, group in stages]
+
+        def stop() -> None:
+            for r in runners:
+                r.stop()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, runner.stop)
-        await runner.run()
+            loop.add_signal_handler(sig, stop)
+        tasks = [asyncio.ensure_future(r.run()) for r in runners]
+        try:
+            # One stage failing stops the process (its supervisor restarts it): never run half the pipeline.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
+        finally:
+            stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @click.command("projector")
 @click.option("--group", default=None, help="Consumer group (default: <worker.app_id>-projector).")
+@click.option("--index/--no-index", default=True, show_default=True,
+              help="Also run the recall indexer in this process (its own consumer group).")  # fmt: skip
+@click.option(
+    "--index-group",
+    default=None,
+    help="The indexer's consumer group (default: the projector's group with -projector replaced by -indexer, "
+    "else <group>-indexer).",
+)
 @click.option("--max-batch", default=2000, show_default=True, help="Records per projected batch.")
-def command(group: str | None, max_batch: int) -> None:
-    """Consume the events and summaries topics and write them to Cassandra, exactly once in effect."""
+def command(group: str | None, index: bool, index_group: str | None, max_batch: int) -> None:
+    """Consume the events and summaries topics and write them to Cassandra, exactly once in effect.
+
+    With ``--index`` (the default) the recall index of ``session_search`` is
+    built in the same process by a second consumer (``distill indexer``);
+    ``--no-index`` leaves it to separately run ``distill indexer`` processes.
+    """
     settings = load_settings()
     setup_logging(settings.worker.log_level, settings.worker.log_json)
-    asyncio.run(_run(settings, group or f"{settings.worker.app_id}-projector", max_batch))
+    project_group = group or default_groups(settings)[0]
+    stages = [("project", project_group)]
+    if index:  # a group of one's own for the projector means one for its indexer too
+        stages.append(("index", index_group or index_group_of(project_group)))
+    asyncio.run(run_stages(settings, stages, max_batch))

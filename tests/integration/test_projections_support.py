@@ -13,6 +13,7 @@ import pytest_asyncio
 from cassandra.cluster import Cluster, Session
 
 from projections.cassandra_session import connect
+from projections.indexer import RecallIndexer
 from projections.migrations import apply_migrations
 from projections.projector import Projector, SourceRecord
 from projections.read_api import SessionReader
@@ -73,12 +74,18 @@ class Store:
     projector: Projector
     reader: SessionReader
     dead: list[DeadLetter]
+    indexer: RecallIndexer
 
     async def apply(self, *records: SourceRecord) -> Any:
+        """The projector's outcome of ``records``, after the indexer has indexed them too (what
+        ``distill projector`` does with its two consumers, here in one step)."""
+
         async def sink(letter: DeadLetter) -> None:
             self.dead.append(letter)
 
-        return await self.projector.project(list(records), sink)
+        outcome = await self.projector.project(list(records), sink)
+        await self.indexer.project([r for r in records if r.topic == EVENTS], sink)
+        return outcome
 
     async def events(self, *values: dict[str, Any]) -> Any:
         return await self.apply(*(record(EVENTS, v) for v in values))
@@ -91,9 +98,9 @@ def open_store(settings: Settings, embedder: Any = None) -> Store:
     cluster, session = connect(settings.cassandra)
     apply_migrations(session, settings.cassandra)
     ks = settings.cassandra.keyspace
-    projector = Projector(session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g",
-                          embedder=embedder)  # fmt: skip
-    return Store(settings, cluster, session, projector, SessionReader(session, ks, embedder=embedder), [])
+    projector = Projector(session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g")
+    indexer = RecallIndexer(session, ks, events_topic=EVENTS, consumer_group="g-index", embedder=embedder)
+    return Store(settings, cluster, session, projector, SessionReader(session, ks, embedder=embedder), [], indexer)
 
 
 def close_store(store: Store) -> None:

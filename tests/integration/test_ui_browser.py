@@ -186,23 +186,27 @@ def _busy_jobs(records: list[Any], busy: SessionKey) -> int:
 
 
 async def _settled(sources: Any, settings: Settings, run: DemoRun, busy_jobs: list[str]) -> None:
-    """Until the projector read every record, the worker's changelog shows the busy session's two jobs and its
-    group committed on the jobs topic (the lag panel lists a group's topics from its commits)."""
+    """Until the projector read every record and the recall indexer every event (``distill projector`` runs
+    both, each its own group), the worker's changelog shows the busy session's two jobs and its group committed
+    on the jobs topic (the lag panel lists a group's topics from its commits)."""
     deadline = time.monotonic() + 30.0
-    projected: set[tuple[str, int]] = set()
+    projected: dict[str, set[tuple[str, int]]] = {}
     ends: dict[tuple[str, int], int] = {}
     unanswered: list[str] = []
     await ui_demo.wait_projected(sources.reader, run)
+    stages = {f"{settings.worker.app_id}-projector": (settings.topics.events, settings.topics.summaries),
+              f"{settings.worker.app_id}-indexer": (settings.topics.events,)}  # fmt: skip
     while time.monotonic() < deadline:
         committed, ends = await sources.kafka_offsets()
         worker = {topic for topic, _ in committed.get(settings.worker.app_id, {})}
         offsets = await sources.catalog.projector_offsets()
-        projected = {(o.topic, o.partition) for o in offsets if o.next_offset >= ends.get((o.topic, o.partition), 0)}
+        projected = {group: {(o.topic, o.partition) for o in offsets if o.consumer_group == group
+                             and o.next_offset >= ends.get((o.topic, o.partition), 0)} for group in stages}  # fmt: skip
         states, _, _ = await sources.trigger_states()
         unanswered = [j.job_id for t in states if t.state.session_id.endswith("-busy") for j in t.state.unanswered]
-        read = (settings.topics.events, settings.topics.summaries)
-        wanted = {tp for tp, end in ends.items() if end and tp[0] in read}
-        if wanted <= projected and unanswered == busy_jobs and settings.topics.jobs in worker:
+        caught_up = all({tp for tp, end in ends.items() if end and tp[0] in read} <= projected[group]
+                        for group, read in stages.items())  # fmt: skip
+        if caught_up and unanswered == busy_jobs and settings.topics.jobs in worker:
             return
         await asyncio.sleep(0.3)
     raise AssertionError(f"not settled: projected {projected} of {ends}; jobs in the changelog {unanswered}")
@@ -421,8 +425,9 @@ def test_consumer_lag_per_group_and_partition_and_the_jobs_in_flight(ui: UIEnv) 
     lag = [" ".join(r["_text"].split()) for r in ui.rows("#lag tbody tr")]
     events, end = ui.settings.topics.events, ui.readers_end
     assert any(x.startswith(f"{ui.readers} {events} ") and x.endswith(f" 1 {end} {end - 1} kafka") for x in lag), lag
-    projector = [x.split() for x in lag if x.endswith(" cassandra")]
-    assert projector and all(x[0] == f"{ui.settings.worker.app_id}-projector" and x[5] == "0" for x in projector), lag
+    stored = [x.split() for x in lag if x.endswith(" cassandra")]  # the stages that keep their offsets there
+    app = ui.settings.worker.app_id
+    assert {x[0] for x in stored} == {f"{app}-projector", f"{app}-indexer"} and all(x[5] == "0" for x in stored), lag
     # the worker has not finished the hung job: its group is behind on that jobs partition (committed nothing
     # there yet when the job is the partition's first record)
     stuck = f"{ui.settings.worker.app_id} {ui.settings.topics.jobs} {ui.busy_partition} "

@@ -167,8 +167,38 @@ def test_chunks_cover_the_whole_text_within_both_caps(parts: list[str], max_char
     assert lexical.doc_tokens(text) <= indexed or len(lexical.doc_tokens(text)) >= lexical.MAX_DOC_TOKENS
 
 
+@given(
+    st.lists(
+        st.sampled_from(["deploy", "invoice", "kafka", "订单", "号码", "退款", "ACME-42", "\n", " ", "。"])
+        | st.text(alphabet="abcdefghij 中文字符", min_size=1, max_size=12),
+        max_size=400,
+    ),
+    st.integers(40, 200),
+    st.integers(5, 30),
+)
+def test_the_first_chunk_has_its_own_caps_and_the_rest_cover_the_text(
+    parts: list[str], first_chars: int, first_tokens: int
+) -> None:
+    """The recall rows: a small first chunk (``recall_docs``), larger later ones (``recall_chunks``)."""
+    text = " ".join(parts)
+    max_chars, max_tokens = first_chars * 4, first_tokens * 4
+    chunks = lexical.chunk_index(text, max_chars, max_tokens, 20, first_chars=first_chars, first_tokens=first_tokens)
+    if not text:
+        assert chunks == []
+        return
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(text)
+    assert chunks[0][1] <= first_chars and len(chunks[0][2]) <= first_tokens
+    for (s1, e1, _), (s2, _, _) in itertools.pairwise(chunks):
+        assert s1 < s2 <= e1
+    for start, end, tokens in chunks[1:]:
+        assert end - start <= max_chars
+        assert tokens == lexical.doc_tokens(text[start:end], cap=max_tokens) and len(tokens) <= max_tokens
+    indexed = set().union(*(t for _, _, t in chunks))
+    assert lexical.doc_tokens(text, cap=10**6) <= indexed
+
+
 def test_a_detail_deep_in_a_long_document_is_indexed() -> None:
-    from projections.rows import event_rows
+    from projections.rows import recall_rows
     from schemas import SessionEvent
 
     filler = " ".join(f"line {i} status ok" for i in range(3000))  # ~50 KB of Latin text
@@ -179,9 +209,9 @@ def test_a_detail_deep_in_a_long_document_is_indexed() -> None:
             app_name="a", user_id="u", session_id="s", event_id="e1", timestamp=T, author="tool",
             message={"role": "tool", "tool_call_id": "c1", "content": body},
         )  # fmt: skip
-        rows = event_rows(event, 1, lambda m: 1)
-        assert rows.recall is not None and rows.chunks
-        first_tokens = rows.recall[12]
+        rows = recall_rows(event, 1)
+        assert rows is not None and rows.chunks
+        first_tokens = rows.doc[12]
         assert isinstance(first_tokens, set) and needle not in first_tokens
         assert any(needle in (chunk[13] or set()) for chunk in rows.chunks)
         covered = "".join(str(c[9]) for c in rows.chunks)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from projections import lexical
-from projections.rows import MAX_INDEXED_CHARS, estimate_tokens, event_rows, restore_event_json
+from projections.rows import MAX_INDEXED_CHARS, estimate_tokens, event_rows, recall_rows, restore_event_json
 from schemas import SessionEvent
 
 
@@ -36,8 +36,9 @@ def test_stored_event_json_does_not_repeat_the_text() -> None:
     rows = event_rows(_event(big), 0, estimate_tokens)
     event_json = rows.event[-1]
     assert isinstance(event_json, str) and big not in event_json and len(event_json) < 1000
-    assert rows.recall is not None and rows.recall[8] == big[:MAX_INDEXED_CHARS]
-    assert rows.recall[11] == 50_000  # content_bytes still describes the whole result
+    recall = recall_rows(_event(big), 0)
+    assert recall is not None and recall.doc[8] == big[:MAX_INDEXED_CHARS]
+    assert recall.doc[11] == 50_000  # content_bytes still describes the whole result
 
 
 def _reference_tokens(text: str) -> set[str]:
@@ -70,3 +71,36 @@ def test_every_keyword_of_a_text_is_indexed(text: str) -> None:
 
 def test_stop_words_and_short_words_are_not_indexed() -> None:
     assert lexical.doc_tokens("What is the plan for v2 of the 中 cache, and is it ok?") == {"plan", "v2", "中", "cache"}
+
+
+_RECORD_CONTENT = st.one_of(
+    st.none(),
+    st.text(max_size=200),
+    st.lists(st.one_of(st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=40)),
+                       st.just({"type": "image_url", "image_url": {"url": "http://x"}})), max_size=3),
+)  # fmt: skip
+
+
+@given(_RECORD_CONTENT, st.sampled_from(["user", "assistant", "tool"]), st.booleans(), st.booleans())
+def test_the_stored_json_made_from_the_record_reads_back_as_the_event(
+    content: object, role: str, null_calls: bool, extra: bool
+) -> None:
+    """The projector stores the JSON of the decoded record, not of the model: it must restore the same event."""
+    from schemas.records import parse_event_data
+
+    message: dict[str, object] = {"role": role, "content": content}
+    if null_calls:
+        message["tool_calls"] = None
+    if role == "tool":
+        message |= {"tool_call_id": "c1", "name": "grep"}
+    record: dict[str, object] = {"app_name": "a", "user_id": "u", "session_id": "s", "event_id": "e1",
+                                 "author": "agent", "timestamp": "2025-01-01 10:00:00.5+02:00", "message": message,
+                                 "usage": {"prompt_tokens": 2**70}}  # fmt: skip
+    if extra:
+        record["producer_field"] = {"nested": [1, "中文", 2.5, None]}
+    event = parse_event_data(dict(record))
+    rows = event_rows(event, 3, estimate_tokens, record)
+    event_json, text = rows.event[-1], rows.event[11]
+    assert isinstance(event_json, str) and isinstance(text, str)
+    assert restore_event_json(event_json, text) == event
+    assert record["message"] is message and message["content"] == content  # the record is not modified

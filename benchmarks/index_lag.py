@@ -1,0 +1,169 @@
+"""The lag of each stage at a sustained rate: ``distill projector --no-index`` and ``distill indexer`` as processes.
+
+Used by ``bench_projections`` (step 4). Per-run names (``bench-<hex>`` topics
+and consumer groups, a ``bench_lag_<hex>`` keyspace), all deleted at the end.
+An event's lag in a stage is the time from its send to the first poll (every
+``poll_s``) that finds the stage's stored offset (``projector_offsets``,
+written after the rows) past it: the time until its rows are readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from benchmarks.cpu_clock import process_cpu_s
+from projections.cassandra_session import connect
+from projections.migrations import apply_migrations
+from schemas.settings import Settings
+from streams.kafka_config import producer_kwargs
+from streams.topics_admin import ensure_topics
+from streams.topics_prune import delete_prefixed
+
+
+def _pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else float("nan")
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DISTILL_CASSANDRA__KEYSPACE"] = settings.cassandra.keyspace
+    for name in ("events", "jobs", "summaries", "dead_letters"):
+        env[f"DISTILL_TOPICS__{name.upper()}"] = getattr(settings.topics, name)
+    env["DISTILL_TOPICS__PARTITIONS"] = str(settings.topics.partitions)
+    env["DISTILL_WORKER__APP_ID"] = settings.worker.app_id
+    env["DISTILL_WORKER__LOG_LEVEL"] = "WARNING"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    return env
+
+
+async def measure_lag(
+    base: Settings, make_events: Callable[..., Any], *, rate: float, seconds: float, sessions: int,
+    poll_s: float = 0.02, drain_timeout_s: float = 180.0, with_indexer: bool = True,
+) -> None:  # fmt: skip
+    """Produce ``rate * seconds`` events of the benchmark mix at ``rate``/s; print each stage's lag p50/p99/max.
+
+    ``with_indexer=False``: the projector alone (what the indexer's load on Cassandra costs the critical path).
+    """
+    run = uuid.uuid4().hex[:8]
+    prefix = f"bench-{run}"
+    data = base.model_dump()
+    data["cassandra"]["keyspace"] = f"bench_lag_{run}"
+    for name in ("events", "jobs", "summaries", "dead_letters"):
+        data["topics"][name] = f"{prefix}.{name}"
+    data["worker"]["app_id"] = prefix
+    settings = Settings(**data)
+    groups = {"critical path": f"{prefix}-projector", "indexer": f"{prefix}-indexer"}
+    if not with_indexer:
+        del groups["indexer"]
+    cluster, session = connect(settings.cassandra)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        apply_migrations(session, settings.cassandra)
+        await ensure_topics(settings)
+        exe = [sys.executable, "-c", "from streams.cli.main import main; main()"]
+        procs.append(subprocess.Popen([*exe, "projector", "--no-index", "--group", groups["critical path"]],
+                                      env=_env(settings)))  # fmt: skip
+        if with_indexer:
+            procs.append(subprocess.Popen([*exe, "indexer", "--group", groups["indexer"]], env=_env(settings)))
+        ks = settings.cassandra.keyspace
+        progress = session.prepare(f"SELECT consumer_group FROM {ks}.projector_progress WHERE topic = ? "
+                                   "AND partition = ?")  # fmt: skip
+        offsets = session.prepare(f"SELECT partition, next_offset FROM {ks}.projector_offsets WHERE "
+                                  "consumer_group = ? AND topic = ?")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # both stages hold partitions once their heartbeats appear
+            seen = {r.consumer_group for p in range(settings.topics.partitions)
+                    for r in session.execute(progress, (settings.topics.events, p))}  # fmt: skip
+            if set(groups.values()) <= seen:
+                break
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError("a stage exited before it was assigned its partitions")
+            await asyncio.sleep(0.25)
+        else:
+            raise RuntimeError("the stages were not assigned their partitions within 60 s")
+
+        total = int(rate * seconds)
+        records, _, _ = make_events(total, sessions, seed=11)
+        sent: dict[tuple[int, int], float] = {}
+        lags: dict[str, list[float]] = {name: [] for name in groups}
+        pending = {name: {} for name in groups}  # type: dict[str, dict[tuple[int, int], float]]
+        next_seen = {name: {} for name in groups}  # type: dict[str, dict[int, int]]
+        cpu0 = {p.pid: process_cpu_s(p.pid) for p in procs}
+
+        def delivered(at: float, future: asyncio.Future[Any]) -> None:
+            if future.exception() is None:
+                md = future.result()
+                sent[(md.partition, md.offset)] = at
+                for name in groups:
+                    pending[name][(md.partition, md.offset)] = at
+
+        async def produce() -> None:
+            producer = AIOKafkaProducer(**{**producer_kwargs(settings.kafka), "linger_ms": 2})
+            await producer.start()
+            try:
+                start = time.monotonic()
+                futures = []
+                for i, r in enumerate(records):
+                    delay = start + i / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    at = time.time()
+                    future = await producer.send(settings.topics.events, r.value, key=r.key)
+                    future.add_done_callback(functools.partial(delivered, at))
+                    futures.append(future)
+                await asyncio.gather(*futures)
+            finally:
+                await producer.stop()
+
+        def poll() -> None:
+            now = time.time()
+            for name, group in groups.items():
+                for row in session.execute(offsets, (group, settings.topics.events)):
+                    next_seen[name][row.partition] = row.next_offset
+                done = [tp for tp in pending[name] if tp[1] < next_seen[name].get(tp[0], 0)]
+                for tp in done:
+                    lags[name].append(now - pending[name].pop(tp))
+
+        producing = asyncio.ensure_future(produce())
+        started = time.monotonic()
+        while not producing.done() or any(pending.values()):
+            poll()
+            if producing.done() and time.monotonic() - started > seconds + drain_timeout_s:
+                break
+            await asyncio.sleep(poll_s)
+        await producing
+        wall = time.monotonic() - started
+        alone = "" if with_indexer else ", the projector alone"
+        print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes{alone}, "
+              f"offsets polled every {poll_s * 1000:.0f} ms):")  # fmt: skip
+        for (name, values), proc in zip(lags.items(), procs, strict=True):
+            cpu = process_cpu_s(proc.pid) - cpu0[proc.pid]
+            missing = len(pending[name])
+            print(f"  {name:13s} lag p50 {_pct(values, 50) * 1000:7.0f} ms  p99 {_pct(values, 99) * 1000:7.0f} ms  "
+                  f"max {max(values, default=float('nan')) * 1000:7.0f} ms  cpu {cpu / total * 1e6:.0f} µs/event"
+                  + (f"  ({missing} never caught up)" if missing else ""))  # fmt: skip
+        print(f"  wall {wall:.1f}s; load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
+        cluster.shutdown()
+        await delete_prefixed(settings.kafka, [f"{prefix}.", f"{prefix}-"])

@@ -1,0 +1,80 @@
+"""The critical path first: the indexer holds back while a projector of the same partitions is behind.
+
+Both stages write to the same Cassandra, and an indexer catching up (each
+token an SAI posting) can keep it busy on its own: after an outage, or with
+a backlog, the projector's writes would wait behind the index's. The gate
+reads the projector's heartbeats (``projector_progress``, rows of any stage
+but the indexer's) for the partitions of a batch: while a fresh one says the
+projector is more than ``max_behind`` records behind on one of them, the
+indexer waits (rechecking every ``check_s``, at most ``max_wait_s`` per
+batch, so a projector stuck behind cannot stop the index for good). A
+projector that writes no heartbeat (stopped, or an old one) holds nothing
+back: only a fresh heartbeat (``stale_s``) counts.
+
+Pure decision (:func:`projector_behind`) and a small reader around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra.cluster import Session
+
+from projections.cassandra_session import aexecute
+from projections.stage import INDEX_STAGE
+
+DEFAULT_MAX_BEHIND = 2000
+"""Records a projector may be behind before the indexer yields (about one of its batches)."""
+
+
+def projector_behind(rows: Iterable[Any], now: datetime, max_behind: int, stale_s: float) -> bool:
+    """Whether a fresh projector heartbeat among ``rows`` is more than ``max_behind`` records behind (pure)."""
+    for r in rows:
+        if getattr(r, "stage", None) == INDEX_STAGE or r.updated_at is None:
+            continue
+        updated = r.updated_at if r.updated_at.tzinfo else r.updated_at.replace(tzinfo=UTC)
+        if (now - updated).total_seconds() > stale_s:
+            continue
+        if (r.log_end_offset or 0) - (r.next_offset or 0) > max_behind:
+            return True
+    return False
+
+
+class CriticalPathGate:
+    """Waits while a projector on the batch's partitions is behind (see the module)."""
+
+    def __init__(
+        self, session: Session, keyspace: str, *, max_behind: int = DEFAULT_MAX_BEHIND, stale_s: float = 5.0,
+        check_s: float = 0.25, max_wait_s: float = 30.0,
+    ) -> None:  # fmt: skip
+        self._session = session
+        self._select = session.prepare(
+            f"SELECT stage, next_offset, log_end_offset, updated_at FROM {keyspace}.projector_progress "
+            "WHERE topic = ? AND partition = ?"
+        )
+        self.max_behind = max_behind
+        self.stale_s = stale_s
+        self.check_s = check_s
+        self.max_wait_s = max_wait_s
+        self.waited_s = 0.0
+        """Seconds spent waiting so far (for logs and benchmarks)."""
+
+    async def wait(self, partitions: Sequence[tuple[str, int]]) -> float:
+        """Return once no fresh projector heartbeat of ``partitions`` is behind (or ``max_wait_s``); the wait."""
+        started = time.monotonic()
+        while time.monotonic() - started < self.max_wait_s:
+            try:
+                pages = await asyncio.gather(*(aexecute(self._session, self._select, tp) for tp in partitions))
+            except Exception:  # advisory: a failed read never holds the index back
+                break
+            now = datetime.now(UTC)
+            if not any(projector_behind(rows, now, self.max_behind, self.stale_s) for rows in pages):
+                break
+            await asyncio.sleep(self.check_s)
+        waited = time.monotonic() - started
+        self.waited_s += waited
+        return waited

@@ -1,0 +1,313 @@
+"""The recall indexer: the events topic in, the ``session_search`` index out, off the projector's path.
+
+It consumes the events topic under its own consumer group (offsets in
+``projector_offsets`` like the projector's, stored only after its rows, so
+it resumes exactly where its rows stop) and writes ``recall_docs``,
+``recall_chunks`` and, with an embedder, the vectors. Tokenizing and the SAI
+token index cost several times what the critical path costs per event
+(issue 14), so they run here, where falling behind delays search by its lag
+(reported as ``ContextRead.index_lag``) and never a prompt.
+
+Deletions are a barrier for this stage too, although the two stages run at
+their own pace:
+
+* a ``delete_session`` it consumes removes the session's recall rows (and
+  vectors) before anything after it is indexed;
+* an event of a session that a *later* ``delete_session`` has already removed
+  (the projector, running ahead, stored the deletion marker with the
+  command's partition and offset) is not indexed: a lagging or restarted
+  indexer never brings a deleted session back into search. The marker is
+  read before the writes (to skip them) and again after them: when the
+  projector's deletion landed in between, the rows just written for events
+  before it are removed again. Only the indexer reaching the command itself
+  is the final word; the checks keep the window closed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+from pydantic import ValidationError
+
+from projections import statements as q
+from projections.binding import RowBinder
+from projections.critical_gate import CriticalPathGate
+from projections.embedding import MAX_EMBED_CHARS, Embedder
+from projections.errors import StoreUnavailable
+from projections.rows import RecallRows, recall_rows
+from projections.stage import (
+    INDEX_STAGE,
+    Batch,
+    BatchOutcome,
+    CassandraStage,
+    DeadLetterSink,
+    Row,
+    SourceRecord,
+    dead_letter,
+    refuse_unstorable,
+)
+from schemas import DeleteSession, SessionEvent
+from schemas.records import RecordDecodeError, json_object, parse_event_data
+
+log = logging.getLogger("distill.indexer")
+
+STAGE = INDEX_STAGE
+_YIELD_EVERY = 100
+"""Documents tokenized between two yields to the event loop (~10-30 ms of CPU)."""
+_Session = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class _Marker:
+    """A session's deletion marker: where its latest ``delete_session`` sits in the events topic."""
+
+    partition: int | None
+    offset: int | None
+    deleted_at: datetime | None
+
+    def covers(self, record: SourceRecord, event: SessionEvent) -> bool:
+        """Whether the deletion removed ``event`` (it precedes the command in the session's partition)."""
+        if self.partition is not None and self.offset is not None:
+            return record.partition == self.partition and record.offset < self.offset
+        # A marker from before the offsets were recorded: fall back to the times.
+        return self.deleted_at is not None and event.timestamp <= self.deleted_at
+
+
+@dataclass(frozen=True)
+class _Item:
+    record: SourceRecord
+    event: SessionEvent
+
+
+class RecallIndexer(CassandraStage):
+    """Builds the recall index from batches of event records. One instance per process; not thread-safe.
+
+    ``embedder``, when given, adds a vector per recall document for semantic
+    search (an embedder outage leaves documents without vectors; lexical
+    search still finds them).
+
+    The critical path first, in Cassandra too: each token is an SAI posting
+    (~10 µs of Cassandra CPU), so a catching-up indexer can keep Cassandra
+    busy on its own. Its writes go out as small batches (``batch_bytes``, a
+    few thousand postings: tens of ms of work each) and few at a time
+    (``concurrency``), so the projector's requests wait behind a handful of
+    short ones at most; with a ``gate`` (``projections.critical_gate``) it
+    also waits while a projector of the same partitions is behind.
+    """
+
+    STAGE = STAGE
+
+    def __init__(
+        self,
+        session: Session,
+        keyspace: str,
+        *,
+        events_topic: str,
+        consumer_group: str,
+        embedder: Embedder | None = None,
+        gate: CriticalPathGate | None = None,
+        concurrency: int = 4,
+        batch_statements: int = 128,
+        batch_bytes: int = 128 * 1024,
+        pipeline_events: int = 500,
+    ) -> None:
+        super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
+                         batch_statements=batch_statements, batch_bytes=batch_bytes,
+                         pipeline_events=pipeline_events)  # fmt: skip
+        self.events_topic = events_topic
+        self._embedder = embedder
+        self._gate = gate
+        self.indexed_tokens = 0
+        """Index postings written so far (tokens of every row): what the SAI index costs."""
+        self._p = self._prepare()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.events_topic,)
+
+    def _prepare(self) -> dict[str, PreparedStatement]:
+        ks = self._ks
+        out = {
+            "recall": self._session.prepare(q.INSERT_RECALL.format(ks=ks)),
+            "recall_chunk": self._session.prepare(q.INSERT_RECALL_CHUNK.format(ks=ks)),
+            "markers": self._session.prepare(q.SELECT_DELETED_OFFSETS.format(ks=ks)),
+        }
+        self._bind_doc, self._bind_chunk = RowBinder(out["recall"]), RowBinder(out["recall_chunk"])
+        tables = list(q.RECALL_TABLES)
+        if self._embedder is not None:
+            dims = self._embedder.dimensions
+            for ddl in q.vector_ddl(ks, dims):
+                self._session.execute(ddl, timeout=60)
+            out["vector"] = self._session.prepare(q.insert_vector(ks, dims))
+            tables.append(q.vector_table(dims))
+        self._tables = tuple(tables)
+        for table in tables:
+            out[f"delete_{table}"] = self._session.prepare(q.DELETE_RECALL.format(ks=ks, table=table))
+            out[f"delete_event_{table}"] = self._session.prepare(q.DELETE_RECALL_EVENT.format(ks=ks, table=table))
+        return out
+
+    # -- the batch -------------------------------------------------------------------------------------------
+
+    async def project(
+        self,
+        records: Sequence[SourceRecord],
+        dead_letters: DeadLetterSink,
+        *,
+        save_offsets: Callable[[tuple[str, int]], bool] = lambda tp: True,
+    ) -> BatchOutcome:
+        """Index ``records`` (in consumed order), then store offsets; same contract as ``Projector.project``.
+
+        Records that do not decode are skipped: the projector reads the same
+        records and dead-letters them (one dead letter per bad record, not
+        two). Only rows Cassandra rejects are dead-lettered here (stage
+        ``index``). Raises ``StoreUnavailable`` when Cassandra fails; nothing
+        is then stored for the batch, so it can simply be retried.
+        """
+        if self._gate is not None and records:
+            await self._gate.wait(sorted({(r.topic, r.partition) for r in records}))
+        outcome = BatchOutcome()
+        segment: list[_Item] = []
+        for record in records:
+            key = (record.topic, record.partition)
+            outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
+            if record.topic != self.events_topic or record.value is None:
+                outcome.ignored += 1
+                continue
+            try:
+                data = json_object(record.value)
+                refuse_unstorable(record.value, data)
+                parsed = parse_event_data(data)
+            except (RecordDecodeError, ValidationError):
+                outcome.ignored += 1
+                continue
+            if isinstance(parsed, DeleteSession):
+                await self._index(segment, outcome)
+                segment = []
+                await self._delete(parsed)
+                outcome.deletes += 1
+            elif isinstance(parsed, SessionEvent):
+                segment.append(_Item(record, parsed))
+            else:
+                outcome.ignored += 1
+        await self._index(segment, outcome)
+        for letter in outcome.dead_letters:
+            await dead_letters(letter)
+        kept = {tp: off for tp, off in outcome.offsets.items() if save_offsets(tp)}
+        if kept:
+            await self._save_offsets(kept)
+        return outcome
+
+    async def _index(self, items: list[_Item], outcome: BatchOutcome) -> None:
+        if not items:
+            return
+        markers = await self._markers({_session(i.event) for i in items})
+        live = [i for i in items if not _covered(markers, i)]
+        outcome.skipped_deleted += len(items) - len(live)
+        built: list[tuple[_Item, RecallRows]] = []
+        for n, item in enumerate(live, start=1):
+            rows = recall_rows(item.event, item.record.offset)
+            if rows is not None:
+                built.append((item, rows))
+            if n % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # tokenizing is CPU: let a projector sharing the loop write meanwhile
+        outcome.ignored += len(live) - len(built)  # not searchable: tool calls, partials, empty texts
+        if not built:
+            return
+        rejected = await self._write_pipelined(len(built), lambda a, b: self._batches(built, a, b))
+        for index, exc in sorted(rejected.items()):
+            outcome.dead_letters.append(
+                dead_letter(built[index][0].record, exc, f"cassandra rejected the recall rows: {exc}", stage=STAGE)
+            )
+        written = [b for n, b in enumerate(built) if n not in rejected]
+        outcome.events += len(written)
+        self.indexed_tokens += sum(rows.tokens for _, rows in written)
+        if self._embedder is not None and written:
+            await self._write_vectors(written)
+        await self._recheck(written)
+
+    def _batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
+        """The rows of ``built[start:stop]`` grouped by tenant partition, cut into size-capped batches."""
+        groups: dict[tuple[str, str], list[Row]] = {}
+        doc_stmt, chunk_stmt = self._bind_doc, self._bind_chunk
+        for index in range(start, stop):
+            item, rows = built[index]
+            tenant = (item.event.app_name, item.event.user_id)
+            group = groups.get(tenant)
+            if group is None:
+                group = groups[tenant] = []
+            group.append((doc_stmt, rows.doc, index, rows.size))
+            for chunk, size in zip(rows.chunks, rows.chunk_sizes, strict=True):
+                group.append((chunk_stmt, chunk, index, size))
+        return self._cut(groups)
+
+    async def _write_vectors(self, written: list[tuple[_Item, RecallRows]]) -> None:
+        assert self._embedder is not None
+        try:
+            embeddings = await self._embedder.embed([rows.text[:MAX_EMBED_CHARS] for _, rows in written])
+        except Exception as exc:  # an embedder outage must not stall indexing: lexical search still works
+            log.warning("embedder failed, %d documents stored without vectors: %s", len(written), exc)
+            return
+        work = [(self._p["vector"], (*rows.doc[:5], vec)) for (_, rows), vec in zip(written, embeddings, strict=True)]
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra vector write failed: {failed[0][1]}")
+
+    # -- deletions -------------------------------------------------------------------------------------------
+
+    async def _markers(self, sessions: set[_Session]) -> dict[_Session, _Marker]:
+        """The deletion markers of ``sessions`` (one query per tenant, concurrently)."""
+        by_tenant: dict[tuple[str, str], list[str]] = {}
+        for app, user, sid in sessions:
+            by_tenant.setdefault((app, user), []).append(sid)
+        tenants = list(by_tenant.items())
+        pages = await asyncio.gather(
+            *(self._run(self._p["markers"], (app, user, sorted(sids))) for (app, user), sids in tenants)
+        )
+        out: dict[_Session, _Marker] = {}
+        for ((app, user), _), rows in zip(tenants, pages, strict=True):
+            for r in rows:
+                deleted_at = r.deleted_at.replace(tzinfo=UTC) if getattr(r, "deleted_at", None) else None
+                out[(app, user, r.session_id)] = _Marker(r.deleted_partition, r.deleted_offset, deleted_at)
+        return out
+
+    async def _recheck(self, written: list[tuple[_Item, RecallRows]]) -> None:
+        """Remove what was just written for events a deletion that landed meanwhile removed."""
+        if not written:
+            return
+        markers = await self._markers({_session(item.event) for item, _ in written})
+        if not markers:
+            return
+        stale = [item for item, _ in written if _covered(markers, item)]
+        if not stale:
+            return
+        work: list[tuple[Any, Any]] = []
+        for item in stale:
+            ev = item.event
+            key = (ev.app_name, ev.user_id, ev.session_id, ev.timestamp, ev.event_id)
+            work.extend((self._p[f"delete_event_{table}"], key) for table in self._tables)
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+        log.info("removed the recall rows of %d events deleted while they were indexed", len(stale))
+
+    async def _delete(self, command: DeleteSession) -> None:
+        pk = (command.app_name, command.user_id, command.session_id)
+        failed = await self._run_concurrent((self._p[f"delete_{table}"], pk) for table in self._tables)
+        if failed:
+            raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+
+
+def _session(event: SessionEvent) -> _Session:
+    return (event.app_name, event.user_id, event.session_id)
+
+
+def _covered(markers: dict[_Session, _Marker], item: _Item) -> bool:
+    marker = markers.get(_session(item.event))
+    return marker is not None and marker.covers(item.record, item.event)

@@ -1,0 +1,333 @@
+"""The recall indexer as its own stage: findability of a planted recall set, the deletion barrier, resumability,
+its lag, the binder and the executor it writes with. One keyspace for the module; unique sessions per test."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from projections import statements as q
+from projections.binding import RowBinder
+from projections.cassandra_session import aexecute_many
+from projections.context_read import ContextReader
+from projections.critical_gate import CriticalPathGate
+from projections.indexer import RecallIndexer
+from projections.projector import SourceRecord
+from projections.rows import event_rows, recall_rows
+from projections.stage import PartitionProgress
+from schemas import SessionEvent, SessionKey
+from schemas.settings import Settings
+from tests.integration.test_projections_support import (
+    EVENTS,
+    Store,
+    close_store,
+    event,
+    open_store,
+    record,
+    summary,
+)
+from tests.support.keyspaces import KeyspacePool
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+_WORDS = ("worker", "request", "served", "status", "nominal", "queue", "latency", "shard", "replica", "cache")
+_FILLER_CJK = "".join(chr(0x4E00 + i) for i in range(256))
+"""CJK filler from one block that none of the planted facts' characters come from (no accidental bigrams)."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def store(service_settings: Settings, keyspaces: KeyspacePool) -> AsyncIterator[Store]:
+    """One pooled keyspace for the module (the tests use sessions of their own)."""
+    name = keyspaces.lease()
+    data = service_settings.model_dump()
+    data["cassandra"]["keyspace"] = name
+    s = open_store(Settings(**data))
+    try:
+        yield s
+    finally:
+        close_store(s)
+        keyspaces.release(name)
+
+
+def _key(name: str) -> SessionKey:
+    return SessionKey("idx", "alice", f"{name}-{uuid.uuid4().hex[:6]}")
+
+
+def _call(call_id: str, name: str = "fetch") -> list[dict[str, Any]]:
+    return [{"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]
+
+
+def _latin_filler(rng: random.Random, chars: int) -> str:
+    lines: list[str] = []
+    n = 0
+    while n < chars:
+        stamp = f"2025-03-01T12:{rng.randrange(60):02d}:{rng.randrange(60):02d}Z"
+        line = (f"{stamp} {rng.choice(_WORDS)} {rng.choice(_WORDS)} {rng.randrange(10_000)} {rng.choice(_WORDS)} "
+                f"in {rng.randrange(900)}ms")  # fmt: skip
+        lines.append(line)
+        n += len(line) + 1
+    return "\n".join(lines)
+
+
+def _cjk_filler(rng: random.Random, chars: int) -> str:
+    return "".join(rng.choice(_FILLER_CJK) for _ in range(chars))
+
+
+def _pseudo_word(rng: random.Random) -> str:
+    return "".join(rng.choice("bcdfghjklmnprstvz") + rng.choice("aeiou") for _ in range(4))
+
+
+def _recall_set(rng: random.Random, key: SessionKey, facts: int) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Tool results of 10-80 KB, each with one fact planted at a random depth: ``(events, [(query, event id)])``.
+
+    Every third is Chinese. The first three facts sit right at chunk
+    boundaries (the first chunk's 8 Ki characters, the second's 32 Ki after).
+    """
+    events: list[dict[str, Any]] = []
+    wanted: list[tuple[str, str]] = []
+    boundaries = (8 * 1024 - 10, 8 * 1024 - 200 + 32 * 1024 - 15, 8 * 1024 + 5)  # across the first two chunk ends
+    for n in range(facts):
+        cjk = n % 3 == 2
+        # CJK: a token per character (bigrams), so the documents are shorter in characters (25 Ki ≈ 75 KB).
+        size = rng.randrange(9_000, 25_000) if cjk else rng.randrange(10_000, 80_000)
+        if n < len(boundaries):
+            size = max(size, boundaries[n] + 2_000)
+        depth = boundaries[n] if n < len(boundaries) else rng.randrange(0, size)
+        if cjk:
+            code = "".join(rng.choice("零一二三四五六七八九") for _ in range(4))
+            fact, query = f"退款编号{code}已经批准", f"退款编号{code}"
+            filler = _cjk_filler(rng, size)
+        else:
+            code, name = str(rng.randrange(100_000, 999_999)), _pseudo_word(rng)
+            fact, query = f" refund reference {code} approved by {name} ", f"{code} {name}"
+            filler = _latin_filler(rng, size)
+        depth = min(depth, len(filler))
+        body = filler[:depth] + fact + filler[depth:]
+        call = f"c{n}"
+        events.append(event(key, f"a{n}", at=3 * n, role="assistant", content=None, tool_calls=_call(call)))
+        events.append(event(key, f"t{n}", at=3 * n + 1, role="tool", content=body, tool_call_id=call, name="fetch"))
+        wanted.append((query, f"t{n}"))
+    return events, wanted
+
+
+async def _index(store: Store, *records: SourceRecord) -> Any:
+    async def sink(letter: Any) -> None:
+        store.dead.append(letter)
+
+    return await store.indexer.project(list(records), sink)
+
+
+async def _project(store: Store, *records: SourceRecord) -> Any:
+    async def sink(letter: Any) -> None:
+        store.dead.append(letter)
+
+    return await store.projector.project(list(records), sink)
+
+
+def _recall_count(store: Store, key: SessionKey) -> int:
+    ks = store.settings.cassandra.keyspace
+    total = 0
+    for table in q.RECALL_TABLES:
+        rows = store.session.execute(
+            f"SELECT count(*) FROM {ks}.{table} WHERE app_name = %s AND user_id = %s AND session_id = %s", tuple(key)
+        )
+        total += int(rows.one()[0])
+    return total
+
+
+def _delete(key: SessionKey) -> dict[str, Any]:
+    return {"type": "delete_session", "command_id": uuid.uuid4().hex, "app_name": key.app_name,
+            "user_id": key.user_id, "session_id": key.session_id}  # fmt: skip
+
+
+async def test_a_recall_set_planted_deep_in_large_tool_results_is_found_once_indexed(store: Store) -> None:
+    key = _key("recall-set")
+    rng = random.Random(14)
+    events, wanted = _recall_set(rng, key, facts=24)
+    records = [record(EVENTS, e) for e in events]
+    await _project(store, *records)
+    # The critical path alone: the prompt's rows are there, search has nothing yet (the index is its own stage).
+    assert len(await store.reader.events_after_boundary(key)) == len(events)
+    assert await store.reader.session_search(key, wanted[0][0], "current_session") == []
+    outcome = await _index(store, *records)
+    assert outcome.events == len(wanted) and store.dead == []
+    missed = []
+    for query, event_id in wanted:
+        hits = await store.reader.session_search(key, query, "current_session")
+        if [h.event_id for h in hits][:1] != [event_id]:
+            missed.append((query, event_id, [(h.event_id, h.score) for h in hits]))
+    assert missed == []
+    # Behind a summary boundary the same facts are hidden history, found in current_hidden.
+    await store.summaries(summary(key, 1, text="looked things up", cutoff=3 * len(wanted), last_event_id=None))
+    for query, event_id in wanted[:: len(wanted) // 4]:
+        assert event_id in {h.event_id for h in await store.reader.session_search(key, query, "current_hidden")}
+
+
+async def test_later_chunks_are_larger_and_cover_the_whole_document(store: Store) -> None:
+    rng = random.Random(3)
+    body = _latin_filler(rng, 100_000)
+    ev = SessionEvent.model_validate(event(_key("chunks"), "t1", at=1, role="tool", content=body, tool_call_id="c1"))
+    rows = recall_rows(ev, 1)
+    assert rows is not None and 2 <= len(rows.chunks) <= 4  # 8 Ki first, then ~32 Ki chunks (was 12 of 8 Ki)
+    assert all(len(str(c[9])) <= 32 * 1024 for c in rows.chunks)
+    assert str(rows.chunks[-1][9]).endswith(body[-200:])
+
+
+async def test_a_lagging_indexer_never_indexes_a_session_deleted_after_its_events(store: Store) -> None:
+    key = _key("lagging")
+    before = [record(EVENTS, event(key, f"e{i}", at=i, content=f"secret plan number {i} zephyr")) for i in range(3)]
+    delete = record(EVENTS, _delete(key), timestamp_ms=int(time.time() * 1000))
+    after = record(EVENTS, event(key, "n1", at=50, content="new life after the deletion zephyr"))
+    await _project(store, *before, delete, after)  # the projector ran ahead: marker and deletion stored
+    outcome = await _index(store, *before)  # the indexer, behind, reaches the deleted session's events
+    assert outcome.skipped_deleted == 3 and _recall_count(store, key) == 0
+    await _index(store, delete, after)
+    hits = await store.reader.session_search(key, "zephyr", "current_session", top_k=10)
+    assert [h.event_id for h in hits] == ["n1"]
+    # A restarted indexer replaying everything again changes nothing.
+    await _index(store, *before, delete, after)
+    assert [h.event_id for h in await store.reader.session_search(key, "zephyr", "current_session")] == ["n1"]
+
+
+async def test_a_deletion_landing_while_the_indexer_writes_removes_what_it_just_wrote(store: Store) -> None:
+    key = _key("race")
+    before = [record(EVENTS, event(key, f"e{i}", at=i, content=f"racing secret {i} quokka")) for i in range(3)]
+    delete = record(EVENTS, _delete(key), timestamp_ms=int(time.time() * 1000) - 60_000)
+    await _project(store, *before)
+    indexer = store.indexer
+    original = indexer._write_pipelined
+
+    async def write_then_delete(*args: Any, **kwargs: Any) -> Any:
+        rejected = await original(*args, **kwargs)
+        await _project(store, delete)  # the projector applies the deletion between the indexer's write and check
+        return rejected
+
+    indexer._write_pipelined = write_then_delete  # type: ignore[method-assign]
+    try:
+        await _index(store, *before)
+    finally:
+        del indexer._write_pipelined
+    assert _recall_count(store, key) == 0
+    assert await store.reader.session_search(key, "quokka", "current_session") == []
+
+
+async def test_a_faster_indexer_keeps_the_events_after_a_deletion(store: Store) -> None:
+    key = _key("ahead")
+    old = record(EVENTS, event(key, "e1", at=1, content="old words walrus"))
+    five_seconds_ago = int((datetime.now(UTC) - timedelta(seconds=5)).timestamp() * 1000)
+    delete = record(EVENTS, _delete(key), timestamp_ms=five_seconds_ago)
+    new = record(EVENTS, event(key, "n1", at=50, content="new words walrus"))
+    await _index(store, old, delete, new)  # the indexer is ahead of the projector
+    await _project(store, old, delete, new)  # the projector's deletion (stamped at the command) spares n1
+    assert [h.event_id for h in await store.reader.session_search(key, "walrus", "current_session")] == ["n1"]
+
+
+async def test_the_indexer_resumes_from_its_own_offsets(store: Store) -> None:
+    key = _key("offsets")
+    records = [record(EVENTS, event(key, f"e{i}", at=i, content=f"offset word {i} narwhal"), partition=1,
+                      offset=1000 + i) for i in range(4)]  # fmt: skip
+    projector_before = await store.projector.load_offsets()
+    await _index(store, *records[:2])
+    assert (await store.indexer.load_offsets())[(EVENTS, 1)] == 1002
+    assert await store.projector.load_offsets() == projector_before  # its own group, its own offsets
+    await _index(store, *records)  # a redelivery after a crash before the offsets: the same rows
+    assert (await store.indexer.load_offsets())[(EVENTS, 1)] == 1004
+    assert _recall_count(store, key) == 4
+
+
+async def test_the_read_reports_the_index_lag_beside_the_projection_lag(store: Store) -> None:
+    key = _key("lag")
+    await _project(store, record(EVENTS, event(key, "u1", at=1), partition=7, offset=41))
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace)
+    read = await reader.read(key)
+    assert read.index_lag.known is False and (read.index_lag.topic, read.index_lag.partition) == (EVENTS, 7)
+    await store.projector.save_progress([PartitionProgress(EVENTS, 7, 42, 42)])
+    await store.indexer.save_progress([PartitionProgress(EVENTS, 7, 12, 42)])
+    read = await reader.read(key)
+    assert read.projection_lag.known and read.projection_lag.events_behind == 0
+    assert read.projection_lag.seconds_behind == 0.0
+    assert read.index_lag.known and read.index_lag.events_behind == 30 and read.index_lag.seconds_behind > 0
+
+
+async def test_a_lone_surrogate_is_one_dead_letter_not_a_stuck_batch(store: Store) -> None:
+    key = _key("surrogate")
+    bad = record(EVENTS, event(key, "e1", at=1, content="broken \ud800 text"))
+    good = record(EVENTS, event(key, "e2", at=2, content="fine text with an emoji \U0001f600 penguin"))
+    dead_before = len(store.dead)
+    outcome = await _project(store, bad, good)
+    await _index(store, bad, good)
+    letters = store.dead[dead_before:]
+    assert [d.error_class for d in letters] == ["RecordDecodeError"] and "surrogate" in letters[0].reason
+    assert outcome.events == 1
+    assert [h.event_id for h in await store.reader.session_search(key, "penguin", "current_session")] == ["e2"]
+
+
+async def test_the_row_binder_writes_what_the_driver_binds(store: Store) -> None:
+    key = _key("binder")
+    ks = store.settings.cassandra.keyspace
+    call = _call("c1")
+    values = [event(key, "a1", at=1, role="assistant", content=None, tool_calls=call),
+              event(key, "t1", at=2.123456, role="tool", content="中文 result " * 2000, tool_call_id="c1"),
+              event(key, "u1", at=-86400 * 365 * 60 + 0.5, content="before 1970")]  # fmt: skip
+    values[2]["request_id"] = "r1"
+    for n, value in enumerate(values):
+        ev = SessionEvent.model_validate(value)
+        rows = event_rows(ev, n, lambda m: 1)
+        recall = recall_rows(ev, n)
+        pairs = [(q.INSERT_EVENT, rows.event), (q.INSERT_EVENT_ID, rows.event_id)]
+        pairs += [(q.INSERT_TURN, rows.turn)] if rows.turn else []
+        pairs += [(q.INSERT_RECALL, recall.doc), *((q.INSERT_RECALL_CHUNK, c) for c in recall.chunks)] if recall else []
+        for cql, row in pairs:
+            prepared = store.session.prepare(cql.format(ks=ks))
+            assert RowBinder(prepared).values(row) == prepared.bind(row).values
+
+
+async def test_writes_leave_the_event_loop_free(store: Store) -> None:
+    ks = store.settings.cassandra.keyspace
+    prepared = store.session.prepare(f"SELECT * FROM {ks}.event_ids WHERE app_name = ? AND user_id = ? AND "
+                                     "session_id = ?")  # fmt: skip
+    ticks = 0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    started = ticks
+    results = await aexecute_many(store.session, [(prepared, ("a", "u", f"s{i}")) for i in range(400)], 2)
+    during = ticks - started
+    done.set()
+    await task
+    assert all(ok for ok, _ in results) and len(results) == 400
+    assert during > 10  # the driver's execute_concurrent_async blocked the loop until all 400 were done
+
+
+async def test_the_indexer_waits_while_the_projector_is_behind(store: Store) -> None:
+    key = _key("gate")
+    gate = CriticalPathGate(store.session, store.settings.cassandra.keyspace, check_s=0.05, max_wait_s=20)
+    indexer = RecallIndexer(store.session, store.settings.cassandra.keyspace, events_topic=EVENTS,
+                            consumer_group="g-gated", gate=gate)  # fmt: skip
+    await store.projector.save_progress([PartitionProgress(EVENTS, 9, 100, 100 + 5000)])
+    rec = record(EVENTS, event(key, "e1", at=1, content="gated words ibex"), partition=9, offset=100)
+    task = asyncio.ensure_future(indexer.project([rec], _no_dead_letters))
+    await asyncio.sleep(0.5)
+    assert not task.done() and _recall_count(store, key) == 0  # the critical path first
+    await store.projector.save_progress([PartitionProgress(EVENTS, 9, 5100, 5100)])  # caught up
+    outcome = await asyncio.wait_for(task, 10)
+    assert outcome.events == 1 and gate.waited_s >= 0.5
+
+
+async def _no_dead_letters(letter: Any) -> None:
+    raise AssertionError(f"unexpected dead letter: {letter}")
