@@ -24,6 +24,7 @@ from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
+from streams.app.gc_tuning import tuned_gc
 from streams.app.heads import Head, head_of
 from streams.app.ledger import summary_key
 from streams.app.summarize import SummarizeHandler
@@ -166,6 +167,10 @@ class InProcessReplay:
 
     async def run(self, records: Iterable[tuple[int, int, bytes, bytes]], topic: str = "events") -> ReplayStats:
         """Replay ``(partition, offset, record key, value)`` records in log order."""
+        with tuned_gc():
+            return await self._run(records, topic)
+
+    async def _run(self, records: Iterable[tuple[int, int, bytes, bytes]], topic: str) -> ReplayStats:
         started, cpu = time.perf_counter(), time.process_time()
         stats = self.stats
         for partition, offset, key, value in records:

@@ -149,7 +149,6 @@ class SummarizeHandler:
         if not delta.events:
             return self._nothing(job, "no events after the boundary up to the job's target", version)
         summarizer = self.summarizer_for(job.app_name)
-        meta = summarizer.metadata()
         previous_text = previous.summary if previous is not None else ""
         digest = None
         key_of = getattr(summarizer, "cache_key", None)
@@ -159,7 +158,7 @@ class SummarizeHandler:
                 previous_text, delta.events, filter_key=job.filter_key, model_request=job.model_request,
                 force=job.force, context_window=job.summary_context_window,
             )  # fmt: skip
-        elif "prompt_version" in meta:
+        elif "prompt_version" in (meta := summarizer.metadata()):
             digest = input_hash(
                 previous_text, delta.raw, filter_key=job.filter_key, force=job.force,
                 prompt_version=str(meta["prompt_version"]), model=str(meta.get("model_name", "")),

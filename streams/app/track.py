@@ -243,7 +243,7 @@ class TrackHandler:
             return out
         kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None
         if isinstance(record, SessionEvent):
-            return with_events_key(self._on_event(record, coords, store, kept), kept)
+            return with_events_key(self._on_event(record, coords, store, kept, full), kept)
         if isinstance(record, DeleteSession):
             self._on_delete(record, store)
             return TrackOutput()
@@ -256,11 +256,16 @@ class TrackHandler:
         return store.get(table_key(*sk, filter_key))
 
     def _on_event(
-        self, event: SessionEvent, coords: Coordinates, store: StateStore, record_key: bytes | None = None
+        self,
+        event: SessionEvent,
+        coords: Coordinates,
+        store: StateStore,
+        record_key: bytes | None,
+        full: TrackedKey | None,
     ) -> TrackOutput:
+        """``full``: the session's full-session entry, as :meth:`on_record` just loaded it."""
         policy = self.policies.for_app(event.app_name)
         sk = event.session_key
-        full = self._load(store, sk, FULL_SESSION)
         states: dict[str, SessionTriggerState | None] = {FULL_SESSION: full.state if full else None}
         for k in affected_keys(event, policy, full.state if full else None):
             if k != FULL_SESSION:

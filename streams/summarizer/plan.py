@@ -161,8 +161,12 @@ def plan_pass(
         text = before + form.text + after
         return PassPlan(list(events[:k]), text, builder.request(text, prev), truncated, k < n, form.cuts)
 
-    if fits(n, None, previous):
-        return plan(n, None, previous, False)
+    # The whole delta first, its request built once (counted, then sent as is when it fits).
+    whole = forms.form(n, None)
+    whole_text = before + whole.text + after
+    first = builder.request(whole_text, previous)
+    if count_request(first, builder.counter) <= budget:
+        return PassPlan(list(events), whole_text, first, False, False, whole.cuts)
     ends = [n] if whole_delta else [*safe_prefix_ends(events, formatter), n]
     best = largest_fitting(0, len(ends) - 1, lambda i: fits(ends[i], MIN_PAYLOAD_KEEP, previous))
     if best is not None:

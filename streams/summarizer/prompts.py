@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from streams.errors import ConfigurationError
 
@@ -91,14 +92,18 @@ class Placeholder:
     end: int
 
 
-def placeholders(template: str) -> list[Placeholder]:
-    """Every placeholder of ``template`` in order."""
+@lru_cache(maxsize=256)
+def placeholders(template: str) -> tuple[Placeholder, ...]:
+    """Every placeholder of ``template`` in order.
+
+    Memoized (a few templates, parsed on every request built: a summary's cache key builds several).
+    """
     found = []
     for m in _PLACEHOLDER.finditer(template):
         name = m.group("n2") or m.group("n1")
         optional = bool(m.group("o2") or m.group("o1"))
         found.append(Placeholder(name, optional, m.start(), m.end()))
-    return found
+    return tuple(found)
 
 
 def has_placeholder(template: str, name: str) -> bool:

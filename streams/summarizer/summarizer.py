@@ -344,7 +344,8 @@ class Summarizer:
         }
         digest = hashlib.sha256(json.dumps(head, sort_keys=True, ensure_ascii=False, default=str).encode())
         for event in selected:
-            raw = event.model_dump_json().encode()
+            # ``model_dump_json().encode()`` without the str round trip (the same bytes: one per event).
+            raw = event.__pydantic_serializer__.to_json(event)
             digest.update(len(raw).to_bytes(8, "big"))
             digest.update(raw)
         return digest.hexdigest()

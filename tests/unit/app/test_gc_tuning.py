@@ -43,3 +43,51 @@ def test_cycles_are_still_collected() -> None:
     del a, b
     gc.collect()
     assert probe() is None
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_a_tuned_block_raises_the_thresholds_and_gives_the_previous_ones_back() -> None:
+    from streams.app.gc_tuning import tuned_gc
+
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    with tuned_gc():
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0  # what the block froze is thawed
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_a_tuned_block_keeps_a_workers_freeze() -> None:
+    from streams.app.gc_tuning import tuned_gc
+
+    tune_gc()
+    frozen = gc.get_freeze_count()
+    with tuned_gc():
+        pass
+    assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() >= frozen > 0
+
+
+@pytest.mark.usefixtures("restore_gc")
+async def test_an_in_process_replay_runs_with_the_tuned_collector_and_restores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from schemas.settings import Settings
+    from streams.app.cache import SummaryCache
+    from streams.summarizer.model import ModelResponse
+    from streams.summarizer.request import ChatRequest
+    from tests.unit.app.test_inprocess_replay import Echo, replay
+
+    seen: list[tuple[int, int, int]] = []
+    complete = Echo.complete
+
+    async def spy(self: Echo, request: ChatRequest) -> ModelResponse:
+        seen.append(gc.get_threshold())  # the thresholds while the replay runs (the model is called inside)
+        return await complete(self, request)
+
+    gc.set_threshold(700, 10, 10)
+    monkeypatch.setattr(Echo, "complete", spy)
+    stats, _ = await replay(Settings.model_validate({"summary": {"event_threshold": 3}}), SummaryCache())
+    assert stats.llm_calls > 0 and seen and set(seen) == {GC_THRESHOLDS}
+    assert gc.get_threshold() == (700, 10, 10)
