@@ -71,11 +71,17 @@ async def wait_stored(session: Any, ks: str, group: str, topic: str, total: int,
         if stored_offsets(session, ks, group, topic) >= total:
             return
         await asyncio.sleep(0.1)
-    raise TimeoutError(f"group {group} stored {stored_offsets(session, ks, group, topic)} of {total} offsets in {timeout}s")
+    raise TimeoutError(
+        f"group {group} stored {stored_offsets(session, ks, group, topic)} of {total} offsets in {timeout}s"
+    )
 
 
 def start_stage(settings: Settings, stage: str, group: str, log: Path) -> subprocess.Popen[bytes]:
-    command = [DISTILL, "projector", "--no-index", "--group", group] if stage == "critical" else [DISTILL, "indexer", "--group", group]
+    command = (
+        [DISTILL, "projector", "--no-index", "--group", group]
+        if stage == "critical"
+        else [DISTILL, "indexer", "--group", group]
+    )
     out = log.open("ab")
     return subprocess.Popen(command, env=worker_env(settings), stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
 
@@ -94,7 +100,9 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def run(args: argparse.Namespace, count: int) -> dict[str, float]:
-    settings = scripted_pipeline_settings(load_settings(), "http://127.0.0.1:9/v1", partitions=PARTITIONS, topic_prefix="bench")
+    settings = scripted_pipeline_settings(
+        load_settings(), "http://127.0.0.1:9/v1", partitions=PARTITIONS, topic_prefix="bench"
+    )
     settings.cassandra.keyspace = f"bench_scale_{uuid.uuid4().hex[:8]}"
     run_prefix = settings.topics.events.rsplit(".", 1)[0] + "."
     group = f"{settings.worker.app_id}-{'projector' if args.stage == 'critical' else 'indexer'}"
@@ -119,7 +127,9 @@ async def run(args: argparse.Namespace, count: int) -> dict[str, float]:
         t0 = time.monotonic()
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-        await wait_stored(session, settings.cassandra.keyspace, group, settings.topics.events, len(records), args.timeout)
+        await wait_stored(
+            session, settings.cassandra.keyspace, group, settings.topics.events, len(records), args.timeout
+        )
         seconds = time.monotonic() - t0
         cpu = sum(map(process_cpu_s, pids)) - cpu0
         cass = (process_cpu_s(cassandra) - cass0) if cassandra else float("nan")

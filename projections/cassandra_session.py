@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from cassandra import ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
@@ -23,6 +24,7 @@ def open_cluster(settings: CassandraSettings) -> Cluster:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_datacenter)),
         request_timeout=settings.request_timeout_s,
+        consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
     )
     return Cluster(
         settings.contact_list,

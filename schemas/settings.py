@@ -52,6 +52,10 @@ class CassandraSettings(_Section):
     username: str | None = None
     password: SecretStr | None = None
     local_datacenter: str = "datacenter1"
+    consistency: Literal["ONE", "LOCAL_ONE", "LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL"] = "LOCAL_QUORUM"
+    """Consistency level of every read and write. ``LOCAL_QUORUM`` (the default) gives an agent's
+    read what the projector wrote on a replicated keyspace (quorum writes + quorum reads overlap);
+    with one replica it is one replica. ``LOCAL_ONE`` is faster and may read stale rows."""
     request_timeout_s: float = Field(default=10.0, gt=0)
     schema_timeout_s: float = Field(default=120.0, gt=0)
     """Client timeout of a schema statement (``distill init``'s migrations): Cassandra applies schema
