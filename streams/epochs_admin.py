@@ -1,8 +1,14 @@
 """Operating summary epochs: numbering replay runs, reading an epoch's heads, asking sessions to switch.
 
-* A replay run builds epoch N into ``<summaries>.replay-eN-<time>-<pid>``: the
-  topic names are the register of epochs (:func:`replay_epochs`), the next run
-  takes the highest number + 1 (:func:`next_epoch`).
+* A replay run builds epoch N into ``<summaries>.replay-eN-<time>-<id>``: the
+  topic names are the register of epochs (:func:`replay_epochs`). A new run
+  claims its number first (:func:`claim_epoch`): it creates the empty topic
+  ``<summaries>.epoch-claim-eN`` for the highest number taken + 1, and Kafka
+  creates a topic once, so of two runs started at the same moment one gets N
+  and the other (its create answered ``TopicAlreadyExists``) tries N + 1.
+* A session that adopted epoch N is served from a line the live worker
+  continues with its own versions: resuming the run of N must not write more
+  of that session (:func:`adopted_sessions` finds them on the summaries topic).
 * :func:`epoch_heads` reads an epoch's topic: per session the latest summary of
   each key (and the events offset its header names), with the record key and
   the partition the session lives on.
@@ -11,28 +17,40 @@
   with its events) and collects the answers from the summaries topic: an
   ``EpochAdopted``, or a ``SummaryFailure`` saying why not (``schemas.epochs``).
 
-Records are read and written with aiokafka; :func:`collect_heads` is pure.
+Records are read and written with aiokafka; :func:`collect_heads`, :func:`epoch_numbers`,
+:func:`claim_first_free` (given its create) and :func:`sessions_adopting` are pure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from schemas import AdoptedHead, AdoptEpoch, EpochAdopted, SessionKey, SessionSummary, SummaryFailure
 from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, header_int
+from streams.errors import DistillError
 from streams.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
 
 _RUN = re.compile(r"^e(\d+)-")
+_CLAIM = re.compile(r"^e(\d+)$")
+CLAIM_ATTEMPTS = 1000
+"""Numbers :func:`claim_epoch` tries past the highest taken before giving up."""
+
+
+class EpochClaimError(DistillError):
+    """No epoch number could be claimed (Kafka refused the claim topic, or every number tried was taken)."""
 
 
 def run_epoch(run_id: str) -> int | None:
@@ -66,9 +84,99 @@ async def replay_epochs(settings: Settings) -> dict[int, list[str]]:
     return out
 
 
+def claim_topic(summaries: str, epoch: int) -> str:
+    """The topic whose creation claims ``epoch`` (empty: its existence is the claim)."""
+    return f"{summaries}.epoch-claim-e{epoch}"
+
+
+def epoch_numbers(names: Iterable[str], summaries: str) -> set[int]:
+    """The epochs taken among topic ``names``: claimed, or built by a run (runs from before claims)."""
+    runs, claims = f"{summaries}.replay-", f"{summaries}.epoch-claim-"
+    out: set[int] = set()
+    for name in names:
+        if name.startswith(runs):
+            epoch = run_epoch(name[len(runs) :])
+        elif name.startswith(claims):
+            match = _CLAIM.match(name[len(claims) :])
+            epoch = int(match.group(1)) if match else None
+        else:
+            continue
+        if epoch is not None:
+            out.add(epoch)
+    return out
+
+
 async def next_epoch(settings: Settings) -> int:
-    """The number of the next replay's epoch (epoch 0 is the live line)."""
-    return max(await replay_epochs(settings), default=0) + 1
+    """The number the next replay would try to claim (epoch 0 is the live line); see :func:`claim_epoch`."""
+    return max(epoch_numbers(await _topic_names(settings), settings.topics.summaries), default=0) + 1
+
+
+async def claim_first_free(taken: Iterable[int], create: Callable[[int], Awaitable[bool]],
+                           attempts: int = CLAIM_ATTEMPTS) -> int:  # fmt: skip
+    """The first epoch after ``taken`` whose ``create`` (an atomic create-if-absent) succeeded.
+
+    ``create(n)`` is ``False`` when ``n`` was claimed first by someone else:
+    the next number is tried, so concurrent claimers end on distinct numbers.
+    """
+    start = max(taken, default=0) + 1
+    for epoch in range(start, start + attempts):
+        if await create(epoch):
+            return epoch
+    raise EpochClaimError(f"epochs {start}..{start + attempts - 1} are all claimed")
+
+
+async def claim_epoch(settings: Settings) -> int:
+    """Claim the next epoch number for a new replay run: only one run gets each number."""
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    summaries = settings.topics.summaries
+
+    async def create(epoch: int) -> bool:
+        topic = NewTopic(claim_topic(summaries, epoch), 1, settings.topics.replication_factor)
+        response = await admin.create_topics([topic])
+        for _, code, message in response.topic_errors:
+            if code == TopicAlreadyExistsError.errno:
+                return False
+            if code:
+                raise EpochClaimError(f"claiming epoch {epoch} ({topic.name}): {for_code(code).__name__}: {message}")
+        return True
+
+    try:
+        await admin.start()
+        return await claim_first_free(epoch_numbers(await admin.list_topics(), summaries), create)
+    except KafkaError as exc:
+        raise EpochClaimError(f"claiming an epoch at {settings.kafka.bootstrap_servers}: {exc}") from exc
+    finally:
+        await admin.close()
+
+
+def sessions_adopting(records: Iterable[RawRecord], epoch: int) -> set[SessionKey]:
+    """The sessions an ``EpochAdopted`` of ``epoch`` among ``records`` switched (even if they left it since:
+    the live worker continued their line of ``epoch`` while served from it)."""
+    out: set[SessionKey] = set()
+    for _, _, value, _ in records:
+        if value is None or b"epoch_adopted" not in value:
+            continue
+        try:
+            record = decode_summary_record(value)
+        except ValueError:
+            continue
+        if isinstance(record, EpochAdopted) and record.epoch == epoch:
+            out.add(record.session_key)
+    return out
+
+
+def write_excluded(path: Path, sessions: Iterable[SessionKey]) -> None:
+    """Write the sessions a replay worker must not summarize (``distill worker --replay-exclude-file``)."""
+    path.write_text(json.dumps(sorted([list(k) for k in sessions])))
+
+
+def read_excluded(path: str | Path) -> frozenset[SessionKey]:
+    return frozenset(SessionKey(*k) for k in json.loads(Path(path).read_text()))
+
+
+async def adopted_sessions(settings: Settings, epoch: int) -> set[SessionKey]:
+    """The sessions that adopted ``epoch`` (the live summaries topic records every switch)."""
+    return sessions_adopting(await read_topic(settings, settings.topics.summaries), epoch)
 
 
 @dataclass
@@ -214,6 +322,7 @@ def _answer(value: bytes | None) -> Answer | None:
 
 
 __all__ = [
-    "SessionHeads", "collect_heads", "epoch_heads", "new_run_id", "next_epoch", "replay_epochs", "request_adoptions",
-    "run_epoch",
+    "EpochClaimError", "SessionHeads", "adopted_sessions", "claim_epoch", "claim_first_free", "claim_topic",
+    "collect_heads", "epoch_heads", "epoch_numbers", "new_run_id", "next_epoch", "read_excluded",
+    "replay_epochs", "request_adoptions", "run_epoch", "sessions_adopting", "write_excluded",
 ]  # fmt: skip

@@ -80,6 +80,24 @@ class ReplayOptions:
     from_latest: bool = False
     epoch: int = 0
     """The epoch the run's summaries belong to (``schemas.epochs``)."""
+    excluded: frozenset[SessionKey] = frozenset()
+    """Sessions the run must not summarize even if selected: on a resume, those that already adopted
+    its epoch (the live worker continues their line of it with its own versions)."""
+
+
+def replay_accept(specs: frozenset[str] | set[str], excluded: frozenset[SessionKey] | set[SessionKey] = frozenset()
+                  ) -> Callable[[SessionKey], bool] | None:  # fmt: skip
+    """The sessions a replay keeps: those ``specs`` select (all when empty) but none of ``excluded``
+    (``None``: every session)."""
+    selected = session_filter(specs) if specs else None
+    if not excluded:
+        return selected
+    refused = frozenset(excluded)
+
+    def accept(sk: SessionKey) -> bool:
+        return sk not in refused and (selected is None or selected(sk))
+
+    return accept
 
 
 def session_filter(specs: frozenset[str] | set[str]) -> Callable[[SessionKey], bool]:
@@ -217,13 +235,12 @@ def create_app(
     )
     batch_drain.install(app)
     app.monitor = LeanMonitor(loop=app.loop, beacon=app.beacon)
-    sessions = replay.sessions if replay else frozenset()
     policies = ext.policies or policies_from_settings(
         settings.summary, settings.llm.model, model_context_window=settings.llm.context_window
     )
     track = TrackHandler(
         policies,
-        accept=session_filter(sessions) if sessions else None,
+        accept=replay_accept(replay.sessions, replay.excluded) if replay else None,
         job_origin="replay" if replay else None,
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
         optimistic=False,  # decisions are a pure function of the log: a replay keeps the real queue

@@ -153,6 +153,12 @@ class WorkerRuntime:
         """
         fields = {**coords.log_fields(), "session_id": job.session_id, "filter_key": job.filter_key,
                   "job_id": job.job_id}  # fmt: skip
+        if self.track.accept is not None and not self.track.accept(job.session_key):
+            # A replay's job of a session it no longer summarizes (a resume excludes those that
+            # adopted its epoch: their line is the live worker's now). Nobody waits for it.
+            log.info("summary job skipped: session not replayed", extra=fields)
+            metrics.JOBS_DONE.labels("skipped").inc()
+            return
         await self.cache_ready.wait()
         policy = self.track.policies.for_app(job.app_name)
         loop = asyncio.get_running_loop()

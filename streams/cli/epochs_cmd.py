@@ -13,13 +13,14 @@ from schemas.settings import Settings, load_settings
 
 def adopt_sessions(
     settings: Settings, epoch: int, specs: set[str], *, require_caught_up: bool, source: str = "",
-    timeout: float = 60.0, resume_hint: str | None = None,
+    timeout: float = 60.0, resume_hint: str | None = None, exclude: set[SessionKey] | None = None,
 ) -> dict[str, int]:  # fmt: skip
-    """Switch the sessions ``specs`` selects (all when empty) to ``epoch``; prints and returns the outcome counts."""
-    from streams.app.factory import session_filter
+    """Switch the sessions ``specs`` selects (all when empty), but none of ``exclude``, to ``epoch``;
+    prints and returns the outcome counts."""
+    from streams.app.factory import replay_accept
     from streams.epochs_admin import epoch_heads, request_adoptions
 
-    accept = session_filter(specs) if specs else None
+    accept = replay_accept(specs, frozenset(exclude or ()))
     sessions = asyncio.run(epoch_heads(settings, epoch, accept))
     answers = asyncio.run(request_adoptions(settings, epoch, sessions.values(), require_caught_up=require_caught_up,
                                             source=source, timeout=timeout))  # fmt: skip

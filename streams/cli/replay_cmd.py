@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from schemas import SessionKey
 from schemas.settings import Settings, load_settings
 
 
@@ -59,20 +60,27 @@ def command(
     jobs are re-emitted as in a live run. Summaries whose inputs
     (previous summary, delta, prompt, model) are unchanged are reused from the
     content-addressed cache (filled from the live summaries topic and earlier
-    replays) instead of calling the LLM. Output: epoch N (the next number) on
-    <summaries>.replay-eN-<time>-<id>; then each replayed session whose epoch
-    caught up with the live line is switched to it (--no-adopt: not).
+    replays) instead of calling the LLM. Output: epoch N (the next number, claimed:
+    two runs started at once get distinct numbers) on <summaries>.replay-eN-<time>-<id>;
+    then each replayed session whose epoch caught up with the live line is switched
+    to it (--no-adopt: not). --resume skips (and names) the sessions that already
+    adopted the run's epoch: the live worker continues their line.
     """
-    from streams.app.factory import replay_topics
-    from streams.epochs_admin import new_run_id, next_epoch, run_epoch
+    from streams.app.factory import replay_topics, session_filter
+    from streams.epochs_admin import adopted_sessions, claim_epoch, new_run_id, run_epoch, write_excluded
 
     settings = load_settings()
     specs = (*sessions, *(f"{app}/*/*" for app in apps))
     if dry_run:
         _dry_run(settings, specs)
         return
-    epoch = run_epoch(resume_run) if resume_run else asyncio.run(next_epoch(settings))
+    # A new run claims its epoch (only one run gets each number); a resumed run keeps its own.
+    epoch = run_epoch(resume_run) if resume_run else asyncio.run(claim_epoch(settings))
     run_id = resume_run or new_run_id(epoch or 0)
+    excluded: set[SessionKey] = set()
+    if resume_run and epoch:
+        accept = session_filter(set(specs)) if specs else None
+        excluded = {k for k in asyncio.run(adopted_sessions(settings, epoch)) if accept is None or accept(k)}
     out = replay_topics(settings, run_id)
     asyncio.run(_create_topics(settings, out.jobs, out.summaries))
     workdir = Path(".distill") / "replay"
@@ -81,6 +89,11 @@ def command(
     args = ["worker", "--replay-run", run_id, *[a for s in specs for a in ("--replay-session", s)]]
     if epoch:
         args += ["--replay-epoch", str(epoch)]
+    if excluded:
+        click.echo(adopted_note(epoch or 0, excluded))
+        exclude_path = (workdir / f"{run_id}.excluded.json").resolve()
+        write_excluded(exclude_path, excluded)
+        args += ["--replay-exclude-file", str(exclude_path)]
     if not from_beginning:
         args.append("--replay-from-latest")
     from streams.local_pipeline import distill_executable
@@ -109,10 +122,21 @@ def command(
         from streams.cli.epochs_cmd import adopt_sessions
 
         adopt_sessions(settings, epoch, set(specs), require_caught_up=True, source=run_id, timeout=adopt_timeout,
-                       resume_hint=f"distill replay --resume {run_id}")  # fmt: skip
+                       resume_hint=f"distill replay --resume {run_id}", exclude=excluded)  # fmt: skip
     click.echo(
         f"done: {stats['events']} events, {stats['summaries']} summaries "
         f"(LLM calls {outcomes.get('summary', 0)}, reused from cache {outcomes.get('cached', 0)}) → {out.summaries}"
+    )
+
+
+def adopted_note(epoch: int, sessions: set[SessionKey], limit: int = 20) -> str:
+    """What a resume says about the sessions it refuses (they adopted its epoch)."""
+    names = sorted("/".join(k) for k in sessions)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    listed = ", ".join(names[:limit]) + more
+    return (
+        f"not resumed: {len(names)} sessions already adopted epoch {epoch} (the live worker continues their line "
+        f"of it with its own versions; a replay writing it too would make conflicting versions): {listed}"
     )
 
 

@@ -21,6 +21,8 @@ from schemas.settings import load_settings
 @click.option("--replay-from-latest", is_flag=True, hidden=True)
 @click.option("--replay-concurrency", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--replay-epoch", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option("--replay-exclude-file", type=click.Path(exists=True, dir_okay=False), default=None, hidden=True,
+              help="JSON list of [app, user, session] the replay must not summarize.")  # fmt: skip
 def command(
     app_spec: str | None,
     loglevel: str | None,
@@ -29,6 +31,7 @@ def command(
     replay_from_latest: bool,
     replay_concurrency: int | None,
     replay_epoch: int | None,
+    replay_exclude_file: str | None,
 ) -> None:
     """Run a worker: the track agent (events → jobs), the summarize agent (jobs → summaries).
 
@@ -46,7 +49,7 @@ def command(
         settings.summary.async_summary_num = replay_concurrency
     replay = None
     if replay_run:
-        from streams.epochs_admin import run_epoch
+        from streams.epochs_admin import read_excluded, run_epoch
 
         replay = ReplayOptions(
             replay_run,
@@ -54,6 +57,7 @@ def command(
             preload_from=settings.topics.summaries,
             from_latest=replay_from_latest,
             epoch=replay_epoch or run_epoch(replay_run) or 0,
+            excluded=read_excluded(replay_exclude_file) if replay_exclude_file else frozenset(),
         )
     app = create_app(settings, extensions=load_extensions(app_spec, settings), replay=replay)
     run_worker(app, settings)
