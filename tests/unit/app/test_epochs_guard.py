@@ -26,9 +26,9 @@ from streams.epochs_admin import (
     sessions_adopting,
     write_excluded,
 )
-from tests.unit.app.test_epochs import COORDS, NOW, SESSION, runtime, summary
+from tests.unit.app.test_epochs import COORDS, NOW, runtime, summary
 from tests.unit.app.test_summarize_handler import job
-from tests.unit.summarizer.helpers import ScriptedModel
+from tests.unit.summarizer.helpers import SESSION, ScriptedModel
 
 SUMMARIES = "distill.summaries"
 
