@@ -69,7 +69,7 @@ class Fixture:
 
 
 def replay(settings: Settings, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "1", *args], env=worker_env(settings),
+    return subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "4", *args], env=worker_env(settings),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
 
 
@@ -153,10 +153,10 @@ async def test_a_resume_leaves_the_sessions_that_adopted_its_epoch_to_the_live_w
 
     resumed = await asyncio.to_thread(finished, replay(settings, "--resume", run.run_id))
     assert resumed.epoch == run.epoch and resumed.topic == run.topic
-    assert f"not resumed: 1 sessions already adopted epoch {run.epoch}" in resumed.out, resumed.out
-    assert "/".join(key) in resumed.out and other.session not in resumed.out
     after = by_session(await read_topic(settings, run.topic, timeout=10))
     assert after[adopted.session] == before[adopted.session]  # nothing more of the adopted line
+    assert f"not resumed: 1 sessions already adopted epoch {run.epoch}" in resumed.out, resumed.out
+    assert "/".join(key) in resumed.out and other.session not in resumed.out
     assert [s["version"] for s in after[other.session]] == [1, 2, 3]
     last = after[other.session][-1]
     assert last["epoch"] == run.epoch and last["boundary"]["last_event_id"] == f"{other.session}-e{2 * (ROUNDS + 2)}"
