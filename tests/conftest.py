@@ -134,6 +134,7 @@ SLOW_FILES = {
     "tests/integration/test_pipeline_rocksdb.py": 65,
     "tests/integration/test_pipeline_core.py": 60,
     "tests/integration/test_ui_browser.py": 60,
+    "tests/integration/test_replay_guards.py": 45,
     "tests/integration/test_example_agent.py": 45,
     "tests/unit/context/test_property.py": 45,
     "tests/integration/test_adapter_trpc.py": 42,
