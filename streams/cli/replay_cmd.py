@@ -107,8 +107,8 @@ def command(
                f"log {log_path}")  # fmt: skip
     click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
-        stats = asyncio.run(_watch(settings, f"{settings.worker.app_id}-replay-{run_id}", out.summaries, proc,
-                                   idle_exit, timeout))  # fmt: skip
+        stats = asyncio.run(_watch(settings, f"{settings.worker.app_id}-replay-{run_id}", out.jobs, out.summaries,
+                                   proc, idle_exit, timeout))  # fmt: skip
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -155,8 +155,20 @@ async def _create_topics(settings: Settings, jobs: str, summaries: str) -> None:
 
 
 async def _watch(
-    settings: Settings, group: str, summaries: str, proc: subprocess.Popen[bytes], idle_exit: float, timeout: float
+    settings: Settings,
+    group: str,
+    jobs: str,
+    summaries: str,
+    proc: subprocess.Popen[bytes],
+    idle_exit: float,
+    timeout: float,
 ) -> dict[str, int]:
+    """Follow the replay worker until it is done: every event, job and summary of the run consumed
+    (committed by its group: a job is acked only once answered), and nothing new for ``idle_exit`` s.
+
+    Events alone are not enough: a job whose model call is still running (or retrying) leaves the
+    events consumed and nothing new produced, and stopping then ended runs without their summaries.
+    """
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -168,8 +180,9 @@ async def _watch(
     await consumer.start()
     events_tps = [TopicPartition(settings.topics.events, p) for p in range(settings.topics.partitions)]
     out_tps = [TopicPartition(summaries, p) for p in range(settings.topics.partitions)]
+    job_tps = [TopicPartition(jobs, p) for p in range(settings.topics.partitions)]
     started = last_change = time.monotonic()
-    last = (-1, -1)
+    last = (-1, -1, -1)
     done_events = produced = 0
     try:
         while time.monotonic() - started < timeout:
@@ -180,11 +193,15 @@ async def _watch(
             done_events = sum(committed[tp].offset for tp in events_tps if tp in committed)
             total = sum(ends.values())
             lag = total - done_events
-            produced = sum((await consumer.end_offsets(out_tps)).values())
+            out_ends = await consumer.end_offsets(out_tps)
+            produced = sum(out_ends.values())
+            # Jobs and summaries the run wrote but its worker has not finished with yet.
+            unanswered = sum(end - (committed[tp].offset if tp in committed else 0)
+                             for tp, end in {**await consumer.end_offsets(job_tps), **out_ends}.items())  # fmt: skip
             click.echo("\r  " + progress_line(done_events, total, time.monotonic() - started, produced), nl=False)
-            if (done_events, produced) != last:
-                last, last_change = (done_events, produced), time.monotonic()
-            elif lag == 0 and done_events > 0 and time.monotonic() - last_change > idle_exit:
+            if (done_events, produced, unanswered) != last:
+                last, last_change = (done_events, produced, unanswered), time.monotonic()
+            elif lag == 0 and unanswered == 0 and done_events > 0 and time.monotonic() - last_change > idle_exit:
                 break
             await asyncio.sleep(1.0)
     finally:

@@ -10,6 +10,9 @@ Then one session adopts the first run's epoch (the ``EpochAdopted`` record a liv
 worker writes on the summaries topic), both sessions get more events, and the
 first run is resumed: it names the adopted session and leaves it alone (the live
 worker continues that line of the epoch), and catches the other one up.
+
+Last, a replay against a slow model with a short ``--idle-exit`` must still wait for
+its summaries: the events are consumed long before the model answers.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from tests.integration.pipeline_support import (
     worker_env,
 )
 from tests.support.markers import MarkerBook, find_markers
-from tests.support.openai_server import OpenAIServer, Reply, answer, request_text
+from tests.support.openai_server import OpenAIServer, Reply, answer, delayed, request_text
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +164,23 @@ async def test_a_resume_leaves_the_sessions_that_adopted_its_epoch_to_the_live_w
     last = after[other.session][-1]
     assert last["epoch"] == run.epoch and last["boundary"]["last_event_id"] == f"{other.session}-e{2 * (ROUNDS + 2)}"
     assert own_markers_only(book, other.session, after[other.session])
+
+
+def test_a_replay_waits_for_its_model_calls_before_it_ends(service_settings: Settings) -> None:
+    """Every event consumed and nothing new for longer than ``--idle-exit`` while the model is still
+    answering: the run is not done (it used to stop there, with its summaries missing)."""
+    with OpenAIServer(default=delayed(echo, 6.0)) as llm:
+        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
+        asyncio.run(create_topics(settings))
+        book = MarkerBook()
+        b = SessionBuilder(app="slowreplay")
+
+        async def publish() -> None:
+            async with DistillClient(settings) as client:
+                await client.publish_many([e for r in range(ROUNDS) for e in round_of(book, b, r)])
+
+        asyncio.run(publish())
+        run = finished(replay(settings, "--idle-exit", "1"))
+        summaries = by_session(asyncio.run(read_topic(settings, run.topic, timeout=10)))
+        assert [s["version"] for s in summaries.get(b.session, [])] == [1, 2], run.out
+        assert len(llm.requests) == 2
