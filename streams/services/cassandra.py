@@ -77,6 +77,9 @@ write_request_timeout: 10s
 read_request_timeout: 10s
 range_request_timeout: 20s
 request_timeout: 20s
+# Lightweight transactions (epoch switches, stage offsets): the 1 s default timed out CAS
+# rounds on a 2-core box running the suite beside Kafka and the stages.
+cas_contention_timeout: 5s
 # One heap budget shared by every SAI segment build (flushes and compactions). At 64MiB
 # a compacted 80 MB recall_docs SSTable held 118 index segments, each repeating per-term
 # work at build and query time; at 256MiB it held one (bench_projections, 2 GiB heap).
