@@ -31,6 +31,9 @@ def open_cluster(settings: CassandraSettings) -> Cluster:
         port=settings.port,
         auth_provider=auth,
         connect_timeout=settings.connect_timeout_s,
+        # The control connection reads the peers and the schema on connect; the driver's 2 s
+        # default failed `connect` outright (NoHostAvailable) while a node applied schema changes.
+        control_connection_timeout=settings.connect_timeout_s,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=5,
         reconnection_policy=reconnection_policy(settings),

@@ -25,3 +25,8 @@ def test_the_configured_level_is_used() -> None:
 def test_an_unknown_level_is_refused_by_name() -> None:
     with pytest.raises(ValidationError, match="consistency"):
         CassandraSettings(consistency="TWO")  # type: ignore[arg-type]
+
+
+def test_the_control_connection_waits_as_long_as_a_connect() -> None:
+    """Its 2 s default failed ``connect`` while the node applied other clients' schema changes."""
+    assert open_cluster(CassandraSettings(connect_timeout_s=7)).control_connection_timeout == 7
