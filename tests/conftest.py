@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -53,9 +55,39 @@ def _docker_answers() -> bool:
         return False
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--services-ready-file",
+        default=None,
+        help="a file that `make test` writes (the exit status of `distill services up` + `distill init`, "
+        "run beside the suite) once the services are ready; tests that need them wait for it",
+    )
+
+
+def _await_services(ready_file: Path, timeout_s: float = 900.0) -> None:
+    """Wait until the background `services up` + `init` of `make test` has finished; fail with its log if it failed.
+
+    The unit tests run meanwhile: on a fresh machine the services' jars are downloaded and
+    both JVMs boot in that time.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not ready_file.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the services were not ready after {timeout_s:.0f} s ({ready_file} not written)")
+        time.sleep(0.2)
+    status = ready_file.read_text().strip()
+    if status != "0":
+        log = ready_file.with_suffix(".log")
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        pytest.fail(f"`distill services up` / `distill init` failed (exit {status}): " + " | ".join(tail))
+
+
 @pytest.fixture(scope="session")
-def service_settings() -> Iterator[Settings]:
+def service_settings(pytestconfig: pytest.Config) -> Iterator[Settings]:
     """Settings pointing at a running Kafka and Cassandra, started here if needed."""
+    ready_file = pytestconfig.getoption("--services-ready-file")
+    if ready_file is not None:
+        _await_services(Path(ready_file))
     mode = os.environ.get("DISTILL_TEST_SERVICES", "auto")
     settings = load_settings()
     if mode == "external":
@@ -122,35 +154,54 @@ def pooled_settings(isolated_settings: Settings, keyspaces: KeyspacePool) -> Ite
 
 # Seconds each of the slowest test files took in a parallel `make test` on this box (rounded). With
 # whole files per test process, starting the longest first keeps one long file from running alone
-# at the end (longest-processing-time-first scheduling); files not listed keep collection order.
-SLOW_FILES = {
-    "tests/integration/test_context_read_property.py": 150,
-    "tests/unit/summarizer/test_invariant_property.py": 125,
-    "tests/integration/test_pipeline_guarantees.py": 115,
-    "tests/integration/test_oracle_end_to_end.py": 100,
-    "tests/integration/test_replay.py": 100,
-    "tests/integration/test_services.py": 90,
-    "tests/integration/test_pipeline_timeout.py": 85,
-    "tests/integration/test_pipeline_rocksdb.py": 65,
-    "tests/integration/test_pipeline_core.py": 60,
-    "tests/integration/test_ui_browser.py": 60,
-    "tests/integration/test_replay_guards.py": 45,
-    "tests/integration/test_example_agent.py": 45,
-    "tests/unit/context/test_property.py": 45,
-    "tests/integration/test_adapter_trpc.py": 42,
-    "tests/integration/test_adapter_lifecycle.py": 40,
-    "tests/integration/test_pipeline_failures.py": 40,
-    "tests/integration/test_recall_indexer.py": 35,
-    "tests/integration/test_adapter_openai_agents.py": 33,
-    "tests/integration/test_projections_kafka.py": 32,
-    "tests/integration/test_pipeline_sync.py": 25,
+# at the end (longest-processing-time-first scheduling); `make test` passes --no-loadscope-reorder,
+# or pytest-xdist would reorder files by their number of tests. The unit files go first: `make
+# test` starts the services beside the suite, and the unit tests need none (see
+# --services-ready-file). Files not listed keep collection order, after these.
+SLOW_UNIT_FILES = {
+    "tests/unit/summarizer/test_invariant_property.py": 105,
+    "tests/unit/context/test_property.py": 80,
+    "tests/unit/rules/test_determinism.py": 18,
+    "tests/unit/test_layering.py": 17,
+    "tests/unit/rules/test_properties.py": 16,
+    "tests/unit/adapters/test_trpc_events.py": 15,
+    "tests/unit/test_quality.py": 11,
+}
+SLOW_INTEGRATION_FILES = {
+    "tests/integration/test_context_read_property.py": 186,
+    "tests/integration/test_services.py": 185,
+    "tests/integration/test_pipeline_guarantees.py": 120,
+    "tests/integration/test_oracle_end_to_end.py": 113,
+    "tests/integration/test_pipeline_timeout.py": 102,
+    "tests/integration/test_foundation.py": 100,
+    "tests/integration/test_recall_indexer.py": 95,
+    "tests/integration/test_replay.py": 90,
+    "tests/integration/test_pipeline_core.py": 95,
+    "tests/integration/test_ui_browser.py": 100,
+    "tests/integration/test_context_read.py": 90,
+    "tests/integration/test_adapter_trpc.py": 67,
+    "tests/integration/test_pipeline_rocksdb.py": 60,
+    "tests/integration/test_replay_guards.py": 60,
+    "tests/integration/test_pipeline_failures.py": 55,
+    "tests/integration/test_adapter_lifecycle.py": 50,
+    "tests/integration/test_recall_cassandra.py": 50,
+    "tests/integration/test_example_agent.py": 40,
+    "tests/integration/test_adapter_openai_agents.py": 38,
+    "tests/integration/test_projections_kafka.py": 50,
+    "tests/integration/test_projections_epochs.py": 30,
+    "tests/integration/test_pipeline_sync.py": 30,
 }
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     root = config.rootpath
 
-    def weight(item: pytest.Item) -> int:
-        return SLOW_FILES.get(item.path.relative_to(root).as_posix(), 0)
+    def order(item: pytest.Item) -> tuple[int, int]:
+        path = item.path.relative_to(root).as_posix()
+        if path in SLOW_UNIT_FILES:
+            return 0, -SLOW_UNIT_FILES[path]
+        if path in SLOW_INTEGRATION_FILES:
+            return 1, -SLOW_INTEGRATION_FILES[path]
+        return 2, 0
 
-    items.sort(key=weight, reverse=True)  # stable: a file's tests keep their order
+    items.sort(key=order)  # stable: a file's tests keep their order
