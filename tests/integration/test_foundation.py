@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from projections.cassandra_session import aexecute, connect
-from projections.migrations import apply_migrations, load_migrations
+from projections.migrations import load_migrations
 from schemas.settings import Settings
 from streams.kafka_config import consumer_kwargs, producer_kwargs
 from streams.topics_admin import ensure_topics
@@ -56,11 +56,10 @@ async def test_kafka_roundtrip_with_consumer_group(isolated_settings: Settings) 
     assert sum(c or 0 for c in committed) == 21
 
 
-async def test_cassandra_write_and_read(isolated_settings: Settings) -> None:
-    cluster, session = connect(isolated_settings.cassandra)
+async def test_cassandra_write_and_read(pooled_settings: Settings) -> None:
+    cluster, session = connect(pooled_settings.cassandra)
     try:
-        apply_migrations(session, isolated_settings.cassandra)
-        ks = isolated_settings.cassandra.keyspace
+        ks = pooled_settings.cassandra.keyspace
         insert = session.prepare(
             f"INSERT INTO {ks}.projector_offsets (consumer_group, topic, partition, next_offset) VALUES (?, ?, ?, ?)"
         )
@@ -71,7 +70,6 @@ async def test_cassandra_write_and_read(isolated_settings: Settings) -> None:
         with pytest.raises(Exception, match="no_such_table does not exist"):
             await aexecute(session, f"SELECT * FROM {ks}.no_such_table")
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {isolated_settings.cassandra.keyspace}", timeout=120)
         cluster.shutdown()
 
 
@@ -121,15 +119,18 @@ def test_init_rejects_mismatched_partition_counts(isolated_settings: Settings) -
     assert "Traceback" not in result.stderr
 
 
-def test_changed_applied_migration_is_a_clear_error(isolated_settings: Settings) -> None:
-    assert _distill(isolated_settings, "init", "--skip-kafka").returncode == 0
-    cluster, session = connect(isolated_settings.cassandra)
-    ks = isolated_settings.cassandra.keyspace
+def test_changed_applied_migration_is_a_clear_error(pooled_settings: Settings) -> None:
+    # A pooled keyspace is migrated already (creating one is what test_init_twice_is_idempotent
+    # checks); its checksum is put back for the next test that leases it.
+    cluster, session = connect(pooled_settings.cassandra)
+    ks = pooled_settings.cassandra.keyspace
+    original = session.execute(f"SELECT checksum FROM {ks}.schema_migrations WHERE version = 1").one().checksum
     try:
+        assert _distill(pooled_settings, "init", "--skip-kafka").returncode == 0
         session.execute(f"UPDATE {ks}.schema_migrations SET checksum = 'edited' WHERE version = 1")
-        result = _distill(isolated_settings, "init", "--skip-kafka")
+        result = _distill(pooled_settings, "init", "--skip-kafka")
         assert result.returncode == 1
         assert result.stderr.startswith(f"error: migration 001_base changed after it was applied to keyspace {ks}")
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
+        session.execute(f"UPDATE {ks}.schema_migrations SET checksum = %s WHERE version = 1", (original,))
         cluster.shutdown()
