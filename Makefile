@@ -38,7 +38,7 @@ test: venv
 	  ( set +e; { $(TEST_ENV) $(BIN)/distill services up --owner-file $(OWNER) && $(TEST_ENV) $(BIN)/distill init; } \
 	      > .distill/services-up.log 2>&1; echo $$? > $(READY).tmp; mv $(READY).tmp $(READY) ) & up=$$!; \
 	  $(TEST_ENV) DISTILL_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider \
-	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --services-ready-file $(READY) $(PYTEST_ARGS) \
+	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 --services-ready-file $(READY) $(PYTEST_ARGS) \
 	    || rc=$$?; \
 	  wait $$up || true; cat .distill/services-up.log; \
 	  $(BIN)/distill services down --owner-file $(OWNER); \

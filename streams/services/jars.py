@@ -2,7 +2,8 @@
 
 The jars are copied once into ``<home>/jars/<name>-<hash of pom>/``; a later
 call finds them there and downloads nothing. Every jar is opened as a zip on
-each call, so a truncated or corrupted cache is noticed and rebuilt.
+each call, so a truncated or corrupted cache is noticed: repaired from the Maven
+local repository when its copies are intact, else downloaded again.
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ def pom_path(name: str, root: Path = POM_ROOT) -> Path:
     return path
 
 
+def corrupt_jar(jar: Path) -> bool:
+    """Whether ``jar`` is not a readable zip archive."""
+    try:
+        with zipfile.ZipFile(jar):
+            return False
+    except (zipfile.BadZipFile, OSError):
+        return True
+
+
 def corrupt_jars(directory: Path) -> list[Path]:
     """Jars in ``directory`` that are not readable zip archives."""
-    bad = []
-    for jar in sorted(directory.glob("*.jar")):
-        try:
-            with zipfile.ZipFile(jar):
-                pass
-        except (zipfile.BadZipFile, OSError):
-            bad.append(jar)
-    return bad
+    return [jar for jar in sorted(directory.glob("*.jar")) if corrupt_jar(jar)]
 
 
 def resolve_classpath(
@@ -53,7 +56,7 @@ def resolve_classpath(
     target = home / "jars" / f"{name}-{digest}"
     if (target / _COMPLETE).exists():
         bad = corrupt_jars(target)
-        if not bad:
+        if not bad or _restore_from_local_repo(bad):
             return target
         _purge_from_local_repo(bad)
         shutil.rmtree(target)
@@ -88,9 +91,29 @@ def _copy_dependencies(pom: Path, target: Path, mvn: str, log: Path | None) -> N
         raise ServiceError(f"downloading jars for {pom.parent.name} failed: {lines[0].strip()[:300]}")
 
 
+def _local_repo() -> Path:
+    return Path.home() / ".m2" / "repository"
+
+
+def _restore_from_local_repo(jars: list[Path]) -> bool:
+    """Copy intact Maven local-repository copies over corrupted cached jars; False if one has none.
+
+    The cache is a copy of the local repository: a jar damaged in the cache alone is
+    repaired without Maven or the network.
+    """
+    sources: list[tuple[Path, Path]] = []
+    for jar in jars:
+        intact = [p for p in _local_repo().rglob(jar.name) if not corrupt_jar(p)]
+        if not intact:
+            return False
+        sources.append((intact[0], jar))
+    for source, jar in sources:
+        shutil.copyfile(source, jar)
+    return not corrupt_jars(jars[0].parent)
+
+
 def _purge_from_local_repo(jars: list[Path]) -> None:
     """Delete the Maven local-repository copies of corrupted jars so Maven fetches them again."""
-    repo = Path.home() / ".m2" / "repository"
     for jar in jars:
-        for cached in repo.rglob(jar.name):
+        for cached in _local_repo().rglob(jar.name):
             cached.unlink(missing_ok=True)

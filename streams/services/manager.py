@@ -99,8 +99,8 @@ class LocalServices:
         if not (d / "logs-data" / "meta.properties").exists():
             self._format_kafka_storage(jars)
         pid = self.kafka.start(
-            kafka.jvm_command(self.services.java, jars, d, self.services.kafka_heap_mb,
-                              ["kafka.Kafka", str(d / "server.properties")]),
+            self._with_options(kafka.jvm_command(self.services.java, jars, d, self.services.kafka_heap_mb,
+                                                 ["kafka.Kafka", str(d / "server.properties")])),
             d / "kafka.out", d,
         )  # fmt: skip
         say(f"kafka: started pid {pid} (Kafka {kafka.KAFKA_VERSION}) on {self.kafka_address}")
@@ -133,11 +133,15 @@ class LocalServices:
         (d / "cassandra.yaml").write_text(cassandra.cassandra_yaml(self.services, d))
         (d / "logback.xml").write_text(cassandra.LOGBACK_XML)
         pid = self.cassandra.start(
-            cassandra.jvm_command(self.services.java, jars, d, self.services.cassandra_heap_mb),
+            self._with_options(cassandra.jvm_command(self.services.java, jars, d, self.services.cassandra_heap_mb)),
             d / "cassandra.out", d,
         )  # fmt: skip
         say(f"cassandra: started pid {pid} (Cassandra {cassandra.CASSANDRA_VERSION}) on {self.cassandra_address}")
         return True
+
+    def _with_options(self, command: list[str]) -> list[str]:
+        """``command`` (``java …``) with the configured extra JVM options right after ``java``."""
+        return [command[0], *self.services.jvm_options, *command[1:]]
 
     def _await(
         self, name: str, proc: ManagedProcess, ready: Callable[[], bool], timeout_s: float, say: Say, t0: float
