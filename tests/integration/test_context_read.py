@@ -100,13 +100,10 @@ async def test_unknown_current_event_and_lag(store: Store, key: SessionKey) -> N
     assert lag.events_behind == 48 and lag.seconds_behind > 0
 
 
-async def test_projector_resumes_within_five_seconds_after_an_outage(isolated_settings: Settings) -> None:
+async def test_projector_resumes_within_five_seconds_after_an_outage(pooled_settings: Settings) -> None:
     """Cassandra "down" (a proxy cut) for 12 s, then back: the held batch is written within 5 s."""
-    settings = isolated_settings
+    settings = pooled_settings
     admin_cluster, admin = connect(settings.cassandra)
-    from projections.migrations import apply_migrations
-
-    apply_migrations(admin, settings.cassandra)
     with TcpProxy("127.0.0.1", settings.cassandra.port) as proxy:
         via = settings.cassandra.model_copy(update={"port": proxy.port, "request_timeout_s": 2.0,
                                                      "connect_timeout_s": 1.0})  # fmt: skip
@@ -151,5 +148,4 @@ async def test_projector_resumes_within_five_seconds_after_an_outage(isolated_se
             assert [r.event_id for r in rows] == ["e1"]
         finally:
             cluster.shutdown()
-    admin.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
     admin_cluster.shutdown()
