@@ -36,13 +36,13 @@ import pytest
 from openai import AsyncOpenAI
 
 from projections.cassandra_session import connect
-from projections.migrations import apply_migrations
 from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent import AgentRequest, DistillAgent, ProjectionBehindError
 from streams.local_pipeline import LocalPipeline
 from tests.integration.pipeline_support import create_topics, scripted_pipeline_settings, worker_env
+from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MARKER_RE, find_cut_event_ids, find_markers
 from tests.support.openai_server import EchoStyle, FaultMix, MarkerEcho, OpenAIServer, Reply, request_text
 
@@ -174,15 +174,17 @@ def agent_model() -> Iterator[OpenAIServer]:
 
 @pytest.fixture(scope="module")
 def pipeline(
-    service_settings: Settings, summary_model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
+    service_settings: Settings,
+    keyspaces: KeyspacePool,
+    summary_model: OpenAIServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Settings]:
     settings = scripted_pipeline_settings(service_settings, summary_model.base_url, partitions=2, apps=APPS,
                                           topic_prefix="agent")  # fmt: skip
-    settings.cassandra.keyspace = f"agent_{uuid.uuid4().hex[:8]}"
+    settings.cassandra.keyspace = keyspaces.lease()
     asyncio.run(create_topics(settings))
     cluster, cql = connect(settings.cassandra)
     try:
-        apply_migrations(cql, settings.cassandra)
         with LocalPipeline(tmp_path_factory.mktemp("agent"), env=worker_env(settings)) as procs:
             procs.wait_for_worker(120)
             _wait_for_projector(cql, settings, timeout=60)
@@ -190,8 +192,8 @@ def pipeline(
             for name, proc in procs.procs.items():
                 assert proc.poll() is None, f"the {name} died: see {procs.log(name)}"
     finally:
-        cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
         cluster.shutdown()
+        keyspaces.release(settings.cassandra.keyspace)
 
 
 def _wait_for_projector(cql: Any, settings: Settings, timeout: float) -> None:

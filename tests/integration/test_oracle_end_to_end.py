@@ -10,7 +10,7 @@ a boundary stays visible there); every (key, version) is on the summaries topic
 once; and the model going down ends in a failure record, not an endless retry.
 
 The run: a private Kafka (restarted mid-run; the shared broker is never touched),
-the shared Cassandra (a fresh keyspace, dropped afterwards), the projector, two
+the shared Cassandra (a leased keyspace, emptied afterwards), the projector, two
 workers of which one is SIGKILLed mid-run, and an OpenAI-compatible server
 (:class:`~tests.support.openai_server.MarkerEcho`) answering with the markers it
 reads, with a seeded mix of 500s, 429s with retry-after, empty answers, latency
@@ -38,7 +38,6 @@ from typing import Any
 import pytest
 
 from projections.cassandra_session import connect
-from projections.migrations import apply_migrations
 from schemas import SessionEvent, Summarize
 from schemas.settings import Settings
 from streams.client import DistillClient
@@ -53,6 +52,7 @@ from tests.integration.pipeline_support import (
     workers,
 )
 from tests.integration.test_pipeline_guarantees import wait_for_assignment
+from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import KeyVerdict, MarkerBook, find_cut_event_ids, judge_key
 from tests.support.openai_server import CHINESE_CAPPED, FaultMix, MarkerEcho, OpenAIServer
 from tests.support.private_kafka import private_kafka
@@ -305,7 +305,7 @@ async def publish(settings: Settings, records: list[Any]) -> None:
 
 
 async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
-    service_settings: Settings, tmp_path: Path
+    service_settings: Settings, keyspaces: KeyspacePool, tmp_path: Path
 ) -> None:
     sc, rounds = build_scenario()
     echo = MarkerEcho(MIX, seed=SEED, styles=(CHINESE_CAPPED,))
@@ -317,10 +317,9 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
         settings = scripted_pipeline_settings(
             broker.settings, llm.base_url, partitions=4, apps=APPS, job_timeout_s=JOB_TIMEOUT_S
         )
-        settings.cassandra.keyspace = f"oracle_{settings.worker.app_id.rsplit('-', 1)[-1]}"
+        settings.cassandra.keyspace = keyspaces.lease()
         await create_topics(settings)
         cluster, cql = connect(settings.cassandra)
-        apply_migrations(cql, settings.cassandra)
         projector = Projector(settings, tmp_path / "projector.log")
         try:
             with workers(settings, tmp_path / "w", count=2) as (first, second):
@@ -362,8 +361,8 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
                 assert first.proc.poll() is None, "the surviving worker died:\n" + first.log_text()[-3000:]
         finally:
             projector.stop()
-            cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
             cluster.shutdown()
+            keyspaces.release(settings.cassandra.keyspace)
     numbers["faults"] = dict(echo.faults)
     numbers["total_s"] = round(time.monotonic() - started, 1)
     first_failures = numbers.pop("first_failures", [])

@@ -24,7 +24,6 @@ import asyncio
 import json
 import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +31,6 @@ import pytest
 
 from projections.cassandra_session import connect
 from projections.epoch_reads import EpochReader
-from projections.migrations import apply_migrations
 from projections.read_api import SessionReader
 from schemas import SessionKey
 from schemas.settings import Settings
@@ -48,6 +46,7 @@ from tests.integration.pipeline_support import (
     worker_env,
     workers,
 )
+from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MarkerBook, find_markers
 from tests.support.openai_server import OpenAIServer, Reply, answer, request_text
 
@@ -75,13 +74,15 @@ def llm_server() -> Iterator[OpenAIServer]:
 
 @pytest.fixture(scope="module")
 def pipeline(
-    service_settings: Settings, llm_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
+    service_settings: Settings,
+    keyspaces: KeyspacePool,
+    llm_server: OpenAIServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Settings, Any]]:
     settings = scripted_pipeline_settings(service_settings, llm_server.base_url, partitions=2, event_threshold=3)
-    settings.cassandra.keyspace = f"t_replay_{uuid.uuid4().hex[:8]}"
+    settings.cassandra.keyspace = keyspaces.lease()
     asyncio.run(create_topics(settings))
     cluster, cql = connect(settings.cassandra)
-    apply_migrations(cql, settings.cassandra)
     tmp = tmp_path_factory.mktemp("replay")
     projector = ProjectorProcess(settings, tmp / "projector.log")
     try:
@@ -92,8 +93,8 @@ def pipeline(
         assert projector.proc.poll() is None, projector.log_text()[-4000:]
     finally:
         projector.stop()
-        cql.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
         cluster.shutdown()
+        keyspaces.release(settings.cassandra.keyspace)
 
 
 def chains(summaries: list[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str | None, str]]]:

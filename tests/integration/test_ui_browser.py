@@ -39,6 +39,7 @@ from streams.dead_letters import REDRIVE_HEADER
 from tests.integration.pipeline_support import create_topics, read_topic, scripted_pipeline_settings, worker_env
 from tests.support import ui_demo
 from tests.support.browser import ensure_chromium, full_page_screenshot, start_driver
+from tests.support.keyspaces import KeyspacePool
 from tests.support.openai_server import OpenAIServer
 from tests.support.ui_demo import DemoRun
 
@@ -114,12 +115,12 @@ def tools_called(run: DemoRun, event_ids: list[str]) -> list[str]:
 # -- setup -----------------------------------------------------------------------------------------------------
 
 
-def _settings(base: Settings, llm_url: str) -> Settings:
+def _settings(base: Settings, llm_url: str, keyspace: str) -> Settings:
     # A hung model call must stay in flight for the whole module: no client timeout, no job timeout within it
     # (nor in event time: the demo's idle gap is 16 minutes, and a job unanswered across it would be re-emitted).
     settings = scripted_pipeline_settings(base, llm_url, partitions=2, llm={"timeout_s": 3600.0}, job_timeout_s=3600.0)
     data = settings.model_dump()
-    data["cassandra"]["keyspace"] = f"t_{uuid.uuid4().hex[:8]}"
+    data["cassandra"]["keyspace"] = keyspace
     return Settings(**data)
 
 
@@ -213,9 +214,9 @@ async def _settled(sources: Any, settings: Settings, run: DemoRun, busy_jobs: li
 
 
 @pytest.fixture(scope="module")
-def ui(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIEnv]:
-    from projections.cassandra_session import connect
-    from projections.migrations import apply_migrations
+def ui(
+    service_settings: Settings, keyspaces: KeyspacePool, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UIEnv]:
     from streams.local_pipeline import LocalPipeline
     from streams.ui.sources import Sources
 
@@ -223,15 +224,13 @@ def ui(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
     started = time.monotonic()
     tmp = tmp_path_factory.mktemp("ui")
     with OpenAIServer(ui_demo.DemoModel()) as llm:
-        settings = _settings(service_settings, llm.base_url)
-        cluster, session = connect(settings.cassandra)
+        settings = _settings(service_settings, llm.base_url, keyspaces.lease())
         env = {**worker_env(settings), "PYTHONPATH": str(ROOT)}
         ui_env = {**env, "DISTILL_WORKER": settings.worker.model_copy(update={"log_json": False}).model_dump_json()}
         proc: subprocess.Popen[str] | None = None
         driver = None
         pipeline = LocalPipeline(tmp / "pipeline", env=env)
         try:
-            apply_migrations(session, settings.cassandra)
             asyncio.run(create_topics(settings))
             pipeline.start()
             log_path = tmp / "distill-ui.log"
@@ -265,8 +264,7 @@ def ui(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
             if worker is not None:
                 worker.kill()  # its model call hangs on purpose: a graceful stop would wait for it
             pipeline.stop()
-            session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
-            cluster.shutdown()
+            keyspaces.release(settings.cassandra.keyspace)
 
 
 # -- the pages -------------------------------------------------------------------------------------------------
