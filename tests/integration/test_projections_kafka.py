@@ -17,7 +17,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from projections.cassandra_session import connect
 from projections.errors import StoreUnavailable
 from projections.kafka_runner import ProjectorRunner
-from projections.migrations import apply_migrations
 from projections.projector import BatchOutcome, Projector
 from schemas import SessionKey
 from schemas.settings import Settings
@@ -82,11 +81,10 @@ async def _dead_letters(settings: Settings, expect: int, timeout: float = 30) ->
     return out
 
 
-async def test_sigkill_mid_batch_resumes_without_loss_or_duplicates(isolated_settings: Settings) -> None:
-    settings = isolated_settings
+async def test_sigkill_mid_batch_resumes_without_loss_or_duplicates(pooled_settings: Settings) -> None:
+    settings = pooled_settings
     await _ensure_topics(settings)
     cluster, session = connect(settings.cassandra)
-    apply_migrations(session, settings.cassandra)
     ks = settings.cassandra.keyspace
     try:
         sessions = [SessionKey("app", f"u{i % 3}", f"s{i}") for i in range(12)]
@@ -140,7 +138,6 @@ async def test_sigkill_mid_batch_resumes_without_loss_or_duplicates(isolated_set
         assert letters and letters[0]["error_class"] == "RecordDecodeError"
         assert letters[0]["source_topic"] == settings.topics.events
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
 
 
@@ -158,12 +155,11 @@ class _FlakyProjector(Projector):
 
 
 async def test_store_outage_pauses_and_retries_without_loss(
-    isolated_settings: Settings, caplog: pytest.LogCaptureFixture
+    pooled_settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = isolated_settings
+    settings = pooled_settings
     await _ensure_topics(settings)
     cluster, session = connect(settings.cassandra)
-    apply_migrations(session, settings.cassandra)
     ks = settings.cassandra.keyspace
     try:
         k = SessionKey("app", "u", "s")
@@ -186,5 +182,4 @@ async def test_store_outage_pauses_and_retries_without_loss(
         assert projector.attempts >= 3
         assert any("cassandra unavailable, consumer paused" in r.getMessage() for r in caplog.records)
     finally:
-        session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
