@@ -7,12 +7,6 @@ of a random filter key reads with ``ContextReader.read`` and assembles with
 the full in-memory history with the oracle's summary (the key's own, else the
 nearest ancestor's), and be valid. ``DISTILL_CONTEXT_READ_SESSIONS`` sessions
 (2000 unless set), seed ``DISTILL_CONTEXT_READ_SEED``.
-
-Sessions are independent partitions, so they run side by side (``IN_FLIGHT`` at
-a time), each writing up to its next check point and reading there; the writes
-of many sessions share one ``project`` call (``_GroupWriter``). Cassandra's
-writes (a summary is a chain of lightweight transactions) then overlap other
-sessions' reads and oracle work instead of taking turns with them.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ import json
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -42,9 +35,7 @@ SEED = int(os.environ.get("DISTILL_CONTEXT_READ_SEED", "12"))
 SYSTEM = "You are a travel agent. 你是旅行助手。"
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look up", "parameters": {}}}]
 WRITE_CHUNK = 4000
-WRITERS = 2
 READERS = 48
-IN_FLIGHT = 400
 KEYS_PER_CHECK = int(os.environ.get("DISTILL_CONTEXT_READ_KEYS", "1"))
 
 
@@ -55,55 +46,6 @@ def _records(steps: list[SessionEvent | SessionSummary], offsets: dict[str, int]
         offsets[topic] = offsets.get(topic, 0) + 1
         out.append(SourceRecord(topic, 0, offsets[topic], b"k", step.model_dump_json().encode()))
     return out
-
-
-class _GroupWriter:
-    """Writes the records sessions hand in through ``project``, many sessions' records per call.
-
-    ``write`` returns once its records are projected. While ``WRITERS`` calls
-    run, later records queue and go out together in the next call (up to
-    ``WRITE_CHUNK`` records): a group commit, so calls grow with the load. A
-    session's records are in one call at a time and in order, which is what
-    the projector asks of a key (its versions applied one after the other).
-    """
-
-    def __init__(self, project: Callable[[Sequence[SourceRecord]], Awaitable[Any]]) -> None:
-        self._project = project
-        self._queue: list[tuple[list[SourceRecord], asyncio.Future[None]]] = []
-        self._running: set[asyncio.Task[None]] = set()
-        self.calls = 0
-
-    async def write(self, records: list[SourceRecord]) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self._queue.append((records, done))
-        self._start()
-        await done
-
-    def _start(self) -> None:
-        while self._queue and len(self._running) < WRITERS:
-            taken: list[tuple[list[SourceRecord], asyncio.Future[None]]] = []
-            size = 0
-            while self._queue and (not taken or size + len(self._queue[0][0]) <= WRITE_CHUNK):
-                taken.append(self._queue.pop(0))
-                size += len(taken[-1][0])
-            task = asyncio.ensure_future(self._flush(taken))
-            self._running.add(task)
-            task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.discard(task)
-        self._start()
-
-    async def _flush(self, taken: list[tuple[list[SourceRecord], asyncio.Future[None]]]) -> None:
-        self.calls += 1
-        try:
-            await self._project([r for records, _ in taken for r in records])
-        except BaseException as exc:
-            for _, done in taken:
-                done.set_exception(exc)
-        else:
-            for _, done in taken:
-                done.set_result(None)
 
 
 def _oracle(g: Generated, upto: int, filter_key: str, current: str | None, opts: AssemblyOptions) -> Any:
@@ -120,6 +62,7 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
     reader = ContextReader(store.session, store.settings.cassandra.keyspace, page_size=64)
     rng = random.Random(SEED)
     sessions = [generate(rng, f"s{i}") for i in range(SESSIONS)]
+    written = [0] * len(sessions)
     offsets: dict[str, int] = {}
     dead: list[DeadLetter] = []
 
@@ -158,20 +101,23 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
                     f"expected: {json.dumps(expected.messages, ensure_ascii=False)}"
                 )
 
-    writer = _GroupWriter(lambda records: store.projector.project(records, sink))
-    slots = asyncio.Semaphore(IN_FLIGHT)
-
-    async def run(i: int) -> None:
-        g, written = sessions[i], 0
-        async with slots:
-            for upto in g.checks:
-                await writer.write(_records(g.steps[written:upto], offsets))
-                written = upto
-                await check(i, upto)
-                stats["checks"] += 1
-
-    await asyncio.gather(*(run(i) for i in range(len(sessions))))
-    stats["project_calls"] = writer.calls
+    for round_ in range(max(len(g.checks) for g in sessions)):
+        batch: list[SourceRecord] = []
+        due: list[tuple[int, int]] = []
+        for i, g in enumerate(sessions):
+            if round_ < len(g.checks):
+                upto = g.checks[round_]
+                batch += _records(g.steps[written[i] : upto], offsets)
+                written[i] = upto
+                due.append((i, upto))
+        t = time.monotonic()
+        for start in range(0, len(batch), WRITE_CHUNK):
+            await store.projector.project(batch[start : start + WRITE_CHUNK], sink)
+        stats["write_s"] = stats.get("write_s", 0) + time.monotonic() - t
+        t = time.monotonic()
+        await asyncio.gather(*(check(i, upto) for i, upto in due))
+        stats["read_s"] = stats.get("read_s", 0) + time.monotonic() - t
+        stats["checks"] += len(due)
     elapsed = time.monotonic() - started
     cpu = sum(os.times()[:2]) - cpu_started
     print(f"\ncontext read equivalence: {len(sessions)} sessions, {stats} in {elapsed:.1f}s ({cpu:.1f}s CPU here)")
