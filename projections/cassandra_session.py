@@ -5,14 +5,33 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, ResponseFuture, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
+from cassandra.query import named_tuple_factory
 
 from schemas.settings import CassandraSettings
+
+
+@lru_cache(maxsize=1024)
+def _row_class(colnames: tuple[str, ...]) -> Any:
+    # Made by the driver's own factory (its names and its fallback for odd ones), once per column list.
+    return type(named_tuple_factory(list(colnames), [(None,) * len(colnames)])[0])
+
+
+def named_tuple_rows(colnames: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The driver's default rows (``named_tuple_factory``), with one row class per column list.
+
+    The driver's factory calls ``namedtuple()`` for every result, which
+    compiles the class's source each time: about 0.4 ms of client CPU per
+    query, most of what a small read costs the client.
+    """
+    row = _row_class(tuple(colnames))
+    return [row(*values) for values in rows]
 
 
 def open_cluster(settings: CassandraSettings) -> Cluster:
@@ -25,6 +44,7 @@ def open_cluster(settings: CassandraSettings) -> Cluster:
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_datacenter)),
         request_timeout=settings.request_timeout_s,
         consistency_level=ConsistencyLevel.name_to_value[settings.consistency],
+        row_factory=named_tuple_rows,
     )
     return Cluster(
         settings.contact_list,

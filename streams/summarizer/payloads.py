@@ -125,7 +125,8 @@ class PayloadForms:
         hit = self._cache.get(key)
         if hit is None:
             event, cuts = cut_event(self.events[i], cap)
-            hit = (self.formatter.event_text(event), cuts)
+            # Nothing cut at this cap: the whole text, formatted once (a cap search tries many caps).
+            hit = self._event(i, None) if cap is not None and not cuts else (self.formatter.event_text(event), cuts)
             self._cache[key] = hit
         return hit
 

@@ -71,7 +71,7 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
 
     failures: list[str] = []
     stats: dict[str, float] = {"checks": 0, "reads": 0, "events_read": 0, "events_total": 0, "queries": 0}
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), sum(os.times()[:2])
     gate = asyncio.Semaphore(READERS)
 
     async def check(i: int, upto: int) -> None:
@@ -119,7 +119,9 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
         stats["read_s"] = stats.get("read_s", 0) + time.monotonic() - t
         stats["checks"] += len(due)
     elapsed = time.monotonic() - started
-    print(f"\ncontext read equivalence: {len(sessions)} sessions, {stats} in {elapsed:.1f}s")
+    cpu = sum(os.times()[:2]) - cpu_started
+    print(f"\ncontext read equivalence: {len(sessions)} sessions, {stats} in {elapsed:.1f}s ({cpu:.1f}s CPU here)")
     assert dead == []
     assert not failures, f"{len(failures)} of {stats['reads']} reads differ; first:\n" + "\n\n".join(failures[:3])
+    assert stats["checks"] == sum(len(g.checks) for g in sessions)
     assert stats["reads"] >= len(sessions) * KEYS_PER_CHECK

@@ -42,7 +42,9 @@ class HypothesisPicks:
         return self._draw(st.integers(low, high))
 
     def choice(self, options: Sequence[T]) -> T:
-        return self._draw(st.sampled_from(options))
+        # An index (shrinks toward the first option, as ``sampled_from`` does): ``integers`` strategies
+        # are cached, a ``sampled_from`` of a list is built and checked again on every draw.
+        return options[self._draw(st.integers(0, len(options) - 1))]
 
     def boolean(self) -> bool:
         return self._draw(st.booleans())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +35,7 @@ KEYS = ["", "app", "app/a", "app/b", "app/a/x"]
 TOOLS = ["search", "shell", "fetch", "session_load", "write"]
 BIG = "B" * 4096
 TEXTS = ["ok", "", "some words here", BIG, "line\n" * 50, "é" * 300]
+ARGS = ["{}", '{"q": "x"}', json.dumps({"body": BIG})]
 HYPOTHESIS_EXAMPLES = min(EXAMPLES, 300)
 SEED_CHUNKS = 20
 
@@ -96,7 +98,7 @@ def sessions(pick: Picks) -> list[SessionEvent]:
                 g.add("assistant", request, invocation, content=None, reasoning_content="hmm")
             else:
                 calls = [(g.call_id(), pick.choice(TOOLS)) for _ in range(pick.integer(1, 3))]
-                args = pick.choice(["{}", '{"q": "x"}', json.dumps({"body": BIG})])
+                args = pick.choice(ARGS)
                 g.add(
                     "assistant",
                     request,
@@ -164,8 +166,18 @@ def _budget_shape_ok(messages: list[dict[str, Any]]) -> bool:
     return len(steps) <= 2 and sum(m["role"] == "user" for m in steps) <= 1
 
 
-def check_case(pick: Picks) -> None:
-    """One generated case: a session, maybe a summary, options, a current message; the request is checked."""
+@dataclass(frozen=True)
+class Case:
+    """A generated session, maybe a summary, options and a current message."""
+
+    events: list[SessionEvent]
+    summary: SessionSummary | None
+    opts: AssemblyOptions
+    current_choice: str
+    current: Any
+
+
+def make_case(pick: Picks) -> Case:
     events = sessions(pick)
     summary = summaries(pick, events)
     opts = options(pick)
@@ -174,6 +186,17 @@ def check_case(pick: Picks) -> None:
     current: Any = {"str": "the new question", "none": None}.get(current_choice)
     if current_choice == "event":
         current = pick.choice(users)
+    return Case(events, summary, opts, current_choice, current)
+
+
+def check_case(pick: Picks) -> None:
+    """One generated case; the request assembled for it is checked (:func:`check`)."""
+    check(make_case(pick))
+
+
+def check(case: Case) -> None:
+    events, summary, opts, current_choice, current = (
+        case.events, case.summary, case.opts, case.current_choice, case.current)  # fmt: skip
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in TOOLS[:2]]
 
     req = assemble("You are an agent.", summary, events, current, tools, opts)
@@ -202,9 +225,10 @@ def check_case(pick: Picks) -> None:
     derandomize=os.environ.get("DISTILL_PROPERTY_RANDOM") is None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(data=st.data())
-def test_assembled_requests_are_always_valid(data: st.DataObject) -> None:
-    check_case(HypothesisPicks(data.draw))
+@given(case=st.composite(lambda draw: make_case(HypothesisPicks(draw)))())
+def test_assembled_requests_are_always_valid(case: Case) -> None:
+    # Drawn inside one composite: ``st.data()`` draws cost several times more each (a report line per draw).
+    check(case)
 
 
 @pytest.mark.parametrize("chunk", range(SEED_CHUNKS))
