@@ -318,14 +318,17 @@ class ScoredText:
 
     The token set is built only when a keyword is not a plain substring of
     the text (tokenizing 8 Ki characters is the costly part of scoring, and
-    the documents a search fetches usually hold every keyword verbatim).
+    the documents a search fetches usually hold every keyword verbatim). The
+    whole-query bonus is looked up in the lowered text with a pattern (the
+    query's words joined by runs of whitespace), which finds exactly what a
+    search of the whitespace-collapsed text finds without building that copy
+    of every document (a third of a search's Python time).
     """
 
-    __slots__ = ("_tokens", "flat", "lowered")
+    __slots__ = ("_tokens", "lowered")
 
     def __init__(self, text: str) -> None:
         self.lowered = text.lower()
-        self.flat = " ".join(self.lowered.split())
         self._tokens: set[str] | None = None
 
     @property
@@ -333,6 +336,18 @@ class ScoredText:
         if self._tokens is None:
             self._tokens = doc_tokens(self.lowered) if len(self.lowered) < 200_000 else set()
         return self._tokens
+
+    def holds_phrase(self, phrase: str) -> bool:
+        """Whether ``phrase`` (normalized: single spaces) occurs in the text with its whitespace collapsed."""
+        if phrase in self.lowered:
+            return True
+        return " " in phrase and _phrase_pattern(phrase).search(self.lowered) is not None
+
+
+@lru_cache(maxsize=1024)
+def _phrase_pattern(phrase: str) -> re.Pattern[str]:
+    # ``\s`` matches what ``str.split()`` splits on (both use the Unicode whitespace test).
+    return re.compile(r"\s+".join(re.escape(word) for word in phrase.split(" ")))
 
 
 def score(query: LexicalQuery, text: str | ScoredText) -> float:
@@ -344,7 +359,7 @@ def score(query: LexicalQuery, text: str | ScoredText) -> float:
     if matched == 0:
         return 0.0
     value = matched / len(query.keywords)
-    if query.text and query.text in doc.flat:
+    if query.text and doc.holds_phrase(query.text):
         value += 0.75
     if matched >= min(2, len(query.keywords)):
         value += 0.15
