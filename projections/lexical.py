@@ -337,6 +337,19 @@ class ScoredText:
             self._tokens = doc_tokens(self.lowered) if len(self.lowered) < 200_000 else set()
         return self._tokens
 
+    def holds_keyword(self, keyword: str) -> bool:
+        """Whether ``keyword`` occurs verbatim or as an index token (its stem) of the text.
+
+        A token is a word's stem, a prefix of the word, so a stem that is not
+        even a substring of the text is no token of it: the token set is built
+        only for a stem that is (a keyword absent from a document is the usual
+        case of a broadened query, and building the set was most of scoring).
+        """
+        if keyword in self.lowered:
+            return True
+        stem = _stem(keyword)
+        return stem in self.lowered and stem in self.tokens
+
     def holds_phrase(self, phrase: str) -> bool:
         """Whether ``phrase`` (normalized: single spaces) occurs in the text with its whitespace collapsed."""
         if phrase in self.lowered:
@@ -355,7 +368,7 @@ def score(query: LexicalQuery, text: str | ScoredText) -> float:
     if not query.keywords:
         return 0.0
     doc = text if isinstance(text, ScoredText) else ScoredText(text)
-    matched = sum(1 for k in query.keywords if k in doc.lowered or _stem(k) in doc.tokens)
+    matched = sum(1 for k in query.keywords if doc.holds_keyword(k))
     if matched == 0:
         return 0.0
     value = matched / len(query.keywords)

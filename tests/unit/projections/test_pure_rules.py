@@ -136,6 +136,15 @@ def test_doc_tokens_are_the_index_tokens_of_the_query_keywords(text: str) -> Non
     assert lexical.doc_tokens(text) == {lexical._stem(k) for k in lexical.keywords(text)}
 
 
+@given(st.lists(_WORDS, max_size=30).map(" ".join), _WORDS)
+def test_a_keyword_matches_verbatim_or_by_its_stem_without_tokenizing_needlessly(text: str, word: str) -> None:
+    # The shortcut (a stem that is no substring is no token) gives the plain rule's answer.
+    for keyword in lexical.keywords(word) or (word.lower(),):
+        doc = lexical.ScoredText(text)
+        plain = keyword in doc.lowered or lexical._stem(keyword) in lexical.doc_tokens(doc.lowered)
+        assert doc.holds_keyword(keyword) == plain
+
+
 def test_doc_tokens_cap_keeps_the_first_words() -> None:
     words = [f"w{i:05d}" for i in range(lexical.MAX_DOC_TOKENS + 50)]
     tokens = lexical.doc_tokens(" ".join(["the", *words]))
