@@ -34,6 +34,9 @@ likelier. The first chunk stays small: it is what every search reads first."""
 CHUNK_OVERLAP = 200
 """Characters each chunk repeats of the one before, so a phrase cut by a chunk end is whole in the next chunk."""
 
+SESSION_TOKEN_PREFIX = "session:"
+"""Prefix of the synthetic token naming a row's session (see ``session_token``)."""
+
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _CLAUSE_SPLIT = re.compile(r"\s*(?:[,;，；]|\band\b|\bor\b)\s*", re.IGNORECASE)
@@ -150,6 +153,18 @@ def _index_token(word: str) -> str:
         skip = word in STOP_WORDS or (len(word) < 3 and not _short_keyword(word))
         token = _INDEX_TOKEN[word] = "" if skip else _stem(word)
     return token
+
+
+def session_token(session_id: str) -> str:
+    """The synthetic index token every recall row of ``session_id`` carries besides its text tokens.
+
+    A session-scoped search adds ``tokens CONTAINS session_token(sid)`` to
+    its word terms: SAI then intersects the word's postings with the
+    session's (a few per row of that session) instead of stepping over every
+    earlier session's matches in the tenant partition. No text yields it:
+    text tokens are runs of letters and digits, and this one holds a ``:``.
+    """
+    return SESSION_TOKEN_PREFIX + session_id
 
 
 def _span_end(text: str, lowered: str, start: int, max_chars: int, max_tokens: int) -> int:

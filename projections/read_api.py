@@ -740,8 +740,11 @@ class SessionReader:
         The first chunks are probed first; only the terms they lack are probed in the later chunks.
         """
         absent = list(dict.fromkeys(terms))
-        where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
-        params: tuple[str, ...] = (key.app_name, key.user_id) + ((session_id,) if session_id is not None else ())
+        where = "app_name = ? AND user_id = ?"
+        params: tuple[str, ...] = (key.app_name, key.user_id)
+        if session_id is not None:
+            where += " AND session_id = ? AND tokens CONTAINS ?"
+            params += (session_id, lexical.session_token(session_id))
         for table in _DOC_TABLES:
             if not absent:
                 break
@@ -785,6 +788,11 @@ class SessionReader:
         terms = list(terms)[:MAX_TERMS]
         if not terms:
             return []
+        if session_id is not None:
+            # Implied by ``session_id = ?``, but SAI does not narrow by the clustering key: with the session's
+            # own token it intersects the term's postings with the session's instead of stepping over every
+            # earlier session's matches in the tenant partition (see ``lexical.session_token``).
+            terms = [lexical.session_token(session_id), *terms]
         base = "app_name = ? AND user_id = ?"
         contains = "".join(" AND tokens CONTAINS ?" for _ in terms)
         if session_id is not None or exclude is None:

@@ -15,7 +15,14 @@ from typing import Any
 
 import orjson
 
-from projections.lexical import LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, MAX_DOC_TOKENS, chunk_index, doc_tokens
+from projections.lexical import (
+    LATER_CHUNK_CHARS,
+    LATER_CHUNK_TOKENS,
+    MAX_DOC_TOKENS,
+    chunk_index,
+    doc_tokens,
+    session_token,
+)
 from schemas import Message, SessionEvent, SessionSummary
 
 TokenCounter = Callable[[Message], int]
@@ -194,9 +201,10 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
     size = len(text.encode("utf-8"))
     indexed = text[:MAX_INDEXED_CHARS]
     tokens = doc_tokens(indexed)
+    own = session_token(sid)
     doc = (
         app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
-        msg.tool_call_id, msg.name, size, tokens or None,
+        msg.tool_call_id, msg.name, size, tokens | {own},
     )  # fmt: skip
     chunks: tuple[tuple[object, ...], ...] = ()
     chunk_sizes: tuple[int, ...] = ()
@@ -205,7 +213,7 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
                             first_tokens=MAX_DOC_TOKENS)  # fmt: skip
         chunks = tuple(
             (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
-             msg.tool_call_id, msg.name, size, chunk_tokens or None)
+             msg.tool_call_id, msg.name, size, chunk_tokens | {own})
             for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
         )  # fmt: skip
         chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
