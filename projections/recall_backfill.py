@@ -13,16 +13,20 @@ its token. A row the indexer writes again meanwhile carries the token already.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.query import PreparedStatement, SimpleStatement
+from cassandra.query import SimpleStatement
 
 from projections.lexical import session_token
 
-_KEYS = {
+KEYS = {
     "recall_docs": ("app_name", "user_id", "session_id", "ts", "event_id"),
     "recall_chunks": ("app_name", "user_id", "session_id", "ts", "event_id", "chunk"),
 }
+"""The primary key columns of each recall table, in order."""
 
 
 def backfill_session_tokens(
@@ -30,29 +34,37 @@ def backfill_session_tokens(
 ) -> int:
     """Add each recall row's session token to its ``tokens``; returns the rows updated. Blocking."""
     updated = 0
-    for table, keys in _KEYS.items():
-        where = " AND ".join(f"{k} = ?" for k in keys)
-        update = session.prepare(
-            f"UPDATE {keyspace}.{table} USING TIMESTAMP ? SET tokens = tokens + ? WHERE {where}"
-        )
+    for table, keys in KEYS.items():
         select = SimpleStatement(f"SELECT {', '.join(keys)}, WRITETIME(role) AS written FROM {keyspace}.{table}",
                                  fetch_size=page_size)  # fmt: skip
-        page: list[tuple[object, ...]] = []
+        page: list[Any] = []
         for row in session.execute(select, timeout=timeout):
-            if row.written is None:
-                continue  # no role cell: not a row the indexer wrote (it always sets one)
-            page.append((row.written, {session_token(row.session_id)}, *row[: len(keys)]))
+            page.append(row)
             if len(page) >= page_size:
-                updated += _write(session, update, page, concurrency)
+                updated += add_session_tokens(session, keyspace, table, page, concurrency=concurrency)
                 page = []
-        if page:
-            updated += _write(session, update, page, concurrency)
+        updated += add_session_tokens(session, keyspace, table, page, concurrency=concurrency)
     return updated
 
 
-def _write(session: Session, update: PreparedStatement, page: list[tuple[object, ...]], concurrency: int) -> int:
-    results = execute_concurrent_with_args(session, update, page, concurrency=concurrency, raise_on_first_error=False)
-    for ok, result in results:
+def add_session_tokens(
+    session: Session, keyspace: str, table: str, rows: Sequence[Any], *, concurrency: int = 32
+) -> int:
+    """Add the session token to each of ``rows`` (its key columns and ``written``, its write time) of ``table``.
+
+    ``rows`` may be stale (read a while ago): the token goes in at each row's write time, so a row deleted
+    since then stays deleted. A row without a write time (no ``role`` cell: the indexer always writes one)
+    is left alone. Returns the rows updated.
+    """
+    keys = KEYS[table]
+    where = " AND ".join(f"{k} = ?" for k in keys)
+    update = session.prepare(f"UPDATE {keyspace}.{table} USING TIMESTAMP ? SET tokens = tokens + ? WHERE {where}")
+    values = [(r.written, {session_token(r.session_id)}, *(getattr(r, k) for k in keys))
+              for r in rows if r.written is not None]  # fmt: skip
+    if not values:
+        return 0
+    for ok, result in execute_concurrent_with_args(session, update, values, concurrency=concurrency,
+                                                   raise_on_first_error=False):  # fmt: skip
         if not ok:
             raise result
-    return len(page)
+    return len(values)
