@@ -394,6 +394,15 @@ def score(query: LexicalQuery, text: str | ScoredText) -> float:
     return value
 
 
+LINE_CHARS = 96
+"""Characters of one line of a hit's context window (``context_line``)."""
+
+
+def context_line(text: str) -> str:
+    """A document as one line of a search hit's context window (see ``recall_lines``)."""
+    return compact(text, LINE_CHARS)
+
+
 def compact(text: str, limit: int = 280) -> str:
     """``text`` on one line, at most ``limit`` characters (``...`` marks a cut); ``<empty>`` when blank."""
     flat = " ".join(text.split())

@@ -222,16 +222,15 @@ class SessionReader:
             f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT ?"
         )
         self._tool_call = self._prep(f"SELECT * FROM {ks}.tool_calls WHERE {pk} AND tool_call_id = ?")
-        tenant = "app_name = ? AND user_id = ? AND session_id = ?"
         self._summary_cuts = self._prep(
             f"SELECT filter_key, summary, cutoff_at, last_event_id FROM {ks}.summaries_latest WHERE {pk}"
         )
-        self._doc_before = self._prep(
-            f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) < (?, ?) "
-            "ORDER BY session_id DESC, ts DESC, event_id DESC LIMIT 2"
+        self._line_before = self._prep(
+            f"SELECT role, line FROM {ks}.recall_lines WHERE {pk} AND (ts, event_id) < (?, ?) "
+            "ORDER BY ts DESC, event_id DESC LIMIT 2"
         )
-        self._doc_after = self._prep(
-            f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) > (?, ?) LIMIT 2"
+        self._line_after = self._prep(
+            f"SELECT role, line FROM {ks}.recall_lines WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT 2"
         )
         self._stats = self._prep(
             f"SELECT count(*) AS n, sum(token_count) AS tokens, sum(content_size) AS bytes, min(ts) AS first, "
@@ -878,19 +877,22 @@ class SessionReader:
     async def _context(self, key: SessionKey, doc: _Doc) -> str:
         """Lines ``role: text`` of a 2/2 window around ``doc``, the hit marked ``[match]``, ≤ 280 characters.
 
-        The neighbours come from ``recall_docs``: it holds exactly the
-        loadable events (the window rule of ``session_load``) with the first
-        8 Ki characters of their text, which is all a 96-character line needs,
-        so two ``LIMIT 2`` slices replace an anchor lookup and two pages of
-        full events (50 KB tool results included).
+        The neighbours come from ``recall_lines``: a row per ``recall_docs``
+        row (exactly the loadable events: the window rule of
+        ``session_load``) holding its line, made from the same first 8 Ki
+        characters, in a partition of the hit's session. Two ``LIMIT 2``
+        slices of it replace an anchor lookup and two pages of full events
+        (50 KB tool results included), and read a hundred bytes a neighbour
+        where the same slices of ``recall_docs`` read its text and every
+        cell of its token set.
         """
         params = (key.app_name, key.user_id, doc.session_id, doc.ts, doc.event_id)
         earlier, later = await asyncio.gather(
-            aexecute(self._s, self._doc_before, params), aexecute(self._s, self._doc_after, params)
+            aexecute(self._s, self._line_before, params), aexecute(self._s, self._line_after, params)
         )
-        lines = [f"{r.role}: {lexical.compact(r.text or '', 96)}" for r in reversed(list(earlier))]
-        lines.append(f"[match] {doc.role}: {lexical.compact(doc.text, 96)}")
-        lines.extend(f"{r.role}: {lexical.compact(r.text or '', 96)}" for r in later)
+        lines = [f"{r.role}: {r.line or lexical.context_line('')}" for r in reversed(list(earlier))]
+        lines.append(f"[match] {doc.role}: {lexical.context_line(doc.text)}")
+        lines.extend(f"{r.role}: {r.line or lexical.context_line('')}" for r in later)
         text = "\n".join(lines)
         return text if len(text) <= 280 else text[:277] + "..."
 

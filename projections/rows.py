@@ -20,6 +20,7 @@ from projections.lexical import (
     LATER_CHUNK_TOKENS,
     MAX_DOC_TOKENS,
     chunk_index,
+    context_line,
     doc_tokens,
     session_token,
 )
@@ -176,6 +177,8 @@ class RecallRows:
     """Approximate bytes of the ``recall_docs`` row (for batch sizing, see ``row_bytes``)."""
     chunk_sizes: tuple[int, ...] = ()
     """Approximate bytes of each ``recall_chunks`` row."""
+    line: tuple[object, ...] = ()
+    """The ``recall_lines`` row: the document as one line of a hit's context window."""
 
     @property
     def tokens(self) -> int:
@@ -217,7 +220,9 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
             for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
         )  # fmt: skip
         chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
-    return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes)
+    line = (app, user, sid, event.timestamp, event.event_id, msg.role, context_line(indexed))
+    return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes,
+                      line=line)  # fmt: skip
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:

@@ -22,7 +22,7 @@ from projections.context_read import ContextReader
 from projections.critical_gate import CriticalPathGate
 from projections.indexer import RecallIndexer
 from projections.projector import SourceRecord
-from projections.recall_backfill import KEYS, add_session_tokens, backfill_session_tokens
+from projections.recall_backfill import KEYS, add_session_tokens, backfill_session_tokens, source_query
 from projections.rows import event_rows, recall_rows
 from projections.stage import PartitionProgress
 from schemas import SessionEvent, SessionKey
@@ -242,7 +242,7 @@ async def test_the_indexer_resumes_from_its_own_offsets(store: Store) -> None:
     assert await store.projector.load_offsets() == projector_before  # its own group, its own offsets
     await _index(store, *records)  # a redelivery after a crash before the offsets: the same rows
     assert (await store.indexer.load_offsets())[(EVENTS, 1)] == 1004
-    assert _recall_count(store, key) == 4
+    assert _recall_count(store, key) == 8  # 4 documents, each with its context line
 
 
 async def test_the_read_reports_the_index_lag_beside_the_projection_lag(store: Store) -> None:
@@ -389,8 +389,8 @@ async def test_rows_indexed_before_the_session_tokens_are_found_once_migration_0
             store.session.execute(store.session.prepare(cql.format(ks=ks)), (*row[:-1], tokens - own))
     assert await store.reader.session_search(key, "ocelot", "current_session") == []  # the token is required
     stale = {table: list(store.session.execute(
-        f"SELECT {', '.join(keys)}, WRITETIME(role) AS written FROM {ks}.{table} WHERE app_name = %s AND "
-        "user_id = %s AND session_id = %s", tuple(gone))) for table, keys in KEYS.items()}  # fmt: skip
+        source_query(ks, table) + " WHERE app_name = %s AND user_id = %s AND session_id = %s", tuple(gone)))
+        for table in KEYS}  # fmt: skip
     await store.indexer.project([record(EVENTS, _delete(gone))], _no_dead_letters)
     assert _recall_count(store, gone) == 0
     assert backfill_session_tokens(store.session, ks) >= 3
@@ -399,5 +399,25 @@ async def test_rows_indexed_before_the_session_tokens_are_found_once_migration_0
     assert _recall_count(store, gone) == 0  # at the rows' own write time: the deletion still wins
     hits = await store.reader.session_search(key, "ocelot", "current_session", top_k=10)
     assert {h.event_id for h in hits} == {"b1", "b2"}
+    # Their context lines were backfilled too: each hit shows the other as its neighbour.
+    assert all(h.context.count("\n") == 1 for h in hits), [h.context for h in hits]
+    assert "user: the ocelot escaped" in next(h.context for h in hits if h.event_id == "b2")
     deep = await store.reader.session_search(key, "猞猁", "current_session")
     assert [h.event_id for h in deep] == ["b2"]  # a later chunk (recall_chunks) was backfilled too
+
+
+async def test_a_hits_context_shows_its_own_sessions_neighbours_never_a_deleted_past(store: Store) -> None:
+    """The context lines (``recall_lines``) are the session's documents: other sessions never, deleted ones never."""
+    key = _key("lines")
+    neighbour = SessionKey(key.app_name, key.user_id, key.session_id + "x")  # sorts right after it
+    old = [event(key, f"o{i}", at=i, content=f"old secret {i} of the deleted past") for i in range(3)]
+    await store.events(*old, event(neighbour, "x1", at=5, content="neighbouring session line"))
+    await store.events(_delete(key))
+    new = [event(key, "n1", at=10, content="fresh start 新的开始"),
+           event(key, "n2", at=11, content="the platypus 鸭嘴兽"),
+           event(key, "n3", at=12, role="assistant", content="noted")]  # fmt: skip
+    await store.events(*new)
+    [hit] = await store.reader.session_search(key, "platypus", "current_session")
+    assert hit.context == "user: fresh start 新的开始\n[match] user: the platypus 鸭嘴兽\nassistant: noted"
+    [cjk] = await store.reader.session_search(key, "鸭嘴兽", "current_session")
+    assert cjk.event_id == "n2" and cjk.context == hit.context

@@ -126,3 +126,11 @@ def test_no_text_and_no_query_yields_a_session_token(text: str) -> None:
     assert not any(t.startswith(lexical.SESSION_TOKEN_PREFIX) for t in lexical.doc_tokens(text))
     assert not any(":" in t for lq in lexical.plan(text) for t in lq.index_terms)
     assert lexical.session_token("s1") not in lexical.doc_tokens(f"{lexical.session_token('s1')} {text}")
+
+
+def test_the_context_line_of_a_document_is_its_first_chunk_on_one_line() -> None:
+    rows = recall_rows(_event("first  line\n\nsecond 中文 " + "x" * 20_000), 0)
+    assert rows is not None
+    assert rows.line[:5] == rows.doc[:5] and rows.line[5] == "tool"
+    line = rows.line[6]
+    assert isinstance(line, str) and line.startswith("first line second 中文 xxx") and len(line) == lexical.LINE_CHARS
