@@ -59,8 +59,6 @@ MAX_TERMS = 8
 """At most this many index terms per query (the first ones)."""
 _WIDE_QUERY = 3
 """Queries with more terms than this have their terms probed for absence first (see ``_lexical``)."""
-_FIRST_WAVE = 3
-"""How many queries of a broadening plan go out before the stop rules are consulted (see ``_lexical``)."""
 
 
 def _utc(dt: datetime) -> datetime:
@@ -542,10 +540,10 @@ class SessionReader:
         "hybrid"`` vector hits (cosine ``ANN OF``) are merged, a document
         scoring the better of the two. Sorted by score, then newest.
 
-        Latency: the scopes of ``all_sessions``, the summary lookup of
-        ``current_hidden`` and the queries of a broadening plan all run
-        concurrently (results are still applied in plan order, so the answer
-        is the one the sequential plan gives); see ``_lexical``.
+        Latency: the scopes of ``all_sessions`` and the summary lookup of
+        ``current_hidden`` run concurrently with the queries; the queries of
+        a broadening plan go out one by one as the answer still needs them
+        (the first with the probes that decide the second); see ``_lexical``.
         """
         k = DEFAULT_TOP_K if top_k is None or top_k <= 0 else min(top_k, MAX_TOP_K)
         if not query.strip():
@@ -634,17 +632,21 @@ class SessionReader:
         self, key: SessionKey, query: str, k: int, min_score: float, session_id: str | None, exclude: str | None,
         gate: asyncio.Future[_Accept | None], found: dict[tuple[str, str], _Doc],
     ) -> None:  # fmt: skip
-        """The broadening plan (at most ``MAX_PLAN`` queries) in two concurrent waves, applied in plan order.
+        """The broadening plan (at most ``MAX_PLAN`` queries), applied in plan order with the sequential stop rules.
 
-        The first ``_FIRST_WAVE`` queries (the whole question and, for a
-        compound one, its clauses) go out at once; the rest only when the
-        sequential stop rules still ask for more after the first wave.
-        Applying the answers in plan order with those rules gives the result
-        of the sequential plan. SAI intersects at most two ``CONTAINS``
-        clauses through the index and filters the rest row by row, so a query
-        of 4+ terms that matches nothing reads every row holding its two
-        chosen terms (60-160 ms at 100k events). Such queries are skipped when
-        a probe (``LIMIT 1`` per term, ~1 ms) finds one of their terms absent.
+        A query goes out only when the answer still needs it: on a loaded
+        box every statement is CPU taken from the searches beside it, and a
+        query of the benchmark's corpus reads its 40 candidate rows at ~0.25
+        ms of Cassandra CPU each (the ``tokens`` set of every row is read to
+        post-filter it). The one exception, for latency: the first narrow
+        query goes out at once, beside the probes that decide whether a wide
+        first query (the whole question) runs. SAI intersects at most two
+        ``CONTAINS`` clauses through the index and filters the rest row by
+        row, so a query of 4+ terms that matches nothing reads every row
+        holding its two chosen terms (60-160 ms at 100k events). Such a query
+        is skipped when one of its terms is absent from the scope: a term of
+        a query that found rows is present; the others are probed (``LIMIT
+        1``, ~1 ms) when the query's turn comes.
 
         Each query reads the first chunks (``recall_docs``); the later chunks
         of long documents (``recall_chunks``) only when the answer is still
@@ -658,50 +660,67 @@ class SessionReader:
         enough = k if compound else min(2, k)
         limit = max(40, k * 8)
 
-        def wide(lq: lexical.LexicalQuery) -> bool:
-            return len(lq.index_terms[:MAX_TERMS]) > _WIDE_QUERY
+        def terms_of(i: int) -> tuple[str, ...]:
+            return plan[i].index_terms[:MAX_TERMS]
+
+        def wide(i: int) -> bool:
+            return len(terms_of(i)) > _WIDE_QUERY
 
         def start(i: int) -> None:
-            terms = plan[i].index_terms
             pending[i] = asyncio.ensure_future(
-                self._fetch_terms(key, terms, session_id, exclude, limit, tables=_FIRST_CHUNKS)
+                self._fetch_terms(key, plan[i].index_terms, session_id, exclude, limit, tables=_FIRST_CHUNKS)
             )
 
         def start_deep(i: int) -> None:
-            terms = plan[i].index_terms
             deep[i] = asyncio.ensure_future(
-                self._fetch_terms(key, terms, session_id, exclude, max(10, 2 * k), tables=_LATER_CHUNKS)
+                self._fetch_terms(key, plan[i].index_terms, session_id, exclude, max(10, 2 * k), tables=_LATER_CHUNKS)
             )
+
+        present: set[str] = set()
+        absent: set[str] = set()
+
+        async def runs(i: int) -> bool:
+            """Whether ``plan[i]`` runs: a narrow query always, a wide one unless one of its terms is absent."""
+            terms = terms_of(i)
+            if not wide(i) or not absent.isdisjoint(terms):
+                return not wide(i)
+            unknown = [t for t in terms if t not in present]
+            gone = await self._absent_terms(key, unknown, session_id)
+            absent.update(gone)
+            present.update(t for t in unknown if t not in gone)
+            return not gone
 
         pending: dict[int, asyncio.Future[list[_Doc]]] = {}
         deep: dict[int, asyncio.Future[list[_Doc]]] = {}
-        for i, lq in enumerate(plan[:_FIRST_WAVE]):
-            if not wide(lq):
-                start(i)
-        absent = await self._absent_wide_terms(key, plan, [i for i, lq in enumerate(plan) if wide(lq)], pending,
-                                               session_id)  # fmt: skip
-        runnable = [i for i, lq in enumerate(plan) if not wide(lq) or absent.isdisjoint(lq.index_terms[:MAX_TERMS])]
-        for i in runnable:
-            if i < _FIRST_WAVE and i not in pending:
-                start(i)
+        first = next((i for i in range(len(plan)) if not wide(i)), None)
+        if first is not None:
+            start(first)
+        if wide(0):
+            absent |= await self._absent_wide_terms(key, plan, [0], pending, session_id)
+            if absent.isdisjoint(terms_of(0)):
+                present.update(terms_of(0))
         try:
             accept = await gate
             if accept is None:
                 return
             prepared: dict[tuple[str, str, int], lexical.ScoredText] = {}
-            for n, i in enumerate(runnable):
-                if n > 0 and self._count(found, "lexical") >= enough:
+            for i in range(len(plan)):
+                if self._count(found, "lexical") >= enough:
                     break
-                if i not in pending:  # the second wave: everything left, at once
-                    for j in runnable[n:]:
-                        start(j)
-                for doc in await pending.pop(i):
+                if not await runs(i):
+                    continue
+                if i not in pending:
+                    start(i)
+                docs = await pending.pop(i)
+                if docs:
+                    present.update(terms_of(i))  # every row holds every term
+                for doc in docs:
                     self._score(found, prepared, plan[i], doc, accept, min_score)
                 if self._count(found, "lexical") < k:
                     # The first chunks do not fill the answer: look into the rest of long documents, for
-                    # this query and the others of its wave (their first chunks are already on the way).
-                    for j in runnable[n:]:
-                        if j not in deep and (j == i or j in pending):
+                    # this query and one already on its way.
+                    for j in (i, *pending):
+                        if j not in deep:
                             start_deep(j)
                     for doc in await deep.pop(i):
                         self._score(found, prepared, plan[i], doc, accept, min_score)
