@@ -62,6 +62,8 @@ STAGE = INDEX_STAGE
 _YIELD_EVERY = 100
 """Documents tokenized between two yields to the event loop (~10-30 ms of CPU)."""
 _Session = tuple[str, str, str]
+_LINE_BYTES = 256
+"""About the bytes of a ``recall_lines`` row in a batch (a ~100-character line and the key)."""
 
 
 @dataclass(frozen=True)
@@ -137,9 +139,11 @@ class RecallIndexer(CassandraStage):
         out = {
             "recall": self._session.prepare(q.INSERT_RECALL.format(ks=ks)),
             "recall_chunk": self._session.prepare(q.INSERT_RECALL_CHUNK.format(ks=ks)),
+            "recall_line": self._session.prepare(q.INSERT_RECALL_LINE.format(ks=ks)),
             "markers": self._session.prepare(q.SELECT_DELETED_OFFSETS.format(ks=ks)),
         }
         self._bind_doc, self._bind_chunk = RowBinder(out["recall"]), RowBinder(out["recall_chunk"])
+        self._bind_line = RowBinder(out["recall_line"])
         tables = list(q.RECALL_TABLES)
         if self._embedder is not None:
             dims = self._embedder.dimensions
@@ -233,18 +237,27 @@ class RecallIndexer(CassandraStage):
         await self._recheck(written)
 
     def _batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
-        """The rows of ``built[start:stop]`` grouped by tenant partition, cut into size-capped batches."""
-        groups: dict[tuple[str, str], list[Row]] = {}
-        doc_stmt, chunk_stmt = self._bind_doc, self._bind_chunk
+        """The rows of ``built[start:stop]`` grouped by partition, cut into size-capped batches.
+
+        The documents and chunks of a tenant share its partition; the context lines of a session share
+        the session's (``recall_lines``).
+        """
+        groups: dict[tuple[str, ...], list[Row]] = {}
+        doc_stmt, chunk_stmt, line_stmt = self._bind_doc, self._bind_chunk, self._bind_line
         for index in range(start, stop):
             item, rows = built[index]
-            tenant = (item.event.app_name, item.event.user_id)
+            ev = item.event
+            tenant = (ev.app_name, ev.user_id)
             group = groups.get(tenant)
             if group is None:
                 group = groups[tenant] = []
             group.append((doc_stmt, rows.doc, index, rows.size))
             for chunk, size in zip(rows.chunks, rows.chunk_sizes, strict=True):
                 group.append((chunk_stmt, chunk, index, size))
+            lines = groups.get(session := (ev.app_name, ev.user_id, ev.session_id))
+            if lines is None:
+                lines = groups[session] = []
+            lines.append((line_stmt, rows.line, index, _LINE_BYTES))
         return self._cut(groups)
 
     async def _write_vectors(self, written: list[tuple[_Item, RecallRows]]) -> None:

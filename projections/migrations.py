@@ -17,7 +17,11 @@ from datetime import UTC, datetime
 from cassandra.cluster import Session
 
 from projections.errors import MigrationMismatch
+from projections.recall_backfill import backfill_session_tokens
 from schemas.settings import CassandraSettings
+
+SESSION_TOKENS_VERSION = 8
+"""``008_recall_session_tokens``: applying it adds the session token to the recall rows already indexed."""
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.cql$")
 
@@ -57,7 +61,11 @@ def _replication_cql(replication: dict[str, object]) -> str:
 
 
 def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migration]:
-    """Create the keyspace and apply every migration not yet recorded. Returns those applied."""
+    """Create the keyspace and apply every migration not yet recorded. Returns those applied.
+
+    Applying 008 also adds the session token to the recall rows already indexed (see
+    ``projections.recall_backfill``); it is recorded only after that, so an interrupted run is re-run.
+    """
     ks = settings.keyspace
     ddl = settings.schema_timeout_s
     session.execute(
@@ -82,6 +90,8 @@ def apply_migrations(session: Session, settings: CassandraSettings) -> list[Migr
             continue
         for statement in migration.statements:
             session.execute(statement, timeout=ddl)
+        if migration.version == SESSION_TOKENS_VERSION:
+            backfill_session_tokens(session, ks, timeout=ddl)
         session.execute(
             f"INSERT INTO {ks}.schema_migrations (version, name, checksum, applied_at) VALUES (%s, %s, %s, %s)",
             (migration.version, migration.name, migration.checksum, datetime.now(UTC)),

@@ -59,8 +59,6 @@ MAX_TERMS = 8
 """At most this many index terms per query (the first ones)."""
 _WIDE_QUERY = 3
 """Queries with more terms than this have their terms probed for absence first (see ``_lexical``)."""
-_FIRST_WAVE = 3
-"""How many queries of a broadening plan go out before the stop rules are consulted (see ``_lexical``)."""
 
 
 def _utc(dt: datetime) -> datetime:
@@ -222,16 +220,15 @@ class SessionReader:
             f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT ?"
         )
         self._tool_call = self._prep(f"SELECT * FROM {ks}.tool_calls WHERE {pk} AND tool_call_id = ?")
-        tenant = "app_name = ? AND user_id = ? AND session_id = ?"
         self._summary_cuts = self._prep(
             f"SELECT filter_key, summary, cutoff_at, last_event_id FROM {ks}.summaries_latest WHERE {pk}"
         )
-        self._doc_before = self._prep(
-            f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) < (?, ?) "
-            "ORDER BY session_id DESC, ts DESC, event_id DESC LIMIT 2"
+        self._line_before = self._prep(
+            f"SELECT role, line FROM {ks}.recall_lines WHERE {pk} AND (ts, event_id) < (?, ?) "
+            "ORDER BY ts DESC, event_id DESC LIMIT 2"
         )
-        self._doc_after = self._prep(
-            f"SELECT role, text FROM {ks}.recall_docs WHERE {tenant} AND (ts, event_id) > (?, ?) LIMIT 2"
+        self._line_after = self._prep(
+            f"SELECT role, line FROM {ks}.recall_lines WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT 2"
         )
         self._stats = self._prep(
             f"SELECT count(*) AS n, sum(token_count) AS tokens, sum(content_size) AS bytes, min(ts) AS first, "
@@ -543,10 +540,10 @@ class SessionReader:
         "hybrid"`` vector hits (cosine ``ANN OF``) are merged, a document
         scoring the better of the two. Sorted by score, then newest.
 
-        Latency: the scopes of ``all_sessions``, the summary lookup of
-        ``current_hidden`` and the queries of a broadening plan all run
-        concurrently (results are still applied in plan order, so the answer
-        is the one the sequential plan gives); see ``_lexical``.
+        Latency: the scopes of ``all_sessions`` and the summary lookup of
+        ``current_hidden`` run concurrently with the queries; the queries of
+        a broadening plan go out one by one as the answer still needs them
+        (the first with the probes that decide the second); see ``_lexical``.
         """
         k = DEFAULT_TOP_K if top_k is None or top_k <= 0 else min(top_k, MAX_TOP_K)
         if not query.strip():
@@ -635,17 +632,21 @@ class SessionReader:
         self, key: SessionKey, query: str, k: int, min_score: float, session_id: str | None, exclude: str | None,
         gate: asyncio.Future[_Accept | None], found: dict[tuple[str, str], _Doc],
     ) -> None:  # fmt: skip
-        """The broadening plan (at most ``MAX_PLAN`` queries) in two concurrent waves, applied in plan order.
+        """The broadening plan (at most ``MAX_PLAN`` queries), applied in plan order with the sequential stop rules.
 
-        The first ``_FIRST_WAVE`` queries (the whole question and, for a
-        compound one, its clauses) go out at once; the rest only when the
-        sequential stop rules still ask for more after the first wave.
-        Applying the answers in plan order with those rules gives the result
-        of the sequential plan. SAI intersects at most two ``CONTAINS``
-        clauses through the index and filters the rest row by row, so a query
-        of 4+ terms that matches nothing reads every row holding its two
-        chosen terms (60-160 ms at 100k events). Such queries are skipped when
-        a probe (``LIMIT 1`` per term, ~1 ms) finds one of their terms absent.
+        A query goes out only when the answer still needs it: on a loaded
+        box every statement is CPU taken from the searches beside it, and a
+        query of the benchmark's corpus reads its 40 candidate rows at ~0.25
+        ms of Cassandra CPU each (the ``tokens`` set of every row is read to
+        post-filter it). The one exception, for latency: the first narrow
+        query goes out at once, beside the probes that decide whether a wide
+        first query (the whole question) runs. SAI intersects at most two
+        ``CONTAINS`` clauses through the index and filters the rest row by
+        row, so a query of 4+ terms that matches nothing reads every row
+        holding its two chosen terms (60-160 ms at 100k events). Such a query
+        is skipped when one of its terms is absent from the scope: a term of
+        a query that found rows is present; the others are probed (``LIMIT
+        1``, ~1 ms) when the query's turn comes.
 
         Each query reads the first chunks (``recall_docs``); the later chunks
         of long documents (``recall_chunks``) only when the answer is still
@@ -659,50 +660,67 @@ class SessionReader:
         enough = k if compound else min(2, k)
         limit = max(40, k * 8)
 
-        def wide(lq: lexical.LexicalQuery) -> bool:
-            return len(lq.index_terms[:MAX_TERMS]) > _WIDE_QUERY
+        def terms_of(i: int) -> tuple[str, ...]:
+            return plan[i].index_terms[:MAX_TERMS]
+
+        def wide(i: int) -> bool:
+            return len(terms_of(i)) > _WIDE_QUERY
 
         def start(i: int) -> None:
-            terms = plan[i].index_terms
             pending[i] = asyncio.ensure_future(
-                self._fetch_terms(key, terms, session_id, exclude, limit, tables=_FIRST_CHUNKS)
+                self._fetch_terms(key, plan[i].index_terms, session_id, exclude, limit, tables=_FIRST_CHUNKS)
             )
 
         def start_deep(i: int) -> None:
-            terms = plan[i].index_terms
             deep[i] = asyncio.ensure_future(
-                self._fetch_terms(key, terms, session_id, exclude, max(10, 2 * k), tables=_LATER_CHUNKS)
+                self._fetch_terms(key, plan[i].index_terms, session_id, exclude, max(10, 2 * k), tables=_LATER_CHUNKS)
             )
+
+        present: set[str] = set()
+        absent: set[str] = set()
+
+        async def runs(i: int) -> bool:
+            """Whether ``plan[i]`` runs: a narrow query always, a wide one unless one of its terms is absent."""
+            terms = terms_of(i)
+            if not wide(i) or not absent.isdisjoint(terms):
+                return not wide(i)
+            unknown = [t for t in terms if t not in present]
+            gone = await self._absent_terms(key, unknown, session_id)
+            absent.update(gone)
+            present.update(t for t in unknown if t not in gone)
+            return not gone
 
         pending: dict[int, asyncio.Future[list[_Doc]]] = {}
         deep: dict[int, asyncio.Future[list[_Doc]]] = {}
-        for i, lq in enumerate(plan[:_FIRST_WAVE]):
-            if not wide(lq):
-                start(i)
-        absent = await self._absent_terms(key, [t for lq in plan if wide(lq) for t in lq.index_terms[:MAX_TERMS]],
-                                          session_id)  # fmt: skip
-        runnable = [i for i, lq in enumerate(plan) if not wide(lq) or absent.isdisjoint(lq.index_terms[:MAX_TERMS])]
-        for i in runnable:
-            if i < _FIRST_WAVE and i not in pending:
-                start(i)
+        first = next((i for i in range(len(plan)) if not wide(i)), None)
+        if first is not None:
+            start(first)
+        if wide(0):
+            absent |= await self._absent_wide_terms(key, plan, [0], pending, session_id)
+            if absent.isdisjoint(terms_of(0)):
+                present.update(terms_of(0))
         try:
             accept = await gate
             if accept is None:
                 return
             prepared: dict[tuple[str, str, int], lexical.ScoredText] = {}
-            for n, i in enumerate(runnable):
-                if n > 0 and self._count(found, "lexical") >= enough:
+            for i in range(len(plan)):
+                if self._count(found, "lexical") >= enough:
                     break
-                if i not in pending:  # the second wave: everything left, at once
-                    for j in runnable[n:]:
-                        start(j)
-                for doc in await pending.pop(i):
+                if not await runs(i):
+                    continue
+                if i not in pending:
+                    start(i)
+                docs = await pending.pop(i)
+                if docs:
+                    present.update(terms_of(i))  # every row holds every term
+                for doc in docs:
                     self._score(found, prepared, plan[i], doc, accept, min_score)
                 if self._count(found, "lexical") < k:
                     # The first chunks do not fill the answer: look into the rest of long documents, for
-                    # this query and the others of its wave (their first chunks are already on the way).
-                    for j in runnable[n:]:
-                        if j not in deep and (j == i or j in pending):
+                    # this query and one already on its way.
+                    for j in (i, *pending):
+                        if j not in deep:
                             start_deep(j)
                     for doc in await deep.pop(i):
                         self._score(found, prepared, plan[i], doc, accept, min_score)
@@ -734,23 +752,55 @@ class SessionReader:
         if value >= min_score:
             self._merge(found, doc, value, "lexical")
 
+    async def _absent_wide_terms(
+        self, key: SessionKey, plan: Sequence[lexical.LexicalQuery], wide: Sequence[int],
+        pending: dict[int, asyncio.Future[list[_Doc]]], session_id: str | None,
+    ) -> set[str]:  # fmt: skip
+        """The terms of the ``wide`` queries of ``plan`` that no document of the scope holds.
+
+        A term of a narrow query already in flight (``pending``) is not probed:
+        that query finding a row shows every one of its terms present. The
+        other terms are probed first; only when a wide query is not already
+        ruled out by them are the queries covering its other terms awaited
+        (their answers are needed anyway), and their terms probed when they
+        found nothing. A compound question's clauses usually cover all of its
+        terms but one, so this spares most of the probes of ``_absent_terms``.
+        """
+        terms = list(dict.fromkeys(t for i in wide for t in plan[i].index_terms[:MAX_TERMS]))
+        covering = {t: [i for i in pending if t in plan[i].index_terms[:MAX_TERMS]] for t in terms}
+        absent = await self._absent_terms(key, [t for t in terms if not covering[t]], session_id)
+        open_terms = {t for i in wide if absent.isdisjoint(plan[i].index_terms[:MAX_TERMS])
+                      for t in plan[i].index_terms[:MAX_TERMS] if covering[t]}  # fmt: skip
+        unknown: list[str] = []
+        for t in sorted(open_terms):
+            found = False
+            for i in covering[t]:
+                found = found or bool(await asyncio.shield(pending[i]))
+            if not found:
+                unknown.append(t)
+        return absent | await self._absent_terms(key, unknown, session_id)
+
     async def _absent_terms(self, key: SessionKey, terms: Sequence[str], session_id: str | None) -> set[str]:
         """Which of ``terms`` no document of the scope holds in any chunk (concurrent ``LIMIT 1`` probes).
 
-        The first chunks are probed first; only the terms they lack are probed in the later chunks.
+        The first and the later chunks are probed at once (an absent term needs both answers, and the
+        probes are few: see ``_absent_wide_terms``).
         """
-        absent = list(dict.fromkeys(terms))
-        where = "app_name = ? AND user_id = ?" + (" AND session_id = ?" if session_id is not None else "")
-        params: tuple[str, ...] = (key.app_name, key.user_id) + ((session_id,) if session_id is not None else ())
-        for table in _DOC_TABLES:
-            if not absent:
-                break
-            stmt = await self._prep_async(
-                f"SELECT event_id FROM {self._ks}.{table} WHERE {where} AND tokens CONTAINS ? LIMIT 1"
-            )
-            found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for t in absent))
-            absent = [t for t, rows in zip(absent, found, strict=True) if not list(rows)]
-        return set(absent)
+        unique = list(dict.fromkeys(terms))
+        if not unique:
+            return set()
+        where = "app_name = ? AND user_id = ?"
+        params: tuple[str, ...] = (key.app_name, key.user_id)
+        if session_id is not None:
+            where += " AND session_id = ? AND tokens CONTAINS ?"
+            params += (session_id, lexical.session_token(session_id))
+        stmts = await asyncio.gather(*(
+            self._prep_async(f"SELECT event_id FROM {self._ks}.{table} WHERE {where} AND tokens CONTAINS ? LIMIT 1")
+            for table in _DOC_TABLES
+        ))  # fmt: skip
+        found = await asyncio.gather(*(aexecute(self._s, stmt, (*params, t)) for stmt in stmts for t in unique))
+        present = {unique[n % len(unique)] for n, rows in enumerate(found) if list(rows)}
+        return set(unique) - present
 
     @staticmethod
     def _count(found: dict[tuple[str, str], _Doc], source: str) -> int:
@@ -785,6 +835,11 @@ class SessionReader:
         terms = list(terms)[:MAX_TERMS]
         if not terms:
             return []
+        if session_id is not None:
+            # Implied by ``session_id = ?``, but SAI does not narrow by the clustering key: with the session's
+            # own token it intersects the term's postings with the session's instead of stepping over every
+            # earlier session's matches in the tenant partition (see ``lexical.session_token``).
+            terms = [lexical.session_token(session_id), *terms]
         base = "app_name = ? AND user_id = ?"
         contains = "".join(" AND tokens CONTAINS ?" for _ in terms)
         if session_id is not None or exclude is None:
@@ -841,19 +896,22 @@ class SessionReader:
     async def _context(self, key: SessionKey, doc: _Doc) -> str:
         """Lines ``role: text`` of a 2/2 window around ``doc``, the hit marked ``[match]``, ≤ 280 characters.
 
-        The neighbours come from ``recall_docs``: it holds exactly the
-        loadable events (the window rule of ``session_load``) with the first
-        8 Ki characters of their text, which is all a 96-character line needs,
-        so two ``LIMIT 2`` slices replace an anchor lookup and two pages of
-        full events (50 KB tool results included).
+        The neighbours come from ``recall_lines``: a row per ``recall_docs``
+        row (exactly the loadable events: the window rule of
+        ``session_load``) holding its line, made from the same first 8 Ki
+        characters, in a partition of the hit's session. Two ``LIMIT 2``
+        slices of it replace an anchor lookup and two pages of full events
+        (50 KB tool results included), and read a hundred bytes a neighbour
+        where the same slices of ``recall_docs`` read its text and every
+        cell of its token set.
         """
         params = (key.app_name, key.user_id, doc.session_id, doc.ts, doc.event_id)
         earlier, later = await asyncio.gather(
-            aexecute(self._s, self._doc_before, params), aexecute(self._s, self._doc_after, params)
+            aexecute(self._s, self._line_before, params), aexecute(self._s, self._line_after, params)
         )
-        lines = [f"{r.role}: {lexical.compact(r.text or '', 96)}" for r in reversed(list(earlier))]
-        lines.append(f"[match] {doc.role}: {lexical.compact(doc.text, 96)}")
-        lines.extend(f"{r.role}: {lexical.compact(r.text or '', 96)}" for r in later)
+        lines = [f"{r.role}: {r.line or lexical.context_line('')}" for r in reversed(list(earlier))]
+        lines.append(f"[match] {doc.role}: {lexical.context_line(doc.text)}")
+        lines.extend(f"{r.role}: {r.line or lexical.context_line('')}" for r in later)
         text = "\n".join(lines)
         return text if len(text) <= 280 else text[:277] + "..."
 

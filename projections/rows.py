@@ -15,7 +15,15 @@ from typing import Any
 
 import orjson
 
-from projections.lexical import LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, MAX_DOC_TOKENS, chunk_index, doc_tokens
+from projections.lexical import (
+    LATER_CHUNK_CHARS,
+    LATER_CHUNK_TOKENS,
+    MAX_DOC_TOKENS,
+    chunk_index,
+    context_line,
+    doc_tokens,
+    session_token,
+)
 from schemas import Message, SessionEvent, SessionSummary
 
 TokenCounter = Callable[[Message], int]
@@ -169,6 +177,8 @@ class RecallRows:
     """Approximate bytes of the ``recall_docs`` row (for batch sizing, see ``row_bytes``)."""
     chunk_sizes: tuple[int, ...] = ()
     """Approximate bytes of each ``recall_chunks`` row."""
+    line: tuple[object, ...] = ()
+    """The ``recall_lines`` row: the document as one line of a hit's context window."""
 
     @property
     def tokens(self) -> int:
@@ -194,9 +204,10 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
     size = len(text.encode("utf-8"))
     indexed = text[:MAX_INDEXED_CHARS]
     tokens = doc_tokens(indexed)
+    own = session_token(sid)
     doc = (
         app, user, sid, event.timestamp, event.event_id, seq, event.filter_key, msg.role, indexed,
-        msg.tool_call_id, msg.name, size, tokens or None,
+        msg.tool_call_id, msg.name, size, tokens | {own},
     )  # fmt: skip
     chunks: tuple[tuple[object, ...], ...] = ()
     chunk_sizes: tuple[int, ...] = ()
@@ -205,11 +216,13 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
                             first_tokens=MAX_DOC_TOKENS)  # fmt: skip
         chunks = tuple(
             (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
-             msg.tool_call_id, msg.name, size, chunk_tokens or None)
+             msg.tool_call_id, msg.name, size, chunk_tokens | {own})
             for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
         )  # fmt: skip
         chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
-    return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes)
+    line = (app, user, sid, event.timestamp, event.event_id, msg.role, context_line(indexed))
+    return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes,
+                      line=line)  # fmt: skip
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:

@@ -75,8 +75,14 @@ SELECT_DELETED_OFFSETS = (
     "SELECT session_id, deleted_at, deleted_partition, deleted_offset FROM {ks}.deleted_sessions "
     "WHERE app_name = ? AND user_id = ? AND session_id IN ?"
 )
-RECALL_TABLES = ("recall_docs", "recall_chunks")
-"""The recall index of ``session_search`` (partition ``(app_name, user_id)``, clustering from ``session_id``)."""
+INSERT_RECALL_LINE = (
+    "INSERT INTO {ks}.recall_lines (app_name, user_id, session_id, ts, event_id, role, line) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+RECALL_TABLES = ("recall_docs", "recall_chunks", "recall_lines")
+"""The recall index of ``session_search``: ``recall_docs`` / ``recall_chunks`` (partition ``(app_name,
+user_id)``, clustering from ``session_id``) and ``recall_lines`` (a partition per session), every one
+keyed by ``session_id`` after the tenant, so one statement shape deletes a session's rows from each."""
 DELETE_RECALL = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 DELETE_RECALL_AT = "DELETE FROM {ks}.{table} USING TIMESTAMP ? WHERE app_name = ? AND user_id = ? AND session_id = ?"
 DELETE_RECALL_EVENT = (

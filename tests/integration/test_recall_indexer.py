@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from projections import lexical, read_api
 from projections import statements as q
 from projections.binding import RowBinder
-from projections.cassandra_session import aexecute_many
+from projections.cassandra_session import aexecute, aexecute_many
 from projections.context_read import ContextReader
 from projections.critical_gate import CriticalPathGate
 from projections.indexer import RecallIndexer
 from projections.projector import SourceRecord
+from projections.recall_backfill import KEYS, add_session_tokens, backfill_session_tokens, source_query
 from projections.rows import event_rows, recall_rows
 from projections.stage import PartitionProgress
 from schemas import SessionEvent, SessionKey
@@ -240,7 +242,7 @@ async def test_the_indexer_resumes_from_its_own_offsets(store: Store) -> None:
     assert await store.projector.load_offsets() == projector_before  # its own group, its own offsets
     await _index(store, *records)  # a redelivery after a crash before the offsets: the same rows
     assert (await store.indexer.load_offsets())[(EVENTS, 1)] == 1004
-    assert _recall_count(store, key) == 4
+    assert _recall_count(store, key) == 8  # 4 documents, each with its context line
 
 
 async def test_the_read_reports_the_index_lag_beside_the_projection_lag(store: Store) -> None:
@@ -331,3 +333,116 @@ async def test_the_indexer_waits_while_the_projector_is_behind(store: Store) -> 
 
 async def _no_dead_letters(letter: Any) -> None:
     raise AssertionError(f"unexpected dead letter: {letter}")
+
+
+async def test_session_scopes_find_their_own_session_only_latin_and_cjk(store: Store) -> None:
+    """Session scopes narrow through the session's token: nothing of another session of the tenant, CJK found.
+
+    The other sessions hold the same words, sort before and after it in the tenant partition, one has an id
+    that extends this one's, and one names this session's token in its text (no text yields a token).
+    """
+    key = _key("scope")
+    tenant = (key.app_name, key.user_id)
+    earlier, later = SessionKey(*tenant, "0" + key.session_id), SessionKey(*tenant, key.session_id + "x")
+    forged = SessionKey(*tenant, "z" + key.session_id)
+    words, chinese = "kubernetes rollout stalled", "数据库迁移失败了"
+    mine = [event(key, "m1", at=1, content=f"the {words} again"), event(key, "m2", at=2, content=f"昨天{chinese}"),
+            event(key, "m0", at=2.5, role="assistant", content=None, tool_calls=_call("c1"))]  # fmt: skip
+    mine.append(event(key, "m3", at=3, role="tool", content=_latin_filler(random.Random(5), 20_000) + f" {words} "
+                      + chinese, tool_call_id="c1"))  # fmt: skip
+    others = [event(s, f"{s.session_id}-{n}", at=n, content=text)
+              for s in (earlier, later, forged) for n, text in ((1, words), (2, chinese))]  # fmt: skip
+    others.append(event(forged, "f3", at=3, content=f"{lexical.session_token(key.session_id)} {words} {chinese}"))
+    dead = len(store.dead)
+    await store.events(*others, *mine)
+    await store.summaries(summary(key, 1, text="s", cutoff=3, last_event_id="m3"))
+    assert store.dead[dead:] == []
+    for query in (words, "kubernetes", chinese, "迁移"):
+        for scope in ("current_session", "current_hidden"):
+            hits = await store.reader.session_search(key, query, scope, top_k=10)
+            assert {h.session_id for h in hits} == {key.session_id}, (query, scope)
+            assert {h.event_id for h in hits} == ({"m1", "m3"} if query[0].isascii() else {"m2", "m3"}), (query, scope)
+        others_hits = await store.reader.session_search(key, query, "other_sessions", top_k=10)
+        assert {h.session_id for h in others_hits} == {earlier.session_id, later.session_id, forged.session_id}
+    # The forged text is searchable as words, and finds only its own session.
+    forged_hits = await store.reader.session_search(forged, "session " + key.session_id, "current_session")
+    assert [h.event_id for h in forged_hits] == ["f3"]
+
+
+async def test_rows_indexed_before_the_session_tokens_are_found_once_migration_008_backfills_them(
+    store: Store,
+) -> None:
+    key, gone = _key("backfill"), _key("backfill-gone")
+    ks = store.settings.cassandra.keyspace
+    own = {lexical.session_token(key.session_id), lexical.session_token(gone.session_id)}
+    body = _latin_filler(random.Random(9), 30_000) + " ocelot 猞猁出没"
+    values = [event(key, "b1", at=1, content="the ocelot escaped"),
+              event(key, "b2", at=2, role="tool", content=body, tool_call_id="c1"),
+              event(gone, "g1", at=1, content="the ocelot of a deleted session")]  # fmt: skip
+    for n, value in enumerate(values):  # what an indexer from before migration 008 wrote: no session token
+        rows = recall_rows(SessionEvent.model_validate(value), n)
+        assert rows is not None
+        pairs = [(q.INSERT_RECALL, rows.doc), *((q.INSERT_RECALL_CHUNK, c) for c in rows.chunks)]
+        for cql, row in pairs:
+            tokens = row[-1]
+            assert isinstance(tokens, set) and tokens & own
+            store.session.execute(store.session.prepare(cql.format(ks=ks)), (*row[:-1], tokens - own))
+    assert await store.reader.session_search(key, "ocelot", "current_session") == []  # the token is required
+    stale = {table: list(store.session.execute(
+        source_query(ks, table) + " WHERE app_name = %s AND user_id = %s AND session_id = %s", tuple(gone)))
+        for table in KEYS}  # fmt: skip
+    await store.indexer.project([record(EVENTS, _delete(gone))], _no_dead_letters)
+    assert _recall_count(store, gone) == 0
+    assert backfill_session_tokens(store.session, ks) >= 3
+    for table, page in stale.items():  # a backfill that read the rows before the deletion landed
+        add_session_tokens(store.session, ks, table, page)
+    assert _recall_count(store, gone) == 0  # at the rows' own write time: the deletion still wins
+    hits = await store.reader.session_search(key, "ocelot", "current_session", top_k=10)
+    assert {h.event_id for h in hits} == {"b1", "b2"}
+    # Their context lines were backfilled too: each hit shows the other as its neighbour.
+    assert all(h.context.count("\n") == 1 for h in hits), [h.context for h in hits]
+    assert "user: the ocelot escaped" in next(h.context for h in hits if h.event_id == "b2")
+    deep = await store.reader.session_search(key, "猞猁", "current_session")
+    assert [h.event_id for h in deep] == ["b2"]  # a later chunk (recall_chunks) was backfilled too
+
+
+async def test_a_hits_context_shows_its_own_sessions_neighbours_never_a_deleted_past(store: Store) -> None:
+    """The context lines (``recall_lines``) are the session's documents: other sessions never, deleted ones never."""
+    key = _key("lines")
+    neighbour = SessionKey(key.app_name, key.user_id, key.session_id + "x")  # sorts right after it
+    old = [event(key, f"o{i}", at=i, content=f"old secret {i} of the deleted past") for i in range(3)]
+    await store.events(*old, event(neighbour, "x1", at=5, content="neighbouring session line"))
+    await store.events(_delete(key))
+    new = [event(key, "n1", at=10, content="fresh start 新的开始"),
+           event(key, "n2", at=11, content="the platypus 鸭嘴兽"),
+           event(key, "n3", at=12, role="assistant", content="noted")]  # fmt: skip
+    await store.events(*new)
+    [hit] = await store.reader.session_search(key, "platypus", "current_session")
+    assert hit.context == "user: fresh start 新的开始\n[match] user: the platypus 鸭嘴兽\nassistant: noted"
+    [cjk] = await store.reader.session_search(key, "鸭嘴兽", "current_session")
+    assert cjk.event_id == "n2" and cjk.context == hit.context
+
+
+async def test_a_session_search_sends_only_the_statements_its_answer_needs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every SAI statement of a session scope names the session's token; a compound question its first clause
+    answers fetches no other clause (each fetch reads up to 40 rows, ~0.25 ms of Cassandra CPU a row)."""
+    key = _key("plan")
+    await store.events(*(event(key, f"c{i}", at=i, content=f"the cache warmed up {i}") for i in range(6)),
+                       event(key, "k1", at=9, content="kafka consumer offset reset"))  # fmt: skip
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def recording(session: Any, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((statement.query_string, tuple(params or ())))
+        return aexecute(session, statement, params, **kwargs)
+
+    monkeypatch.setattr(read_api, "aexecute", recording)
+    hits = await store.reader.session_search(
+        key, "what did we decide about the cache, and the kafka consumer offset?", "current_session", top_k=5
+    )
+    assert {h.event_id for h in hits} <= {f"c{i}" for i in range(6)} and len(hits) == 5
+    searched = [params for cql, params in sent if "tokens CONTAINS" in cql]
+    assert searched and all(lexical.session_token(key.session_id) in params for params in searched)
+    fetched = [params for cql, params in sent if "tokens CONTAINS" in cql and "LIMIT 1" not in cql]
+    assert [p for p in fetched if "kafka" in p] == []  # the second clause was never needed

@@ -103,6 +103,24 @@ def test_lexical_score_follows_go_formula() -> None:
     assert lexical.score(q, "nothing here") == 0.0
 
 
+_SPACED = st.lists(st.sampled_from(["cache", "kafka", "退款", " ", "  ", "\n", "\t", "\u3000", "\x1c", "\xa0", "a.b",
+                                     "Cache", "k"]), max_size=12).map("".join)  # fmt: skip
+
+
+@given(_SPACED, _SPACED)
+def test_the_whole_query_bonus_matches_the_whitespace_collapsed_text(text: str, query: str) -> None:
+    # The bonus is looked up without building a whitespace-collapsed copy of each document: same answer.
+    phrase = lexical.normalize_query(query)
+    flat = " ".join(text.lower().split())
+    assert lexical.ScoredText(text).holds_phrase(phrase) == (phrase in flat)
+
+
+def test_the_whole_query_bonus_spans_line_breaks_and_cjk() -> None:
+    q = lexical.LexicalQuery("kafka consumer offset", ("kafka", "consumer", "offset"))
+    assert lexical.score(q, "the Kafka\n  consumer\toffset moved") == pytest.approx(1 + 0.75 + 0.15)
+    assert lexical.ScoredText("退款编号\n 四五 已经批准").holds_phrase("退款编号 四五")
+
+
 def test_doc_tokens_stem_and_cjk() -> None:
     assert {"deploy", "kubernet"} <= lexical.doc_tokens("Deployed kubernetes")
     assert lexical.doc_tokens("kubernetes") == lexical.doc_tokens("Kubernetes")
@@ -116,6 +134,15 @@ _WORDS = st.sampled_from(["the", "Deploys", "deploy", "ab", "x9", "kubernetes", 
 def test_doc_tokens_are_the_index_tokens_of_the_query_keywords(text: str) -> None:
     # Every keyword a query can hold, stemmed, is indexed; nothing else is.
     assert lexical.doc_tokens(text) == {lexical._stem(k) for k in lexical.keywords(text)}
+
+
+@given(st.lists(_WORDS, max_size=30).map(" ".join), _WORDS)
+def test_a_keyword_matches_verbatim_or_by_its_stem_without_tokenizing_needlessly(text: str, word: str) -> None:
+    # The shortcut (a stem that is no substring is no token) gives the plain rule's answer.
+    for keyword in lexical.keywords(word) or (word.lower(),):
+        doc = lexical.ScoredText(text)
+        plain = keyword in doc.lowered or lexical._stem(keyword) in lexical.doc_tokens(doc.lowered)
+        assert doc.holds_keyword(keyword) == plain
 
 
 def test_doc_tokens_cap_keeps_the_first_words() -> None:

@@ -104,3 +104,33 @@ def test_the_stored_json_made_from_the_record_reads_back_as_the_event(
     assert isinstance(event_json, str) and isinstance(text, str)
     assert restore_event_json(event_json, text) == event
     assert record["message"] is message and message["content"] == content  # the record is not modified
+
+
+def test_every_recall_row_carries_its_sessions_token() -> None:
+    body = " ".join(f"line {i} status ok" for i in range(3000)) + " 猞猁出没"  # several chunks, CJK at the end
+    rows = recall_rows(_event(body), 0)
+    assert rows is not None and rows.chunks
+    own = lexical.session_token("s")
+    sets = [rows.doc[12], *(chunk[13] for chunk in rows.chunks)]
+    assert all(isinstance(tokens, set) and own in tokens for tokens in sets)
+    first = lexical.doc_tokens(body[:MAX_INDEXED_CHARS])
+    assert rows.doc[12] == first | {own} and rows.tokens == sum(len(t) for t in sets if isinstance(t, set))
+    # A message of stop words only holds no word token: its row still names its session.
+    quiet = recall_rows(_event("it is what it is", role="user"), 0)
+    assert quiet is not None and quiet.doc[12] == {own}
+
+
+@given(st.text(max_size=300) | st.text(alphabet=st.sampled_from(list("session:s1 中文-_")), max_size=60))
+def test_no_text_and_no_query_yields_a_session_token(text: str) -> None:
+    # The session scopes match on the token: a message (or a query) able to spell it could pass for the session.
+    assert not any(t.startswith(lexical.SESSION_TOKEN_PREFIX) for t in lexical.doc_tokens(text))
+    assert not any(":" in t for lq in lexical.plan(text) for t in lq.index_terms)
+    assert lexical.session_token("s1") not in lexical.doc_tokens(f"{lexical.session_token('s1')} {text}")
+
+
+def test_the_context_line_of_a_document_is_its_first_chunk_on_one_line() -> None:
+    rows = recall_rows(_event("first  line\n\nsecond 中文 " + "x" * 20_000), 0)
+    assert rows is not None
+    assert rows.line[:5] == rows.doc[:5] and rows.line[5] == "tool"
+    line = rows.line[6]
+    assert isinstance(line, str) and line.startswith("first line second 中文 xxx") and len(line) == lexical.LINE_CHARS
