@@ -159,25 +159,25 @@ def pooled_settings(isolated_settings: Settings, keyspaces: KeyspacePool) -> Ite
 # test` starts the services beside the suite, and the unit tests need none (see
 # --services-ready-file). Files not listed keep collection order, after these.
 SLOW_UNIT_FILES = {
-    "tests/unit/summarizer/test_invariant_property.py": 105,
     "tests/unit/context/test_property.py": 80,
     "tests/unit/test_quality.py": 45,  # mypy on a fresh clone has no cache
+    "tests/unit/summarizer/test_invariant_property.py": 30,
     "tests/unit/rules/test_determinism.py": 18,
     "tests/unit/test_layering.py": 17,
     "tests/unit/rules/test_properties.py": 16,
     "tests/unit/adapters/test_trpc_events.py": 15,
 }
 SLOW_INTEGRATION_FILES = {
-    "tests/integration/test_context_read_property.py": 186,
     "tests/integration/test_services.py": 185,
     "tests/integration/test_pipeline_guarantees.py": 120,
     "tests/integration/test_oracle_end_to_end.py": 113,
     "tests/integration/test_pipeline_timeout.py": 102,
     "tests/integration/test_foundation.py": 100,
-    "tests/integration/test_recall_indexer.py": 95,
-    "tests/integration/test_replay.py": 90,
-    "tests/integration/test_pipeline_core.py": 95,
     "tests/integration/test_ui_browser.py": 100,
+    "tests/integration/test_context_read_property.py": 95,
+    "tests/integration/test_recall_indexer.py": 95,
+    "tests/integration/test_pipeline_core.py": 95,
+    "tests/integration/test_replay.py": 90,
     "tests/integration/test_context_read.py": 90,
     "tests/integration/test_adapter_trpc.py": 67,
     "tests/integration/test_pipeline_rocksdb.py": 60,
@@ -185,9 +185,9 @@ SLOW_INTEGRATION_FILES = {
     "tests/integration/test_pipeline_failures.py": 55,
     "tests/integration/test_adapter_lifecycle.py": 50,
     "tests/integration/test_recall_cassandra.py": 50,
+    "tests/integration/test_projections_kafka.py": 50,
     "tests/integration/test_example_agent.py": 40,
     "tests/integration/test_adapter_openai_agents.py": 38,
-    "tests/integration/test_projections_kafka.py": 50,
     "tests/integration/test_projections_epochs.py": 30,
     "tests/integration/test_pipeline_sync.py": 30,
 }
