@@ -169,12 +169,12 @@ SLOW_UNIT_FILES = {
 }
 SLOW_INTEGRATION_FILES = {
     "tests/integration/test_services.py": 185,
+    "tests/integration/test_context_read_property.py": 185,
     "tests/integration/test_pipeline_guarantees.py": 120,
     "tests/integration/test_oracle_end_to_end.py": 113,
     "tests/integration/test_pipeline_timeout.py": 102,
     "tests/integration/test_foundation.py": 100,
     "tests/integration/test_ui_browser.py": 100,
-    "tests/integration/test_context_read_property.py": 95,
     "tests/integration/test_recall_indexer.py": 95,
     "tests/integration/test_pipeline_core.py": 95,
     "tests/integration/test_replay.py": 90,
