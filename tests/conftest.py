@@ -168,7 +168,6 @@ SLOW_UNIT_FILES = {
     "tests/unit/adapters/test_trpc_events.py": 15,
 }
 SLOW_INTEGRATION_FILES = {
-    "tests/integration/test_services.py": 185,
     "tests/integration/test_context_read_property.py": 185,
     "tests/integration/test_pipeline_guarantees.py": 120,
     "tests/integration/test_oracle_end_to_end.py": 113,
@@ -179,6 +178,7 @@ SLOW_INTEGRATION_FILES = {
     "tests/integration/test_pipeline_core.py": 95,
     "tests/integration/test_replay.py": 90,
     "tests/integration/test_context_read.py": 90,
+    "tests/integration/test_services.py": 80,
     "tests/integration/test_adapter_trpc.py": 67,
     "tests/integration/test_pipeline_rocksdb.py": 60,
     "tests/integration/test_replay_guards.py": 60,
