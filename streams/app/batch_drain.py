@@ -49,6 +49,8 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from streams.app.record_sink import RecordSink
+
 log = logging.getLogger(__name__)
 
 SUPPORTED_FAUST = ((0, 15, 2), (0, 16, 0))
@@ -141,6 +143,11 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
 
     _buffer_dropped: asyncio.Event | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sinks: dict[str, RecordSink] = {}
+        """Topics whose records go to a :class:`~streams.app.record_sink.RecordSink`, not the conductor (:func:`route`)."""
+
     def on_buffer_drop(self, tp: Any) -> None:
         super().on_buffer_drop(tp)
         if self._buffer_dropped is not None:
@@ -232,6 +239,7 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         since_yield = 0
         is_changelog = self._is_changelog_tp
         rewind: dict[Any, int] = {}  # stream partition → first record not delivered (fetched again)
+        sinks = self.sinks
         for tp, message in records:
             if not self.flow_active or app.consumer_generation_id != generation_id:
                 return
@@ -261,7 +269,11 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
                 # already taken the acked offsets off its books (Faust commits outside the race).
                 await asyncio.shield(self.commit())
             cursor.tp, cursor.offset = tp, offset
-            await callback(message)
+            sink = sinks.get(message.topic)
+            if sink is None:
+                await callback(message)
+            else:
+                await sink.put(message.tp, message)
             cursor.tp = None
             read_offset[tp] = offset
         if rewind and app.consumer_generation_id == generation_id:  # else the new assignment seeks
@@ -357,3 +369,15 @@ def install(app: faust.App) -> None:
     if not all(u.scheme in ("kafka", "aiokafka") for u in urls):
         raise RuntimeError(f"batch drain needs the aiokafka driver, broker is {urls}")
     app.transport = BatchDrainTransport(urls, app)
+
+
+def route(app: faust.App, topic: str, sink: RecordSink) -> None:
+    """Deliver ``topic``'s records to ``sink`` (batch-native) instead of through the conductor.
+
+    The topic must still be subscribed by an agent (its channel iterated), so that
+    Faust assigns its partitions, acks its records and commits their offsets.
+    """
+    consumer = app.consumer
+    if not isinstance(consumer, BatchDrainConsumer):
+        raise RuntimeError("route() needs the batch drain consumer: call install() first")
+    consumer.sinks[topic] = sink

@@ -36,7 +36,6 @@ from schemas import AdoptEpoch, SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
-from streams.app.backlog_batches import backlog_batches, current_generation
 from streams.app.batch import TableBatch
 from streams.app.codecs import (
     EVENTS_CODEC,
@@ -47,8 +46,10 @@ from streams.app.codecs import (
     register_codecs,
 )
 from streams.app.coordinates import Coordinates
+from streams.app.decoding import decode_event_record
 from streams.app.extensions import Extensions
 from streams.app.monitor import LeanMonitor
+from streams.app.record_sink import RecordSink
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
 from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
@@ -289,19 +290,31 @@ def create_app(
     cast(Any, table).key_serializer = KEY_CODEC
     cast(Any, table).value_serializer = STATE_CODEC
 
+    # The events topic bypasses the conductor: its raw records reach this agent in batches
+    # (streams.app.record_sink). The agent still subscribes the topic (so Faust assigns its
+    # partitions and commits what is acked); its stream never carries a record.
+    sink = RecordSink(app, app.conf.stream_buffer_maxsize)
+    batch_drain.route(app, topics.events, sink)
+    max_record_bytes = settings.kafka.max_record_bytes
+
     @app.agent(events_topic, name="track", concurrency=1)
     async def track_sessions(stream: faust.StreamT[Any]) -> None:
-        # Batches: one changelog record per changed key per batch (not per event), outputs queued
-        # on the producer before the batch is acked. Acks are manual (``noack``): a batch's
-        # records are acked only once the body below is done with them, and the commit flushes
-        # the producer first, so it never passes unfinished work.
-        manual = cast(Any, stream).noack()
-        waiting = manual.channel.queue.qsize
-        async for events in backlog_batches(manual.events(), waiting, TRACK_BATCH):
-            fresh = current_generation(events, app.consumer_generation_id)
+        # Batches: one changelog record per changed key per batch (not per event), outputs on
+        # the broker before the batch is acked: a batch's records are acked only once the body
+        # below is done with them, so a commit never passes unfinished work.
+        aiter(cast(Any, stream).channel)  # what iterating the stream does first: subscribe the topic
+        while True:
+            messages = await sink.take(TRACK_BATCH)
+            # A batch can straddle a rebalance: records fetched under an earlier generation belong to
+            # the previous assignment, and whoever owns their partition now re-reads them from the
+            # committed offset (Faust's stream skips them without acking too).
+            generation = app.consumer_generation_id
+            fresh = [m for m in messages if m.generation_id == generation]
+            if not fresh:
+                continue
+            sink.track(fresh)
             try:
-                if fresh:
-                    await track_batch(manual, fresh)
+                await track_batch(stream, fresh)
             except Exception as exc:
                 # Unacked records would stall this partition's commits for good; stopping the
                 # worker re-delivers them from the committed offset (re-applying is a no-op:
@@ -309,27 +322,28 @@ def create_app(
                 log.exception("track batch failed; stopping the worker", extra={"records": len(fresh)})
                 await app.crash(exc)
                 raise
-            for event in fresh:
-                await manual.ack(event)
+            sink.ack(fresh)
 
-    async def track_batch(stream: Any, events: list[Any]) -> None:
+    async def track_batch(stream: Any, messages: list[Any]) -> None:
         batch = TableBatch(cast(Any, table))
         recent = runtime.reader.recent
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
         last_of: dict[int, Any] = {}
         kinds: dict[str, int] = {}
-        for event in events:
-            msg = event.message
+        partition = -1
+        for msg in messages:
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             key = msg.key or b""
-            batch.partition = msg.partition
-            last_of[msg.partition] = event
-            # A RocksDB store reads a key from the db of the current event's partition.
-            stream._set_current_event(event)
+            if msg.partition != partition:
+                # A RocksDB store reads a key from the db of the current event's partition.
+                partition = batch.partition = msg.partition
+                last_of[partition] = current = app.create_event(msg.key, None, msg.headers, msg)
+                stream._set_current_event(current)
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
             at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
+            record = decode_event_record(msg.value or b"", max_record_bytes)  # never raises: Rejected
             try:
-                out = track.on_record(event.value, coords, batch, key=msg.key, log_time=at, raw=msg.value)
+                out = track.on_record(record, coords, batch, key=msg.key, log_time=at, raw=msg.value)
             except Exception as exc:  # a bug or a poison record: keep it on the dead-letter topic, go on
                 log.exception("track handler failed", extra=coords.log_fields())
                 raw = msg.value if isinstance(msg.value, bytes) else b""
@@ -338,7 +352,7 @@ def create_app(
                         raw, msg.key, coords, type(exc).__name__, str(exc)[:2000], "track", track.dead_letter_limit
                     )
                 )
-            kind = type(event.value).__name__
+            kind = type(record).__name__
             kinds[kind] = kinds.get(kind, 0) + 1
             runtime.track_logged(out, coords)
             for job in out.jobs:

@@ -1,0 +1,96 @@
+"""Batch-native delivery of one topic's records: raw messages to one consumer, no per-record Faust event.
+
+Faust hands every fetched record to the conductor, which (per record) takes a
+lock, waits on flow control and the producer buffer, decodes key and value
+through the serializer registry, builds an ``Event`` and puts it on each
+subscribed agent's queue; the agent's stream then takes it, tracks it, sets the
+current event and acks it. For the events topic — every record the worker sees,
+one agent — that machinery cost more CPU than the track rules themselves.
+
+A :class:`RecordSink` takes the topic's raw messages straight from the drain
+loop (``BatchDrainConsumer._deliver``, after its rebalance and read-offset
+rules) and hands them to its one reader in batches:
+
+* backpressure as Faust's: a :class:`~mode.utils.queues.FlowControlQueue` of
+  ``maxsize`` records; past its high mark the record's partition leaves the
+  fetch (``consumer.on_buffer_full``) and rejoins once it drains
+  (``on_buffer_drop``); a full queue blocks the put;
+* cleared with the agent queues when flow control resumes after a rebalance
+  (``clear_on_resume``): its records were never tracked nor acked, and the new
+  assignment fetches them again from the committed offset;
+* the reader tracks what it takes (:meth:`track`: pending ack, so a stop waits
+  for it, and the stream's inbound time for Faust's "stream not processing"
+  check) and acks each record itself once its writes are on the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import monotonic
+from typing import Any
+
+from faust.types import TP
+from mode.utils.queues import FlowControlQueue
+
+
+class RecordSink:
+    """Raw messages of one topic, queued for one batch reader (see the module)."""
+
+    def __init__(self, app: Any, maxsize: int) -> None:
+        if maxsize < 2:
+            raise ValueError(f"maxsize must be at least 2, got {maxsize}")
+        self.app = app
+        self.queue: FlowControlQueue[Any] = FlowControlQueue(
+            maxsize, flow_control=app.flow_control, clear_on_resume=True
+        )
+        self._pressure: dict[Any, tuple[Callable[[], None], Callable[[], None]]] = {}
+
+    def _callbacks(self, tp: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+        # One pair per partition: the queue keeps pending drop callbacks in a set (by identity).
+        pair = self._pressure.get(tp)
+        if pair is None:
+            consumer = self.app.consumer
+            # Faust's own TP: the consumer's partition sets assert it (aiokafka's TopicPartition equals it).
+            own = TP(tp.topic, tp.partition)
+            pair = self._pressure[tp] = (lambda: consumer.on_buffer_full(own), lambda: consumer.on_buffer_drop(own))
+        return pair
+
+    async def put(self, tp: Any, message: Any) -> None:
+        """Queue ``message`` (of partition ``tp``); waits while flow is suspended or the queue is full."""
+        await self.app.flow_control.acquire()
+        await self.app.producer.buffer.wait_until_ebb()
+        queue = self.queue
+        if queue.full():
+            high, _ = self._callbacks(tp)
+            high()
+            await queue.put(message)
+            return
+        high, drop = self._callbacks(tp)
+        queue.put_nowait_enhanced(message, on_pressure_high=high, on_pressure_drop=drop)
+
+    async def take(self, max_size: int) -> list[Any]:
+        """The next batch: waits for one record, then whatever else is queued, up to ``max_size``."""
+        queue = self.queue
+        batch = [await queue.get()]
+        while len(batch) < max_size and not queue.empty():
+            batch.append(queue.get_nowait())
+        return batch
+
+    def track(self, messages: list[Any]) -> None:
+        """Mark ``messages`` pending ack (as Faust's stream does when it takes a record)."""
+        consumer = self.app.consumer
+        inbound = self.app.monitor.stream_inbound_time
+        now = monotonic()
+        for message in messages:
+            message.tracked = True
+            consumer.track_message(message)
+            inbound[message.tp] = now
+
+    def ack(self, messages: list[Any]) -> None:
+        """Ack ``messages`` (their offsets become committable)."""
+        ack = self.app.consumer.ack
+        for message in messages:
+            ack(message)
+
+
+__all__ = ["RecordSink"]
