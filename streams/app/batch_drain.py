@@ -26,6 +26,11 @@ Faust's semantics are kept record for record:
   the rest of the batch is not delivered and no read offset or gap is recorded
   for it, so nothing after it can be committed until Faust seeks back.
 
+Topics given to :func:`route` (the events topic) skip the conductor: at the point
+where a record's callback would run, its raw message goes to a
+:class:`~streams.app.record_sink.RecordSink` instead, after the same rebalance,
+generation and read-offset rules.
+
 Acks, commits (``_new_offset`` and the head-gap check of faust#606: keep agent
 ``concurrency=1``) and rebalance handling are untouched Faust code.
 
@@ -146,7 +151,7 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sinks: dict[str, RecordSink] = {}
-        """Topics whose records go to a :class:`~streams.app.record_sink.RecordSink`, not the conductor (:func:`route`)."""
+        """Topics whose records go to a :class:`~streams.app.record_sink.RecordSink` instead of the conductor."""
 
     def on_buffer_drop(self, tp: Any) -> None:
         super().on_buffer_drop(tp)

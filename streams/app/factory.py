@@ -67,8 +67,8 @@ TABLE_NAME = "track-state"
 LAG_EVERY_S = 5.0
 """How often the consumer-lag gauge is refreshed."""
 TRACK_BATCH = 2000
-"""Most events-topic records the track agent folds per batch (a batch is what is waiting, see
-:mod:`streams.app.backlog_batches`)."""
+"""Most events-topic records the track agent folds per batch (a batch is what is waiting in its
+:class:`~streams.app.record_sink.RecordSink`: no timer, no added latency)."""
 
 
 @dataclass(frozen=True)

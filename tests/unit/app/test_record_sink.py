@@ -1,0 +1,106 @@
+"""Batch-native delivery of the events topic: Faust's backpressure, rebalance clearing and ack bookkeeping kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+import pytest
+from aiokafka import TopicPartition
+from faust.types import TP
+from faust.types.tuples import Message
+
+from streams.app.batch_drain import BatchDrainConsumer, install, route
+from streams.app.record_sink import RecordSink
+
+EVENTS = "events"
+OTHER = "jobs"
+
+
+def _app() -> tuple[Any, Any]:
+    app: Any = faust.App("record-sink-unit", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
+    install(app)
+    consumer = app.consumer
+    assert isinstance(consumer, BatchDrainConsumer)
+    app.topics._acking_topics.update({EVENTS, OTHER})
+    consumer.resume_flow()
+    app.flow_control.resume()
+    return app, consumer
+
+
+def _records(topic: str, *offsets: int, partition: int = 0) -> list[tuple[Any, Message]]:
+    # getmany's partitions are aiokafka's TopicPartition (equal to Faust's TP, but not a TP instance).
+    tp = TopicPartition(topic, partition)
+    return [
+        (tp, Message(topic, partition, o, 0.0, 0, None, b"k", b"v%d" % o, None, tp=tp, generation_id=0))
+        for o in offsets
+    ]
+
+
+async def test_the_routed_topic_goes_to_the_sink_in_order_and_others_to_the_conductor() -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    route(app, EVENTS, sink)
+    conducted: list[tuple[str, int]] = []
+
+    async def callback(message: Message) -> None:
+        conducted.append((message.topic, message.offset))
+
+    consumer.callback = callback
+    await consumer._deliver_batch([*_records(EVENTS, 1, 2), *_records(OTHER, 7), *_records(EVENTS, 3)])
+    assert conducted == [(OTHER, 7)]
+    assert [m.offset for m in await sink.take(10)] == [1, 2, 3]
+    assert consumer._read_offset[TP(EVENTS, 0)] == 3  # read offsets move as for any delivered record
+
+
+async def test_take_returns_what_is_queued_up_to_the_batch_size() -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    route(app, EVENTS, sink)
+    await consumer._deliver_batch(_records(EVENTS, *range(5)))
+    assert [m.offset for m in await sink.take(3)] == [0, 1, 2]
+    assert [m.offset for m in await sink.take(3)] == [3, 4]
+
+
+async def test_a_full_sink_takes_the_partition_out_of_the_fetch_until_it_drains() -> None:
+    app, consumer = _app()
+    tp = TP(EVENTS, 0)
+    consumer._active_partitions = {tp, TP(EVENTS, 1)}
+    sink = RecordSink(app, 10)  # high mark 8, drop mark 4
+    route(app, EVENTS, sink)
+    await consumer._deliver_batch(_records(EVENTS, *range(9)))
+    active = consumer._get_active_partitions()  # asserts every member is a Faust TP
+    assert tp not in active and TP(EVENTS, 1) in active
+    assert all(type(p) is TP for p in consumer._buffered_partitions)
+    await sink.take(6)
+    assert tp in consumer._get_active_partitions()
+
+
+async def test_flow_control_resuming_after_a_rebalance_clears_the_sink() -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    route(app, EVENTS, sink)
+    await consumer._deliver_batch(_records(EVENTS, 1, 2))
+    app.flow_control.suspend()
+    app.flow_control.resume()  # what Faust does when the new assignment starts: agent queues cleared
+    assert sink.queue.empty()
+
+
+async def test_tracked_records_are_pending_until_acked_then_committable() -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    route(app, EVENTS, sink)
+    await consumer._deliver_batch(_records(EVENTS, 4, 5))
+    taken = await sink.take(10)
+    sink.track(taken)
+    assert set(consumer.unacked) == set(taken)
+    assert TP(EVENTS, 0) in app.monitor.stream_inbound_time  # Faust's "stream not processing" check
+    sink.ack(taken)
+    assert not consumer.unacked
+    assert list(consumer._acked[TP(EVENTS, 0)]) == [4, 5]
+
+
+def test_route_needs_the_batch_drain_consumer() -> None:
+    app: Any = faust.App("record-sink-plain", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
+    with pytest.raises(RuntimeError, match="install"):
+        route(app, EVENTS, RecordSink(app, 10))
