@@ -328,16 +328,19 @@ def create_app(
         batch = TableBatch(cast(Any, table))
         recent = runtime.reader.recent
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
-        last_of: dict[int, Any] = {}
+        last_of: dict[int, Any] = {}  # partition -> an event of it (its records are this partition's)
         kinds: dict[str, int] = {}
         partition = -1
         for msg in messages:
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             key = msg.key or b""
             if msg.partition != partition:
-                # A RocksDB store reads a key from the db of the current event's partition.
+                # A RocksDB store reads a key from the db of the current event's partition: one
+                # event per partition and batch stands for its records (fetches alternate partitions).
                 partition = batch.partition = msg.partition
-                last_of[partition] = current = app.create_event(msg.key, None, msg.headers, msg)
+                current = last_of.get(partition)
+                if current is None:
+                    current = last_of[partition] = app.create_event(msg.key, None, msg.headers, msg)
                 stream._set_current_event(current)
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
             at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
