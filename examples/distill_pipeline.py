@@ -43,16 +43,25 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 @contextmanager
 def isolated_pipeline(settings: Settings, workdir: Path) -> Iterator[Settings]:
-    """Topics, tables, a worker and a projector for ``settings`` (already isolated); stopped on exit."""
+    """Topics, tables, a worker and a projector for ``settings`` (already isolated); stopped on exit.
+
+    On exit the run's topics and consumer groups (every name starting with its worker app id:
+    its four topics, the track-state changelog, the worker's, projector's and indexer's groups)
+    are deleted, so running an example again and again leaves nothing on the broker.
+    """
     from projections.migrations import apply_migrations
     from streams.topics_admin import ensure_topics
+    from streams.topics_prune import delete_prefixed
 
-    asyncio.run(ensure_topics(settings))
-    with cassandra_session(settings.cassandra) as session:
-        apply_migrations(session, settings.cassandra)
-    with LocalPipeline(workdir, env=child_env(settings)) as pipeline:
-        pipeline.wait_for_worker(120)
-        yield settings
+    try:
+        asyncio.run(ensure_topics(settings))
+        with cassandra_session(settings.cassandra) as session:
+            apply_migrations(session, settings.cassandra)
+        with LocalPipeline(workdir, env=child_env(settings)) as pipeline:
+            pipeline.wait_for_worker(120)
+            yield settings
+    finally:
+        asyncio.run(delete_prefixed(settings.kafka, [settings.worker.app_id]))
 
 
 def run_with_pipeline(

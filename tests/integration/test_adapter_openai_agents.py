@@ -8,6 +8,7 @@ conversations, then a question about the first turn answered with the recall too
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from schemas.settings import Settings
+from streams.topics_prune import delete_prefixed
 
 pytest.importorskip("agents")
 pytestmark = pytest.mark.integration
@@ -25,8 +27,12 @@ OLD_DETAIL = "三个月内做出一个数据分析项目"  # said in the first t
 
 @pytest.mark.timeout(120)
 def test_distill_session_under_the_agents_runner(service_settings: Settings) -> None:
+    before = asyncio.run(delete_prefixed(service_settings.kafka, ["agents-flow-"], dry_run=True))
     result = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=110, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
+    # The run deletes its own topics and consumer groups (earlier, interrupted runs may have left some).
+    after = asyncio.run(delete_prefixed(service_settings.kafka, ["agents-flow-"], dry_run=True))
+    assert set(after.topics) <= set(before.topics) and set(after.groups) <= set(before.groups), after
     out = result.stdout
 
     turns = [(int(sent), int(full), bool(s)) for sent, full, s in
