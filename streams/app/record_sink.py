@@ -60,13 +60,15 @@ class RecordSink:
         await self.app.flow_control.acquire()
         await self.app.producer.buffer.wait_until_ebb()
         queue = self.queue
-        if queue.full():
-            high, _ = self._callbacks(tp)
-            high()
-            await queue.put(message)
-            return
         high, drop = self._callbacks(tp)
-        queue.put_nowait_enhanced(message, on_pressure_high=high, on_pressure_drop=drop)
+        if not queue.full():
+            queue.put_nowait_enhanced(message, on_pressure_high=high, on_pressure_drop=drop)
+            return
+        # Full: the partition leaves the fetch as past the high mark, its resume queued with the
+        # others (else a partition whose first record met a full queue would never be fetched again).
+        if queue.in_pressure_high_state(drop):
+            high()
+        await queue.put(message)
 
     async def take(self, max_size: int) -> list[Any]:
         """The next batch: waits for one record, then whatever else is queued, up to ``max_size``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import faust
@@ -104,3 +105,20 @@ def test_route_needs_the_batch_drain_consumer() -> None:
     app: Any = faust.App("record-sink-plain", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
     with pytest.raises(RuntimeError, match="install"):
         route(app, EVENTS, RecordSink(app, 10))
+
+
+async def test_a_partition_meeting_a_full_sink_waits_and_is_fetched_again_once_it_drains() -> None:
+    app, consumer = _app()
+    first, late = TP(EVENTS, 0), TP(EVENTS, 1)
+    consumer._active_partitions = {first, late}
+    sink = RecordSink(app, 4)
+    route(app, EVENTS, sink)
+    await consumer._deliver_batch(_records(EVENTS, *range(4)))  # the queue is full
+    blocked = asyncio.ensure_future(consumer._deliver_batch(_records(EVENTS, 100, partition=1)))
+    await asyncio.sleep(0.01)
+    assert not blocked.done()
+    assert late not in consumer._get_active_partitions()
+    assert [m.offset for m in await sink.take(10)] == [0, 1, 2, 3]
+    await asyncio.wait_for(blocked, 1)
+    assert [m.offset for m in await sink.take(10)] == [100]
+    assert {first, late} <= consumer._get_active_partitions()
