@@ -155,13 +155,13 @@ def cpu_s(pid: int) -> float:
 
 
 def start_profiler(pid: int, out: str | None) -> subprocess.Popen[bytes] | None:
-    """``py-spy record`` of the worker (``--profile``), stopped with SIGINT after the phase."""
+    """``py-spy record --gil`` of the worker (``--profile``: what holds the GIL), stopped with SIGINT after the phase."""
     if not out:
         return None
     spy = Path(sys.executable).with_name("py-spy")
     if not spy.exists():  # not installed in the venv: on the PATH (``pip install py-spy``)
         spy = Path(shutil.which("py-spy") or spy)
-    return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", out],
+    return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--gil", "--rate", "200", "--format", "raw", "-o", out],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 

@@ -30,6 +30,8 @@ from streams.summarizer.model import (
 from streams.summarizer.request import ChatRequest
 
 _PLACEHOLDER_KEY = "not-needed"
+_SENT_AS_GIVEN = frozenset({"messages", "tools"})
+"""Request fields built as wire JSON (``ChatRequest.to_openai``): not run through the client's transform."""
 
 
 @cache
@@ -37,6 +39,23 @@ def _create_parameters() -> frozenset[str]:
     from openai.resources.chat.completions import AsyncCompletions
 
     return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self"}
+
+
+def _aiohttp_client() -> Any | None:
+    """The client's aiohttp transport where this ``openai`` ships it (3.x vendors it), else ``None`` (httpx).
+
+    Same client, same retries, timeouts and errors; the transport is ~1.3 ms of CPU per call
+    cheaper than the default httpx one (measured against the local OpenAI-compatible server:
+    4.4-4.9 → 2.6-2.8 ms per call with the transform bypass of ``_arguments``). aiohttp is
+    installed with Faust. Its session opens on the first request, in the loop that sends it.
+    """
+    factory = getattr(openai, "DefaultAioHttpClient", None)
+    if factory is None:
+        return None
+    try:
+        return factory()
+    except RuntimeError:  # an openai whose aiohttp transport needs an extra that is not installed
+        return None
 
 
 class OpenAIChatModel:
@@ -54,6 +73,7 @@ class OpenAIChatModel:
             base_url=settings.base_url,
             timeout=settings.timeout_s,
             max_retries=settings.max_retries,
+            http_client=_aiohttp_client(),
         )
 
     async def aclose(self) -> None:
@@ -68,10 +88,15 @@ class OpenAIChatModel:
         if self.settings.max_output_tokens is not None:
             wire.setdefault("max_tokens", self.settings.max_output_tokens)
         known = _create_parameters()
-        args = {k: v for k, v in wire.items() if k in known}
-        extra = {k: v for k, v in wire.items() if k not in known}
-        if extra:
-            args["extra_body"] = extra
+        # The messages (and tools) are wire dicts already: they go out as given, in ``extra_body``,
+        # which the client merges into the JSON body after its request transform. That transform
+        # walks every message against the typed-dict unions of the params and changes nothing
+        # (~1 ms of CPU per call, a tenth of a job). ``messages`` is declared: an empty placeholder
+        # there, replaced by the extra.
+        args = {k: v for k, v in wire.items() if k in known and k not in _SENT_AS_GIVEN}
+        extra = {k: v for k, v in wire.items() if k not in known or k in _SENT_AS_GIVEN}
+        args["messages"] = []
+        args["extra_body"] = extra
         args["model"] = self.name
         return args
 

@@ -10,7 +10,7 @@ from schemas.settings import LLMSettings
 from streams.errors import PermanentError, RetryableError
 from streams.summarizer.model import ContextLengthError, context_window_in
 from streams.summarizer.openai_adapter import OpenAIChatModel
-from streams.summarizer.request import standalone_request
+from streams.summarizer.request import ChatRequest, standalone_request
 from streams.summarizer.summarizer import EmptySummaryError, Summarizer
 from tests.support.openai_server import (
     OpenAIServer,
@@ -214,4 +214,40 @@ async def test_forked_request_keeps_tools_and_extra_params(fresh: OpenAIServer) 
     assert body["top_p"] == 0.5 and body["vendor_option"] == {"x": 1}
     assert "response_format" not in body
     assert body["messages"][:2] == parent["messages"]
+    await model.aclose()
+
+
+async def test_messages_reach_the_server_as_built_without_the_clients_transform(
+    fresh: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request's messages go out byte for byte (CJK, list-of-parts content, tool calls), and the
+    client's request transform never walks them (it costs ~1 ms per call and changes nothing)."""
+    from openai.resources.chat.completions import completions as resource
+
+    walked: list[int] = []
+    transform = resource.async_maybe_transform
+
+    async def counting(data: object, *args: object, **kwargs: object) -> object:
+        if isinstance(data, dict):
+            walked.append(len(data.get("messages") or ()))
+        return await transform(data, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(resource, "async_maybe_transform", counting)
+    messages = [
+        {"role": "system", "content": "总结对话。"},
+        {"role": "user", "content": [{"type": "text", "text": "第一部分 M1"}, {"type": "text", "text": "part two M2"}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"q\": \"查询\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "结果 M3"},
+    ]  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    request = ChatRequest(messages=messages, tools=tools, params={"stream": False})
+    fresh.script(answer("ok"))
+    model = model_for(fresh, temperature=0.5)
+    response = await model.complete(request)
+    assert response.text == "ok"
+    body = fresh.requests[0].body
+    assert body["messages"] == messages and body["tools"] == tools
+    assert body["model"] == "summary-model" and body["temperature"] == 0.5 and body["stream"] is False
+    assert walked and max(walked) == 0, walked
     await model.aclose()
