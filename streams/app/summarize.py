@@ -292,6 +292,12 @@ class SummarizeHandler:
     def _event(self, item: RawEvent) -> SessionEvent | None:
         """The session event a record holds (``None``: a command, or not decodable)."""
         try:
+            # Most records are events: pydantic parses and validates the JSON in one step (as on the
+            # track side, ``decode_event_record``); anything else takes the full path.
+            return SessionEvent.model_validate_json(item.value)
+        except ValueError:
+            pass
+        try:
             record = parse_event_record(item.value)
         except (RecordDecodeError, ValidationError):
             return None

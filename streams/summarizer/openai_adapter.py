@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 import openai
+import orjson
 from openai import AsyncOpenAI
 
 from schemas.settings import LLMSettings
@@ -103,7 +104,9 @@ class OpenAIChatModel:
     async def complete(self, request: ChatRequest) -> ModelResponse:
         """Send ``request``; an empty answer comes back as empty text."""
         try:
-            completion = await self.client.chat.completions.create(**self._arguments(request))
+            # The raw body, read here: the client's typed parse builds a whole ``ChatCompletion``
+            # (~0.8 ms per call, a tenth of a job) for the four fields below.
+            raw = await self.client.chat.completions.with_raw_response.create(**self._arguments(request))
         except openai.APIStatusError as exc:
             raise _translate_status(exc) from exc
         except openai.APITimeoutError as exc:
@@ -112,19 +115,45 @@ class OpenAIChatModel:
             raise RetryableError(f"LLM endpoint unreachable: {exc}") from exc
         except openai.OpenAIError as exc:
             raise PermanentError(f"LLM call failed: {type(exc).__name__}: {exc}") from exc
-        choices = completion.choices or []
-        text = (choices[0].message.content or "") if choices else ""
-        usage = completion.usage
-        details = usage.prompt_tokens_details if usage is not None else None
-        return ModelResponse(
-            text=text,
-            model=completion.model or self.name,
-            usage=ModelUsage(
-                prompt_tokens=usage.prompt_tokens if usage is not None else None,
-                cached_tokens=details.cached_tokens if details is not None else None,
-                completion_tokens=usage.completion_tokens if usage is not None else None,
-            ),
-        )
+        return completion_response(raw.content, self.name)
+
+
+def completion_response(body: bytes, model: str) -> ModelResponse:
+    """The answer text, model and usage of a chat-completion body (absent or odd fields: empty / ``None``).
+
+    ``PermanentError`` for a body that is not a JSON object: an endpoint answering 200 with
+    something else (a web page at a wrong ``base_url``) does not get better by retrying.
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise PermanentError(f"LLM endpoint answered a body that is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PermanentError(f"LLM endpoint answered JSON that is not a chat completion ({type(data).__name__})")
+    choices = data.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    usage = _mapping(data.get("usage"))
+    details = _mapping(usage.get("prompt_tokens_details"))
+    name = data.get("model")
+    return ModelResponse(
+        text=content if isinstance(content, str) else "",
+        model=name if isinstance(name, str) and name else model,
+        usage=ModelUsage(
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            cached_tokens=_count(details.get("cached_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
+        ),
+    )
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:

@@ -251,3 +251,38 @@ async def test_messages_reach_the_server_as_built_without_the_clients_transform(
     assert body["model"] == "summary-model" and body["temperature"] == 0.5 and body["stream"] is False
     assert walked and max(walked) == 0, walked
     await model.aclose()
+
+
+@pytest.mark.parametrize(
+    ("body", "text", "usage"),
+    [
+        ({}, "", (None, None, None)),
+        ({"choices": []}, "", (None, None, None)),
+        ({"choices": [{"message": {"role": "assistant", "content": None}}]}, "", (None, None, None)),
+        ({"choices": [{"message": {"content": "摘要：用户要 X"}}], "usage": {"prompt_tokens": 12}}, "摘要：用户要 X",
+         (12, None, None)),
+        ({"choices": [{"message": {"content": "ok"}}],
+          "usage": {"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": None}}, "ok", (9, None, 2)),
+        ({"choices": [{"message": {"content": ["not", "text"]}}], "usage": {"prompt_tokens": True}}, "",
+         (None, None, None)),
+        ({"choices": "nope", "usage": []}, "", (None, None, None)),
+    ],
+)  # fmt: skip
+async def test_odd_completion_bodies_read_as_empty_or_unreported(
+    fresh: OpenAIServer, body: dict[str, object], text: str, usage: tuple[int | None, ...]
+) -> None:
+    fresh.script(Reply(body=body))
+    model = model_for(fresh)
+    response = await model.complete(standalone_request("q"))
+    assert response.text == text
+    assert (response.usage.prompt_tokens, response.usage.cached_tokens, response.usage.completion_tokens) == usage
+    assert response.model == "summary-model"
+    await model.aclose()
+
+
+@pytest.mark.parametrize("body", [b"<html>not an API</html>", b"[1, 2]", b"\xff\xfe"])
+def test_a_body_that_is_no_completion_is_a_permanent_error(body: bytes) -> None:
+    from streams.summarizer.openai_adapter import completion_response
+
+    with pytest.raises(PermanentError, match="LLM endpoint answered"):
+        completion_response(body, "m")
