@@ -12,7 +12,7 @@ from faust.types import TP
 from faust.types.tuples import Message
 
 from streams.app.batch_drain import BatchDrainConsumer, install, route
-from streams.app.record_sink import RecordSink
+from streams.app.record_sink import EBB_EVERY, RecordSink
 
 EVENTS = "events"
 OTHER = "jobs"
@@ -122,3 +122,40 @@ async def test_a_partition_meeting_a_full_sink_waits_and_is_fetched_again_once_i
     await asyncio.wait_for(blocked, 1)
     assert [m.offset for m in await sink.take(10)] == [100]
     assert {first, late} <= consumer._get_active_partitions()
+
+
+async def test_a_put_waits_while_flow_is_suspended() -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    route(app, EVENTS, sink)
+    app.flow_control.suspend()
+    put = asyncio.ensure_future(consumer._deliver_batch(_records(EVENTS, 1)))
+    await asyncio.sleep(0.01)
+    assert not put.done() and sink.queue.empty()
+    app.flow_control._suspend.clear()  # resume without the rebalance's queue clear
+    app.flow_control._resume.set()
+    await asyncio.wait_for(put, 1)
+    assert [m.offset for m in await sink.take(10)] == [1]
+
+
+@pytest.mark.parametrize("queued_before", [0, EBB_EVERY - 1, 3 * EBB_EVERY - 1])
+async def test_puts_wait_for_a_full_producer_buffer_at_least_every_ebb_every_records(
+    monkeypatch: pytest.MonkeyPatch, queued_before: int
+) -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 10 * EBB_EVERY)
+    route(app, EVENTS, sink)
+    if queued_before:
+        await consumer._deliver_batch(_records(EVENTS, *range(queued_before)))
+    ebb = asyncio.Event()
+
+    async def wait_until_ebb() -> None:
+        await ebb.wait()
+
+    monkeypatch.setattr(app.producer.buffer, "wait_until_ebb", wait_until_ebb)  # the buffer is over its limit
+    put = asyncio.ensure_future(consumer._deliver_batch(_records(EVENTS, *range(1000, 1000 + EBB_EVERY))))
+    await asyncio.sleep(0.01)
+    assert not put.done() and sink.queue.qsize() < queued_before + EBB_EVERY
+    ebb.set()
+    await asyncio.wait_for(put, 1)
+    assert sink.queue.qsize() == queued_before + EBB_EVERY
