@@ -32,7 +32,6 @@ from typing import Any
 from faust.types import TP
 from mode.utils.queues import FlowControlQueue
 
-
 EBB_EVERY = 256
 """Records put between two looks at Faust's producer buffer (:meth:`RecordSink.put`)."""
 
