@@ -38,9 +38,9 @@ class Rejected:
     reason: str
 
 
-def decode_event_record(raw: bytes, max_bytes: int) -> EventTopicRecord | Rejected:
-    """Validate one events-topic record; never raises."""
-    if len(raw) > max_bytes:
+def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicRecord | Rejected:
+    """Validate one events-topic record (at most ``max_bytes``; ``None``: any size); never raises."""
+    if max_bytes is not None and len(raw) > max_bytes:
         return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
     try:
         # Fast path: most records are events; pydantic parses and validates the JSON in one

@@ -37,19 +37,16 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
-from pydantic import ValidationError
-
 from schemas import (
-    RecordDecodeError,
     SessionEvent,
     SessionSummary,
     SummaryBoundary,
     SummaryFailure,
     SummaryJob,
     SummaryReply,
-    parse_event_record,
 )
 from streams.app.cache import SummaryCache, input_hash
+from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
 from streams.app.heads import Head, session_id_of
 from streams.app.tracked import table_key
@@ -291,16 +288,7 @@ class SummarizeHandler:
 
     def _event(self, item: RawEvent) -> SessionEvent | None:
         """The session event a record holds (``None``: a command, or not decodable)."""
-        try:
-            # Most records are events: pydantic parses and validates the JSON in one step (as on the
-            # track side, ``decode_event_record``); anything else takes the full path.
-            return SessionEvent.model_validate_json(item.value)
-        except ValueError:
-            pass
-        try:
-            record = parse_event_record(item.value)
-        except (RecordDecodeError, ValidationError):
-            return None
+        record = decode_event_record(item.value)  # the track side's decode: events in one pydantic step
         return record if isinstance(record, SessionEvent) else None
 
     def _decode(self, job: SummaryJob, raw: list[RawEvent]) -> tuple[list[SessionEvent], list[bytes], dict[str, int]]:

@@ -16,15 +16,14 @@ from functools import cache
 from typing import Any
 
 import openai
-import orjson
 from openai import AsyncOpenAI
 
 from schemas.settings import LLMSettings
 from streams.errors import PermanentError, RetryableError
+from streams.summarizer.completion_body import completion_response
 from streams.summarizer.model import (
     ContextLengthError,
     ModelResponse,
-    ModelUsage,
     context_window_in,
     looks_like_context_overflow,
 )
@@ -98,44 +97,6 @@ class OpenAIChatModel:
         except openai.OpenAIError as exc:
             raise PermanentError(f"LLM call failed: {type(exc).__name__}: {exc}") from exc
         return completion_response(raw.content, self.name)
-
-
-def completion_response(body: bytes, model: str) -> ModelResponse:
-    """The answer text, model and usage of a chat-completion body (absent or odd fields: empty / ``None``).
-
-    ``PermanentError`` for a body that is not a JSON object: an endpoint answering 200 with
-    something else (a web page at a wrong ``base_url``) does not get better by retrying.
-    """
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise PermanentError(f"LLM endpoint answered a body that is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise PermanentError(f"LLM endpoint answered JSON that is not a chat completion ({type(data).__name__})")
-    choices = data.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices else None
-    message = first.get("message") if isinstance(first, dict) else None
-    content = message.get("content") if isinstance(message, dict) else None
-    usage = _mapping(data.get("usage"))
-    details = _mapping(usage.get("prompt_tokens_details"))
-    name = data.get("model")
-    return ModelResponse(
-        text=content if isinstance(content, str) else "",
-        model=name if isinstance(name, str) and name else model,
-        usage=ModelUsage(
-            prompt_tokens=_count(usage.get("prompt_tokens")),
-            cached_tokens=_count(details.get("cached_tokens")),
-            completion_tokens=_count(usage.get("completion_tokens")),
-        ),
-    )
-
-
-def _mapping(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:

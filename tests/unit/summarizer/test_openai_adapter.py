@@ -282,7 +282,7 @@ async def test_odd_completion_bodies_read_as_empty_or_unreported(
 
 @pytest.mark.parametrize("body", [b"<html>not an API</html>", b"[1, 2]", b"\xff\xfe"])
 def test_a_body_that_is_no_completion_is_a_permanent_error(body: bytes) -> None:
-    from streams.summarizer.openai_adapter import completion_response
+    from streams.summarizer.completion_body import completion_response
 
     with pytest.raises(PermanentError, match="LLM endpoint answered"):
         completion_response(body, "m")
