@@ -248,7 +248,9 @@ class ServicesSettings(_Section):
     kafka_heap_mb: int = 512
     cassandra_heap_mb: int = 2048
     kafka_start_timeout_s: float = 90.0
+    """``services up`` gives up when the broker's log has been silent this long (or after 5× this)."""
     cassandra_start_timeout_s: float = 180.0
+    """As ``kafka_start_timeout_s``, for Cassandra."""
     java: str = "java"
     mvn: str = "mvn"
     jvm_options: list[str] = []

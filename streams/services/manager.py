@@ -13,6 +13,18 @@ from streams.services import cassandra, kafka
 from streams.services.jars import resolve_classpath
 from streams.services.java import require_java
 from streams.services.process import ManagedProcess, log_tail, require_free_port
+from streams.services.startup_wait import StartupWait
+
+SLOW_PARTITION_LOGS = 1000
+"""A broker's data directory with this many partition logs takes a minute or more to load."""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
 
 Say = Callable[[str], None]
 
@@ -147,17 +159,34 @@ class LocalServices:
         self, name: str, proc: ManagedProcess, ready: Callable[[], bool], timeout_s: float, say: Say, t0: float
     ) -> None:
         log = proc.pid_file.parent / f"{name}.out"
+        wait = StartupWait(timeout_s, t0)
         while not ready():
             pid = proc.pid()
             if pid is None:
                 raise ServiceError(f"{name}: the process exited during startup: {log_tail(log)}")
-            if time.monotonic() - t0 > timeout_s:
+            reason = wait.give_up(time.monotonic(), _size(log))
+            if reason is not None:
                 raise ServiceError(
-                    f"{name}: not ready after {timeout_s:.0f} s (raise DISTILL_SERVICES__"
-                    f"{name.upper()}_START_TIMEOUT_S); log tail: {log_tail(log)}"
+                    f"{name}: {reason} (raise DISTILL_SERVICES__{name.upper()}_START_TIMEOUT_S)"
+                    f"{self._slow_start_hint(name)}; log tail: {log_tail(log)}"
                 )
             time.sleep(0.5)
         say(f"{name}: ready in {time.monotonic() - t0:.1f} s after launch")
+
+    def _slow_start_hint(self, name: str) -> str:
+        """What may slow the boot down: for the broker, the partition logs it loads."""
+        if name != "kafka":
+            return ""
+        try:
+            logs = sum(1 for _ in (self.kafka_dir / "logs-data").iterdir())
+        except OSError:
+            return ""
+        if logs < SLOW_PARTITION_LOGS:
+            return ""
+        return (
+            f"; the broker loads {logs} partition logs: `distill topics prune --prefix t- --prefix "
+            f"distill-test- ...` deletes what test and benchmark runs left"
+        )
 
     def _kafka_ready(self) -> bool:
         return kafka.answers_metadata(self.kafka_address, timeout_s=3.0)

@@ -37,9 +37,15 @@ class ManagedProcess:
         return pid if _is_ours(pid, self.marker) else None
 
     def start(self, argv: Sequence[str], log_file: Path, cwd: Path) -> int:
-        """Start ``argv`` detached (own session), output to ``log_file``; write the pid file."""
+        """Start ``argv`` detached (own session), output to ``log_file``; write the pid file.
+
+        The previous run's ``log_file`` is kept as ``<log_file>.1`` (one generation: appended
+        to forever, a broker's log had grown to 335 MB).
+        """
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        with log_file.open("ab") as log:
+        with contextlib.suppress(FileNotFoundError):
+            log_file.replace(log_file.with_name(log_file.name + ".1"))
+        with log_file.open("wb") as log:
             proc = subprocess.Popen(
                 list(argv),
                 stdout=log,

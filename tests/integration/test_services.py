@@ -117,7 +117,8 @@ def test_startup_timeout_reports_log_tail_and_stops_both_processes(tmp_path: Pat
     result = _cli(env, "up")
     assert result.returncode == 1
     line = result.stderr.strip()
-    assert line.startswith("error: kafka: not ready after 1 s") and "log tail:" in line
+    assert line.startswith("error: kafka: not ready after ") and "log tail:" in line
+    assert "(raise DISTILL_SERVICES__KAFKA_START_TIMEOUT_S)" in line
     assert _java_pids_with(str(tmp_path)) == []
 
 

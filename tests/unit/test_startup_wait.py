@@ -1,0 +1,77 @@
+"""Booting the local services: time while the log grows (within a cap), one generation of logs kept."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from schemas.settings import Settings
+from streams.services.manager import SLOW_PARTITION_LOGS, LocalServices
+from streams.services.process import ManagedProcess
+from streams.services.startup_wait import StartupWait
+
+
+def test_a_silent_boot_ends_after_the_stall_window() -> None:
+    wait = StartupWait(stall_s=10, started_at=100.0)
+    assert wait.give_up(100.0, 500) is None
+    assert wait.give_up(109.0, 500) is None
+    reason = wait.give_up(111.0, 500)
+    assert reason == "not ready after 11 s, its log silent for 11 s"
+
+
+def test_a_growing_log_extends_the_wait_past_the_stall_window() -> None:
+    wait = StartupWait(stall_s=10, started_at=0.0, cap_factor=10)
+    size = 0
+    for now in range(0, 45, 5):  # a broker loading thousands of partition logs, logging all along
+        size += 1000
+        assert wait.give_up(float(now), size) is None, now
+    # then it stops logging: the stall window counts from its last line
+    assert wait.give_up(50.0, size) is None
+    assert wait.give_up(51.0, size) == "not ready after 51 s, its log silent for 11 s"
+
+
+def test_a_log_that_grows_forever_is_capped() -> None:
+    wait = StartupWait(stall_s=10, started_at=0.0, cap_factor=3)
+    for now in range(0, 31):
+        assert wait.give_up(float(now), now * 100) is None, now
+    assert wait.give_up(31.0, 3100) == "not ready after 31 s, 3× the start timeout of 10 s"
+
+
+def test_the_log_before_the_first_look_is_no_progress() -> None:
+    # the first size seen is the baseline: what was written before the wait began does not count
+    wait = StartupWait(stall_s=5, started_at=0.0)
+    assert wait.give_up(1.0, 10_000) is None
+    assert wait.give_up(6.5, 10_000) is not None
+
+
+def test_a_non_positive_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="stall_s must be positive"):
+        StartupWait(stall_s=0, started_at=0.0)
+
+
+def test_a_start_keeps_the_previous_runs_log_as_one_generation(tmp_path: Path) -> None:
+    proc = ManagedProcess("echo", tmp_path / "echo.pid", str(tmp_path))
+    log = tmp_path / "echo.out"
+    for word in ("first", "second", "third"):
+        pid = proc.start(["sh", "-c", f"echo {word}"], log, tmp_path)
+        deadline = time.monotonic() + 10
+        while not proc.exited(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert log.read_text() == "third\n"
+    assert (tmp_path / "echo.out.1").read_text() == "second\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["echo.out", "echo.out.1", "echo.pid"]
+
+
+def test_a_slow_broker_boot_names_the_partition_logs_it_loads(tmp_path: Path) -> None:
+    services = LocalServices(Settings(services={"data_dir": tmp_path}))
+    logs = tmp_path / "kafka" / "logs-data"
+    logs.mkdir(parents=True)
+    for i in range(SLOW_PARTITION_LOGS - 1):
+        (logs / f"t-{i:04d}.events-0").mkdir()
+    assert services._slow_start_hint("kafka") == ""
+    (logs / "t-last.events-0").mkdir()
+    hint = services._slow_start_hint("kafka")
+    assert f"the broker loads {SLOW_PARTITION_LOGS} partition logs" in hint and "distill topics prune" in hint
+    assert services._slow_start_hint("cassandra") == ""
