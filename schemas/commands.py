@@ -14,6 +14,10 @@ from schemas.base import RequestContext, SessionRecord, WireBool
 NOTHING_TO_SUMMARIZE = "NothingToSummarize"
 """``error_class`` of the ``SummaryFailure`` answering a ``summarize_sync`` that emitted no job."""
 
+KEY_COOLING_DOWN = "KeyCoolingDown"
+"""``error_class`` answering a ``summarize_sync`` (not forced) for a key whose last job was given up and
+that still cools down, with no summary to wait for: a summary was due and failed (a real failure)."""
+
 NOTHING_TO_SUMMARIZE_CLASSES = frozenset({NOTHING_TO_SUMMARIZE, "SummarySkipped"})
 """The answers to a ``summarize_sync`` that only say there was nothing to summarize.
 

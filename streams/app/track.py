@@ -13,7 +13,7 @@ import base64
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
@@ -34,11 +34,11 @@ from schemas import (
     SummaryJob,
     SummaryReply,
 )
-from schemas.commands import NOTHING_TO_SUMMARIZE
+from schemas.commands import KEY_COOLING_DOWN, NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected, SummaryRecord
 from streams.app.tracked import TrackedKey, table_key
-from streams.rules.boundaries import delta_after, to_micros
+from streams.rules.boundaries import delta_after, from_micros, to_micros
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import (
     Outcome,
@@ -54,6 +54,7 @@ from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
 from streams.rules.trigger_state import (
     InFlight,
     SessionTriggerState,
+    cooldown_until,
     cooling_down,
     new_state,
     on_adoption,
@@ -125,7 +126,11 @@ def dead_letter_for(
 
 
 def nothing_to_summarize(
-    command: SummarizeSync, outcome: Outcome, policy: SummaryPolicy, at: datetime
+    command: SummarizeSync,
+    outcome: Outcome,
+    policy: SummaryPolicy,
+    at: datetime,
+    states: Mapping[str, SessionTriggerState | None] | None = None,
 ) -> SummaryFailure:
     """The answer to a ``summarize_sync`` that emitted no job (``error_class`` ``NothingToSummarize``).
 
@@ -133,13 +138,30 @@ def nothing_to_summarize(
     key and no summary of it: see ``planner.join_job``). The reason names the
     allowlist when it refused the key (the Go guide's ``CreateSessionSummary``
     is then a no-op), else every decision's reason (``checks_failed``,
-    ``empty_delta``, ``cooling_down``, ...).
+    ``empty_delta``, ...). A key that cools down after a given-up job is answered
+    ``KeyCoolingDown`` instead (``states``: the keys' states before the command, for
+    when it is tried again): a summary was due and failed, which the caller must not
+    take for "nothing to summarize".
     """
     key = command.filter_key
+    error_class = NOTHING_TO_SUMMARIZE
+    cooling = next((d for d in outcome.decisions if d.filter_key == key and d.reason == "cooling_down"), None)
     if not policy.allows(key):
         reason = (
             f"filter key {key!r} is not allowed by the summary allowlist of app {command.app_name!r} "
             f"(filter_key_allowlist): nothing is summarized"
+        )
+    elif cooling is not None:
+        # A summary was due and its job was given up: not "nothing to summarize" (the caller would take
+        # the key as summarized as far as it can be), but the failure it is, with when it is tried again.
+        error_class = KEY_COOLING_DOWN
+        state = outcome.states.get(key) or (states or {}).get(key)
+        failures = state.failed.failures if state is not None and state.failed is not None else 1
+        until = cooldown_until(state, policy) if state is not None else None
+        when = f"an event after {from_micros(until).isoformat()}" if until is not None else "a later event"
+        reason = (
+            f"the key's last summary job was given up ({failures} failure(s) in a row; the failure record "
+            f"on the summaries topic names the cause); no job until {when}, or ask with force=True"
         )
     else:
         decided = ", ".join(f"{d.filter_key or '(session)'}: {d.reason}" for d in outcome.decisions)
@@ -151,7 +173,7 @@ def nothing_to_summarize(
         filter_key=key,
         job_id=f"command:{command.command_id}",
         reply_to=command.reply_to,
-        error_class=NOTHING_TO_SUMMARIZE,
+        error_class=error_class,
         reason=reason,
         created_at=at,
     )
@@ -305,7 +327,7 @@ class TrackHandler:
         first = full.first_offset if full is not None else None
         out = self._write(outcome, store, first, origin=origin, partition=coords.partition, record_key=record_key)
         if isinstance(command, SummarizeSync) and not outcome.jobs and not outcome.joins:
-            out.replies.append(nothing_to_summarize(command, outcome, policy, at))
+            out.replies.append(nothing_to_summarize(command, outcome, policy, at, states))
         return out
 
     @staticmethod

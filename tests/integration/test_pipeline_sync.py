@@ -151,7 +151,11 @@ async def test_a_request_joining_a_job_that_fails_raises_the_jobs_failure(client
         await client.request_summary(run.key, timeout=30)
     failure = failed.value.failure
     assert failure.error_class not in ("NothingToSummarize", "SummarySkipped")
-    assert "joined" in failure.reason and "this session is refused" in failure.reason
+    if failure.error_class == "KeyCoolingDown":
+        # The failure came back before the request reached the track side: no job left to join.
+        assert "given up" in failure.reason, failure.reason
+    else:
+        assert "joined" in failure.reason and "this session is refused" in failure.reason, failure.reason
 
 
 async def test_asking_before_each_model_call_of_a_run_makes_one_job_per_boundary(

@@ -24,6 +24,7 @@ from streams.app.decoding import Rejected, decode_event_record
 from streams.app.sweep import sweep_commands
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey, table_key
+from streams.client import is_nothing_to_summarize
 from streams.rules.checks import EventThreshold
 from streams.rules.policy import PolicySet, SummaryPolicy
 
@@ -296,3 +297,31 @@ def test_a_reply_on_the_summaries_topic_changes_no_state() -> None:
     )
     h.on_summary_record(answer, table)
     assert table[key].state.to_bytes() == before
+
+
+def test_a_sync_request_after_its_keys_job_was_given_up_is_answered_with_the_failure_not_nothing() -> None:
+    """The request came after the failure came back (no job in flight to join, no summary to return).
+
+    A summary was due and its job failed: answering ``NothingToSummarize`` made the client return
+    ``None`` as for a key with nothing due (test_pipeline_sync's joined-failure test, when the
+    failure won the race). Forced, the request bypasses the cooldown and runs a job.
+    """
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(1),), failure_cooldown_s=60)))
+    table: dict[str, TrackedKey] = {}
+    (job,) = feed(h, table, [event(1, "user"), event(2)])
+    h.on_summary_record(_given_up(job), table)
+    out = h.on_record(sync("", force=False), Coordinates("ev", 1, 9), table, log_time=T0 + timedelta(seconds=3))
+    (answer,) = out.replies
+    assert not out.jobs and answer.error_class == "KeyCoolingDown" and answer.reply_to == "r"
+    assert not is_nothing_to_summarize(answer)
+    assert "1 failure(s) in a row" in answer.reason and "2026-01-01T00:01:02" in answer.reason, answer.reason
+    (forced,) = h.on_record(sync("", force=True), Coordinates("ev", 1, 10), table).jobs
+    assert forced.origin != "join" and forced.upto.last_event_id == "e2"
+
+
+def test_a_sync_request_on_a_key_with_nothing_due_still_says_nothing_to_summarize() -> None:
+    h = handler(threshold=100)
+    table: dict[str, TrackedKey] = {}
+    feed(h, table, [event(1, "user"), event(2)])
+    (answer,) = h.on_record(sync("", force=False), Coordinates("ev", 1, 9), table).replies
+    assert answer.error_class == "NothingToSummarize" and is_nothing_to_summarize(answer)
