@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from projections import lexical, read_api
+from projections.cassandra_session import aexecute
 from projections.errors import AnchorNotFound, InvalidRequest
 from schemas import SessionKey
 from streams.context import AssembledRequest, AssemblyOptions, assemble
@@ -254,6 +258,36 @@ async def test_session_search_scopes(store: Store, key: SessionKey) -> None:
     assert [h.event_id for h in unknown] == ["h1"]
 
 
+async def test_other_sessions_are_found_when_the_own_session_holds_most_matches(
+    store: Store, key: SessionKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """other_sessions reads the tenant in one statement and drops the own session's rows; when those fill a
+    page (45 matches in s1, sorted before s9 in the tenant partition), it reads around the session instead."""
+    other = SessionKey(key.app_name, key.user_id, "s9")
+    early = SessionKey(key.app_name, key.user_id, "s0")
+    await store.events(
+        *(event(key, f"own{i}", at=i, content=f"billing invoice number {i}") for i in range(45)),
+        event(other, "o1", at=1, content="the billing invoice of session nine"),
+        event(early, "e1", at=1, content="an early billing invoice"),
+    )
+    sent: list[str] = []
+
+    def recording(session: Any, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(statement.query_string)
+        return aexecute(session, statement, params, **kwargs)
+
+    monkeypatch.setattr(read_api, "aexecute", recording)
+    hits = await store.reader.session_search(key, "billing invoice", "other_sessions", top_k=5)
+    assert {(h.session_id, h.event_id) for h in hits} == {("s9", "o1"), ("s0", "e1")}
+    assert any("session_id <" in q for q in sent) and any("session_id >" in q for q in sent)
+    # A tenant the own session does not crowd: one statement per table, no slices.
+    sent.clear()
+    hits = await store.reader.session_search(SessionKey(key.app_name, key.user_id, "s0"), "billing invoice",
+                                             "other_sessions", top_k=5)  # fmt: skip
+    assert {h.session_id for h in hits} == {"s1"}  # s1's matches fill the page before s9's (the LIMIT)
+    assert sent and not any("session_id <" in q or "session_id >" in q for q in sent)
+
+
 async def test_session_search_broadens_compound_questions(store: Store, key: SessionKey) -> None:
     await store.events(
         event(key, "d1", at=1, content="deployment to kubernetes failed twice"),
@@ -266,6 +300,37 @@ async def test_session_search_broadens_compound_questions(store: Store, key: Ses
     assert {h.event_id for h in hits} == {"d1", "d2"}
     assert all(h.score >= 0.45 for h in hits)
     assert len(await store.reader.session_search(key, "lunch", "current_session", top_k=50)) == 1
+
+
+async def test_term_probes_read_the_later_chunks_only_for_terms_the_first_chunks_lack(
+    store: Store, key: SessionKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The presence probes of a wide question: a term in a first chunk costs one probe, a term only deep in a
+    long tool result (or in CJK text) is still found present, an absent term is absent from both tables."""
+    filler = " ".join(f"row {i} status nominal" for i in range(600))  # ~12 KB: later chunks
+    await store.events(
+        event(key, "u1", at=1, content="check the cache warmup"),
+        event(key, "a1", at=2, role="assistant", content=None, tool_calls=_call("c1", "ledger")),
+        event(key, "t1", at=3, role="tool", content=filler[:10_000] + " zanzibar 退款编号 " + filler,
+              tool_call_id="c1", name="ledger"),
+    )  # fmt: skip
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def recording(session: Any, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((statement.query_string, tuple(params or ())))
+        return aexecute(session, statement, params, **kwargs)
+
+    monkeypatch.setattr(read_api, "aexecute", recording)
+    [cache] = lexical.plan("cache")[0].index_terms
+    [deep] = lexical.plan("zanzibar")[0].index_terms
+    [cjk] = lexical.plan("退款编号")[0].index_terms[:1]
+    for session_id in (key.session_id, None):
+        sent.clear()
+        absent = await store.reader._absent_terms(key, [cache, deep, cjk, "nowherezq"], session_id)
+        assert absent == {"nowherezq"}
+        probed = {table: [p[-1] for q, p in sent if f".{table} " in q] for table in ("recall_docs", "recall_chunks")}
+        assert sorted(probed["recall_docs"]) == sorted([cache, deep, cjk, "nowherezq"])
+        assert sorted(probed["recall_chunks"]) == sorted([deep, cjk, "nowherezq"])  # not the first-chunk term
 
 
 async def test_search_finds_a_detail_deep_inside_a_long_tool_result(store: Store, key: SessionKey) -> None:
