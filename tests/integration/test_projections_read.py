@@ -258,6 +258,18 @@ async def test_session_search_scopes(store: Store, key: SessionKey) -> None:
     assert [h.event_id for h in unknown] == ["h1"]
 
 
+def _record_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
+    """The ``(CQL, parameters)`` of every statement the read API sends from now on."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    def recording(session: Any, statement: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((statement.query_string, tuple(params or ())))
+        return aexecute(session, statement, params, **kwargs)
+
+    monkeypatch.setattr(read_api, "aexecute", recording)
+    return sent
+
+
 async def test_other_sessions_are_found_when_the_own_session_holds_most_matches(
     store: Store, key: SessionKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,22 +282,16 @@ async def test_other_sessions_are_found_when_the_own_session_holds_most_matches(
         event(other, "o1", at=1, content="the billing invoice of session nine"),
         event(early, "e1", at=1, content="an early billing invoice"),
     )
-    sent: list[str] = []
-
-    def recording(session: Any, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append(statement.query_string)
-        return aexecute(session, statement, params, **kwargs)
-
-    monkeypatch.setattr(read_api, "aexecute", recording)
+    sent = _record_statements(monkeypatch)
     hits = await store.reader.session_search(key, "billing invoice", "other_sessions", top_k=5)
     assert {(h.session_id, h.event_id) for h in hits} == {("s9", "o1"), ("s0", "e1")}
-    assert any("session_id <" in q for q in sent) and any("session_id >" in q for q in sent)
+    assert any("session_id <" in q for q, _ in sent) and any("session_id >" in q for q, _ in sent)
     # A tenant the own session does not crowd: one statement per table, no slices.
     sent.clear()
     hits = await store.reader.session_search(SessionKey(key.app_name, key.user_id, "s0"), "billing invoice",
                                              "other_sessions", top_k=5)  # fmt: skip
     assert {h.session_id for h in hits} == {"s1"}  # s1's matches fill the page before s9's (the LIMIT)
-    assert sent and not any("session_id <" in q or "session_id >" in q for q in sent)
+    assert sent and not any("session_id <" in q or "session_id >" in q for q, _ in sent)
 
 
 async def test_session_search_broadens_compound_questions(store: Store, key: SessionKey) -> None:
@@ -314,13 +320,7 @@ async def test_term_probes_read_the_later_chunks_only_for_terms_the_first_chunks
         event(key, "t1", at=3, role="tool", content=filler[:10_000] + " zanzibar 退款编号 " + filler,
               tool_call_id="c1", name="ledger"),
     )  # fmt: skip
-    sent: list[tuple[str, tuple[Any, ...]]] = []
-
-    def recording(session: Any, statement: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append((statement.query_string, tuple(params or ())))
-        return aexecute(session, statement, params, **kwargs)
-
-    monkeypatch.setattr(read_api, "aexecute", recording)
+    sent = _record_statements(monkeypatch)
     [cache] = lexical.plan("cache")[0].index_terms
     [deep] = lexical.plan("zanzibar")[0].index_terms
     [cjk] = lexical.plan("退款编号")[0].index_terms[:1]
