@@ -324,6 +324,7 @@ class Projector(CassandraStage):
             s = item.summary
             by_key.setdefault((s.app_name, s.user_id, s.session_id, s.filter_key), []).append(item)
         served: dict[tuple[str, str, str], asyncio.Future[tuple[int, int | None]]] = {}
+        deleted: dict[tuple[str, str, str], asyncio.Future[datetime | None]] = {}
 
         def served_of(s: SessionSummary) -> asyncio.Future[tuple[int, int | None]]:
             # One read per session per flush: a switch is a barrier, so it cannot change meanwhile.
@@ -332,10 +333,18 @@ class Projector(CassandraStage):
                 served[pk] = asyncio.ensure_future(self._served(pk))
             return served[pk]
 
+        def deleted_of(s: SessionSummary) -> asyncio.Future[datetime | None]:
+            # Likewise for a deletion, which is a barrier too.
+            pk = (s.app_name, s.user_id, s.session_id)
+            if pk not in deleted:
+                deleted[pk] = asyncio.ensure_future(self._deleted_at(pk))
+            return deleted[pk]
+
         async def one_key(items: list[_Summary]) -> None:
             for item in items:  # sequential per key, so two versions of one key never race each other
                 s = item.summary
-                if await self._deleted_after(s):
+                deleted_at = await deleted_of(s)
+                if deleted_at is not None and s.created_at <= deleted_at:
                     outcome.stale_summaries += 1
                     continue
                 await self._run(self._p[summary_history_target(s)], summary_history_row(s))
@@ -411,13 +420,12 @@ class Projector(CassandraStage):
         row = next(iter(rows), None)
         return row is not None and row.deleted_at is not None and created_at <= row.deleted_at.replace(tzinfo=UTC)
 
-    async def _deleted_after(self, s: SessionSummary) -> bool:
-        rows = await self._run(self._p["select_deleted"], (s.app_name, s.user_id, s.session_id))
-        row = next(iter(rows), None)
+    async def _deleted_at(self, pk: tuple[str, str, str]) -> datetime | None:
+        """When the session was last deleted (``None``: never); a summary made by then is stale."""
+        row = next(iter(await self._run(self._p["select_deleted"], pk)), None)
         if row is None or row.deleted_at is None:
-            return False
-        deleted_at = row.deleted_at.replace(tzinfo=UTC)
-        return bool(s.created_at <= deleted_at)
+            return None
+        return row.deleted_at.replace(tzinfo=UTC)  # type: ignore[no-any-return]
 
     async def _write_latest(self, s: SessionSummary) -> bool:
         """Make ``s`` the latest summary of its key unless an equal or newer version is there.
@@ -429,18 +437,24 @@ class Projector(CassandraStage):
         """
         key = (s.app_name, s.user_id, s.session_id, s.filter_key)
         values = summary_latest_values(s)
+        # A version after the first usually finds its key's head: the update first, one transaction
+        # (a Paxos round) instead of a refused insert and then the update.
+        insert = s.version <= 1
         for _ in range(8):
-            rows = await self._run(self._p["latest_insert"], (*key, *values))
-            row = next(iter(rows))
-            if row.applied:
-                return True
-            if row.version is not None and row.version >= s.version:
-                return False
+            if insert:
+                rows = await self._run(self._p["latest_insert"], (*key, *values))
+                row = next(iter(rows))
+                if row.applied:
+                    return True
+                if row.version is not None and row.version >= s.version:
+                    return False
+            insert = True
             rows = await self._run(self._p["latest_update"], (*values, *key, s.version))
             row = next(iter(rows))
             if row.applied:
                 return True
-            if row.version is not None and row.version >= s.version:
+            head = getattr(row, "version", None)  # absent or null: no head yet, insert it
+            if head is not None and head >= s.version:
                 return False
         raise StoreUnavailable(f"summaries_latest for {key} kept changing under the projector")
 

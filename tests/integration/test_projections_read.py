@@ -47,6 +47,32 @@ async def test_newer_summary_never_overwritten_by_older(store: Store, key: Sessi
     assert [h.version for h in history] == [2, 1]
 
 
+async def test_a_summary_takes_one_conditional_write_and_one_deletion_read_per_session(
+    store: Store, key: SessionKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v1 inserts the head, v2 and v3 update it: a Paxos round each (v2 first tried the insert, refused)."""
+    p = store.projector._p
+    names = {id(p[n]): n for n in ("latest_insert", "latest_update", "select_deleted")}
+    ran: list[str] = []
+    run = store.projector._run
+
+    async def counted(statement: object, params: object) -> object:
+        ran.append(names.get(id(statement), "other"))
+        return await run(statement, params)
+
+    monkeypatch.setattr(store.projector, "_run", counted)
+    await store.summaries(summary(key, 1, text="v1", cutoff=1, last_event_id=None))
+    assert [n for n in ran if n != "other"] == ["select_deleted", "latest_insert"]
+    ran.clear()
+    await store.summaries(
+        summary(key, 2, text="v2", cutoff=2, last_event_id=None, prev=(1, None)),
+        summary(key, 3, text="v3", cutoff=3, last_event_id=None, prev=(2, None)),
+    )
+    assert [n for n in ran if n != "other"] == ["select_deleted", "latest_update", "latest_update"]
+    latest = await store.reader.latest_summary(key)
+    assert latest is not None and (latest.version, latest.summary) == (3, "v3")
+
+
 async def test_events_after_event_id_boundary_is_exact(store: Store, key: SessionKey) -> None:
     # e2 and e3 share a timestamp; the boundary is e2 (arrival order), so e3 is after it.
     await store.events(event(key, "e1", at=1), event(key, "e2", at=2), event(key, "e3", at=2), event(key, "e4", at=3))
