@@ -28,7 +28,7 @@ Every chunk repeats the document's common words (a log's field names, a
 listing's keys), and each repeat is one more SAI posting to write. Chunks
 four times the first one's size hold the same words in a quarter of the rows:
 on the benchmark's mix that is ~24 % fewer postings per event than 8 Ki
-chunks. A search reads at most ``2 * top_k`` of them (``read_api``), and a
+chunks. A search reads at most ``2 * top_k`` of them (``recall_search``), and a
 query still needs its terms within one chunk, which larger chunks only make
 likelier. The first chunk stays small: it is what every search reads first."""
 CHUNK_OVERLAP = 200

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from projections import lexical, read_api
+from projections import lexical, recall_search
 from projections.cassandra_session import aexecute
 from projections.errors import AnchorNotFound, InvalidRequest
 from schemas import SessionKey
@@ -292,7 +292,7 @@ def _record_statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple
         sent.append((statement.query_string, tuple(params or ())))
         return aexecute(session, statement, params, **kwargs)
 
-    monkeypatch.setattr(read_api, "aexecute", recording)
+    monkeypatch.setattr(recall_search, "aexecute", recording)
     return sent
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from projections import lexical, read_api
+from projections import lexical, recall_search
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.cassandra_session import aexecute, aexecute_many
@@ -437,7 +437,7 @@ async def test_a_session_search_sends_only_the_statements_its_answer_needs(
         sent.append((statement.query_string, tuple(params or ())))
         return aexecute(session, statement, params, **kwargs)
 
-    monkeypatch.setattr(read_api, "aexecute", recording)
+    monkeypatch.setattr(recall_search, "aexecute", recording)
     hits = await store.reader.session_search(
         key, "what did we decide about the cache, and the kafka consumer offset?", "current_session", top_k=5
     )
