@@ -5,7 +5,7 @@ left topics in) spends minutes loading them on a loaded 2-core box, logging all 
 while; a fixed deadline failed such a boot that was nearly done. The wait therefore
 ends with an error only when the service's log has not grown for ``stall_s``
 seconds, or when ``cap_factor × stall_s`` have passed in all (a process that logs
-forever without answering).
+forever without answering). The log is the one its launch started empty.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class StartupWait:
     stall_s: float
     started_at: float
     cap_factor: float = CAP_FACTOR
-    _log_size: int = field(default=-1, init=False)
+    _log_size: int = field(default=0, init=False)
     _progress_at: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
@@ -33,9 +33,11 @@ class StartupWait:
 
     def give_up(self, now: float, log_size: int) -> str | None:
         """``None`` to keep waiting, else why the wait ends (for the error message)."""
+        # The log starts empty at each launch (the previous run's is kept as ``.out.1``), so what is
+        # there at the first look was written since: progress. Kafka is awaited before Cassandra, so
+        # Cassandra's first look can come minutes after its launch, its log long grown meanwhile.
         if log_size > self._log_size:
-            if self._log_size >= 0:
-                self._progress_at = now
+            self._progress_at = now
             self._log_size = log_size
         elapsed = now - self.started_at
         if elapsed > self.cap_factor * self.stall_s:
