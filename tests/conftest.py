@@ -10,6 +10,7 @@ Where the services come from (``DISTILL_TEST_SERVICES``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from schemas.settings import Settings, load_settings
-from tests.support.cleanup import REGISTERED, register_prefix
+from tests.support.cleanup import REGISTERED, close_ledger, open_ledger, register_prefix, sweep
 from tests.support.keyspaces import KeyspacePool
 
 # Timings are measured by benchmarks, not asserted by tests: Hypothesis's per-example deadline
@@ -30,22 +31,38 @@ hypothesis_settings.register_profile("distill", deadline=None)
 hypothesis_settings.load_profile("distill")
 
 
-def _delete_registered(settings: Settings) -> None:
-    """Delete the topics and consumer groups the tests registered (tests/support/cleanup.py)."""
-    if not REGISTERED:
-        return
+def _delete_prefixes(settings: Settings, prefixes: list[str], what: str) -> bool:
+    """Delete the topics and consumer groups under ``prefixes``; whether that worked (it never raises)."""
     import asyncio
 
     from streams.topics_prune import delete_prefixed
 
     try:
-        pruned = asyncio.run(delete_prefixed(settings.kafka, sorted(REGISTERED)))
-    except Exception as exc:  # cleaning must not fail the session; `distill topics prune` can finish it
-        print(f"\ntest cleanup: topics not deleted ({type(exc).__name__}: {exc})")
-        return
+        pruned = asyncio.run(delete_prefixed(settings.kafka, prefixes))
+    except Exception as exc:  # cleaning must not fail the session; the next run (or `distill topics prune`) retries
+        print(f"\ntest cleanup: {what}: topics not deleted ({type(exc).__name__}: {exc})")
+        return False
+    print(f"\ntest cleanup: {what}: deleted {len(pruned.topics)} topics, {len(pruned.groups)} consumer groups"
+          + (f"; refused: {sorted(pruned.failed)}" if pruned.failed else ""))  # fmt: skip
+    return not pruned.failed  # e.g. a killed worker's group still has its member: the next run retries
+
+
+@contextlib.contextmanager
+def _broker_cleanup(settings: Settings) -> Iterator[None]:
+    """Delete what dead test runs left on this broker, record this run's prefixes, delete them at the end.
+
+    See tests/support/cleanup.py: the ledgers live in the services' data directory.
+    """
+    ledgers = settings.services.resolved_data_dir / "test-runs"
+    bootstrap = settings.kafka.bootstrap_servers
+    sweep(ledgers, bootstrap, lambda prefixes, what: _delete_prefixes(settings, prefixes, what))
+    open_ledger(ledgers, bootstrap)
+    try:
+        yield
     finally:
+        if not REGISTERED or _delete_prefixes(settings, sorted(REGISTERED), "this run"):
+            close_ledger()  # else the ledger stays: the next run deletes what it names
         REGISTERED.clear()
-    print(f"\ntest cleanup: deleted {len(pruned.topics)} topics, {len(pruned.groups)} consumer groups")
 
 
 def _docker_answers() -> bool:
@@ -91,10 +108,8 @@ def service_settings(pytestconfig: pytest.Config) -> Iterator[Settings]:
     mode = os.environ.get("DISTILL_TEST_SERVICES", "auto")
     settings = load_settings()
     if mode == "external":
-        try:
+        with _broker_cleanup(settings):
             yield settings
-        finally:
-            _delete_registered(settings)
         return
     from streams.services.manager import LocalServices
 
@@ -103,17 +118,14 @@ def service_settings(pytestconfig: pytest.Config) -> Iterator[Settings]:
     if mode == "docker" or (mode == "auto" and not running and _docker_answers()):
         from tests.support.containers import docker_services
 
-        with docker_services(settings) as docker_settings:
-            try:
-                yield docker_settings
-            finally:
-                _delete_registered(docker_settings)
+        with docker_services(settings) as docker_settings, _broker_cleanup(docker_settings):
+            yield docker_settings
         return
     started = local.up(lambda line: None)
     try:
-        yield settings
+        with _broker_cleanup(settings):
+            yield settings
     finally:
-        _delete_registered(settings)
         local.down(lambda line: None, only={name for name, now in started.items() if now})
 
 

@@ -64,7 +64,7 @@ class ManagedProcess:
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done == pid:
                 return True
-        return not _alive(pid)
+        return not pid_alive(pid)
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM our process, SIGKILL it after ``timeout_s``; wait until it exited.
@@ -88,7 +88,8 @@ class ManagedProcess:
         return pid
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie counts as exited)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -104,7 +105,7 @@ def _alive(pid: int) -> bool:
 
 
 def _is_ours(pid: int, marker: str) -> bool:
-    if not _alive(pid):
+    if not pid_alive(pid):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

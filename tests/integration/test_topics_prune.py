@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -14,6 +17,7 @@ from schemas.settings import Settings
 from streams.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
 from streams.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import worker_env
+from tests.support.cleanup import sweep
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +82,32 @@ def test_cli_refuses_a_prefix_of_the_live_topics(isolated_settings: Settings) ->
                            env=env, capture_output=True, text=True, check=False)  # fmt: skip
     assert found.returncode != 0
     assert "refusing" in found.stderr
+
+
+async def test_what_a_killed_test_run_registered_is_deleted_by_the_next_run(
+    isolated_settings: Settings, tmp_path: Path
+) -> None:
+    """A test process killed before its end leaves its ledger; the next session's sweep deletes what it names."""
+    killed, alive = f"ledger-{uuid.uuid4().hex[:8]}.", f"ledger-{uuid.uuid4().hex[:8]}."
+    topic, group = await _make(isolated_settings, killed)
+    kept_topic, _ = await _make(isolated_settings, alive)
+    bootstrap = isolated_settings.kafka.bootstrap_servers
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a pid that is gone, as a killed run's is
+    (tmp_path / f"{proc.pid}.ledger").write_text(f"{bootstrap}\n{killed}\n")
+    # A live process's ledger (this one's) names the other prefix: never swept.
+    (tmp_path / f"{os.getpid()}.ledger").write_text(f"{bootstrap}\n{alive}\n")
+    try:
+
+        def real_delete(prefixes: list[str], label: str) -> bool:
+            asyncio.run(delete_prefixed(isolated_settings.kafka, prefixes))  # its own loop: the sweep's thread
+            return True
+
+        removed = await asyncio.to_thread(sweep, tmp_path, bootstrap, real_delete)
+        assert [r.prefixes for r in removed] == [(killed,)]
+        topics, groups = await _names(isolated_settings)
+        assert topic not in topics and group not in groups
+        assert kept_topic in topics
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f"{os.getpid()}.ledger"]
+    finally:
+        await delete_prefixed(isolated_settings.kafka, [killed, alive])
