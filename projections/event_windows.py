@@ -19,7 +19,7 @@ from projections.embedding import Embedder
 from projections.errors import AnchorNotFound, InvalidRequest
 from projections.filter_keys import in_summary_input
 from projections.rows import RECALL_ROLES, restore_event_json
-from projections.summary_reads import StoredSummary, SummaryReads, _utc
+from projections.summary_reads import SESSION_PK, StoredSummary, SummaryReads, _utc
 from projections.summary_selection import SelectedSummary
 from projections.windows import normalize_content, normalize_window, slice_content
 from schemas import SessionEvent, SessionKey
@@ -100,8 +100,7 @@ class EventWindows(SummaryReads):
 
     def __init__(self, session: Session, keyspace: str, *, embedder: Embedder | None = None) -> None:
         super().__init__(session, keyspace, embedder=embedder)
-        pk = "app_name = ? AND user_id = ? AND session_id = ?"
-        ks = keyspace
+        pk, ks = SESSION_PK, keyspace
         self._event_at = self._prep(
             f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk} AND ts = ? AND event_id = ?"
         )

@@ -20,7 +20,7 @@ from projections.cassandra_session import aexecute
 from projections.embedding import MAX_EMBED_CHARS, Embedder
 from projections.filter_keys import in_summary_input
 from projections.statements import vector_table
-from projections.summary_reads import SummaryReads, _cut, _heads, _utc
+from projections.summary_reads import SESSION_PK, SummaryReads, _cut, _heads, _utc
 from projections.summary_selection import (
     select_hidden,
 )
@@ -88,8 +88,7 @@ class RecallSearch(SummaryReads):
 
     def __init__(self, session: Session, keyspace: str, *, embedder: Embedder | None = None) -> None:
         super().__init__(session, keyspace, embedder=embedder)
-        pk = "app_name = ? AND user_id = ? AND session_id = ?"
-        ks = keyspace
+        pk, ks = SESSION_PK, keyspace
         self._summary_cuts = self._prep(
             f"SELECT filter_key, summary, cutoff_at, last_event_id FROM {ks}.summaries_latest WHERE {pk}"
         )

@@ -52,6 +52,10 @@ class StoredSummary:
         return self.record.epoch
 
 
+SESSION_PK = "app_name = ? AND user_id = ? AND session_id = ?"
+"""The WHERE clause naming one session's partition (every read of the read side names its tenant)."""
+
+
 class SummaryReads:
     """Summary reads over the projections of one keyspace (statements prepared at construction: blocking)."""
 
@@ -60,7 +64,7 @@ class SummaryReads:
         self._ks = keyspace
         self._embedder = embedder
         self._cache: dict[str, PreparedStatement] = {}
-        pk = "app_name = ? AND user_id = ? AND session_id = ?"
+        pk = SESSION_PK
         ks = keyspace
         self._summary_one = self._prep(f"SELECT * FROM {ks}.summaries_latest WHERE {pk} AND filter_key = ?")
         self._summary_all = self._prep(f"SELECT * FROM {ks}.summaries_latest WHERE {pk}")
