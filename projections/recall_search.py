@@ -418,9 +418,14 @@ class RecallSearch(SummaryReads):
         (and no ``session_id``) the tenant partition is read whole and that
         session's rows are dropped; only when they took up more than a quarter
         of a full page (a tenant whose own session holds most matches) is that
-        table read again as two clustering slices around the session, which its
-        rows cannot take up. One statement instead of two: each SAI statement
-        costs ~2 ms of Cassandra CPU before its rows.
+        table read again, from after the session. One statement instead of
+        two: each SAI statement costs ~2 ms of Cassandra CPU before its rows.
+
+        Why the slice after the session is enough: a partition's rows come in
+        clustering order (``session_id`` first), so a page that reached the own
+        session already holds every match of the sessions sorted before it. A
+        slice before the session would find nothing new and still cost what the
+        whole partition's postings cost to step over (20-27 ms at 100k events).
         """
         terms = list(terms)[:MAX_TERMS]
         if not terms:
@@ -443,10 +448,11 @@ class RecallSearch(SummaryReads):
             own = sum(1 for r in rows if r.session_id == exclude)
             if len(rows) >= limit and own * 4 > limit:
                 crowded.append(table)
+                out.extend(_doc(r) for r in rows if r.session_id < exclude)  # the slice brings those after it
             else:
                 out.extend(_doc(r) for r in rows if r.session_id != exclude)
-        for op in ("<", ">") if crowded else ():
-            where = f"{base} AND session_id {op} ?{contains}"
+        if crowded:
+            where = f"{base} AND session_id > ?{contains}"
             for rows in await self._read_pages(crowded, where, (key.app_name, key.user_id, exclude, *terms, limit)):
                 out.extend(_doc(r) for r in rows)
         return out
