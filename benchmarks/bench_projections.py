@@ -16,8 +16,10 @@ Builds a fresh keyspace and, for ``--events`` realistic events:
    ``distill indexer`` as processes, the same event mix produced at
    ``--lag-rate`` events/s; the lag of an event is the time from its send to
    the moment its stage's stored offset (``projector_offsets``, polled every
-   20 ms) passes it. p50/p99/max for both stages. The topics and groups are
-   deleted afterwards.
+   20 ms) passes it. p50/p99/max for both stages. Meanwhile ``session_search``
+   runs one call at a time at ``--lag-search-rate`` calls/s (default 10) over
+   the growing keyspace: search latency under ingest. The topics and groups
+   are deleted afterwards.
 
 Kafka is not in the measured path of 1-3 (the Cassandra write side); the
 keyspace is dropped at the end. ``--stages critical`` / ``index`` runs only
@@ -162,6 +164,8 @@ async def main() -> None:
     ap.add_argument("--lag-seconds", type=float, default=30.0, help="sustained-rate phase length (0: skip it)")
     ap.add_argument("--lag-rate", default="1000", help="events/s in the sustained-rate phase (a comma list: each)")
     ap.add_argument("--lag-alone", action="store_true", help="each rate again with the projector alone")
+    ap.add_argument("--lag-search-rate", type=float, default=10.0,
+                    help="session_search calls/s during the sustained-rate phase (0: none)")  # fmt: skip
     ap.add_argument("--keep", action="store_true", help="keep the keyspace (for --reuse); drop it yourself")
     ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
     ap.add_argument("--alter", action="append", default=[], metavar="CQL",
@@ -215,7 +219,8 @@ async def main() -> None:
         from benchmarks.index_lag import measure_lag
 
         for rate in (float(r) for r in str(args.lag_rate).split(",")):
-            await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions)
+            await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
+                              search=timed_search, search_rate=args.lag_search_rate)  # fmt: skip
             if args.lag_alone:
                 await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
                                   with_indexer=False)  # fmt: skip
@@ -296,19 +301,28 @@ async def measure_reads(
         await measure_load(reader, keys, call_ids, done, n_queries, cassandra_pid)
 
 
+SEARCH_QUERIES = ("kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the "
+                  "kafka consumer offset?", "postgres migration schema", "flight hotel booking")  # fmt: skip
+SEARCH_SCOPES = ("current_session", "current_hidden", "other_sessions", "all_sessions")
+
+
+async def timed_search(reader: SessionReader, keys: list[SessionKey], rng: random.Random, i: int) -> tuple[str, float]:
+    """Search ``i`` of the benchmark's rotation (scope by ``i``, session and query by ``rng``): (scope, ms)."""
+    key = rng.choice(keys)
+    scope = SEARCH_SCOPES[i % len(SEARCH_SCOPES)]
+    t = time.perf_counter()
+    await reader.session_search(key, rng.choice(SEARCH_QUERIES), scope, 5)
+    return scope, (time.perf_counter() - t) * 1000
+
+
 async def measure_search(reader: SessionReader, keys: list[SessionKey], done: int, n_queries: int, meter: CpuMeter
                          ) -> None:  # fmt: skip
     rng = random.Random(3)
-    queries = ["kubernetes deploy", "invoice billing refund", "what did we decide about the cache, and the kafka "
-               "consumer offset?", "postgres migration schema", "flight hotel booking"]  # fmt: skip
-    scopes = ["current_session", "current_hidden", "other_sessions", "all_sessions"]
-    search_ms: dict[str, list[float]] = {s: [] for s in scopes}
+    search_ms: dict[str, list[float]] = {s: [] for s in SEARCH_SCOPES}
+    searched = keys[: min(len(keys), max(1, done // 500))]
     for i in range(n_queries):
-        key = rng.choice(keys[: min(len(keys), max(1, done // 500))])
-        scope = scopes[i % len(scopes)]
-        t = time.perf_counter()
-        await reader.session_search(key, rng.choice(queries), scope, 5)
-        search_ms[scope].append((time.perf_counter() - t) * 1000)
+        scope, ms = await timed_search(reader, searched, rng, i)
+        search_ms[scope].append(ms)
     all_search = [v for vs in search_ms.values() for v in vs]
     print(f"session_search: p50 {pct(all_search, 50):.1f} ms, p99 {pct(all_search, 99):.1f} ms "
           f"({len(all_search)} queries)")  # fmt: skip

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -25,10 +26,15 @@ from aiokafka import AIOKafkaProducer
 from benchmarks.cpu_clock import process_cpu_s
 from projections.cassandra_session import connect
 from projections.migrations import apply_migrations
+from projections.read_api import SessionReader
+from schemas import SessionKey
 from schemas.settings import Settings
 from streams.kafka_config import producer_kwargs
 from streams.topics_admin import ensure_topics
 from streams.topics_prune import delete_prefixed
+
+Search = Callable[[SessionReader, list[SessionKey], random.Random, int], Awaitable[tuple[str, float]]]
+"""One timed search: (reader, sessions, rng, i) → (scope, milliseconds); see ``bench_projections.timed_search``."""
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -51,10 +57,14 @@ def _env(settings: Settings) -> dict[str, str]:
 async def measure_lag(
     base: Settings, make_events: Callable[..., Any], *, rate: float, seconds: float, sessions: int,
     poll_s: float = 0.02, drain_timeout_s: float = 180.0, with_indexer: bool = True,
+    search: Search | None = None, search_rate: float = 0.0,
 ) -> None:  # fmt: skip
     """Produce ``rate * seconds`` events of the benchmark mix at ``rate``/s; print each stage's lag p50/p99/max.
 
     ``with_indexer=False``: the projector alone (what the indexer's load on Cassandra costs the critical path).
+    ``search`` (with ``search_rate`` > 0): that many ``session_search`` calls a second, one at a time, while
+    the events are produced, over the sessions written so far; their p50/p99 is printed (search under ingest,
+    against an index that compacts as it grows).
     """
     run = uuid.uuid4().hex[:8]
     prefix = f"bench-{run}"
@@ -95,7 +105,7 @@ async def measure_lag(
             raise RuntimeError("the stages were not assigned their partitions within 60 s")
 
         total = int(rate * seconds)
-        records, _, _ = make_events(total, sessions, seed=11)
+        records, keys, _ = make_events(total, sessions, seed=11)
         sent: dict[tuple[int, int], float] = {}
         lags: dict[str, list[float]] = {name: [] for name in groups}
         pending = {name: {} for name in groups}  # type: dict[str, dict[tuple[int, int], float]]
@@ -136,7 +146,22 @@ async def measure_lag(
                 for tp in done:
                     lags[name].append(now - pending[name].pop(tp))
 
+        searched: list[tuple[str, float]] = []
+
+        async def search_loop() -> None:
+            assert search is not None
+            reader, rng, i = SessionReader(session, ks), random.Random(13), 0
+            warm = min(5.0, seconds / 4)  # every session has events by then
+            start = time.monotonic() + warm
+            await asyncio.sleep(warm)
+            while not producing.done():
+                searched.append(await search(reader, keys, rng, i))
+                i += 1
+                delay = start + i / search_rate - time.monotonic()
+                await asyncio.sleep(max(0.0, delay))
+
         producing = asyncio.ensure_future(produce())
+        searching = asyncio.ensure_future(search_loop()) if search is not None and search_rate > 0 else None
         started = time.monotonic()
         while not producing.done() or any(pending.values()):
             poll()
@@ -144,6 +169,8 @@ async def measure_lag(
                 break
             await asyncio.sleep(poll_s)
         await producing
+        if searching is not None:
+            await searching
         wall = time.monotonic() - started
         alone = "" if with_indexer else ", the projector alone"
         print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes{alone}, "
@@ -154,6 +181,10 @@ async def measure_lag(
             print(f"  {name:13s} lag p50 {_pct(values, 50) * 1000:7.0f} ms  p99 {_pct(values, 99) * 1000:7.0f} ms  "
                   f"max {max(values, default=float('nan')) * 1000:7.0f} ms  cpu {cpu / total * 1e6:.0f} µs/event"
                   + (f"  ({missing} never caught up)" if missing else ""))  # fmt: skip
+        if searched:
+            ms = [v for _, v in searched]
+            print(f"  session_search meanwhile: p50 {_pct(ms, 50):.1f} ms  p99 {_pct(ms, 99):.1f} ms  "
+                  f"max {max(ms):.1f} ms ({len(ms)} searches, one at a time, ~{search_rate:g}/s)")  # fmt: skip
         print(f"  wall {wall:.1f}s; load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         for proc in procs:
