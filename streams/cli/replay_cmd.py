@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -183,13 +184,13 @@ async def _watch(
     job_tps = [TopicPartition(jobs, p) for p in range(settings.topics.partitions)]
     started = last_change = time.monotonic()
     last = (-1, -1, -1)
-    done_events = produced = 0
+    done_events = produced = lag = unanswered = 0
     try:
         while time.monotonic() - started < timeout:
             if proc.poll() is not None:
                 raise click.ClickException(f"the replay worker exited with code {proc.returncode}")
             ends = await consumer.end_offsets(events_tps)
-            committed = await admin.list_consumer_group_offsets(group)
+            committed = await _committed(admin, group)
             done_events = sum(committed[tp].offset for tp in events_tps if tp in committed)
             total = sum(ends.values())
             lag = total - done_events
@@ -204,10 +205,31 @@ async def _watch(
             elif lag == 0 and unanswered == 0 and done_events > 0 and time.monotonic() - last_change > idle_exit:
                 break
             await asyncio.sleep(1.0)
+        else:
+            raise click.ClickException(
+                f"the replay did not finish in {timeout:g} s: {lag} events not yet consumed, {unanswered} jobs "
+                f"and summaries not yet answered (raise --timeout; the run resumes with --resume)"
+            )
     finally:
         await consumer.stop()
         await admin.close()
     return {"events": done_events, "summaries": produced}
+
+
+async def _committed(admin: Any, group: str) -> dict[Any, Any]:
+    """The group's committed offsets; none while the broker has no coordinator for it yet.
+
+    A fresh broker creates its offsets topic at the first group request and answers
+    "coordinator not available" meanwhile (a retriable error): nothing is committed then.
+    """
+    from aiokafka.errors import KafkaError
+
+    try:
+        return dict(await admin.list_consumer_group_offsets(group))
+    except KafkaError as exc:
+        if not exc.retriable:
+            raise
+        return {}
 
 
 def progress_line(done: int, total: int, elapsed: float, summaries: int, width: int = 24) -> str:

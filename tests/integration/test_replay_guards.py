@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,17 +73,34 @@ class Fixture:
 
 
 def replay(settings: Settings, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "4", *args], env=worker_env(settings),
+    command = [DISTILL, "replay", "--no-adopt", "--idle-exit", "4", "--timeout", "150", *args]
+    return subprocess.Popen(command, env=worker_env(settings),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
 
 
 def finished(proc: subprocess.Popen[str]) -> Run:
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode == 0, out
+    try:
+        out, _ = proc.communicate(timeout=200)  # the replay's own --timeout ends it first
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    assert proc.returncode == 0, out + worker_log_tail(out)
     started = re.search(r"replay (\S+) (?:started|resumed) \(epoch (\d+)\)", out)
     topic = re.search(r"→ (\S+)", out.splitlines()[-1])
     assert started is not None and topic is not None, out
     return Run(started.group(1), int(started.group(2)), topic.group(1), out)
+
+
+def worker_log_tail(out: str, lines: int = 60) -> str:
+    """The end of the replay worker's log the command names (what a failed run was waiting for)."""
+    named = re.search(r"log (\S+\.log)", out)
+    if named is None:
+        return ""
+    try:
+        text = Path(named.group(1)).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n--- worker log tail ---\n" + "\n".join(text.splitlines()[-lines:])
 
 
 def round_of(book: MarkerBook, b: SessionBuilder, r: int) -> list[Any]:

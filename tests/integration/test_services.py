@@ -113,7 +113,7 @@ def test_port_taken_names_the_port(tmp_path: Path) -> None:
 def test_startup_timeout_reports_log_tail_and_stops_both_processes(tmp_path: Path) -> None:
     # Kafka is awaited first: its timeout ends the call while Cassandra still boots, so the
     # test takes seconds and also checks that the other JVM started by the call is stopped.
-    env = _env(tmp_path, DISTILL_SERVICES__KAFKA_START_TIMEOUT_S="1")
+    env = _env(tmp_path, DISTILL_SERVICES__KAFKA_START_TIMEOUT_S="0.2")
     result = _cli(env, "up")
     assert result.returncode == 1
     line = result.stderr.strip()
