@@ -87,7 +87,9 @@ def command(
     workdir = Path(".distill") / "replay"
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{run_id}.log"
-    args = ["worker", "--replay-run", run_id, *[a for s in specs for a in ("--replay-session", s)]]
+    # The run's LLM calls and cache hits are counted from its log's "summary published" lines (INFO).
+    args = ["worker", "--loglevel", "INFO", "--replay-run", run_id]
+    args += [a for s in specs for a in ("--replay-session", s)]
     if epoch:
         args += ["--replay-epoch", str(epoch)]
     if excluded:
