@@ -20,12 +20,14 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from schemas import SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams.app.event_log import EventLogReader, RangePastLogEndError
 from streams.client import DistillClient, SummaryUnavailableError
+from streams.kafka_config import producer_kwargs
 from streams.rules.record_keys import describe_key
 from tests.integration.pipeline_support import (
     SessionBuilder,
@@ -213,3 +215,24 @@ async def test_a_read_past_the_partitions_end_fails_at_once(pipeline: Settings) 
         assert time.monotonic() - started < 10
     finally:
         await reader.stop()
+
+
+async def test_an_undecodable_summaries_record_is_skipped_and_sessions_go_on(
+    pipeline: Settings, client: DistillClient
+) -> None:
+    # Whatever lands on the summaries topic (another writer, a damaged record), the worker's
+    # absorb stage skips what it cannot decode: it neither stops nor stalls the partition.
+    producer = AIOKafkaProducer(**producer_kwargs(pipeline.kafka))
+    await producer.start()
+    try:
+        for p in range(PARTITIONS):
+            for garbage in (b"\xff\xfe not json", b'{"type": "summary_failure"}', b"[1, 2]"):
+                await producer.send_and_wait(pipeline.topics.summaries, garbage, key=b"k", partition=p)
+    finally:
+        await producer.stop()
+    sessions = [Marked() for _ in range(PARTITIONS * 2)]
+    for _ in range(2):
+        for s in sessions:
+            await publish(client, f"keys:u1:{s.b.session}".encode(), s.events(4))
+        finals = await final_summaries(pipeline, sessions)
+    assert all(set(s.markers) <= set(MARKER.findall(finals[f"u1/{s.b.session}"]["summary"])) for s in sessions)
