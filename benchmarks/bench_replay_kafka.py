@@ -1,0 +1,177 @@
+# ruff: noqa: E501
+"""``distill replay`` end to end on the real Kafka: what an operator's replay costs.
+
+``benchmarks/bench_replay.py`` times the replay *engine* in one process (no Kafka). This
+one runs what a user runs: a live ``distill worker`` summarizes a backlog (``--sessions``
+interleaved sessions × ``--rounds`` user/assistant rounds on 4 partitions, a zero-latency
+model over HTTP), then ``distill replay --no-adopt`` rebuilds it
+
+(a) unchanged: every job is answered by the cache filled from the live summaries topic — 0 LLM calls;
+(b) with a changed prompt: every boundary is redone (LLM calls = boundaries).
+
+Per run it prints the command's wall time (boot, cache load and the idle wait included),
+the drain (first to last committed event of the replay's group, polled every 0.25 s; the
+worker commits every second) and the replay worker's CPU per event over the drain, beside
+the LLM calls and cache hits the command reports. The boundaries of (a) and (b) must equal
+the live run's (checked). Every topic and consumer group the run makes is deleted.
+
+    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_backlog import PARTITIONS, backlog, produce, wait_committed
+from benchmarks.bench_pipeline import committed, wait_jobs_drained
+from benchmarks.cpu_clock import process_cpu_s
+from schemas.settings import Settings, load_settings
+from streams.topics_prune import delete_prefixed
+from tests.integration.pipeline_support import (
+    DISTILL,
+    ROOT,
+    WorkerProcess,
+    create_topics,
+    read_topic,
+    scripted_pipeline_settings,
+    summaries_of,
+    worker_env,
+)
+from tests.support.openai_server import OpenAIServer
+
+CHANGED_PROMPT = "请用要点总结这段对话：{conversation_text}"
+_DONE = re.compile(r"done: (\d+) events, (\d+) summaries \(LLM calls (\d+), reused from cache (\d+)\) → (\S+)")
+_PID = re.compile(r"worker pid (\d+)")
+
+
+@dataclass
+class ReplayRun:
+    wall_s: float
+    drain_s: float
+    drain_cpu_s: float
+    events: int
+    summaries: int
+    llm_calls: int
+    cache_hits: int
+    topic: str
+
+
+def boundaries(records: list[object]) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for s in sorted(summaries_of(records), key=lambda s: (s["session_id"], s["filter_key"], s["version"])):
+        out.setdefault((s["session_id"], s["filter_key"]), []).append(s["boundary"]["last_event_id"])
+    return out
+
+
+async def replay(settings: Settings, events: int) -> ReplayRun:
+    """``distill replay --no-adopt`` over the events topic; its group's progress polled meanwhile."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "2"], env=worker_env(settings),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
+    assert proc.stdout is not None
+    out: list[str] = []
+    pid: int | None = None
+    while pid is None:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("distill replay ended before starting its worker:\n" + "".join(out))
+        out.append(line)
+        found = _PID.search(line)
+        pid = int(found.group(1)) if found else None
+    run_id = re.search(r"replay (\S+) started", "".join(out))
+    assert run_id is not None, out
+    group = f"{settings.worker.app_id}-replay-{run_id.group(1)}"
+    first: tuple[float, float, int] | None = None
+    done: tuple[float, float] | None = None
+    cpu = 0.0
+    while proc.poll() is None and done is None:
+        try:
+            cpu = process_cpu_s(pid)
+        except OSError:
+            break
+        n = await committed(settings, group)
+        now = time.monotonic()
+        if n > 0 and first is None:
+            first = (now, cpu, n)
+        if n >= events:
+            done = (now, cpu)
+        await asyncio.sleep(0.25)
+    rest, _ = proc.communicate(timeout=600)
+    text = "".join(out) + rest
+    if proc.returncode != 0 or first is None or done is None:
+        raise RuntimeError(f"distill replay failed (rc {proc.returncode}):\n{text[-4000:]}")
+    summary = _DONE.search(text)
+    assert summary is not None, text
+    drained = events - first[2]
+    return ReplayRun(
+        wall_s=time.monotonic() - t0, drain_s=(done[0] - first[0]) * events / max(1, drained),
+        drain_cpu_s=(done[1] - first[1]) * events / max(1, drained), events=int(summary.group(1)),
+        summaries=int(summary.group(2)), llm_calls=int(summary.group(3)), cache_hits=int(summary.group(4)),
+        topic=summary.group(5),
+    )  # fmt: skip
+
+
+def line(name: str, run: ReplayRun) -> str:
+    return (
+        f"{name:<24} {run.events:>7} events: command {run.wall_s:6.1f} s ({run.events / run.wall_s:>7,.0f} events/s), "
+        f"drain {run.drain_s:5.1f} s ({run.events / run.drain_s:>7,.0f} events/s, "
+        f"{run.drain_cpu_s / run.events * 1e6:5.0f} µs CPU/event = {run.events / max(run.drain_cpu_s, 1e-9):>7,.0f} per CPU s); "
+        f"summaries {run.summaries}, LLM calls {run.llm_calls}, cache hits {run.cache_hits}"
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    with OpenAIServer() as llm:
+        settings = scripted_pipeline_settings(
+            load_settings(), llm.base_url, partitions=PARTITIONS, topic_prefix="bench", llm={"model": "zero-latency"},
+            event_threshold=args.event_threshold, async_summary_num=8,
+        )  # fmt: skip
+        settings.worker.log_level = "WARNING"
+        run_prefix = settings.topics.events.rsplit(".", 1)[0] + "."
+        group = settings.worker.app_id
+        await create_topics(settings)
+        tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
+        try:
+            records = backlog(args.sessions, args.rounds * 2, "r")
+            await produce(settings, records)
+            t0 = time.monotonic()
+            live = WorkerProcess(settings, tmp / "live.log")
+            try:
+                await wait_committed(settings, group, len(records), 900)
+                await wait_jobs_drained(settings, group, 900)
+            finally:
+                live.stop()
+            live_records = await read_topic(settings, settings.topics.summaries, timeout=10)
+            expected = boundaries(live_records)
+            print(f"live run: {len(records)} events, {sum(map(len, expected.values()))} summaries in "
+                  f"{time.monotonic() - t0:.1f} s (worker boot included)", flush=True)  # fmt: skip
+            hit = await replay(settings, len(records))
+            print(line("replay, full cache hit", hit), flush=True)
+            assert hit.llm_calls == 0, "a replay of an unchanged log called the model"
+            assert boundaries(await read_topic(settings, hit.topic, timeout=10)) == expected
+            changed = settings.model_copy(deep=True)
+            changed.summary.prompt = CHANGED_PROMPT
+            redo = await replay(changed, len(records))
+            print(line("replay, changed prompt", redo), flush=True)
+            assert redo.llm_calls == sum(map(len, expected.values())), "the changed prompt did not redo every boundary"
+            assert boundaries(await read_topic(settings, redo.topic, timeout=10)) == expected
+        finally:
+            await delete_prefixed(settings.kafka, [run_prefix, group])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=60, help="user/assistant rounds per session")
+    parser.add_argument("--event-threshold", type=int, default=12)
+    asyncio.run(main(parser.parse_args()))
