@@ -9,13 +9,14 @@ model over HTTP), then ``distill replay --no-adopt`` rebuilds it
 (a) unchanged: every job is answered by the cache filled from the live summaries topic — 0 LLM calls;
 (b) with a changed prompt: every boundary is redone (LLM calls = boundaries).
 
-Per run it prints the command's wall time (boot, cache load and the idle wait included),
-the drain (first to last committed event of the replay's group, polled every 0.25 s; the
-worker commits every second) and the replay worker's CPU per event over the drain, beside
+Per run it prints the command's wall time (boot, cache load and the idle wait included), when
+its group first committed events and when the last summary was written (from the launch),
+the events drain (first to last committed event of the replay's group, polled every 0.25 s;
+the worker commits every second) and the replay worker's CPU per event over it, beside
 the LLM calls and cache hits the command reports. The boundaries of (a) and (b) must equal
 the live run's (checked). Every topic and consumer group the run makes is deleted.
 
-    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12]
+    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_backlog import PARTITIONS, backlog, produce, wait_committed
-from benchmarks.bench_pipeline import committed, wait_jobs_drained
+from benchmarks.bench_backlog import PARTITIONS, backlog, last_timestamp, produce, wait_committed
+from benchmarks.bench_pipeline import committed, start_profiler, stop_profiler, wait_jobs_drained
 from benchmarks.cpu_clock import process_cpu_s
 from schemas.settings import Settings, load_settings
 from streams.topics_prune import delete_prefixed
@@ -57,6 +58,8 @@ _PID = re.compile(r"worker pid (\d+)")
 @dataclass
 class ReplayRun:
     wall_s: float
+    boot_s: float
+    last_summary_s: float
     drain_s: float
     drain_cpu_s: float
     events: int
@@ -73,9 +76,9 @@ def boundaries(records: list[object]) -> dict[tuple[str, str], list[str]]:
     return out
 
 
-async def replay(settings: Settings, events: int) -> ReplayRun:
+async def replay(settings: Settings, events: int, profile: str | None = None) -> ReplayRun:
     """``distill replay --no-adopt`` over the events topic; its group's progress polled meanwhile."""
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     proc = subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "2"], env=worker_env(settings),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
     assert proc.stdout is not None
@@ -91,6 +94,7 @@ async def replay(settings: Settings, events: int) -> ReplayRun:
     run_id = re.search(r"replay (\S+) started", "".join(out))
     assert run_id is not None, out
     group = f"{settings.worker.app_id}-replay-{run_id.group(1)}"
+    spy = start_profiler(pid, profile)
     first: tuple[float, float, int] | None = None
     done: tuple[float, float] | None = None
     cpu = 0.0
@@ -106,6 +110,7 @@ async def replay(settings: Settings, events: int) -> ReplayRun:
         if n >= events:
             done = (now, cpu)
         await asyncio.sleep(0.25)
+    stop_profiler(spy)
     rest, _ = proc.communicate(timeout=600)
     text = "".join(out) + rest
     if proc.returncode != 0 or first is None or done is None:
@@ -113,8 +118,10 @@ async def replay(settings: Settings, events: int) -> ReplayRun:
     summary = _DONE.search(text)
     assert summary is not None, text
     drained = events - first[2]
+    newest = await last_timestamp(settings, summary.group(5))
     return ReplayRun(
-        wall_s=time.monotonic() - t0, drain_s=(done[0] - first[0]) * events / max(1, drained),
+        wall_s=time.monotonic() - t0, boot_s=first[0] - t0, last_summary_s=(newest or time.time()) - wall0,
+        drain_s=(done[0] - first[0]) * events / max(1, drained),
         drain_cpu_s=(done[1] - first[1]) * events / max(1, drained), events=int(summary.group(1)),
         summaries=int(summary.group(2)), llm_calls=int(summary.group(3)), cache_hits=int(summary.group(4)),
         topic=summary.group(5),
@@ -123,8 +130,8 @@ async def replay(settings: Settings, events: int) -> ReplayRun:
 
 def line(name: str, run: ReplayRun) -> str:
     return (
-        f"{name:<24} {run.events:>7} events: command {run.wall_s:6.1f} s ({run.events / run.wall_s:>7,.0f} events/s), "
-        f"drain {run.drain_s:5.1f} s ({run.events / run.drain_s:>7,.0f} events/s, "
+        f"{name:<24} {run.events:>7} events: command {run.wall_s:5.1f} s ({run.events / run.wall_s:>6,.0f} events/s; "
+        f"first events committed at {run.boot_s:4.1f} s, last summary at {run.last_summary_s:4.1f} s), events drain {run.drain_s:5.1f} s ({run.events / run.drain_s:>7,.0f} events/s, "
         f"{run.drain_cpu_s / run.events * 1e6:5.0f} µs CPU/event = {run.events / max(run.drain_cpu_s, 1e-9):>7,.0f} per CPU s); "
         f"summaries {run.summaries}, LLM calls {run.llm_calls}, cache hits {run.cache_hits}"
     )
@@ -155,7 +162,7 @@ async def main(args: argparse.Namespace) -> None:
             expected = boundaries(live_records)
             print(f"live run: {len(records)} events, {sum(map(len, expected.values()))} summaries in "
                   f"{time.monotonic() - t0:.1f} s (worker boot included)", flush=True)  # fmt: skip
-            hit = await replay(settings, len(records))
+            hit = await replay(settings, len(records), args.profile)
             print(line("replay, full cache hit", hit), flush=True)
             assert hit.llm_calls == 0, "a replay of an unchanged log called the model"
             assert boundaries(await read_topic(settings, hit.topic, timeout=10)) == expected
@@ -174,4 +181,5 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=60, help="user/assistant rounds per session")
     parser.add_argument("--event-threshold", type=int, default=12)
+    parser.add_argument("--profile", help="py-spy raw profile of the replay worker (full cache hit run) to PATH")
     asyncio.run(main(parser.parse_args()))

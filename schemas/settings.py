@@ -166,6 +166,8 @@ class SummarySettings(_Section):
     skip_recent_events: int = Field(default=0, ge=0)
     keep_recent_rounds: int = Field(default=0, ge=0)
     async_summary_num: int = Field(default=4, gt=0)
+    """Model calls a worker makes at once (Go's ``WithAsyncSummaryNum``). Jobs needing none (answered
+    from the cache, stale, nothing to summarize) do not wait for one: up to 8× this many jobs run."""
     job_timeout_s: float = Field(default=120.0, gt=0)
     """How long one job may take on the summarize side: its model calls and their retries. A
     call still running then is cancelled (its late result is never published) and the job ends

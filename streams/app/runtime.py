@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from aiokafka.errors import KafkaError
@@ -67,6 +68,10 @@ class Backoff:
         return max(delay, retry_after or 0.0)
 
 
+JOBS_PER_MODEL_SLOT = 8
+"""Jobs a worker runs at once per model-call slot (``async_summary_num`` slots)."""
+
+
 @dataclass
 class Topics:
     events: str
@@ -104,7 +109,10 @@ class WorkerRuntime:
                                     default_epoch=self.default_epoch)  # fmt: skip
         self.reader = EventLogReader(self.settings.kafka, self.topics.events, size=n)
         self.summarize = SummarizeHandler(self.ledger, self.reader, self.summarizer_for, self.cache)
-        self.pool = JobPool(n, on_size=metrics.JOBS_IN_FLIGHT.set)
+        # ``async_summary_num`` bounds the model calls, not the jobs: a job the cache answers (a
+        # replay's, mostly) is CPU work and would otherwise queue behind the model's latency.
+        self.model_slots = asyncio.Semaphore(n)
+        self.pool = JobPool(n * JOBS_PER_MODEL_SLOT, on_size=metrics.JOBS_IN_FLIGHT.set)
 
     async def stop(self) -> None:
         await self.pool.drain(None, timeout=5.0)
@@ -144,10 +152,11 @@ class WorkerRuntime:
         """Run one job to an end: a summary, nothing (stale), or a failure record and a dead letter.
 
         The bounded failure policy: transient failures are retried with backoff while the
-        job's ``job_timeout_s`` (from its start) and ``job_max_attempts`` last; an attempt
-        still running at the timeout is cancelled, so its late result is never published; a
-        permanent error ends the job at once, except a context-length refusal naming a
-        smaller window, which is tried once more budgeted with that window. A job given up
+        job's ``job_timeout_s`` (from its start; a wait for a model slot does not count) and
+        ``job_max_attempts`` last; an attempt still running at the timeout is cancelled, so its
+        late result is never published; a permanent error ends the job at once, except a
+        context-length refusal naming a smaller window, which is tried once more budgeted with
+        that window. A job given up
         publishes a ``SummaryFailure`` (``gave_up``, the calls' report, the learned window)
         and a dead letter; the boundary stays where it was.
         """
@@ -169,12 +178,13 @@ class WorkerRuntime:
             await self._send_retrying(self.topics.summaries, key, superseded.model_dump_json().encode(), coords, fields)
             metrics.JOBS_DONE.labels("stale").inc()
             return
-        deadline = loop.time() + policy.job_timeout_s
-        run = _Run(job)
+        run = _Run(job, deadline=loop.time() + policy.job_timeout_s)
         while True:
             try:
-                async with asyncio.timeout_at(deadline):
-                    result = await self.summarize.handle(run.job, coords.partition)
+                async with asyncio.timeout_at(run.deadline) as timer:
+                    result = await self.summarize.handle(
+                        run.job, coords.partition, partial(self._model_slot, timer, run)
+                    )
             except asyncio.CancelledError:
                 raise
             except TimeoutError as exc:
@@ -192,7 +202,7 @@ class WorkerRuntime:
                 run.attempts += 1
                 retry_after = exc.retry_after if isinstance(exc, RetryableError) else None
                 delay = self.backoff.delay(run.attempts - 1, retry_after)
-                if run.attempts >= policy.job_max_attempts or loop.time() + delay >= deadline:
+                if run.attempts >= policy.job_max_attempts or loop.time() + delay >= run.deadline:
                     metrics.FAILURES.labels("summarize", type(exc).__name__, "no").inc()
                     await self._give_up(run, exc, coords, key, fields, retryable=True)
                     break
@@ -213,7 +223,7 @@ class WorkerRuntime:
                 log.error("summary job failed", exc_info=not is_permanent(exc),
                           extra={**fields, "error_class": type(exc).__name__, "permanent": permanent})  # fmt: skip
                 delay = self.backoff.delay(run.unexpected)
-                if permanent or loop.time() + delay >= deadline:
+                if permanent or loop.time() + delay >= run.deadline:
                     await self._give_up(run, exc, coords, key, fields, retryable=False)
                     break
                 await asyncio.sleep(delay)
@@ -223,6 +233,26 @@ class WorkerRuntime:
             # The session switched epochs while the job ran: run it again on the adopted line's head.
         if produced_at is not None:
             metrics.JOB_AGE.observe(max(0.0, time.time() - produced_at))
+
+    @contextlib.asynccontextmanager
+    async def _model_slot(self, timer: asyncio.Timeout, run: _Run) -> AsyncIterator[None]:
+        """One of the ``async_summary_num`` model-call slots; the job's clock stops while it waits."""
+        slots = self.model_slots
+        if slots.locked():
+            loop = asyncio.get_running_loop()
+            waiting_since = loop.time()
+            timer.reschedule(None)
+            try:
+                await slots.acquire()
+            finally:
+                run.deadline += loop.time() - waiting_since
+                timer.reschedule(run.deadline)
+        else:
+            await slots.acquire()
+        try:
+            yield
+        finally:
+            slots.release()
 
     async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> bool:
         """Publish ``result``, retried while Kafka fails; a send that failed re-reads the ledger first.
@@ -466,6 +496,8 @@ class _Run:
     """One job's attempts: the calls they made, the window a refusal taught."""
 
     job: SummaryJob
+    deadline: float = 0.0
+    """Loop time the job gives up at: ``job_timeout_s`` after its start, plus any wait for a model slot."""
     attempts: int = 0
     unexpected: int = 0
     window: int | None = None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
@@ -94,6 +95,14 @@ class Heads(Protocol):
     def failure(self, partition: int, key: str) -> SummaryFailure | None: ...
 
 
+ModelSlot = Callable[[], AbstractAsyncContextManager[None]]
+"""What a job holds while its summarizer calls the model (``WorkerRuntime`` bounds them)."""
+
+
+def _no_slot() -> AbstractAsyncContextManager[None]:
+    return nullcontext()
+
+
 class EventSource(Protocol):
     """A session's records of one events partition (:class:`~streams.app.event_log.EventLogReader`)."""
 
@@ -117,16 +126,18 @@ class SummarizeHandler:
         self.cache = cache
         self.clock = clock
 
-    async def handle(self, job: SummaryJob, partition: int) -> JobResult:
+    async def handle(self, job: SummaryJob, partition: int, model_slot: ModelSlot = _no_slot) -> JobResult:
+        """Run ``job``; ``model_slot`` is entered around the summarizer call only (a job answered
+        from the cache, stale or with nothing to summarize never waits for one)."""
         await self.ledger.ready(partition)
         served = self.ledger.epoch_of(partition, session_id_of(*job.session_key))
-        result = await self._handle(job, partition, served)
+        result = await self._handle(job, partition, served, model_slot)
         if job.reply_to is not None and result.record is not None and not isinstance(result.record, SessionSummary):
             # An answer to a waiting request that names no new summary: true of the served epoch only.
             return replace(result, served_epoch=served)
         return result
 
-    async def _handle(self, job: SummaryJob, partition: int, served: int) -> JobResult:
+    async def _handle(self, job: SummaryJob, partition: int, served: int, model_slot: ModelSlot) -> JobResult:
         key = table_key(job.app_name, job.user_id, job.session_id, job.filter_key)
         head = self.ledger.head(partition, key)
         if job.origin == "join":
@@ -167,19 +178,20 @@ class SummarizeHandler:
             return JobResult("cached", summary, delta.offsets.get(summary.boundary.last_event_id or ""), digest,
                              len(delta.events))  # fmt: skip
         try:
-            result = await summarizer.summarize(
-                previous_text,
-                delta.events,
-                job.trigger,
-                session=job.session_key,
-                filter_key=job.filter_key,
-                model_request=job.model_request,
-                force=job.force,
-                # The producer's markers first: distill's own keys cannot be spoofed by them.
-                context={**job.context, "job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
-                # A window a context-length refusal taught the key (only passed when there is one).
-                **({"context_window": job.summary_context_window} if job.summary_context_window else {}),
-            )
+            async with model_slot():
+                result = await summarizer.summarize(
+                    previous_text,
+                    delta.events,
+                    job.trigger,
+                    session=job.session_key,
+                    filter_key=job.filter_key,
+                    model_request=job.model_request,
+                    force=job.force,
+                    # The producer's markers first: distill's own keys cannot be spoofed by them.
+                    context={**job.context, "job_id": job.job_id, "origin": job.origin, "app_name": job.app_name},
+                    # A window a context-length refusal taught the key (only passed when there is one).
+                    **({"context_window": job.summary_context_window} if job.summary_context_window else {}),
+                )
         except SummarySkipped as exc:
             return self._nothing(job, str(exc), version)
         new_version = version + 1

@@ -222,8 +222,8 @@ async def test_a_pass_at_the_model_when_the_switch_lands_runs_again_on_the_adopt
     at_model, release = asyncio.Event(), asyncio.Event()
     handle = rt.summarize.handle
 
-    async def gated(j: SummaryJob, partition: int) -> JobResult:
-        result = await handle(j, partition)
+    async def gated(j: SummaryJob, partition: int, *slot: Any) -> JobResult:
+        result = await handle(j, partition, *slot)
         if not at_model.is_set():
             at_model.set()
             await release.wait()

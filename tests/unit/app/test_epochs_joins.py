@@ -12,6 +12,7 @@ and text of the summary the reply names, never the line the session left).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from schemas import EpochAdopted, SessionSummary, SummaryFailure, SummaryJob, SummaryReply
 from streams.app.heads import HeadBook
@@ -137,8 +138,8 @@ async def test_a_join_answered_while_a_switch_lands_names_the_adopted_epochs_hea
     decided, release = asyncio.Event(), asyncio.Event()
     handle = rt.summarize.handle
 
-    async def gated(j: SummaryJob, partition: int) -> JobResult:
-        result = await handle(j, partition)
+    async def gated(j: SummaryJob, partition: int, *slot: Any) -> JobResult:
+        result = await handle(j, partition, *slot)
         if not decided.is_set():
             decided.set()
             await release.wait()

@@ -110,7 +110,7 @@ async def test_a_hung_call_is_cancelled_at_the_timeout_and_its_late_result_never
     rt, sent, _ = runtime(job_timeout_s=0.2)
     cancelled = asyncio.Event()
 
-    async def hang(j: SummaryJob, partition: int) -> JobResult:
+    async def hang(j: SummaryJob, partition: int, *slot: Any) -> JobResult:
         try:
             await asyncio.sleep(1.0)
         except asyncio.CancelledError:
@@ -196,9 +196,9 @@ async def test_two_jobs_of_one_key_running_at_once_publish_a_version_once(second
     waiting = 0
     handle = rt.summarize.handle
 
-    async def gated(j: SummaryJob, partition: int) -> JobResult:
+    async def gated(j: SummaryJob, partition: int, *slot: Any) -> JobResult:
         nonlocal waiting
-        result = await handle(j, partition)
+        result = await handle(j, partition, *slot)
         waiting += 1
         if waiting == 2:
             both_in.set()
