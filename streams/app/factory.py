@@ -8,9 +8,13 @@ thin agents do decode → handler → send:
 * ``absorb`` (summaries topic): summaries and failures advance or release the
   table's keys (same table, co-partitioned);
 * ``summarize`` (jobs topic): hands each job to the bounded :class:`JobPool`
-  (``async_summary_num`` concurrent, one per key, acked in order), and each
+  (one at a time per key, acked in order; ``async_summary_num`` model calls at
+  once, see ``WorkerRuntime.model_slots``), and each
   ``adopt_epoch`` the track agent forwarded (an epoch switch, decided where the
   heads are: ``WorkerRuntime.run_adoption``).
+
+``track`` and ``absorb`` take their topics' records in batches straight from the
+consumer (:class:`~streams.app.record_sink.RecordSink`), not one Faust event at a time.
 
 Every record is sent to the partition it came from, so a session's events,
 jobs, summaries and table entries always share one partition number whatever
