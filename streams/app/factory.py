@@ -303,14 +303,16 @@ def create_app(
     batch_drain.route(app, topics.events, sink)
     max_record_bytes = settings.kafka.max_record_bytes
 
-    @app.agent(events_topic, name="track", concurrency=1)
-    async def track_sessions(stream: faust.StreamT[Any]) -> None:
-        # Batches: one changelog record per changed key per batch (not per event), outputs on
-        # the broker before the batch is acked: a batch's records are acked only once the body
-        # below is done with them, so a commit never passes unfinished work.
+    async def take_batches(stream: Any, sink: RecordSink, most: int, body: Callable[[Any, list[Any]], Any],
+                           what: str) -> None:  # fmt: skip
+        """Run ``body`` on each batch of ``sink``'s records, for ever.
+
+        Outputs are on the broker before a batch is acked: its records are acked only once
+        ``body`` is done with them, so a commit never passes unfinished work.
+        """
         aiter(cast(Any, stream).channel)  # what iterating the stream does first: subscribe the topic
         while True:
-            messages = await sink.take(TRACK_BATCH)
+            messages = await sink.take(most)
             # A batch can straddle a rebalance: records fetched under an earlier generation belong to
             # the previous assignment, and whoever owns their partition now re-reads them from the
             # committed offset (Faust's stream skips them without acking too).
@@ -320,15 +322,32 @@ def create_app(
                 continue
             sink.track(fresh)
             try:
-                await track_batch(stream, fresh)
+                await body(stream, fresh)
             except Exception as exc:
-                # Unacked records would stall this partition's commits for good; stopping the
+                # Unacked records would stall their partitions' commits for good; stopping the
                 # worker re-delivers them from the committed offset (re-applying is a no-op:
                 # each state keeps the highest offset it has folded).
-                log.exception("track batch failed; stopping the worker", extra={"records": len(fresh)})
+                log.exception(f"{what} failed; stopping the worker", extra={"records": len(fresh)})
                 await app.crash(exc)
                 raise
             sink.ack(fresh)
+
+    def enter_partition(stream: Any, batch: TableBatch, last_of: dict[int, Any], msg: Any) -> None:
+        """Make ``msg``'s partition the batch's and the stream's current one.
+
+        A RocksDB store reads a key from the db of the current event's partition: one event
+        per partition and batch stands for its records (fetches alternate partitions).
+        """
+        batch.partition = msg.partition
+        current = last_of.get(msg.partition)
+        if current is None:
+            current = last_of[msg.partition] = app.create_event(msg.key, None, msg.headers, msg)
+        stream._set_current_event(current)
+
+    @app.agent(events_topic, name="track", concurrency=1)
+    async def track_sessions(stream: faust.StreamT[Any]) -> None:
+        # Batches: one changelog record per changed key per batch (not per event).
+        await take_batches(stream, sink, TRACK_BATCH, track_batch, "track batch")
 
     async def track_batch(stream: Any, messages: list[Any]) -> None:
         batch = TableBatch(table_reader())
@@ -341,13 +360,8 @@ def create_app(
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             key = msg.key or b""
             if msg.partition != partition:
-                # A RocksDB store reads a key from the db of the current event's partition: one
-                # event per partition and batch stands for its records (fetches alternate partitions).
-                partition = batch.partition = msg.partition
-                current = last_of.get(partition)
-                if current is None:
-                    current = last_of[partition] = app.create_event(msg.key, None, msg.headers, msg)
-                stream._set_current_event(current)
+                partition = msg.partition
+                enter_partition(stream, batch, last_of, msg)
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
             at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
             record = decode_event_record(msg.value or b"", max_record_bytes)  # never raises: Rejected
@@ -442,34 +456,16 @@ def create_app(
 
     @app.agent(summaries_topic, name="absorb", concurrency=1)
     async def absorb_summaries(stream: faust.StreamT[Any]) -> None:
-        # As the track agent: a batch's records are acked once its writes are on the broker.
-        aiter(cast(Any, stream).channel)  # subscribe the topic (Faust assigns, acks and commits it)
-        while True:
-            messages = await summary_sink.take(ABSORB_BATCH)
-            generation = app.consumer_generation_id
-            fresh = [m for m in messages if m.generation_id == generation]
-            if not fresh:
-                continue
-            summary_sink.track(fresh)
-            try:
-                await absorb_batch(stream, fresh)
-            except Exception as exc:  # unacked, they would stall their partitions' commits: stop, re-deliver
-                log.exception("absorbing summaries failed; stopping the worker", extra={"records": len(fresh)})
-                await app.crash(exc)
-                raise
-            summary_sink.ack(fresh)
+        await take_batches(stream, summary_sink, ABSORB_BATCH, absorb_batch, "absorbing summaries")
 
     async def absorb_batch(stream: Any, messages: list[Any]) -> None:
         batch = TableBatch(table_reader())
-        last_of: dict[int, Any] = {}  # partition -> an event of it (see track_batch)
+        last_of: dict[int, Any] = {}  # partition -> an event of it (see enter_partition)
         partition = -1
         for msg in messages:
             if msg.partition != partition:
-                partition = batch.partition = msg.partition
-                current = last_of.get(partition)
-                if current is None:
-                    current = last_of[partition] = app.create_event(msg.key, None, msg.headers, msg)
-                stream._set_current_event(current)
+                partition = msg.partition
+                enter_partition(stream, batch, last_of, msg)
             try:
                 record = decode_summary_record(msg.value or b"")
             except ValueError as exc:  # not a distill record: nothing to apply (its key's job times out)
