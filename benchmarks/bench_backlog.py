@@ -106,16 +106,21 @@ async def wait_committed(settings: Settings, group: str, total: int, timeout: fl
     raise TimeoutError(f"workers did not consume {total} events in {timeout}s")
 
 
+async def bench_topics(llm_base_url: str, event_threshold: int) -> tuple[Settings, str, str]:
+    """A run's settings (fresh topics, created; the zero-latency model at ``llm_base_url``; workers at
+    WARNING), the prefix of its topic names and its worker group: what the run deletes at its end."""
+    settings = scripted_pipeline_settings(
+        load_settings(), llm_base_url, partitions=PARTITIONS, topic_prefix="bench", llm={"model": "zero-latency"},
+        event_threshold=event_threshold, async_summary_num=8,
+    )  # fmt: skip
+    settings.worker.log_level = "WARNING"
+    await create_topics(settings)
+    return settings, settings.topics.events.rsplit(".", 1)[0] + ".", settings.worker.app_id
+
+
 async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_session: int) -> dict[str, float]:
     with OpenAIServer() as llm:
-        settings = scripted_pipeline_settings(
-            load_settings(), llm.base_url, partitions=PARTITIONS, topic_prefix="bench", llm={"model": "zero-latency"},
-            event_threshold=19 if args.jobs else 1_000_000, async_summary_num=8,
-        )  # fmt: skip
-        settings.worker.log_level = "WARNING"
-        run_prefix = settings.topics.events.rsplit(".", 1)[0] + "."
-        group = settings.worker.app_id
-        await create_topics(settings)
+        settings, run_prefix, group = await bench_topics(llm.base_url, 19 if args.jobs else 1_000_000)
         tmp = Path(tempfile.mkdtemp(prefix="bench-backlog-"))
         workers = [WorkerProcess(settings, tmp / f"worker-{i}.log") for i in range(n_workers)]
         try:

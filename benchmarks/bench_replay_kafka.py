@@ -33,18 +33,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_backlog import PARTITIONS, backlog, last_timestamp, produce, wait_committed
+from benchmarks.bench_backlog import backlog, bench_topics, last_timestamp, produce, wait_committed
 from benchmarks.bench_pipeline import committed, start_profiler, stop_profiler, wait_jobs_drained
 from benchmarks.cpu_clock import process_cpu_s
-from schemas.settings import Settings, load_settings
+from schemas.settings import Settings
 from streams.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import (
     DISTILL,
     ROOT,
     WorkerProcess,
-    create_topics,
     read_topic,
-    scripted_pipeline_settings,
     summaries_of,
     worker_env,
 )
@@ -53,6 +51,7 @@ from tests.support.openai_server import OpenAIServer
 CHANGED_PROMPT = "请用要点总结这段对话：{conversation_text}"
 _DONE = re.compile(r"done: (\d+) events, (\d+) summaries \(LLM calls (\d+), reused from cache (\d+)\) → (\S+)")
 _PID = re.compile(r"worker pid (\d+)")
+POLL_S = 0.25
 
 
 @dataclass
@@ -109,7 +108,7 @@ async def replay(settings: Settings, events: int, profile: str | None = None) ->
             first = (now, cpu, n)
         if n >= events:
             done = (now, cpu)
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(POLL_S)
     stop_profiler(spy)
     rest, _ = proc.communicate(timeout=600)
     text = "".join(out) + rest
@@ -121,7 +120,7 @@ async def replay(settings: Settings, events: int, profile: str | None = None) ->
     newest = await last_timestamp(settings, summary.group(5))
     return ReplayRun(
         wall_s=time.monotonic() - t0, boot_s=first[0] - t0, last_summary_s=(newest or time.time()) - wall0,
-        drain_s=(done[0] - first[0]) * events / max(1, drained),
+        drain_s=max(POLL_S, (done[0] - first[0]) * events / max(1, drained)),  # a drain within one poll: ~one poll
         drain_cpu_s=(done[1] - first[1]) * events / max(1, drained), events=int(summary.group(1)),
         summaries=int(summary.group(2)), llm_calls=int(summary.group(3)), cache_hits=int(summary.group(4)),
         topic=summary.group(5),
@@ -139,14 +138,7 @@ def line(name: str, run: ReplayRun) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     with OpenAIServer() as llm:
-        settings = scripted_pipeline_settings(
-            load_settings(), llm.base_url, partitions=PARTITIONS, topic_prefix="bench", llm={"model": "zero-latency"},
-            event_threshold=args.event_threshold, async_summary_num=8,
-        )  # fmt: skip
-        settings.worker.log_level = "WARNING"
-        run_prefix = settings.topics.events.rsplit(".", 1)[0] + "."
-        group = settings.worker.app_id
-        await create_topics(settings)
+        settings, run_prefix, group = await bench_topics(llm.base_url, args.event_threshold)
         tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
         try:
             records = backlog(args.sessions, args.rounds * 2, "r")
