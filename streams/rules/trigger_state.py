@@ -575,11 +575,17 @@ def on_job_failed(
     return out
 
 
-def _latest_ts(state: SessionTriggerState) -> int | None:
+def latest_event_ts(state: SessionTriggerState) -> int | None:
+    """The latest event time (µs) the key has seen: its own activity and its pending events."""
     times = [t for t in (state.own.activity.last_ts, state.pending[-1].ts if state.pending else None) if t is not None]
-    if state.in_flight is not None:
-        times.append(state.in_flight.emitted_at)
     return max(times) if times else None
+
+
+def _latest_ts(state: SessionTriggerState) -> int | None:
+    latest = latest_event_ts(state)
+    if state.in_flight is None:
+        return latest
+    return state.in_flight.emitted_at if latest is None else max(latest, state.in_flight.emitted_at)
 
 
 def cooldown_until(state: SessionTriggerState, policy: SummaryPolicy) -> int | None:

@@ -325,3 +325,22 @@ def test_a_sync_request_on_a_key_with_nothing_due_still_says_nothing_to_summariz
     feed(h, table, [event(1, "user"), event(2)])
     (answer,) = h.on_record(sync("", force=False), Coordinates("ev", 1, 9), table).replies
     assert answer.error_class == "NothingToSummarize" and is_nothing_to_summarize(answer)
+
+
+def test_a_sweeps_re_emission_does_not_move_the_cooldown_off_event_time() -> None:
+    # The sweep re-emits a timed-out job at the wall clock's time (here a year after the session's
+    # events, as when a backlog of old events is summarized), and the job is then given up. The
+    # cooldown runs in event time from the session's latest event: the first event past it gets
+    # the half-open retry. Before, the re-emission's wall-clock time anchored the cooldown, and no
+    # event of the session got a job until its event time passed that wall-clock time.
+    table: dict[str, TrackedKey] = {}
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(1),), failure_cooldown_s=60)))
+    job = feed(h, table, [event(1, "user"), event(2)])[0]
+    poke = Summarize.model_validate({"app_name": "a", "user_id": "u", "session_id": "s", "command_id": "c1",
+                                     "origin": "retry"})  # fmt: skip
+    [again] = h.on_record(poke, Coordinates("ev", 1, 5), table, log_time=T0 + timedelta(days=365)).jobs
+    assert again.job_id == job.job_id and again.origin == "retry"
+    h.on_summary_record(_given_up(job), table)
+    assert not feed(h, table, [event(30)], start=6)  # within 60 s of e2 in event time
+    [retry] = feed(h, table, [event(70)], start=7)  # past it: the half-open retry
+    assert retry.upto.last_event_id == "e70"
