@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -202,3 +203,15 @@ def test_a_replay_waits_for_its_model_calls_before_it_ends(service_settings: Set
         summaries = by_session(asyncio.run(read_topic(settings, run.topic, timeout=10)))
         assert [s["version"] for s in summaries.get(b.session, [])] == [1, 2], run.out
         assert len(llm.requests) == 2
+
+
+def test_a_replay_of_an_empty_events_topic_ends_with_nothing_to_do(service_settings: Settings) -> None:
+    """Nothing to replay is done once idle: it used to wait for a first committed event until
+    ``--timeout`` (an hour by default)."""
+    with OpenAIServer(default=echo) as llm:
+        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
+        asyncio.run(create_topics(settings))
+        started = time.monotonic()
+        run = finished(replay(settings, "--idle-exit", "1", "--timeout", "90"))
+        assert "done: 0 events, 0 summaries" in run.out, run.out
+        assert time.monotonic() - started < 60, run.out
