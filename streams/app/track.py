@@ -56,7 +56,6 @@ from streams.rules.trigger_state import (
     SessionTriggerState,
     cooldown_until,
     cooling_down,
-    latest_event_ts,
     new_state,
     on_adoption,
     on_job_failed,
@@ -454,11 +453,7 @@ def resend(state: SessionTriggerState | None, at: datetime) -> Outcome:
     job = resend_job(state, head, created_at=at)
     if job is None:
         return Outcome()
-    # Emitted at an event time, as every job: the poke's wall-clock time (the sweep keeps that in the
-    # entry's ``emitted_wall``) would anchor a failure's cooldown off the session's clock, and no
-    # event of a backlog older than the wall clock would get a job until past it.
-    emitted = max(head.emitted_at, latest_event_ts(state) or head.emitted_at)
-    flight = InFlight(job.job_id, job.upto.last_event_id, emitted, job.attempt, job.context or None)
+    flight = InFlight(job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None)
     return Outcome({state.filter_key: record_decision(state.copy(), flight)}, (), (job,))
 
 

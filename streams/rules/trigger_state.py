@@ -567,7 +567,10 @@ def on_job_failed(
         out.decided_id = left[-1].upto_event_id if left else None
         _recount(out, _skip_for(out.pending, out.decided_id))
     if gave_up:
-        anchor = _latest_ts(state)
+        # Event time only: a job emitted by a command or a sweep's poke carries the record's log
+        # (wall-clock) time, which would move the cooldown off the session's clock (a backlog of
+        # events older than the wall clock got no job until its event time passed it).
+        anchor = _latest_event_ts(state)
         count = state.failed.failures + 1 if state.failed is not None else 1
         out.failed = Failed(count, anchor if anchor is not None else at)
     if learns:
@@ -575,17 +578,10 @@ def on_job_failed(
     return out
 
 
-def latest_event_ts(state: SessionTriggerState) -> int | None:
+def _latest_event_ts(state: SessionTriggerState) -> int | None:
     """The latest event time (µs) the key has seen: its own activity and its pending events."""
     times = [t for t in (state.own.activity.last_ts, state.pending[-1].ts if state.pending else None) if t is not None]
     return max(times) if times else None
-
-
-def _latest_ts(state: SessionTriggerState) -> int | None:
-    latest = latest_event_ts(state)
-    if state.in_flight is None:
-        return latest
-    return state.in_flight.emitted_at if latest is None else max(latest, state.in_flight.emitted_at)
 
 
 def cooldown_until(state: SessionTriggerState, policy: SummaryPolicy) -> int | None:

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from schemas import (
     DeleteSession,
     SessionEvent,
@@ -327,20 +329,29 @@ def test_a_sync_request_on_a_key_with_nothing_due_still_says_nothing_to_summariz
     assert answer.error_class == "NothingToSummarize" and is_nothing_to_summarize(answer)
 
 
-def test_a_sweeps_re_emission_does_not_move_the_cooldown_off_event_time() -> None:
-    # The sweep re-emits a timed-out job at the wall clock's time (here a year after the session's
-    # events, as when a backlog of old events is summarized), and the job is then given up. The
-    # cooldown runs in event time from the session's latest event: the first event past it gets
-    # the half-open retry. Before, the re-emission's wall-clock time anchored the cooldown, and no
-    # event of the session got a job until its event time passed that wall-clock time.
+@pytest.mark.parametrize("emitted_by", ["command", "sweep_retry"])
+def test_a_given_up_jobs_cooldown_runs_in_event_time_however_the_job_was_emitted(emitted_by: str) -> None:
+    # The job is emitted by a summarize command (and, in one case, re-emitted by a sweep's retry
+    # poke), records logged at the wall clock's time — here a year after the session's events, as
+    # when a backlog of old events is summarized; then it is given up. The cooldown runs in event
+    # time from the session's latest event: the first event past it gets the half-open retry. Before,
+    # the record's wall-clock time anchored the cooldown, and no event of the session got a job until
+    # its event time passed that.
     table: dict[str, TrackedKey] = {}
-    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(1),), failure_cooldown_s=60)))
-    job = feed(h, table, [event(1, "user"), event(2)])[0]
-    poke = Summarize.model_validate({"app_name": "a", "user_id": "u", "session_id": "s", "command_id": "c1",
-                                     "origin": "retry"})  # fmt: skip
-    [again] = h.on_record(poke, Coordinates("ev", 1, 5), table, log_time=T0 + timedelta(days=365)).jobs
-    assert again.job_id == job.job_id and again.origin == "retry"
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(3),), failure_cooldown_s=60)))
+    assert not feed(h, table, [event(1, "user"), event(2)])
+    later = T0 + timedelta(days=365)
+    command = Summarize.model_validate({"app_name": "a", "user_id": "u", "session_id": "s", "command_id": "c1",
+                                        "force": True})  # fmt: skip
+    [job] = h.on_record(command, Coordinates("ev", 1, 5), table, log_time=later).jobs
+    if emitted_by == "sweep_retry":
+        poke = Summarize.model_validate({"app_name": "a", "user_id": "u", "session_id": "s", "command_id": "c2",
+                                         "origin": "retry"})  # fmt: skip
+        [again] = h.on_record(poke, Coordinates("ev", 1, 6), table, log_time=later + timedelta(minutes=5)).jobs
+        assert again.job_id == job.job_id and again.origin == "retry"
     h.on_summary_record(_given_up(job), table)
-    assert not feed(h, table, [event(30)], start=6)  # within 60 s of e2 in event time
-    [retry] = feed(h, table, [event(70)], start=7)  # past it: the half-open retry
-    assert retry.upto.last_event_id == "e70"
+    assert not feed(h, table, [event(30)], start=7)  # within 60 s of e2 in event time
+    [retry] = feed(h, table, [event(70)], start=8)  # past it: the half-open retry
+    # ... and it covers every event from the first (offsets 0..8): none is left out of a summary input.
+    assert retry.upto.last_event_id == "e70" and retry.upto.offset == 8
+    assert retry.previous_boundary is None and retry.from_version == 0 and retry.events_from_offset == 0
