@@ -202,12 +202,9 @@ async def _watch(
             unanswered = sum(end - (committed[tp].offset if tp in committed else 0)
                              for tp, end in {**await consumer.end_offsets(job_tps), **out_ends}.items())  # fmt: skip
             click.echo("\r  " + progress_line(done_events, total, time.monotonic() - started, produced), nl=False)
-            # All consumed and answered; ``done_events`` is 0 until the worker's first commit, unless
-            # the topic is empty (nothing to commit: that replay is done once idle too).
-            settled = lag == 0 and unanswered == 0 and (done_events > 0 or total == 0)
             if (done_events, produced, unanswered) != last:
                 last, last_change = (done_events, produced, unanswered), time.monotonic()
-            elif settled and time.monotonic() - last_change > idle_exit:
+            elif settled(done_events, total, unanswered) and time.monotonic() - last_change > idle_exit:
                 break
             await asyncio.sleep(1.0)
         else:
@@ -235,6 +232,12 @@ async def _committed(admin: Any, group: str) -> dict[Any, Any]:
         if not exc.retriable:
             raise
         return {}
+
+
+def settled(committed_events: int, total_events: int, unanswered: int) -> bool:
+    """Whether a replay's group is done: it committed every event of the topic (an empty topic:
+    none) and every job and summary the run wrote."""
+    return unanswered == 0 and committed_events == total_events
 
 
 def progress_line(done: int, total: int, elapsed: float, summaries: int, width: int = 24) -> str:

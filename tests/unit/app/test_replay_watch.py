@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import GroupAuthorizationFailedError, GroupCoordinatorNotAvailableError
 
-from streams.cli.replay_cmd import _committed
+from streams.cli.replay_cmd import _committed, settled
 
 
 class Admin:
@@ -35,3 +35,11 @@ async def test_committed_offsets_are_passed_through() -> None:
 async def test_an_error_that_retrying_cannot_cure_still_ends_the_command() -> None:
     with pytest.raises(GroupAuthorizationFailedError):
         await _committed(Admin(GroupAuthorizationFailedError("denied")), "g")
+
+
+def test_a_replay_is_settled_once_every_event_job_and_summary_is_committed() -> None:
+    assert settled(120, 120, 0)
+    assert not settled(119, 120, 0)  # an event not yet consumed
+    assert not settled(120, 120, 3)  # jobs or summaries not yet answered
+    assert not settled(0, 120, 0)  # the worker has not committed yet
+    assert settled(0, 0, 0)  # an empty events topic: nothing to do (it used to wait for --timeout)
