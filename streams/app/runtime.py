@@ -237,22 +237,18 @@ class WorkerRuntime:
     @contextlib.asynccontextmanager
     async def _model_slot(self, timer: asyncio.Timeout, run: _Run) -> AsyncIterator[None]:
         """One of the ``async_summary_num`` model-call slots; the job's clock stops while it waits."""
-        slots = self.model_slots
-        if slots.locked():
-            loop = asyncio.get_running_loop()
-            waiting_since = loop.time()
-            timer.reschedule(None)
-            try:
-                await slots.acquire()
-            finally:
-                run.deadline += loop.time() - waiting_since
-                timer.reschedule(run.deadline)
-        else:
-            await slots.acquire()
+        loop = asyncio.get_running_loop()
+        waiting_since = loop.time()
+        timer.reschedule(None)
+        try:
+            await self.model_slots.acquire()
+        finally:
+            run.deadline += loop.time() - waiting_since
+            timer.reschedule(run.deadline)
         try:
             yield
         finally:
-            slots.release()
+            self.model_slots.release()
 
     async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> bool:
         """Publish ``result``, retried while Kafka fails; a send that failed re-reads the ledger first.

@@ -99,10 +99,6 @@ ModelSlot = Callable[[], AbstractAsyncContextManager[None]]
 """What a job holds while its summarizer calls the model (``WorkerRuntime`` bounds them)."""
 
 
-def _no_slot() -> AbstractAsyncContextManager[None]:
-    return nullcontext()
-
-
 class EventSource(Protocol):
     """A session's records of one events partition (:class:`~streams.app.event_log.EventLogReader`)."""
 
@@ -126,7 +122,7 @@ class SummarizeHandler:
         self.cache = cache
         self.clock = clock
 
-    async def handle(self, job: SummaryJob, partition: int, model_slot: ModelSlot = _no_slot) -> JobResult:
+    async def handle(self, job: SummaryJob, partition: int, model_slot: ModelSlot = nullcontext) -> JobResult:
         """Run ``job``; ``model_slot`` is entered around the summarizer call only (a job answered
         from the cache, stale or with nothing to summarize never waits for one)."""
         await self.ledger.ready(partition)
