@@ -67,6 +67,37 @@ class WorkerProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def diagnosis(self, tail: int = 3000, wait_s: float = 2.0) -> str:
+        """The log's tail, then every thread's stack and asyncio task the worker has now.
+
+        For an assertion's message (evaluated only when it fails): Faust's worker prints
+        the stacks on SIGUSR1, so a run that stalled in CI says where it waits.
+        """
+        before = self.log_path.stat().st_size
+        head = self.log_text()[-tail:]
+        if self.proc.poll() is not None:
+            return f"{head}\n(worker exited {self.proc.returncode})"
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(wait_s)
+        with self.log_path.open("rb") as f:
+            f.seek(before)
+            stacks = compact_stacks(f.read().decode(errors="replace"))
+        return f"{head}\n--- worker stacks and tasks (SIGUSR1) ---\n{stacks[-20000:]}"
+
+
+def compact_stacks(dump: str) -> str:
+    """mode's stack dump without its local variables: each stack's header and frames (file line, code)."""
+    lines = dump.splitlines()
+    kept: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith(("THREAD ", "Stack for ", "  TASK ")):
+            kept.append(line[:200])
+        elif line.lstrip().startswith('File "'):
+            kept.append(line)
+            if i + 1 < len(lines):
+                kept.append(lines[i + 1])
+    return "\n".join(kept)
+
 
 class ProjectorProcess:
     """``distill projector`` in a subprocess (the settings' topics and keyspace), its output in a log file."""
