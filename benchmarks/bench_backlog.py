@@ -160,7 +160,9 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
             out = {"events_s": len(records) / ((t_track or time.time()) - t0), "cpu_us": cpu_track / len(records) * 1e6,
                    "produce_s": produced_s}  # fmt: skip
             if args.jobs:
+                spy = start_profiler(pids[0], args.profile_jobs)
                 await wait_jobs_drained(settings, group, 900)
+                stop_profiler(spy)
                 cpu_all = sum(map(process_cpu_s, pids)) - cpu0
                 t_sum = await last_timestamp(settings, settings.topics.summaries)
                 jobs = await topic_count(settings, settings.topics.jobs)
@@ -222,4 +224,6 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=0.0, help="pace the events at this rate into running workers")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="py-spy raw profile of the first worker over the track drain to PATH")
+    parser.add_argument("--profile-jobs", help="with --jobs: py-spy raw profile of the first worker from the end "
+                        "of the track drain until every job is answered, to PATH")
     asyncio.run(main(parser.parse_args()))

@@ -503,6 +503,9 @@ def create_app(
     async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
         revoked: set[Any] = args[0] if args else _.get("revoked", set())
         revoked_generation[0] = app.consumer_generation_id
+        gone = sorted(tp.partition for tp in revoked if tp.topic == topics.jobs)
+        log.info("partitions revoked", extra={"topic": topics.jobs, "partitions": ",".join(map(str, gone)),
+                                               "generation": app.consumer_generation_id})  # fmt: skip
         runtime.reader.recent.reset({tp.partition for tp in revoked if tp.topic == topics.events})
         if watch is not None:  # the table is co-partitioned with the events topic
             watch.drop_partitions({tp.partition for tp in revoked if tp.topic == topics.events})
@@ -518,7 +521,8 @@ def create_app(
         # A member rejoining a stable group may keep its generation number: its jobs are current.
         revoked_generation[0] = None
         runtime.on_assigned(set(mine))
-        log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine))})
+        log.info("partitions assigned", extra={"topic": topics.jobs, "partitions": ",".join(map(str, mine)),
+                                                "generation": app.consumer_generation_id})  # fmt: skip
 
     @cast(Any, app.on_before_shutdown).connect  # type: ignore[untyped-decorator]
     async def _shutdown(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:
