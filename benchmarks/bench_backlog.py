@@ -224,6 +224,9 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=0.0, help="pace the events at this rate into running workers")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="py-spy raw profile of the first worker over the track drain to PATH")
-    parser.add_argument("--profile-jobs", help="with --jobs: py-spy raw profile of the first worker from the end "
-                        "of the track drain until every job is answered, to PATH")
+    parser.add_argument(
+        "--profile-jobs",
+        help="with --jobs: py-spy raw profile of the first worker from the end "
+        "of the track drain until every job is answered, to PATH",
+    )
     asyncio.run(main(parser.parse_args()))
