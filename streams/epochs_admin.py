@@ -326,3 +326,29 @@ __all__ = [
     "collect_heads", "epoch_heads", "epoch_numbers", "new_run_id", "next_epoch", "read_excluded",
     "replay_epochs", "request_adoptions", "run_epoch", "sessions_adopting", "write_excluded",
 ]  # fmt: skip
+
+
+async def start_group_at_end(settings: Settings, group: str, topic: str) -> dict[int, int]:
+    """Commit ``topic``'s end offsets for ``group`` where it has none yet; returns ``{partition: start}``.
+
+    A replay ``--from-latest`` reads only what arrives after its start: its fresh group starts at the
+    offsets of that moment (committed here, before its worker joins) rather than at wherever "latest"
+    is when the worker's assignment comes (records between the two would be skipped), and its
+    progress counts from them (with nothing committed a run never looked done). A partition the
+    group already committed (a resumed run) keeps its offset.
+    """
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not parts:
+            parts = [TopicPartition(topic, p) for p in range(settings.topics.partitions)]
+        consumer.assign(parts)
+        ends = await consumer.end_offsets(parts)
+        committed = {tp: await consumer.committed(tp) for tp in parts}
+        fresh = {tp: ends[tp] for tp in parts if committed[tp] is None}
+        if fresh:
+            await consumer.commit(fresh)
+        return {tp.partition: committed[tp] if committed[tp] is not None else ends[tp] for tp in parts}
+    finally:
+        await consumer.stop()

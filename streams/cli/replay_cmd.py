@@ -25,7 +25,8 @@ from schemas.settings import Settings, load_settings
     help="Only this session (repeatable). A bare SESSION id matches it under every app and user.",
 )
 @click.option("--from-beginning/--from-latest", default=True, show_default=True,
-              help="Read the events topic from its first retained record (or only new records).")  # fmt: skip
+              help="Read the events topic from its first retained record (or only the records that arrive "
+                   "after the command starts; it ends once they are summarized and idle).")  # fmt: skip
 @click.option("--app", "apps", multiple=True, metavar="APP", help="Only the sessions of this app (repeatable).")
 @click.option("--idle-exit", default=5.0, show_default=True, help="Stop after this many seconds without progress.")
 @click.option("--timeout", default=3600.0, show_default=True, help="Give up after this many seconds.")
@@ -68,7 +69,14 @@ def command(
     adopted the run's epoch: the live worker continues their line.
     """
     from streams.app.factory import replay_topics, session_filter
-    from streams.epochs_admin import adopted_sessions, claim_epoch, new_run_id, run_epoch, write_excluded
+    from streams.epochs_admin import (
+        adopted_sessions,
+        claim_epoch,
+        new_run_id,
+        run_epoch,
+        start_group_at_end,
+        write_excluded,
+    )
 
     settings = load_settings()
     specs = (*sessions, *(f"{app}/*/*" for app in apps))
@@ -97,8 +105,11 @@ def command(
         exclude_path = (workdir / f"{run_id}.excluded.json").resolve()
         write_excluded(exclude_path, excluded)
         args += ["--replay-exclude-file", str(exclude_path)]
+    group = f"{settings.worker.app_id}-replay-{run_id}"
+    start: dict[int, int] = {}
     if not from_beginning:
         args.append("--replay-from-latest")
+        start = asyncio.run(start_group_at_end(settings, group, settings.topics.events))
     from streams.local_pipeline import distill_executable
 
     if llm_concurrency is not None:
@@ -110,8 +121,7 @@ def command(
                f"log {log_path}")  # fmt: skip
     click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
-        stats = asyncio.run(_watch(settings, f"{settings.worker.app_id}-replay-{run_id}", out.jobs, out.summaries,
-                                   proc, idle_exit, timeout))  # fmt: skip
+        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, proc, idle_exit, timeout, start))
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -165,9 +175,12 @@ async def _watch(
     proc: subprocess.Popen[bytes],
     idle_exit: float,
     timeout: float,
+    start: dict[int, int] | None = None,
 ) -> dict[str, int]:
     """Follow the replay worker until it is done: every event, job and summary of the run consumed
     (committed by its group: a job is acked only once answered), and nothing new for ``idle_exit`` s.
+    ``start``: per events partition, the offset the run began at (``--from-latest``; else 0), from
+    which its events are counted.
 
     Events alone are not enough: a job whose model call is still running (or retrying) leaves the
     events consumed and nothing new produced, and stopping then ended runs without their summaries.
@@ -184,6 +197,7 @@ async def _watch(
     events_tps = [TopicPartition(settings.topics.events, p) for p in range(settings.topics.partitions)]
     out_tps = [TopicPartition(summaries, p) for p in range(settings.topics.partitions)]
     job_tps = [TopicPartition(jobs, p) for p in range(settings.topics.partitions)]
+    begin = {TopicPartition(settings.topics.events, p): offset for p, offset in (start or {}).items()}
     started = last_change = time.monotonic()
     last = (-1, -1, -1)
     done_events = produced = lag = unanswered = 0
@@ -193,8 +207,8 @@ async def _watch(
                 raise click.ClickException(f"the replay worker exited with code {proc.returncode}")
             ends = await consumer.end_offsets(events_tps)
             committed = await _committed(admin, group)
-            done_events = sum(committed[tp].offset for tp in events_tps if tp in committed)
-            total = sum(ends.values())
+            done_events = sum(committed[tp].offset - begin.get(tp, 0) for tp in events_tps if tp in committed)
+            total = sum(end - begin.get(tp, 0) for tp, end in ends.items())
             lag = total - done_events
             out_ends = await consumer.end_offsets(out_tps)
             produced = sum(out_ends.values())

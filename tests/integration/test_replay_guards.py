@@ -11,8 +11,9 @@ worker writes on the summaries topic), both sessions get more events, and the
 first run is resumed: it names the adopted session and leaves it alone (the live
 worker continues that line of the epoch), and catches the other one up.
 
-Last, a replay against a slow model with a short ``--idle-exit`` must still wait for
-its summaries: the events are consumed long before the model answers.
+Then, a replay against a slow model with a short ``--idle-exit`` must still wait for
+its summaries: the events are consumed long before the model answers. A replay of an empty topic,
+and one ``--from-latest`` with the history left alone, end once idle.
 """
 
 from __future__ import annotations
@@ -215,3 +216,42 @@ def test_a_replay_of_an_empty_events_topic_ends_with_nothing_to_do(service_setti
         run = finished(replay(settings, "--idle-exit", "1", "--timeout", "90"))
         assert "done: 0 events, 0 summaries" in run.out, run.out
         assert time.monotonic() - started < 60, run.out
+
+
+def test_a_replay_from_latest_summarizes_only_what_arrives_after_its_start_and_then_ends(
+    service_settings: Settings,
+) -> None:
+    """``--from-latest``: the history already on the topic is not replayed, what is published after the
+    command started is, and the run ends once idle (it used to wait for ``--timeout``: its group had
+    committed nothing, so it never looked done)."""
+    with OpenAIServer(default=echo) as llm:
+        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
+        asyncio.run(create_topics(settings))
+        book = MarkerBook()
+        old, new = SessionBuilder(app="latest"), SessionBuilder(app="latest")
+
+        async def publish(b: SessionBuilder) -> None:
+            async with DistillClient(settings) as client:
+                await client.publish_many([e for r in range(ROUNDS) for e in round_of(book, b, r)])
+
+        asyncio.run(publish(old))
+        began = time.monotonic()
+        proc = replay(settings, "--from-latest", "--idle-exit", "8", "--timeout", "90")
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # printed once the run's start offsets are committed
+        assert "started" in first, first
+        asyncio.run(publish(new))
+        rest, _ = proc.communicate(timeout=120)
+        out = first + rest
+        assert proc.returncode == 0, out + worker_log_tail(out)
+        assert time.monotonic() - began < 80, out
+        topic = re.search(r"→ (\S+)", out.splitlines()[-1])
+        assert topic is not None, out
+        assert f"done: {2 * ROUNDS} events, 2 summaries" in out, out
+        summaries = by_session(asyncio.run(read_topic(settings, topic.group(1), timeout=10)))
+        assert set(summaries) == {new.session}, summaries
+        assert [s["version"] for s in summaries[new.session]] == [1, 2]
+        assert own_markers_only(book, new.session, summaries[new.session])
+        history = {m for e, ms in book.by_event.items() if e.startswith(f"{old.session}-") for m in ms}
+        sent = {m for r in llm.requests for m in find_markers(request_text(r.body))}
+        assert history and not history & sent
