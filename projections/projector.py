@@ -79,7 +79,7 @@ from projections.stage import (
     refuse_unstorable,
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionSummary
-from schemas.records import RecordDecodeError, json_object, parse_event_data
+from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
 
 log = logging.getLogger("distill.projector")
 
@@ -220,7 +220,8 @@ class Projector(CassandraStage):
             try:
                 item = self._parse(record)
             except (RecordDecodeError, ValidationError) as exc:
-                outcome.dead_letters.append(dead_letter(record, exc, stage=STAGE))
+                reason = validation_reason(exc) if isinstance(exc, ValidationError) else None
+                outcome.dead_letters.append(dead_letter(record, exc, reason, stage=STAGE))
                 continue
             if item is None:
                 outcome.ignored += 1

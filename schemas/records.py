@@ -50,6 +50,23 @@ def json_object(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
+def validation_reason(exc: ValidationError, limit: int = 5) -> str:
+    """A record's schema violations on one line: ``schema violation (N errors): loc: message; ...``.
+
+    Values are never quoted (a dead letter's reason is logged). A value that should be an
+    object and is not reads ``expected a JSON object, got <type>``, in JSON and in Python input.
+    """
+    parts = []
+    for err in exc.errors(include_url=False)[:limit]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        if err.get("type") == "model_type":
+            message = f"expected a JSON object, got {type(err.get('input')).__name__}"
+        else:
+            message = str(err.get("msg"))
+        parts.append(f"{loc}: {message}")
+    return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
+
+
 __all__ = [
     "EventRecord",
     "EventTopicRecord",
@@ -58,4 +75,5 @@ __all__ = [
     "json_object",
     "parse_event_data",
     "parse_event_record",
+    "validation_reason",
 ]

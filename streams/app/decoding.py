@@ -24,6 +24,7 @@ from schemas import (
     SummaryReply,
     parse_event_record,
 )
+from schemas.records import validation_reason
 
 SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
 """A record of the summaries topic: every consumer handles the four (a reply and a switch are no summary)."""
@@ -54,15 +55,7 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
     except RecordDecodeError as exc:
         return Rejected(raw, "RecordDecodeError", str(exc))
     except ValidationError as exc:
-        return Rejected(raw, "ValidationError", _validation_reason(exc))
-
-
-def _validation_reason(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False, include_input=False)[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        parts.append(f"{loc}: {err.get('msg')}")
-    return f"schema violation ({exc.error_count()} errors): " + "; ".join(parts)
+        return Rejected(raw, "ValidationError", validation_reason(exc))
 
 
 def decode_summary_record(raw: bytes) -> SummaryRecord:

@@ -355,3 +355,27 @@ def test_a_given_up_jobs_cooldown_runs_in_event_time_however_the_job_was_emitted
     # ... and it covers every event from the first (offsets 0..8): none is left out of a summary input.
     assert retry.upto.last_event_id == "e70" and retry.upto.offset == 8
     assert retry.previous_boundary is None and retry.from_version == 0 and retry.events_from_offset == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"message": "hi"}, "message: expected a JSON object, got str"),
+        ({"message": None}, "message: expected a JSON object, got NoneType"),
+        (
+            {"message": {"role": "user", "content": "x", "tool_calls": [3]}},
+            "message.tool_calls.0: expected a JSON object, got int",
+        ),
+        ({"error": ["boom"]}, "error: expected a JSON object, got list"),
+        ({"session_id": 7}, "session_id: Input should be a valid string"),
+    ],
+)
+def test_a_rejected_event_says_which_field_is_wrong_and_never_quotes_its_value(
+    fields: dict[str, Any], says: str
+) -> None:
+    record = {"app_name": "a", "user_id": "u", "session_id": "s", "event_id": "e1", "author": "user",
+              "timestamp": "2026-05-02T09:00:00Z", "message": {"role": "user", "content": "x"}, **fields}  # fmt: skip
+    rejected = decode_event_record(json.dumps(record).encode(), 1 << 20)
+    assert isinstance(rejected, Rejected) and rejected.error_class == "ValidationError"
+    assert says in rejected.reason, rejected.reason
+    assert "hi" not in rejected.reason and "boom" not in rejected.reason
