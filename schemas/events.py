@@ -137,17 +137,21 @@ class SessionEvent(SessionRecord):
     @field_validator("timestamp", mode="before")
     @classmethod
     def _timestamp_rfc3339(cls, value: Any) -> Any:
-        # pydantic alone also takes numbers and other date forms; the wire contract is RFC 3339 text.
+        """RFC 3339 text (pydantic alone also takes numbers and other date forms), as a UTC datetime.
+
+        Parsed here, in the one validator every event runs (an ``after`` validator for the UTC
+        conversion was a second Python call per record): ``datetime.fromisoformat`` reads every
+        form the pattern admits as pydantic does (fractions past microseconds truncated), once
+        the pattern's lower-case ``t``/``z`` are upper-cased; the calendar is checked by it too.
+        """
         if isinstance(value, datetime):
-            return value
+            return as_utc(value)
         if not isinstance(value, str) or not _TIMESTAMP_RE.match(value):
             raise ValueError("timestamp must be an RFC 3339 date-time string, e.g. 2026-05-02T09:00:00Z")
-        return value
-
-    @field_validator("timestamp")
-    @classmethod
-    def _timestamp_utc(cls, value: datetime) -> datetime:
-        return as_utc(value)
+        try:
+            return as_utc(datetime.fromisoformat(value.upper()))
+        except (ValueError, OverflowError) as exc:
+            raise ValueError(f"timestamp is not a valid date-time: {exc}") from None
 
     @field_validator("filter_key")
     @classmethod
