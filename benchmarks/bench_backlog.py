@@ -41,6 +41,8 @@ from tests.integration.pipeline_support import WorkerProcess, create_topics, scr
 from tests.support.openai_server import OpenAIServer
 
 PARTITIONS = 4
+IDLE_S = 10.0
+"""With ``--rate``: seconds the workers' idle CPU is measured for before the paced events."""
 
 
 def backlog(sessions: int, per_session: int, tag: str) -> list[tuple[bytes, bytes]]:
@@ -134,6 +136,10 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
             records = backlog(sessions, per_session, "b")
             pids = [w.proc.pid for w in workers]
             if args.rate:
+                # What the workers burn with nothing to do (timers, commits, heartbeats, fetch polls).
+                idle0, i0 = sum(map(process_cpu_s, pids)), time.monotonic()
+                await asyncio.sleep(IDLE_S)
+                idle_ms_s = (sum(map(process_cpu_s, pids)) - idle0) / (time.monotonic() - i0) * 1e3
                 cpu0, t0 = sum(map(process_cpu_s, pids)), time.time()
                 spy = start_profiler(pids[0], args.profile)
                 await produce(settings, records, rate=args.rate)
@@ -142,7 +148,9 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
                 if args.jobs:
                     await wait_jobs_drained(settings, group, 600)
                 cpu = sum(map(process_cpu_s, pids)) - cpu0
-                return {"cpu_us": cpu / len(records) * 1e6, "seconds": time.time() - t0}
+                seconds = time.time() - t0
+                return {"cpu_us": cpu / len(records) * 1e6, "seconds": seconds, "idle_ms_s": idle_ms_s,
+                        "idle_us": idle_ms_s * 1e-3 * seconds / len(records) * 1e6}  # fmt: skip
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
             p0 = time.monotonic()
@@ -205,7 +213,9 @@ async def main(args: argparse.Namespace) -> None:
             label = f"{n} worker(s), {sessions:,} sessions x {per} events, {'jobs' if args.jobs else 'track only'}"
             if args.rate:
                 print(
-                    f"{label} at {args.rate:.0f} ev/s: CPU {summary(rows, 'cpu_us')} µs/event (min / median of {len(rows)})"
+                    f"{label} at {args.rate:.0f} ev/s: CPU {summary(rows, 'cpu_us')} µs/event, of which the idle "
+                    f"worker's {summary(rows, 'idle_us')} ({summary(rows, 'idle_ms_s')} ms CPU per s idle) "
+                    f"(min / median of {len(rows)})"
                 )
                 continue
             print(f"{label}: {summary(rows, 'events_s')} events/s, CPU {summary(rows, 'cpu_us')} µs/event"

@@ -318,8 +318,17 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
 
 FETCH_MIN_BYTES = 64 * 1024
 """While records flow, a fetch returns once this much is waiting, or after :data:`FETCH_MAX_WAIT_MS`."""
-FETCH_MAX_WAIT_MS = 15
-"""The longest a fetch waits for :data:`FETCH_MIN_BYTES` while records flow."""
+FETCH_MAX_WAIT_MS = 30
+"""The longest a fetch waits for :data:`FETCH_MIN_BYTES` while records flow.
+
+Each fetch-and-batch cycle costs ~5 ms of CPU whatever its size (the fetch in the consumer's
+thread, the thread hop, the batch's changelog produce and its acks): at 500 events/s a 15 ms
+wait made batches of ~7 events and ~690 µs of CPU per event, 30 ms ~476, 60 ms ~350
+(``bench_backlog.py --rate 500``; saturated: ~140). Worst case it delays an event by this much
+when the stream is steady but thin; a stream that pauses gets the long poll (``IDLE_FETCH``),
+which returns at the first record. 30 ms + the producer's 5 ms linger stays inside the 50 ms
+event→job budget; at 500 events/s with jobs, event→job p50 was 65 / 49 / 55 ms at 15 / 30 / 60
+ms (the worker's CPU, not the wait, made it: ``bench_pipeline.py``)."""
 IDLE_FETCH = (1, 1500)
 """``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
 
