@@ -34,7 +34,7 @@ class ProducerModel(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="allow")
     # No Python validator on the model itself: a ``mode="before"`` one (it only reworded the
-    # "not an object" error, see ``schemas.errors.validation_reason``) took a third of the time
+    # "not an object" error, see ``schemas.records.validation_reason``) took a third of the time
     # pydantic spends validating an event, on every record of the events topic.
 
 

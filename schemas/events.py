@@ -151,5 +151,6 @@ class SessionEvent(SessionRecord):
             raise ValueError("timestamp must be an RFC 3339 date-time string, e.g. 2026-05-02T09:00:00Z")
         try:
             return as_utc(datetime.fromisoformat(value.upper()))
-        except (ValueError, OverflowError) as exc:
-            raise ValueError(f"timestamp is not a valid date-time: {exc}") from None
+        except (ValueError, OverflowError):
+            # Not the parser's text: it quotes the value (a dead letter's reason never does).
+            raise ValueError("timestamp is not a valid date-time (a day, time or UTC instant out of range)") from None

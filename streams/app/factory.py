@@ -84,7 +84,6 @@ class ReplayOptions:
     run_id: str
     sessions: frozenset[str] = frozenset()
     preload_from: str | None = None
-    from_latest: bool = False
     epoch: int = 0
     """The epoch the run's summaries belong to (``schemas.epochs``)."""
     excluded: frozenset[SessionKey] = frozenset()
@@ -225,7 +224,10 @@ def create_app(
         # stall every partition); the interval timer commits in the background instead.
         broker_commit_every=50_000,
         broker_commit_interval=1.0,
-        consumer_auto_offset_reset="latest" if replay and replay.from_latest else "earliest",
+        # Always: a replay --from-latest starts where 'distill replay' committed for its group (the
+        # events' end offsets of its start); "latest" also reset the run's new jobs and summaries
+        # topics, where a job written before its partition's reset was skipped for good.
+        consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         producer_max_request_size=settings.kafka.max_record_bytes + 65536,
         consumer_max_fetch_size=settings.kafka.max_record_bytes + 65536,

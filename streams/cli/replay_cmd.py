@@ -108,7 +108,6 @@ def command(
     group = f"{settings.worker.app_id}-replay-{run_id}"
     start: dict[int, int] = {}
     if not from_beginning:
-        args.append("--replay-from-latest")
         start = asyncio.run(start_group_at_end(settings, group, settings.topics.events))
     from streams.local_pipeline import distill_executable
 

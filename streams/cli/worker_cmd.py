@@ -18,7 +18,6 @@ from schemas.settings import load_settings
 @click.option("--loglevel", "-l", default=None, help="Log level (default: DISTILL_WORKER__LOG_LEVEL).")
 @click.option("--replay-run", default=None, hidden=True, help="Run as replay RUN (used by 'distill replay').")
 @click.option("--replay-session", multiple=True, hidden=True)
-@click.option("--replay-from-latest", is_flag=True, hidden=True)
 @click.option("--replay-concurrency", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--replay-epoch", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--replay-exclude-file", type=click.Path(exists=True, dir_okay=False), default=None, hidden=True,
@@ -28,7 +27,6 @@ def command(
     loglevel: str | None,
     replay_run: str | None,
     replay_session: tuple[str, ...],
-    replay_from_latest: bool,
     replay_concurrency: int | None,
     replay_epoch: int | None,
     replay_exclude_file: str | None,
@@ -55,7 +53,6 @@ def command(
             replay_run,
             frozenset(replay_session),
             preload_from=settings.topics.summaries,
-            from_latest=replay_from_latest,
             epoch=replay_epoch or run_epoch(replay_run) or 0,
             excluded=read_excluded(replay_exclude_file) if replay_exclude_file else frozenset(),
         )

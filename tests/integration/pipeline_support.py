@@ -79,6 +79,8 @@ class WorkerProcess:
             return f"{head}\n(worker exited {self.proc.returncode})"
         self.proc.send_signal(signal.SIGUSR1)
         time.sleep(wait_s)
+        if self.proc.poll() is not None:  # not yet (or no longer) handling the signal: it ended the worker
+            return f"{head}\n(worker exited {self.proc.returncode} at the stack dump signal)"
         with self.log_path.open("rb") as f:
             f.seek(before)
             stacks = compact_stacks(f.read().decode(errors="replace"))

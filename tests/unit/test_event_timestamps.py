@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from schemas import SessionEvent
 from schemas.base import as_utc
+from streams.app.decoding import Rejected, decode_event_record
 
 
 class _Reference(BaseModel):
@@ -63,10 +64,14 @@ def test_every_pattern_form_reads_as_pydantic_reads_it_in_utc(text: str) -> None
 
 
 @pytest.mark.parametrize("text", ["2026-02-30T09:00:00Z", "0001-01-01T00:30:00+01:00", "2026-05-02T09:00",
-                                  "1714640000", "2026-05-02_09:00:00Z", "2026-05-02T09:00:00,5Z"])  # fmt: skip
+                                  "1714640000", "2026-05-02_09:00:00Z", "2026-05-02T09:00:00,5Z",
+                                  "2026-05-02T09:00:00Z\n", "２０２６-05-02T09:00:00Z"])  # fmt: skip
 def test_what_is_no_rfc3339_date_time_is_refused_naming_the_timestamp(text: str) -> None:
     with pytest.raises(ValidationError, match="timestamp"):
         SessionEvent.model_validate_json(_event(text))
+    rejected = decode_event_record(_event(text))
+    assert isinstance(rejected, Rejected) and "timestamp" in rejected.reason
+    assert f"'{text}'" not in rejected.reason and f'"{text}"' not in rejected.reason  # never quotes the value
 
 
 def test_a_datetime_given_in_code_is_kept_as_its_instant_in_utc() -> None:
