@@ -48,7 +48,7 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
         # step. Anything it does not accept (commands, invalid records) takes the full path,
         # which decides the model or the rejection reason exactly as before.
         return SessionEvent.model_validate_json(raw)
-    except ValueError:
+    except Exception:  # the full path below decides, and names, every refusal
         pass
     try:
         return parse_event_record(raw)
@@ -56,6 +56,11 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
         return Rejected(raw, "RecordDecodeError", str(exc))
     except ValidationError as exc:
         return Rejected(raw, "ValidationError", validation_reason(exc))
+    except Exception as exc:
+        # A validator failing other than with a ValueError (an OverflowError converting a timestamp
+        # at year 1 to UTC did): raised here, the worker stopped on the record and met it again at
+        # every restart. A record is never the end of the pipeline.
+        return Rejected(raw, type(exc).__name__, f"record refused by the schema's validators: {type(exc).__name__}")
 
 
 def decode_summary_record(raw: bytes) -> SummaryRecord:

@@ -379,3 +379,20 @@ def test_a_rejected_event_says_which_field_is_wrong_and_never_quotes_its_value(
     assert isinstance(rejected, Rejected) and rejected.error_class == "ValidationError"
     assert says in rejected.reason, rejected.reason
     assert "hi" not in rejected.reason and "boom" not in rejected.reason
+
+
+def test_a_validator_failing_with_another_error_than_value_error_gives_a_dead_letter_not_a_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``decode_event_record`` never raises: a record that broke a validator some other way (an
+    OverflowError converting a year-1 timestamp to UTC did) used to stop the worker at every restart."""
+    import streams.app.decoding as decoding
+
+    def overflow(raw: bytes) -> Any:
+        raise OverflowError("date value out of range")
+
+    monkeypatch.setattr(decoding, "parse_event_record", overflow)
+    rejected = decode_event_record(b'{"type": "summarize"}', 1 << 20)
+    assert isinstance(rejected, Rejected) and rejected.error_class == "OverflowError"
+    out = handler().on_record(rejected, Coordinates("ev", 1, 9), {}, key=b"k")
+    assert out.dead_letter is not None and out.dead_letter.error_class == "OverflowError"
