@@ -292,6 +292,8 @@ async def measure_reads(
     session: Any, ks: str, keys: list[SessionKey], call_ids: list[str], done: int, n_queries: int,
     cassandra_pid: int | None = None, *, search: bool = True, load: bool = True,
 ) -> None:  # fmt: skip
+    if n_queries <= 0:  # --queries 0: writes only
+        return
     reader = SessionReader(session, ks)
     meter = CpuMeter(cassandra_pid)
     meter.start()

@@ -16,7 +16,7 @@ checks it over thousands of generated sessions). It reads:
    events — not only the key's summary input);
 3. **the current user message**: the latest visible user turn of the tail, else
    a backward page scan from the boundary to it (the covered head of the
-   current run);
+   current run), of at most ``max_events`` rows (then ``stats.truncated``);
 4. **the resume tail**: the covered assistant/tool events of the current
    invocation, through the ``session_turns`` index (one slice per invocation);
 5. **late results**: the covered call event of each tail tool result whose
@@ -215,7 +215,7 @@ class ContextReader:
             app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
             summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()),
             current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
-            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated),
+            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated or run.truncated),
         )  # fmt: skip
 
     async def _lag(self, key: SessionKey, run: _Run) -> tuple[ProjectionLag, ProjectionLag]:
@@ -271,6 +271,8 @@ class _Run:
         self.queries = 0
         self.rows = 0
         self.served_epoch = 0
+        self.truncated = False
+        """A bounded scan stopped at ``max_events`` (the tail's or the current message's)."""
 
     async def q(self, stmt: PreparedStatement, params: Sequence[object]) -> list[Any]:
         self.queries += 1
@@ -328,9 +330,16 @@ class _Run:
         # Scan back from the boundary to the latest visible user turn (the covered head of the current run).
         position: tuple[datetime, str] = (cut.scan_from, "")
         page = self.r.page_size
+        seen = 0
         while True:
-            rows = await self.q(self.r._before, (*self.pk, *position, page))
+            if seen >= self.r.max_events:
+                # No visible user turn within ``max_events`` before the boundary: bounded like the tail.
+                self.truncated = True
+                return None
+            limit = min(page, self.r.max_events - seen)
+            rows = await self.q(self.r._before, (*self.pk, *position, limit))
             for row in rows:
+                seen += 1
                 self.rows += 1
                 if self.keep(row) and not row.partial:
                     event = self.got.add(row)
@@ -340,7 +349,7 @@ class _Run:
                             if self.keep(same) and not same.partial:
                                 self.got.add(same)
                         return self._latest_user_turn()
-            if len(rows) < page:
+            if len(rows) < limit:
                 return None
             position = (rows[-1].ts, rows[-1].event_id)
 

@@ -66,7 +66,8 @@ class ReadStats(ContractModel):
     queries: int = 0
     event_rows: int = 0
     truncated: bool = False
-    """``True`` when the ``max_events`` cap stopped the read: the oldest events after the boundary are missing."""
+    """``True`` when the ``max_events`` cap stopped the read: the oldest events after the boundary are missing,
+    or no visible user message lies within ``max_events`` events before the boundary (none is current)."""
 
 
 class ContextRead(ContractModel):

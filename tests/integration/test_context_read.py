@@ -85,6 +85,24 @@ async def test_read_is_bounded_in_a_long_session(store: Store, key: SessionKey) 
     assert assemble_from_read("sys", read, options=OPTS).messages == (await _full(store, values, s)).messages
 
 
+async def test_the_scan_back_to_the_current_message_is_bounded(store: Store, key: SessionKey) -> None:
+    """A branch whose user turns sit on another branch: the scan back from the boundary stops at ``max_events``."""
+    values = [event(key, "u0", at=0, content="the only visible question 唯一的问题")]
+    for n in range(1, 200):
+        values.append(event(key, f"o{n}", at=n, content=f"other branch {n}", filter_key="app/other"))
+    values.append(event(key, "a1", at=200, role="assistant", content="answer on b", filter_key="app/b"))
+    await store.events(*values)
+    s = summary(key, 1, text="all before", cutoff=200, last_event_id="a1", filter_key="app/b")
+    await store.summaries(s)
+    ks = store.settings.cassandra.keyspace
+    bounded = await ContextReader(store.session, ks, page_size=32, max_events=100).read(key, "app/b")
+    # Before: the scan read all 200 rows back to u0 (the whole partition before the boundary).
+    assert bounded.stats.event_rows <= 100 + 1 and bounded.stats.truncated
+    assert bounded.current_event_id is None
+    whole = await ContextReader(store.session, ks, page_size=32).read(key, "app/b")
+    assert whole.current_event_id == "u0" and not whole.stats.truncated
+
+
 async def test_unknown_current_event_and_lag(store: Store, key: SessionKey) -> None:
     await store.apply(record(EVENTS, event(key, "u1", at=1), partition=1, offset=41))
     reader = ContextReader(store.session, store.settings.cassandra.keyspace)

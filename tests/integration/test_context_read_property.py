@@ -5,7 +5,9 @@ the real projector, check point by check point. At each check point an agent
 of a random filter key reads with ``ContextReader.read`` and assembles with
 ``assemble_from_read``; the request must equal the one ``assemble`` builds from
 the full in-memory history with the oracle's summary (the key's own, else the
-nearest ancestor's), and be valid. ``DISTILL_CONTEXT_READ_SESSIONS`` sessions
+nearest ancestor's), and be valid. The turn answered is a new message, a
+stored user event named by id (``current_event_id``, as the facade reads), or
+the latest one. ``DISTILL_CONTEXT_READ_SESSIONS`` sessions
 (2000 unless set), seed ``DISTILL_CONTEXT_READ_SEED``.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from projections.context_read import ContextReader
+from projections.context_read import ContextReader, visible
 from projections.projector import SourceRecord
 from schemas import DeadLetter, SessionEvent, SessionKey, SessionSummary
 from streams.context import AssemblyOptions, assemble, assemble_from_read, find_violations
@@ -48,7 +50,7 @@ def _records(steps: list[SessionEvent | SessionSummary], offsets: dict[str, int]
     return out
 
 
-def _oracle(g: Generated, upto: int, filter_key: str, current: str | None, opts: AssemblyOptions) -> Any:
+def _oracle(g: Generated, upto: int, filter_key: str, current: str | SessionEvent | None, opts: AssemblyOptions) -> Any:
     events = [s for s in g.steps[:upto] if isinstance(s, SessionEvent)]
     latest: dict[str, SessionSummary] = {}
     for s in g.steps[:upto]:
@@ -59,7 +61,8 @@ def _oracle(g: Generated, upto: int, filter_key: str, current: str | None, opts:
 
 
 async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> None:
-    reader = ContextReader(store.session, store.settings.cassandra.keyspace, page_size=64)
+    # Pages of 8 rows: generated sessions are short, and the tail and the scan back must cross pages.
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace, page_size=8)
     rng = random.Random(SEED)
     sessions = [generate(rng, f"s{i}") for i in range(SESSIONS)]
     written = [0] * len(sessions)
@@ -70,7 +73,7 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
         dead.append(letter)
 
     failures: list[str] = []
-    stats: dict[str, float] = {"checks": 0, "reads": 0, "events_read": 0, "events_total": 0, "queries": 0}
+    stats: dict[str, float] = {"checks": 0, "reads": 0, "named": 0, "events_read": 0, "events_total": 0, "queries": 0}
     started, cpu_started = time.monotonic(), sum(os.times()[:2])
     gate = asyncio.Semaphore(READERS)
 
@@ -80,11 +83,18 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
         for filter_key in local.sample(KEYS, KEYS_PER_CHECK):
             opts = AssemblyOptions(add_session_summary=True, injection_mode=local.choice(("system", "user")),
                                    filter_key=filter_key)  # fmt: skip
-            current = "and tomorrow? 明天呢？" if local.random() < 0.2 else None
+            # The turn answered: a new message, a stored user event named by id (as the facade does), or the latest.
+            stored = [e for e in g.steps[:upto] if isinstance(e, SessionEvent) and e.message.role == "user"
+                      and not e.partial and visible(e.filter_key, filter_key)]  # fmt: skip
+            draw = local.random()
+            named = local.choice(stored) if stored and draw >= 0.8 else None
+            current: str | SessionEvent | None = "and tomorrow? 明天呢？" if draw < 0.2 else named
             expected_summary, expected = _oracle(g, upto, filter_key, current, opts)
             async with gate:
-                read = await reader.read(SessionKey("app", "u", g.session_id), filter_key)
-            got = assemble_from_read(SYSTEM, read, current, TOOLS, AssemblyOptions(
+                read = await reader.read(SessionKey("app", "u", g.session_id), filter_key,
+                                         current_event_id=named.event_id if named else None)  # fmt: skip
+            stats["named"] += named is not None
+            got = assemble_from_read(SYSTEM, read, None if named else current, TOOLS, AssemblyOptions(
                 add_session_summary=True, injection_mode=opts.injection_mode))  # fmt: skip
             stats["reads"] += 1
             stats["events_read"] += len(read.events)
@@ -125,3 +135,4 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
     assert not failures, f"{len(failures)} of {stats['reads']} reads differ; first:\n" + "\n\n".join(failures[:3])
     assert stats["checks"] == sum(len(g.checks) for g in sessions)
     assert stats["reads"] >= len(sessions) * KEYS_PER_CHECK
+    assert stats["named"] > 0
