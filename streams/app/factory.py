@@ -41,6 +41,7 @@ from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
 from streams.app.batch import TableBatch
+from streams.app.batch_produce import SentBatch, send_in_batches
 from streams.app.codecs import (
     EVENTS_CODEC,
     JOB_CODEC,
@@ -425,7 +426,7 @@ def create_app(
                     watch.note(tkey, value)
 
     async def send_all(outgoing: list[tuple[str, bytes, bytes | None, int]]) -> None:
-        """Produce the records in order; return once the broker has every one of them.
+        """Produce the records (in order within each partition); return once the broker has every one of them.
 
         Raises if one could not be written: the caller then acks nothing and stops the
         worker, so its records are delivered again. (Faust flushes the producer before it
@@ -433,23 +434,25 @@ def create_app(
         outage longer than the request timeout let offsets be committed past lost jobs and
         changelog writes.) While a batch waits, the next one queues up behind it.
         """
-        pending = [await app.producer.send(t, k, v, p, None, None) for t, k, v, p in outgoing]
+        if not outgoing:
+            return
+        # aiokafka's batch API, not a send per record (see streams.app.batch_produce).
+        sent = await send_in_batches(cast(Any, app.producer)._ensure_producer(), outgoing)
         store = cast(Any, table).data
-        for (t, _, _, p), fut in zip(outgoing, pending, strict=True):
-            cast(Any, fut).add_done_callback(partial(_sent, store, t, p))
-        if pending:
-            await asyncio.gather(*pending)
+        for batch in sent:
+            batch.delivered.add_done_callback(partial(_sent, store, batch))
+        await asyncio.gather(*(batch.delivered for batch in sent))
 
-    def _sent(store: Any, topic: str, partition: int, fut: asyncio.Future[Any]) -> None:
+    def _sent(store: Any, batch: SentBatch, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
         if exc is not None:
             metrics.FAILURES.labels("produce", type(exc).__name__, "no").inc()
-            log.error("produce failed", extra={"topic": topic, "partition": partition,
-                                                "error_class": type(exc).__name__})  # fmt: skip
-        elif topic == changelog_name:  # where a RocksDB store's recovery resumes
-            store.set_persisted_offset(TP(topic, partition), fut.result().offset)
+            fields = {"topic": batch.topic, "partition": batch.partition, "records": batch.records}
+            log.error("produce failed", extra={**fields, "error_class": type(exc).__name__})
+        elif batch.topic == changelog_name:  # where a RocksDB store's recovery resumes
+            store.set_persisted_offset(TP(batch.topic, batch.partition), batch.last_offset())
 
     # The summaries topic too (one record at a time, each awaiting its changelog write on the
     # broker, absorbed ~120 summaries/s: a replay answered from the cache waited on that).

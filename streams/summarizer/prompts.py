@@ -106,8 +106,9 @@ def placeholders(template: str) -> tuple[Placeholder, ...]:
     return tuple(found)
 
 
+@lru_cache(maxsize=1024)
 def has_placeholder(template: str, name: str) -> bool:
-    """Whether ``template`` mentions ``{name}`` (optional or not)."""
+    """Whether ``template`` mentions ``{name}`` (optional or not). Memoized like :func:`placeholders`."""
     return any(p.name == name for p in placeholders(template))
 
 

@@ -266,8 +266,11 @@ async def test_replay_twice_same_boundaries_and_unchanged_summaries_reused(
     await session_summaries(pipeline, b.session, 1)
 
     def replay() -> list[tuple[int, str | None]]:
-        done = subprocess.run([DISTILL, "replay", "--session", b.session, "--idle-exit", "2"], env=worker_env(pipeline),
-                              capture_output=True, text=True, timeout=180, check=True)  # fmt: skip
+        # The command's own limits end it before the test's, so a stuck run prints where it stood.
+        done = subprocess.run([DISTILL, "replay", "--session", b.session, "--idle-exit", "2", "--timeout", "100",
+                               "--adopt-timeout", "40"], env=worker_env(pipeline), capture_output=True, text=True,
+                              timeout=180)  # fmt: skip
+        assert done.returncode == 0, f"replay exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
         topic = re.search(r"→ (\S+)", done.stdout.splitlines()[-1])
         assert topic is not None, done.stdout
         assert "LLM calls 0" in done.stdout, done.stdout
