@@ -404,8 +404,16 @@ def context_line(text: str) -> str:
 
 
 def compact(text: str, limit: int = 280) -> str:
-    """``text`` on one line, at most ``limit`` characters (``...`` marks a cut); ``<empty>`` when blank."""
-    flat = " ".join(text.split())
+    """``text`` on one line, at most ``limit`` characters (``...`` marks a cut); ``<empty>`` when blank.
+
+    Flattens a prefix first: the flattened prefix of a text is a prefix of the flattened
+    text, so when it already runs past ``limit`` the cut is the same (a hit's document
+    may be a 50 KB tool result; its snippet needs the first few hundred characters).
+    """
+    head = text[: 4 * limit + 64]
+    flat = " ".join(head.split())
+    if len(flat) <= limit and len(head) < len(text):
+        flat = " ".join(text.split())
     if not flat:
         return "<empty>"
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
