@@ -416,4 +416,4 @@ def compact(text: str, limit: int = 280) -> str:
         flat = " ".join(text.split())
     if not flat:
         return "<empty>"
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: max(limit - 3, 0)] + "..."

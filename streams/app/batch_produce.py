@@ -8,16 +8,23 @@ backlog. Here the records are grouped by topic partition, in their order, and
 appended to ``BatchBuilder`` s (``create_batch``, a C-level append each) that are
 queued with ``send_batch``; the broker's answer for a batch carries its base
 offset, so the offset of each record is ``base + its index`` (what the changelog's
-persisted offset needs). Order within a partition is kept: a partition's batches
-are queued one after the other, and aiokafka queues a batch for a partition
-only once the one before it was drained.
+persisted offset needs).
+
+Order: within one call a partition's records keep their order. Unlike ``send``,
+``send_batch`` waits while the partition has a pending batch (anyone's, lingering
+for ``linger_ms``), so a call can suspend half-way; :class:`OrderedBatchSender`
+queues whole calls one after the other, in the order they were made, so two
+writers of the same table (the track and absorb agents) cannot overtake each
+other on its changelog. Other senders' records (``producer.send``) may interleave
+between a call's batches, as they could between its records before.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 OutgoingRecord = tuple[str, bytes, bytes | None, int]
@@ -47,28 +54,59 @@ def group_by_partition(records: Iterable[OutgoingRecord]) -> dict[tuple[str, int
     return groups
 
 
-async def send_in_batches(producer: Any, records: Iterable[OutgoingRecord]) -> list[SentBatch]:
+async def send_in_batches(
+    producer: Any, records: Iterable[OutgoingRecord], sent: list[SentBatch] | None = None
+) -> list[SentBatch]:
     """Queue ``records`` on the aiokafka ``producer`` in as few batches as its batch size allows.
 
-    Returns once every batch is queued (a partition's second batch waits for its
-    first to be drained); await each ``SentBatch.delivered`` for the broker's answer.
-    A record larger than the batch size goes alone in its batch (aiokafka always
-    takes a batch's first record; the broker's own limit still applies).
+    Returns once every batch is queued (a partition's batch waits while one is
+    pending for it); await each ``SentBatch.delivered`` for the broker's answer.
+    Each queued batch is appended to ``sent`` (given: the caller keeps the ones
+    queued before a failure). A record larger than the batch size goes alone in
+    its batch (aiokafka always takes a batch's first record; the broker's own limit
+    still applies).
     """
-    sent: list[SentBatch] = []
+    out: list[SentBatch] = [] if sent is None else sent
     for (topic, partition), group in group_by_partition(records).items():
         batch = producer.create_batch()
         count = 0
         for key, value in group:
             if batch.append(key=key, value=value, timestamp=None) is None:
-                sent.append(
+                out.append(
                     SentBatch(topic, partition, count, await producer.send_batch(batch, topic, partition=partition))
                 )
                 batch, count = producer.create_batch(), 0
-                batch.append(key=key, value=value, timestamp=None)  # the first record always fits
+                if batch.append(key=key, value=value, timestamp=None) is None:  # pragma: no cover - aiokafka's rule
+                    raise RuntimeError("aiokafka refused the first record of an empty batch")
             count += 1
-        sent.append(SentBatch(topic, partition, count, await producer.send_batch(batch, topic, partition=partition)))
-    return sent
+        out.append(SentBatch(topic, partition, count, await producer.send_batch(batch, topic, partition=partition)))
+    return out
 
 
-__all__ = ["OutgoingRecord", "SentBatch", "group_by_partition", "send_in_batches"]
+class OrderedBatchSender:
+    """Queues calls' records one call after the other, in the order of the calls (see the module).
+
+    Call :meth:`queue` right after the writes its records describe, with no await
+    in between: the lock's waiters are served first come, first served, so the
+    changelog gets the writes in the order they were applied.
+    """
+
+    def __init__(self, producer_of: Callable[[], Any]) -> None:
+        self._producer_of = producer_of
+        self._lock = asyncio.Lock()
+
+    async def queue(
+        self, records: Sequence[OutgoingRecord], on_done: Callable[[SentBatch, asyncio.Future[Any]], None]
+    ) -> list[SentBatch]:
+        """Queue ``records``; ``on_done`` is attached to every batch queued, also when a later one fails."""
+        sent: list[SentBatch] = []
+        try:
+            async with self._lock:
+                await send_in_batches(self._producer_of(), records, sent)
+        finally:
+            for batch in sent:
+                batch.delivered.add_done_callback(partial(on_done, batch))
+        return sent
+
+
+__all__ = ["OrderedBatchSender", "OutgoingRecord", "SentBatch", "group_by_partition", "send_in_batches"]

@@ -41,7 +41,7 @@ from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
 from streams.app.batch import TableBatch
-from streams.app.batch_produce import SentBatch, send_in_batches
+from streams.app.batch_produce import OrderedBatchSender, SentBatch
 from streams.app.codecs import (
     EVENTS_CODEC,
     JOB_CODEC,
@@ -425,6 +425,8 @@ def create_app(
                 if watch is not None:
                     watch.note(tkey, value)
 
+    ordered_sender = OrderedBatchSender(lambda: cast(Any, app.producer)._ensure_producer())
+
     async def send_all(outgoing: list[tuple[str, bytes, bytes | None, int]]) -> None:
         """Produce the records (in order within each partition); return once the broker has every one of them.
 
@@ -436,11 +438,9 @@ def create_app(
         """
         if not outgoing:
             return
-        # aiokafka's batch API, not a send per record (see streams.app.batch_produce).
-        sent = await send_in_batches(cast(Any, app.producer)._ensure_producer(), outgoing)
-        store = cast(Any, table).data
-        for batch in sent:
-            batch.delivered.add_done_callback(partial(_sent, store, batch))
+        # aiokafka's batch API, not a send per record; whole calls in the order of their table
+        # writes (no await between ``write_table`` and here; see streams.app.batch_produce).
+        sent = await ordered_sender.queue(outgoing, partial(_sent, cast(Any, table).data))
         await asyncio.gather(*(batch.delivered for batch in sent))
 
     def _sent(store: Any, batch: SentBatch, fut: asyncio.Future[Any]) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas.settings import Settings
-from streams.app.batch_produce import send_in_batches
+from streams.app.batch_produce import OrderedBatchSender, send_in_batches
 from streams.kafka_config import consumer_kwargs, producer_kwargs
 from streams.topics_admin import ensure_topics
 
@@ -58,3 +60,46 @@ async def test_records_land_in_order_at_the_reported_offsets(isolated_settings: 
             count += b.records
             ends.append(rows[count - 1][0])
         assert sorted(last) == ends  # each batch's reported last offset is its last record's
+
+
+async def test_calls_reach_a_partition_in_the_order_they_were_made(isolated_settings: Settings) -> None:
+    """A call held up behind a lingering batch is not overtaken by the next call (the two agents' changelog)."""
+    settings = isolated_settings
+    await ensure_topics(settings)
+    topic = settings.topics.events
+    # Batches linger 300 ms: the first call's first group waits behind the batch already pending there.
+    producer = AIOKafkaProducer(**{**producer_kwargs(settings.kafka), "linger_ms": 300})
+    await producer.start()
+    done: list[tuple[int, int]] = []
+    sender = OrderedBatchSender(lambda: producer)
+    try:
+        lingering = await producer.send(topic, b"someone else's", key=b"x", partition=1)
+        first = asyncio.ensure_future(
+            sender.queue(
+                [(topic, b"job", b"a job", 1), (topic, b"K", "v1 第一".encode(), 0)],
+                lambda b, f: done.append((b.partition, b.records)),
+            )
+        )
+        await asyncio.sleep(0.05)
+        assert not first.done()  # waiting for partition 1's pending batch to drain
+        second = asyncio.ensure_future(
+            sender.queue([(topic, b"K", "v2 第二".encode(), 0)], lambda b, f: done.append((b.partition, b.records)))
+        )
+        for batch in [*await first, *await second]:
+            await batch.delivered
+        await lingering
+    finally:
+        await producer.stop()
+    assert sorted(done) == [(0, 1), (0, 1), (1, 1)]  # every queued batch got its callback
+    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None,
+                                auto_offset_reset="earliest")  # fmt: skip
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        values = [m.value for m in (await consumer.getmany(tp, timeout_ms=5000)).get(tp, [])]
+    finally:
+        await consumer.stop()
+    # Without the order, the second call's write landed first: a recovery would restore v1.
+    assert values == ["v1 第一".encode(), "v2 第二".encode()]
