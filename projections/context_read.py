@@ -201,7 +201,7 @@ class ContextReader:
         try:
             applied = await run.summary()
             cut = await run.cut(applied)
-            truncated = await run.tail(cut)
+            await run.tail(cut)
             current = await run.current(current_event_id, cut)
             if cut is not None:
                 await run.late_calls()
@@ -215,7 +215,7 @@ class ContextReader:
             app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
             summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()),
             current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
-            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=truncated or run.truncated),
+            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=run.truncated),
         )  # fmt: skip
 
     async def _lag(self, key: SessionKey, run: _Run) -> tuple[ProjectionLag, ProjectionLag]:
@@ -302,8 +302,8 @@ class _Run:
                 return Cut.of(boundary.cutoff_at, (_utc(row.ts), row.seq))
         return Cut.of(boundary.cutoff_at)
 
-    async def tail(self, cut: Cut | None) -> bool:
-        """Events from the boundary to the end, newest first; ``True`` when ``max_events`` stopped it."""
+    async def tail(self, cut: Cut | None) -> None:
+        """Events from the boundary to the end, newest first (``truncated`` when ``max_events`` stopped it)."""
         lower = (cut.scan_from, "") if cut is not None else (EPOCH, "")
         page = self.r.page_size
         rows = await self.q(self.r._tail_first, (*self.pk, *lower, page))
@@ -315,9 +315,10 @@ class _Run:
                 if self.keep(row) and not row.partial:
                     self.tail_ids.append(self.got.add(row).event_id)
             if len(rows) < page:
-                return False
+                return
             if seen >= self.r.max_events:
-                return True
+                self.truncated = True
+                return
             last = rows[-1]
             rows = await self.q(self.r._tail_next, (*self.pk, *lower, last.ts, last.event_id, page))
 

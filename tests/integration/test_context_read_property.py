@@ -135,4 +135,4 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
     assert not failures, f"{len(failures)} of {stats['reads']} reads differ; first:\n" + "\n\n".join(failures[:3])
     assert stats["checks"] == sum(len(g.checks) for g in sessions)
     assert stats["reads"] >= len(sessions) * KEYS_PER_CHECK
-    assert stats["named"] > 0
+    assert stats["named"] > 0 or SESSIONS < 50  # a fifth of the checks: some in any run of 50 sessions
