@@ -46,7 +46,7 @@ import contextlib
 import inspect
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import faust
@@ -119,6 +119,15 @@ check_faust(
     inspect.getsource(BaseConsumer._drain_messages),
     inspect.getsource(BaseConsumer._wait_next_records),
 )
+if "await self.seek_to_committed()" not in inspect.getsource(BaseConsumer.perform_seek):
+    raise FaustVersionError("faust's Consumer.perform_seek no longer calls seek_to_committed: re-check batch_drain")
+
+
+def uncommitted_stream_partitions(
+    committed: Mapping[Any, int | None], is_changelog: Callable[[Any], bool]
+) -> list[Any]:
+    """The partitions of ``committed`` (aiokafka's answer) whose fetch position no seek sets: no offset, or 0."""
+    return [tp for tp, offset in committed.items() if not offset and not is_changelog(tp)]
 
 
 class _Cursor:
@@ -152,6 +161,30 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         self.sinks: dict[str, RecordSink] = {}
         """Topics whose records go to a :class:`~streams.app.record_sink.RecordSink` instead of the conductor."""
+
+    async def seek_to_committed(self) -> Mapping[Any, int]:
+        """Faust's seek to the committed offsets; a stream partition without one goes to its beginning.
+
+        aiokafka's ``seek_to_committed`` leaves a partition alone when its committed offset
+        is ``None`` or 0, so its fetch position stays where the fetcher left it. After a
+        rebalance that can be past records fetched while the flow was stopped (``_deliver``
+        drops them unread: they belong to no agent yet), and no seek fetched them again: the
+        first records of a partition the group never committed were skipped for good (a worker
+        kept two partitions across a rebalance and never tracked their first round of events;
+        the next round's job then summarized only its own events). Such a partition now starts
+        from its first offset, as ``auto_offset_reset="earliest"`` does for a new group;
+        changelog partitions are the recovery's to seek.
+        """
+        committed = await super().seek_to_committed()
+        fresh = uncommitted_stream_partitions(committed, self._is_changelog_tp)
+        if fresh:
+            earliest = await self.earliest_offsets(*fresh)
+            await self.seek_wait(earliest)
+            log.info(
+                "partitions without a committed offset sought to their beginning",
+                extra={"partitions": ",".join(f"{tp.topic}[{tp.partition}]@{earliest.get(tp)}" for tp in fresh)},
+            )
+        return committed
 
     def on_buffer_drop(self, tp: Any) -> None:
         super().on_buffer_drop(tp)

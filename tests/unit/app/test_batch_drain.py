@@ -342,3 +342,16 @@ async def test_the_drain_loop_switches_the_fetch_mode_by_what_it_got() -> None:
     fetcher = type("F", (), {"_stopped": asyncio.Event()})()
     await consumer._drain_messages(fetcher)
     assert modes == [True, False]
+
+
+def test_partitions_no_seek_positions_are_the_uncommitted_stream_ones() -> None:
+    """aiokafka seeks only offsets > 0: None and 0 leave the fetch position where the fetcher left it."""
+    from aiokafka import TopicPartition
+
+    from streams.app.batch_drain import uncommitted_stream_partitions
+
+    events = [TopicPartition("t.events", p) for p in range(4)]
+    changelog = TopicPartition("t-track-changelog", 0)
+    committed = {events[0]: None, events[1]: 0, events[2]: 17, events[3]: 1, changelog: None}
+    found = uncommitted_stream_partitions(committed, lambda tp: tp.topic.endswith("-changelog"))
+    assert found == [events[0], events[1]]
