@@ -91,6 +91,12 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
         check_chain(summaries)
         assert len(summaries) >= SESSIONS * 2
         assert _published_a_summary(victim), "the killed worker did some work"
+        # The promise, not the chain: every user turn reached a summary input (a chain that starts
+        # late, its first events never tracked, is still a valid chain).
+        sent = "\n".join(json.dumps(r.body, ensure_ascii=False) for r in llm.requests if r.succeeded)
+        turns = [f"round {r} request for {b.session}" for b in builders for r in range(ROUNDS)]
+        missing = [t for t in turns if t not in sent]
+        assert not missing, f"{len(missing)} of {len(turns)} user turns never reached a summary input: {missing[:4]}"
 
 
 def _published_a_summary(proc: WorkerProcess) -> bool:
