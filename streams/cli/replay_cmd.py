@@ -120,7 +120,7 @@ def command(
                f"log {log_path}")  # fmt: skip
     click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
-        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, proc, idle_exit, timeout, start))
+        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, proc, idle_exit, timeout, start, log_path))
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -175,6 +175,7 @@ async def _watch(
     idle_exit: float,
     timeout: float,
     start: dict[int, int] | None = None,
+    log_path: Path | None = None,
 ) -> dict[str, int]:
     """Follow the replay worker until it is done: every event, job and summary of the run consumed
     (committed by its group: a job is acked only once answered), and nothing new for ``idle_exit`` s.
@@ -221,9 +222,16 @@ async def _watch(
                 break
             await asyncio.sleep(1.0)
         else:
+            where = ""
+            if proc.poll() is None:
+                # Faust's worker writes every thread's stack and asyncio task to its log on SIGUSR1:
+                # a run that stalled says where it waits.
+                proc.send_signal(signal.SIGUSR1)
+                await asyncio.sleep(2.0)
+                where = f"; its worker's stacks and tasks are at the end of {log_path}"
             raise click.ClickException(
                 f"the replay did not finish in {timeout:g} s: {lag} events not yet consumed, {unanswered} jobs "
-                f"and summaries not yet answered (raise --timeout; the run resumes with --resume)"
+                f"and summaries not yet answered (raise --timeout; the run resumes with --resume){where}"
             )
     finally:
         await consumer.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,6 +100,26 @@ def compact_stacks(dump: str) -> str:
             if i + 1 < len(lines):
                 kept.append(lines[i + 1])
     return "\n".join(kept)
+
+
+def replay_log_tail(out: str, lines: int = 60) -> str:
+    """The end of the log of the replay worker ``distill replay`` named in ``out``, stacks compacted.
+
+    A replay that timed out has its worker write its stacks and tasks there (SIGUSR1): what a
+    failed run was waiting for.
+    """
+    named = re.search(r"log (\S+\.log)", out)
+    if named is None:
+        return ""
+    path = Path(named.group(1))
+    try:
+        text = (path if path.is_absolute() else ROOT / path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    marker = text.find("THREAD ")
+    stacks = f"\n--- worker stacks and tasks ---\n{compact_stacks(text[marker:])[-20000:]}" if marker >= 0 else ""
+    head = text[:marker] if marker >= 0 else text
+    return "\n--- replay worker log tail ---\n" + "\n".join(head.splitlines()[-lines:]) + stacks
 
 
 class ProjectorProcess:

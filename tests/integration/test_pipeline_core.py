@@ -257,7 +257,7 @@ async def test_replay_twice_same_boundaries_and_unchanged_summaries_reused(
     import re
     import subprocess
 
-    from tests.integration.pipeline_support import DISTILL, worker_env
+    from tests.integration.pipeline_support import DISTILL, replay_log_tail, worker_env
 
     b = SessionBuilder(app="thr")
     events = [b.user("Compare Postgres and Cassandra for time series."), b.assistant("Cassandra scales writes."),
@@ -270,7 +270,10 @@ async def test_replay_twice_same_boundaries_and_unchanged_summaries_reused(
         done = subprocess.run([DISTILL, "replay", "--session", b.session, "--idle-exit", "2", "--timeout", "100",
                                "--adopt-timeout", "40"], env=worker_env(pipeline), capture_output=True, text=True,
                               timeout=180)  # fmt: skip
-        assert done.returncode == 0, f"replay exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        assert done.returncode == 0, (
+            f"replay exited {done.returncode}:\n{done.stdout[:400]}\n{done.stdout[-600:]}\n{done.stderr[-3000:]}"
+            + replay_log_tail(done.stdout)
+        )
         topic = re.search(r"→ (\S+)", done.stdout.splitlines()[-1])
         assert topic is not None, done.stdout
         assert "LLM calls 0" in done.stdout, done.stdout

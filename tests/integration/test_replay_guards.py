@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +41,7 @@ from tests.integration.pipeline_support import (
     SessionBuilder,
     create_topics,
     read_topic,
+    replay_log_tail,
     scripted_pipeline_settings,
     summaries_of,
     worker_env,
@@ -86,23 +86,11 @@ def finished(proc: subprocess.Popen[str]) -> Run:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-    assert proc.returncode == 0, out + worker_log_tail(out)
+    assert proc.returncode == 0, out + replay_log_tail(out)
     started = re.search(r"replay (\S+) (?:started|resumed) \(epoch (\d+)\)", out)
     topic = re.search(r"→ (\S+)", out.splitlines()[-1])
     assert started is not None and topic is not None, out
     return Run(started.group(1), int(started.group(2)), topic.group(1), out)
-
-
-def worker_log_tail(out: str, lines: int = 60) -> str:
-    """The end of the replay worker's log the command names (what a failed run was waiting for)."""
-    named = re.search(r"log (\S+\.log)", out)
-    if named is None:
-        return ""
-    try:
-        text = Path(named.group(1)).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n--- worker log tail ---\n" + "\n".join(text.splitlines()[-lines:])
 
 
 def round_of(book: MarkerBook, b: SessionBuilder, r: int) -> list[Any]:
@@ -243,7 +231,7 @@ def test_a_replay_from_latest_summarizes_only_what_arrives_after_its_start_and_t
         asyncio.run(publish(new))
         rest, _ = proc.communicate(timeout=120)
         out = first + rest
-        assert proc.returncode == 0, out + worker_log_tail(out)
+        assert proc.returncode == 0, out + replay_log_tail(out)
         assert time.monotonic() - began < 80, out
         topic = re.search(r"→ (\S+)", out.splitlines()[-1])
         assert topic is not None, out
