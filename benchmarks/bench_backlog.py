@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_pipeline import committed, event_bytes, start_profiler, stop_profiler, wait_jobs_drained
 from benchmarks.cpu_clock import process_cpu_s
 from schemas.settings import Settings, load_settings
-from streams.kafka_config import consumer_kwargs, producer_kwargs
-from streams.topics_prune import delete_prefixed
+from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
+from streams.clients.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import WorkerProcess, create_topics, scripted_pipeline_settings
 from tests.support.openai_server import OpenAIServer
 

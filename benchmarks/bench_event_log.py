@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schemas.settings import load_settings
 from streams.app.event_log import EventLogReader, RecentEvents
-from streams.kafka_config import producer_kwargs
-from streams.topics_admin import ensure_topics
-from streams.topics_prune import delete_prefixed
+from streams.clients.kafka_config import producer_kwargs
+from streams.clients.topics_admin import ensure_topics
+from streams.clients.topics_prune import delete_prefixed
 
 
 async def write(settings, sessions: int, per_session: int) -> list[tuple[int, bytes, bytes]]:

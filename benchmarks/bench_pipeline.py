@@ -32,8 +32,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schemas.settings import Settings, load_settings
-from streams.kafka_config import common_kwargs, producer_kwargs
-from streams.topics_prune import delete_prefixed
+from streams.clients.kafka_config import common_kwargs, producer_kwargs
+from streams.clients.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import (
     WorkerProcess,
     create_topics,
@@ -93,7 +93,7 @@ async def wait_jobs_drained(settings: Settings, group: str, timeout: float) -> N
     """Until the summarize agent committed every job (so phases do not overlap)."""
     from aiokafka import AIOKafkaConsumer
 
-    from streams.kafka_config import consumer_kwargs
+    from streams.clients.kafka_config import consumer_kwargs
 
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None)
     await consumer.start()
@@ -130,7 +130,7 @@ async def topic_records(settings: Settings, topic: str) -> int:
     """Records written to ``topic`` so far (sum of its partitions' end offsets)."""
     from aiokafka import AIOKafkaConsumer
 
-    from streams.kafka_config import consumer_kwargs
+    from streams.clients.kafka_config import consumer_kwargs
 
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None)
     await consumer.start()

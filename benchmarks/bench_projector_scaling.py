@@ -38,8 +38,8 @@ from benchmarks.cpu_clock import find_cassandra_pid, process_cpu_s
 from projections.cassandra_session import connect
 from projections.migrations import apply_migrations
 from schemas.settings import Settings, load_settings
-from streams.kafka_config import producer_kwargs
-from streams.topics_prune import delete_prefixed
+from streams.clients.kafka_config import producer_kwargs
+from streams.clients.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import DISTILL, ROOT, create_topics, scripted_pipeline_settings, worker_env
 
 PARTITIONS = 4

@@ -37,7 +37,7 @@ from benchmarks.bench_backlog import backlog, bench_topics, last_timestamp, prod
 from benchmarks.bench_pipeline import committed, start_profiler, stop_profiler, wait_jobs_drained
 from benchmarks.cpu_clock import process_cpu_s
 from schemas.settings import Settings
-from streams.topics_prune import delete_prefixed
+from streams.clients.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import (
     DISTILL,
     ROOT,

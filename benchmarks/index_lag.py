@@ -29,9 +29,9 @@ from projections.migrations import apply_migrations
 from projections.read_api import SessionReader
 from schemas import SessionKey
 from schemas.settings import Settings
-from streams.kafka_config import producer_kwargs
-from streams.topics_admin import ensure_topics
-from streams.topics_prune import delete_prefixed
+from streams.clients.kafka_config import producer_kwargs
+from streams.clients.topics_admin import ensure_topics
+from streams.clients.topics_prune import delete_prefixed
 
 Search = Callable[[SessionReader, list[SessionKey], random.Random, int], Awaitable[tuple[str, float]]]
 """One timed search: (reader, sessions, rng, i) → (scope, milliseconds); see ``bench_projections.timed_search``."""

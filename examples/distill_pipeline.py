@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from schemas.settings import Settings
-from streams.cassandra_connection import cassandra_session
-from streams.local_pipeline import LocalPipeline
+from streams.clients.cassandra_connection import cassandra_session
+from streams.services.local_pipeline import LocalPipeline
 
 
 def isolated(settings: Settings, name: str) -> Settings:
@@ -50,8 +50,8 @@ def isolated_pipeline(settings: Settings, workdir: Path) -> Iterator[Settings]:
     are deleted, so running an example again and again leaves nothing on the broker.
     """
     from projections.migrations import apply_migrations
-    from streams.topics_admin import ensure_topics
-    from streams.topics_prune import delete_prefixed
+    from streams.clients.topics_admin import ensure_topics
+    from streams.clients.topics_prune import delete_prefixed
 
     try:
         asyncio.run(ensure_topics(settings))

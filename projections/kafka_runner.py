@@ -62,7 +62,7 @@ class ProjectorRunner:
     """Runs a stage (``Projector``, ``RecallIndexer``) against Kafka until ``stop()``.
 
     ``consumer_kwargs``/``producer_kwargs`` come from the composition root
-    (``streams.kafka_config``), so this adapter imports no ``streams`` code.
+    (``streams.clients.kafka_config``), so this adapter imports no ``streams`` code.
     """
 
     def __init__(

@@ -32,8 +32,8 @@ from schemas.commands import NOTHING_TO_SUMMARIZE_CLASSES
 from schemas.records import EventTopicRecord
 from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
+from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
 from streams.errors import DistillError
-from streams.kafka_config import consumer_kwargs, producer_kwargs
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ def _delete_prefixes(settings: Settings, prefixes: list[str], what: str) -> bool
     """Delete the topics and consumer groups under ``prefixes``; whether that worked (it never raises)."""
     import asyncio
 
-    from streams.topics_prune import delete_prefixed
+    from streams.clients.topics_prune import delete_prefixed
 
     try:
         pruned = asyncio.run(delete_prefixed(settings.kafka, prefixes))

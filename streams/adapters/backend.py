@@ -35,9 +35,9 @@ from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
 from schemas.reads import AppliedSummary
 from schemas.settings import Settings
 from streams.client import DistillClient
+from streams.clients.recall_reader import CassandraRecallReader
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.errors import DistillError
-from streams.recall_reader import CassandraRecallReader
 
 FULL_RECALL = RecallCapabilities(search=True, load=True)
 

@@ -29,8 +29,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from schemas.settings import KafkaSettings
+from streams.clients.kafka_config import consumer_kwargs
 from streams.errors import PermanentError, RetryableError
-from streams.kafka_config import consumer_kwargs
 
 
 class RangePastLogEndError(PermanentError):

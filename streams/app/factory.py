@@ -653,7 +653,7 @@ async def summary_topics(settings: Settings, live: str, *, exclude: str) -> list
     """The live summaries topic and the outputs of earlier replays (the cache's sources)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from streams.kafka_config import common_kwargs
+    from streams.clients.kafka_config import common_kwargs
 
     admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
     await admin.start()

@@ -37,8 +37,8 @@ from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
 from streams.app.heads import Head, HeadBook, head_of
 from streams.app.tracked import table_key
+from streams.clients.kafka_config import consumer_kwargs
 from streams.errors import RetryableError
-from streams.kafka_config import consumer_kwargs
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import click
 
 from schemas.dead_letter import DeadLetter
 from schemas.settings import Settings, load_settings
-from streams.dead_letters import (
+from streams.rules.dead_letters import (
     Redrive,
     RedrivePlan,
     Selection,
@@ -221,7 +221,7 @@ async def stored_batches(
     """
     from aiokafka import AIOKafkaConsumer
 
-    from streams.kafka_config import consumer_kwargs
+    from streams.clients.kafka_config import consumer_kwargs
 
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None, enable_auto_commit=False)
     await consumer.start()
@@ -267,7 +267,7 @@ async def publish_redrives(settings: Settings, records: list[Redrive]) -> list[t
     """Send ``records`` with an idempotent producer (pipelined); returns where each landed."""
     from aiokafka import AIOKafkaProducer
 
-    from streams.kafka_config import producer_kwargs
+    from streams.clients.kafka_config import producer_kwargs
 
     producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
     await producer.start()

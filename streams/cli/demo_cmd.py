@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from schemas.settings import Settings, load_settings
-from streams.local_pipeline import LocalPipeline, distill_executable
+from streams.services.local_pipeline import LocalPipeline, distill_executable
 
 DEMO_FILE = "demo_session.jsonl"
 

@@ -18,7 +18,7 @@ def adopt_sessions(
     """Switch the sessions ``specs`` selects (all when empty), but none of ``exclude``, to ``epoch``;
     prints and returns the outcome counts."""
     from streams.app.factory import replay_accept
-    from streams.epochs_admin import epoch_heads, request_adoptions
+    from streams.cli.epochs_admin import epoch_heads, request_adoptions
 
     accept = replay_accept(specs, frozenset(exclude or ()))
     sessions = asyncio.run(epoch_heads(settings, epoch, accept))
@@ -67,7 +67,7 @@ def command() -> None:
 @command.command("list")
 def list_epochs() -> None:
     """The epochs replay runs built (epoch 0 is the live line) and their output topics."""
-    from streams.epochs_admin import replay_epochs
+    from streams.cli.epochs_admin import replay_epochs
 
     settings = load_settings()
     found = asyncio.run(replay_epochs(settings))

@@ -9,7 +9,7 @@ import click
 from projections.errors import MigrationMismatch
 from projections.migrations import apply_migrations
 from schemas.settings import load_settings
-from streams.cassandra_connection import cassandra_session
+from streams.clients.cassandra_connection import cassandra_session
 from streams.errors import ConfigurationError
 
 
@@ -18,7 +18,7 @@ from streams.errors import ConfigurationError
 @click.option("--skip-cassandra", is_flag=True, help="Do not apply CQL migrations.")
 def command(skip_kafka: bool, skip_cassandra: bool) -> None:
     """Create the Kafka topics and the Cassandra keyspace and tables. Safe to run on every start."""
-    from streams.topics_admin import ensure_topics
+    from streams.clients.topics_admin import ensure_topics
 
     settings = load_settings()
     if not skip_kafka:

@@ -19,7 +19,7 @@ import click
 
 from projections.embedding import Embedder
 from schemas.settings import Settings, load_settings
-from streams.cassandra_connection import cassandra_session
+from streams.clients.cassandra_connection import cassandra_session
 from streams.logging_setup import setup_logging
 
 if TYPE_CHECKING:
@@ -48,14 +48,14 @@ def index_group_of(project_group: str) -> str:
 def _build_embedder(settings: Settings) -> Embedder | None:
     if not settings.embedder.configured:
         return None
-    from streams.embedder_openai import OpenAIEmbedder
+    from streams.clients.embedder_openai import OpenAIEmbedder
 
     return OpenAIEmbedder(settings.embedder)
 
 
 def _runner(settings: Settings, stage: Stage, max_batch: int, *, follow_epochs: bool = False) -> ProjectorRunner:
     from projections.kafka_runner import ProjectorRunner
-    from streams.kafka_config import consumer_kwargs, producer_kwargs
+    from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
 
     return ProjectorRunner(
         stage,

@@ -69,7 +69,7 @@ def command(
     adopted the run's epoch: the live worker continues their line.
     """
     from streams.app.factory import replay_topics, session_filter
-    from streams.epochs_admin import (
+    from streams.cli.epochs_admin import (
         adopted_sessions,
         claim_epoch,
         new_run_id,
@@ -109,7 +109,7 @@ def command(
     start: dict[int, int] = {}
     if not from_beginning:
         start = asyncio.run(start_group_at_end(settings, group, settings.topics.events))
-    from streams.local_pipeline import distill_executable
+    from streams.services.local_pipeline import distill_executable
 
     if llm_concurrency is not None:
         args += ["--replay-concurrency", str(llm_concurrency)]
@@ -153,7 +153,7 @@ def adopted_note(epoch: int, sessions: set[SessionKey], limit: int = 20) -> str:
 
 
 async def _create_topics(settings: Settings, jobs: str, summaries: str) -> None:
-    from streams.topics_admin import ensure_topics
+    from streams.clients.topics_admin import ensure_topics
 
     data = settings.model_dump()
     data["topics"].update(jobs=jobs, summaries=summaries)
@@ -188,7 +188,7 @@ async def _watch(
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from streams.kafka_config import common_kwargs, consumer_kwargs
+    from streams.clients.kafka_config import common_kwargs, consumer_kwargs
 
     admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
     consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=None)
@@ -312,7 +312,7 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
 
     from streams.app.factory import summary_topics
     from streams.app.ledger import preload_cache
-    from streams.kafka_config import consumer_kwargs
+    from streams.clients.kafka_config import consumer_kwargs
 
     for topic in await summary_topics(settings, settings.topics.summaries, exclude=""):
         await preload_cache(settings.kafka, topic, cache)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ def _iso(value: datetime | None) -> str | None:
 async def _collect(settings: Settings, key: SessionKey, filter_key: str, with_epochs: bool) -> dict[str, Any]:
     from projections.epoch_reads import EpochReader
     from projections.read_api import SessionReader
-    from streams.cassandra_connection import cassandra_session
+    from streams.clients.cassandra_connection import cassandra_session
 
     with cassandra_session(settings.cassandra, settings.cassandra.keyspace) as session:
         reader = SessionReader(session, settings.cassandra.keyspace)

@@ -25,7 +25,7 @@ def command() -> None:
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
 def prune_command(prefixes: tuple[str, ...], dry_run: bool) -> None:
     """Delete every topic and consumer group named PREFIX... (refuses a prefix of the live names)."""
-    from streams.topics_prune import prune
+    from streams.clients.topics_prune import prune
 
     pruned = asyncio.run(prune(load_settings(), prefixes, dry_run=dry_run))
     verb = "would delete" if dry_run else "deleted"

@@ -47,7 +47,7 @@ def command(
         settings.summary.async_summary_num = replay_concurrency
     replay = None
     if replay_run:
-        from streams.epochs_admin import read_excluded, run_epoch
+        from streams.cli.epochs_admin import read_excluded, run_epoch
 
         replay = ReplayOptions(
             replay_run,

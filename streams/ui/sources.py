@@ -2,7 +2,7 @@
 
 Nothing here decides what a page shows; the routes hand these values to
 ``streams.ui.views``. Recall goes through ``RecallExecutor.execute`` (the
-agent tools' own entry point), redrive through ``streams.dead_letters`` and
+agent tools' own entry point), redrive through ``streams.rules.dead_letters`` and
 the publisher of ``distill dead-letters redrive``.
 """
 
@@ -30,10 +30,10 @@ from schemas.dead_letter import DeadLetter
 from schemas.events import FunctionCall, ToolCall
 from schemas.settings import Settings
 from streams.app.tracked import TrackedKey
+from streams.clients.recall_reader import CassandraRecallReader
 from streams.context.recall_tools import SESSION_LOAD, SESSION_SEARCH, RecallExecutor
-from streams.dead_letters import RedrivePlan, Selection, SourceCoordinates, plan_redrive
 from streams.errors import ServiceError
-from streams.recall_reader import CassandraRecallReader
+from streams.rules.dead_letters import RedrivePlan, Selection, SourceCoordinates, plan_redrive
 from streams.ui.views import KeyBoundary
 
 CHANGELOG_SCAN_LIMIT = 200_000
@@ -164,7 +164,7 @@ class Sources:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         from aiokafka.admin import AIOKafkaAdminClient
 
-        from streams.kafka_config import common_kwargs, consumer_kwargs
+        from streams.clients.kafka_config import common_kwargs, consumer_kwargs
 
         t = self.settings.topics
         ours = {t.events, t.jobs, t.summaries, t.dead_letters, changelog_topic(self.settings)}
@@ -195,7 +195,7 @@ class Sources:
         """The worker's table values from its changelog (last value per key), unreadable ones, and truncation."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        from streams.kafka_config import consumer_kwargs
+        from streams.clients.kafka_config import consumer_kwargs
         from streams.ui.views import decode_tracked, latest_per_key
 
         topic = changelog_topic(self.settings)

@@ -22,8 +22,8 @@ from schemas import SessionKey
 from schemas.dead_letter import DeadLetter
 from schemas.summaries import SessionSummary
 from streams.app.tracked import TrackedKey
-from streams.dead_letters import format_line, one_line, original_size, redrive_skip_reason, source_of, truncation
 from streams.rules.boundaries import from_micros
+from streams.rules.dead_letters import format_line, one_line, original_size, redrive_skip_reason, source_of, truncation
 from streams.ui.textdiff import DiffPart, diff_counts, word_diff
 
 State = Literal["hidden", "visible", "outside"]

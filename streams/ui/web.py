@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas import SessionKey
 from streams.context.recall_tools import SCOPES, SESSION_LOAD, SESSION_SEARCH
-from streams.dead_letters import format_refusal, parse_offset
+from streams.rules.dead_letters import format_refusal, parse_offset
 from streams.ui import views
 from streams.ui.sources import Sources, now
 

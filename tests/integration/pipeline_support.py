@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas import SessionEvent
 from schemas.settings import Settings
-from streams.kafka_config import consumer_kwargs
+from streams.clients.kafka_config import consumer_kwargs
 from tests.support.cleanup import register_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,6 +285,6 @@ def summaries_of(records: list[Any]) -> list[dict[str, Any]]:
 
 async def create_topics(settings: Settings) -> None:
     """Create the test's topics (``ensure_topics`` waits until they describe with partitions)."""
-    from streams.topics_admin import ensure_topics
+    from streams.clients.topics_admin import ensure_topics
 
     await ensure_topics(settings)

@@ -53,7 +53,7 @@ from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.adapters.openai_agents_session import DistillSession
 from streams.adapters.trpc_session import SUMMARY_PREFIX, DistillSessionService
-from streams.local_pipeline import LocalPipeline
+from streams.services.local_pipeline import LocalPipeline
 from tests.integration.pipeline_support import create_topics, scripted_pipeline_settings, worker_env
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import find_markers

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from schemas.settings import Settings
-from streams.topics_prune import delete_prefixed
+from streams.clients.topics_prune import delete_prefixed
 
 pytest.importorskip("agents")
 pytestmark = pytest.mark.integration

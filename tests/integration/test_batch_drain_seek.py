@@ -23,8 +23,8 @@ from aiokafka.structs import OffsetAndMetadata
 
 from schemas.settings import Settings
 from streams.app.batch_drain import BatchDrainConsumer
-from streams.kafka_config import consumer_kwargs, producer_kwargs
-from streams.topics_admin import ensure_topics
+from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
+from streams.clients.topics_admin import ensure_topics
 
 pytestmark = pytest.mark.integration
 

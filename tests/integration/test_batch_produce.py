@@ -9,8 +9,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas.settings import Settings
 from streams.app.batch_produce import OrderedBatchSender, send_in_batches
-from streams.kafka_config import consumer_kwargs, producer_kwargs
-from streams.topics_admin import ensure_topics
+from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
+from streams.clients.topics_admin import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from click.testing import CliRunner, Result
 from schemas.dead_letter import DeadLetter
 from schemas.settings import Settings
 from streams.cli.main import cli
-from streams.kafka_config import producer_kwargs
+from streams.clients.kafka_config import producer_kwargs
 from tests.integration.pipeline_support import DISTILL, ROOT, create_topics, read_topic, worker_env
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.settings import Settings
 from streams.app.event_log import EventLogReader, RecentEvents
-from streams.kafka_config import producer_kwargs
-from streams.topics_admin import ensure_topics
+from streams.clients.kafka_config import producer_kwargs
+from streams.clients.topics_admin import ensure_topics
 
 pytestmark = pytest.mark.integration
 

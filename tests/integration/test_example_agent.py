@@ -40,7 +40,7 @@ from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent import AgentRequest, DistillAgent, ProjectionBehindError
-from streams.local_pipeline import LocalPipeline
+from streams.services.local_pipeline import LocalPipeline
 from tests.integration.pipeline_support import create_topics, scripted_pipeline_settings, worker_env
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MARKER_RE, find_cut_event_ids, find_markers

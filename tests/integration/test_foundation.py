@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from projections.cassandra_session import aexecute, connect
 from projections.migrations import load_migrations
 from schemas.settings import Settings
-from streams.kafka_config import consumer_kwargs, producer_kwargs
-from streams.topics_admin import ensure_topics
+from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
+from streams.clients.topics_admin import ensure_topics
 from tests.support.cleanup import register_prefix
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from schemas import SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams.app.event_log import EventLogReader, RangePastLogEndError
 from streams.client import DistillClient, SummaryUnavailableError
-from streams.kafka_config import producer_kwargs
+from streams.clients.kafka_config import producer_kwargs
 from streams.rules.record_keys import describe_key
 from tests.integration.pipeline_support import (
     SessionBuilder,

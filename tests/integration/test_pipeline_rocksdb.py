@@ -22,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from schemas.settings import Settings
 from streams.app.factory import TABLE_NAME
 from streams.client import DistillClient
-from streams.kafka_config import common_kwargs
+from streams.clients.kafka_config import common_kwargs
 from tests.integration.pipeline_support import (
     SessionBuilder,
     WorkerProcess,

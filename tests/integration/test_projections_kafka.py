@@ -20,9 +20,9 @@ from projections.kafka_runner import ProjectorRunner
 from projections.projector import BatchOutcome, Projector
 from schemas import SessionKey
 from schemas.settings import Settings
+from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
+from streams.clients.topics_admin import ensure_topics
 from streams.errors import ServiceError
-from streams.kafka_config import consumer_kwargs, producer_kwargs
-from streams.topics_admin import ensure_topics
 from tests.integration.test_projections_support import event, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]

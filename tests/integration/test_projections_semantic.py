@@ -1,4 +1,4 @@
-"""Semantic session_search: the real ``openai`` client (streams.embedder_openai) against a local embeddings
+"""Semantic session_search: the real ``openai`` client (streams.clients.embedder_openai) against a local embeddings
 server, vectors stored by the projector, ``ANN OF`` queries in Cassandra; scopes never cross tenants."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from projections.statements import vector_table
 from schemas import SessionKey
 from schemas.settings import EmbedderSettings, Settings
-from streams.embedder_openai import OpenAIEmbedder
+from streams.clients.embedder_openai import OpenAIEmbedder
 from tests.integration.test_projections_support import Store, close_store, event, open_store, summary
 from tests.support.embeddings_server import EmbeddingsServer
 

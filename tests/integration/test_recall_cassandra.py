@@ -11,8 +11,8 @@ import pytest_asyncio
 
 from schemas import FunctionCall, SessionKey, ToolCall
 from schemas.settings import Settings
+from streams.clients.recall_reader import CassandraRecallReader
 from streams.context.recall_tools import HISTORICAL_NOTE, RecallExecutor
-from streams.recall_reader import CassandraRecallReader
 from tests.integration.test_projections_support import Store, close_store, event, open_store, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]

@@ -32,9 +32,9 @@ from aiokafka import AIOKafkaProducer
 
 from schemas import AdoptedHead, EpochAdopted, SessionKey, SessionSummary
 from schemas.settings import Settings
+from streams.cli.epochs_admin import epoch_heads, replay_epochs
 from streams.client import DistillClient
-from streams.epochs_admin import epoch_heads, replay_epochs
-from streams.kafka_config import producer_kwargs
+from streams.clients.kafka_config import producer_kwargs
 from tests.integration.pipeline_support import (
     DISTILL,
     ROOT,

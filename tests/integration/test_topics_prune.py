@@ -14,8 +14,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas.settings import Settings
-from streams.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
-from streams.topics_prune import delete_prefixed
+from streams.clients.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
+from streams.clients.topics_prune import delete_prefixed
 from tests.integration.pipeline_support import worker_env
 from tests.support.cleanup import sweep
 

@@ -35,7 +35,7 @@ import pytest
 from schemas import SessionKey, SessionSummary
 from schemas.dead_letter import DeadLetter
 from schemas.settings import Settings
-from streams.dead_letters import REDRIVE_HEADER
+from streams.rules.dead_letters import REDRIVE_HEADER
 from tests.integration.pipeline_support import create_topics, read_topic, scripted_pipeline_settings, worker_env
 from tests.support import ui_demo
 from tests.support.browser import ensure_chromium, full_page_screenshot, start_driver
@@ -138,7 +138,7 @@ async def _after_the_demo(settings: Settings, run: DemoRun, readers: str) -> dic
 
     from schemas.commands import Summarize
     from streams.client import DistillClient
-    from streams.kafka_config import consumer_kwargs
+    from streams.clients.kafka_config import consumer_kwargs
 
     demo_key = run.key.kafka_key()
     busy = SessionKey(run.key.app_name, run.key.user_id, f"{run.key.session_id}-busy")
@@ -217,7 +217,7 @@ async def _settled(sources: Any, settings: Settings, run: DemoRun, busy_jobs: li
 def ui(
     service_settings: Settings, keyspaces: KeyspacePool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[UIEnv]:
-    from streams.local_pipeline import LocalPipeline
+    from streams.services.local_pipeline import LocalPipeline
     from streams.ui.sources import Sources
 
     ensure_chromium()  # skips before anything is written when there is no browser

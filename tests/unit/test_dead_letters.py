@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from schemas.dead_letter import DeadLetter
 from streams.cli.main import cli
-from streams.dead_letters import (
+from streams.rules.dead_letters import (
     REDRIVE_HEADER,
     Selection,
     SourceCoordinates,
@@ -253,7 +253,7 @@ def test_a_record_dead_lettered_twice_is_redriven_once_per_run() -> None:
 
 
 def test_rules_module_imports_no_io_library() -> None:
-    source = Path(__file__).resolve().parents[2] / "streams" / "dead_letters.py"
+    source = Path(__file__).resolve().parents[2] / "streams" / "rules" / "dead_letters.py"
     names = set()
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):

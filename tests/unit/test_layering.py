@@ -58,7 +58,7 @@ def test_only_settings_reads_the_environment() -> None:
                 readers.append(str(path.relative_to(ROOT)))
     # tokens.py seeds TIKTOKEN_CACHE_DIR, the variable tiktoken itself reads; local_pipeline hands
     # its own environment, plus overrides, down to the worker it starts.
-    assert sorted(readers) == ["streams/local_pipeline.py", "streams/rules/tokens.py"]
+    assert sorted(readers) == ["streams/rules/tokens.py", "streams/services/local_pipeline.py"]
 
 
 @pytest.mark.parametrize(

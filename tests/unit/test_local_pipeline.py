@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import streams.local_pipeline as local_pipeline
+import streams.services.local_pipeline as local_pipeline
 from streams.errors import ServiceError
-from streams.local_pipeline import LocalPipeline
+from streams.services.local_pipeline import LocalPipeline
 
 
 def _silent_executable(tmp_path: Path) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from schemas.settings import Settings
+from streams.clients.topics_prune import check_prefixes, matching
 from streams.errors import ConfigurationError
-from streams.topics_prune import check_prefixes, matching
 
 
 def test_matching_selects_only_names_under_a_prefix() -> None:

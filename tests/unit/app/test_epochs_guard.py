@@ -16,8 +16,7 @@ from typing import Any
 
 from schemas import AdoptedHead, EpochAdopted, SessionKey
 from streams.app.factory import replay_accept
-from streams.cli.replay_cmd import adopted_note
-from streams.epochs_admin import (
+from streams.cli.epochs_admin import (
     RawRecord,
     claim_first_free,
     claim_topic,
@@ -26,6 +25,7 @@ from streams.epochs_admin import (
     sessions_adopting,
     write_excluded,
 )
+from streams.cli.replay_cmd import adopted_note
 from tests.unit.app.test_epochs import COORDS, NOW, runtime, summary
 from tests.unit.app.test_summarize_handler import job
 from tests.unit.summarizer.helpers import SESSION, ScriptedModel

@@ -40,8 +40,8 @@ from schemas import AdoptedHead, AdoptEpoch, EpochAdopted, SessionKey, SessionSu
 from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, header_int
+from streams.clients.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
 from streams.errors import DistillError
-from streams.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
 
 _RUN = re.compile(r"^e(\d+)-")
 _CLAIM = re.compile(r"^e(\d+)$")

@@ -9,8 +9,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from schemas.settings import Settings
+from streams.clients.kafka_config import common_kwargs
 from streams.errors import ServiceError
-from streams.kafka_config import common_kwargs
 
 
 @dataclass(frozen=True)

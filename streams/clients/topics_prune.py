@@ -23,8 +23,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import DeleteGroupsRequest
 
 from schemas.settings import KafkaSettings, Settings
+from streams.clients.kafka_config import common_kwargs
 from streams.errors import ConfigurationError, ServiceError
-from streams.kafka_config import common_kwargs
 
 MIN_PREFIX = 2
 """Shortest prefix accepted (an empty or one-letter prefix matches nearly everything)."""
