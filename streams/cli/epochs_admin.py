@@ -41,6 +41,7 @@ from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, header_int
 from streams.clients.kafka_config import common_kwargs, consumer_kwargs, producer_kwargs
+from streams.clients.topic_reader import read_to_end
 from streams.errors import DistillError
 
 _RUN = re.compile(r"^e(\d+)-")
@@ -219,32 +220,9 @@ def collect_heads(records: Iterable[RawRecord], accept: Callable[[SessionKey], b
 
 async def read_topic(settings: Settings, topic: str) -> list[RawRecord]:
     """Every record of ``topic`` up to its end now."""
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None,
-                                auto_offset_reset="earliest")  # fmt: skip
-    await consumer.start()
-    out: list[RawRecord] = []
-    try:
-        # Replay outputs are co-partitioned with the events topic (created with its partition count).
-        tps = [TopicPartition(topic, p) for p in range(settings.topics.partitions)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        starts = await consumer.beginning_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, starts.get(tp, 0))
-        reached = {tp: starts.get(tp, 0) for tp in tps}
-        while any(reached[tp] < ends[tp] for tp in tps):
-            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            for tp, messages in batch.items():
-                out.extend((tp.partition, m.key, m.value, list(m.headers or ())) for m in messages)
-                if messages:
-                    reached[tp] = messages[-1].offset + 1
-            if not batch:
-                for tp in tps:
-                    if reached[tp] < ends[tp] and await consumer.position(tp) >= ends[tp]:
-                        reached[tp] = ends[tp]
-    finally:
-        await consumer.stop()
-    return out
+    # Replay outputs are co-partitioned with the events topic (created with its partition count).
+    records = await read_to_end(settings.kafka, topic, settings.topics.partitions)
+    return [(m.partition, m.key, m.value, list(m.headers or ())) for m in records]
 
 
 async def epoch_heads(

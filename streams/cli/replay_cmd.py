@@ -308,43 +308,14 @@ def _dry_run(settings: Settings, specs: tuple[str, ...]) -> None:
 
 async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, bytes, bytes]]:
     """Every record of the events topic (in offset order per partition), and the cache filled."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     from streams.app.factory import summary_topics
     from streams.app.ledger import preload_cache
-    from streams.clients.kafka_config import consumer_kwargs
+    from streams.clients.topic_reader import read_to_end
 
     for topic in await summary_topics(settings, settings.topics.summaries, exclude=""):
         await preload_cache(settings.kafka, topic, cache)  # type: ignore[arg-type]
-    # "earliest": the reset that ``assign`` starts on its own must not race the seek to the start
-    # (with "latest" it could land last and leave the position at the end: nothing read).
-    consumer = AIOKafkaConsumer(
-        **consumer_kwargs(settings.kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    out: list[tuple[int, int, bytes, bytes]] = []
-    try:
-        tps = [TopicPartition(settings.topics.events, p) for p in range(settings.topics.partitions)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        starts = await consumer.beginning_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, starts.get(tp, 0))
-        # Until the last record before each end was read (a position read right after the seek
-        # may still be unresolved).
-        reached = {tp: starts.get(tp, 0) for tp in tps}
-        while any(reached[tp] < ends.get(tp, 0) for tp in tps):
-            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            for tp, messages in batch.items():
-                out.extend((tp.partition, m.offset, m.key or b"", m.value) for m in messages if m.value is not None)
-                if messages:
-                    reached[tp] = messages[-1].offset + 1
-            if not batch:  # gaps before the end (transaction markers, compaction): the position says
-                for tp in tps:
-                    if reached[tp] < ends.get(tp, 0) and await consumer.position(tp) >= ends[tp]:
-                        reached[tp] = ends[tp]
-    finally:
-        await consumer.stop()
+    records = await read_to_end(settings.kafka, settings.topics.events, settings.topics.partitions)
+    out = [(m.partition, m.offset, m.key or b"", m.value) for m in records if m.value is not None]
     # Sessions are independent and a session lives in one partition: partition by partition is log order.
     out.sort(key=lambda r: (r[0], r[1]))
     return out
