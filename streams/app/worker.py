@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 from pathlib import Path
 
 import faust
@@ -21,6 +23,10 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     serve_metrics(settings.worker.metrics_port)
     worker = build_worker(app, settings)
     tune_gc()
+    # Faust prints the asyncio tasks on SIGUSR1, from Python on the event loop: a loop blocked in
+    # a call that never returns cannot answer it. SIGQUIT dumps every thread's stack from C, as a
+    # JVM does (mode's worker takes SIGUSR2 for a debugger prompt).
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     worker.execute_from_commandline()
 
 

@@ -224,8 +224,11 @@ async def _watch(
         else:
             where = ""
             if proc.poll() is None:
-                # Faust's worker writes every thread's stack and asyncio task to its log on SIGUSR1:
-                # a run that stalled says where it waits.
+                # The worker writes every thread's stack to its log on SIGQUIT (from C: a blocked
+                # event loop answers too) and Faust's asyncio tasks on SIGUSR1: a run that stalled
+                # says where it waits.
+                proc.send_signal(signal.SIGQUIT)
+                await asyncio.sleep(0.5)
                 proc.send_signal(signal.SIGUSR1)
                 await asyncio.sleep(2.0)
                 where = f"; its worker's stacks and tasks are at the end of {log_path}"

@@ -71,13 +71,16 @@ class WorkerProcess:
     def diagnosis(self, tail: int = 3000, wait_s: float = 2.0) -> str:
         """The log's tail, then every thread's stack and asyncio task the worker has now.
 
-        For an assertion's message (evaluated only when it fails): Faust's worker prints
-        the stacks on SIGUSR1, so a run that stalled in CI says where it waits.
+        For an assertion's message (evaluated only when it fails): the worker dumps every
+        thread's stack on SIGQUIT (from C: even a blocked event loop answers) and Faust's
+        tasks on SIGUSR1, so a run that stalled in CI says where it waits.
         """
         before = self.log_path.stat().st_size
         head = self.log_text()[-tail:]
         if self.proc.poll() is not None:
             return f"{head}\n(worker exited {self.proc.returncode})"
+        self.proc.send_signal(signal.SIGQUIT)
+        time.sleep(0.5)
         self.proc.send_signal(signal.SIGUSR1)
         time.sleep(wait_s)
         if self.proc.poll() is not None:  # not yet (or no longer) handling the signal: it ended the worker
@@ -85,15 +88,16 @@ class WorkerProcess:
         with self.log_path.open("rb") as f:
             f.seek(before)
             stacks = compact_stacks(f.read().decode(errors="replace"))
-        return f"{head}\n--- worker stacks and tasks (SIGUSR1) ---\n{stacks[-20000:]}"
+        return f"{head}\n--- worker stacks (SIGQUIT) and tasks (SIGUSR1) ---\n{stacks[-20000:]}"
 
 
 def compact_stacks(dump: str) -> str:
-    """mode's stack dump without its local variables: each stack's header and frames (file line, code)."""
+    """The stack dumps (faulthandler's, then mode's without its local variables): each stack's
+    header and frames (file line, code)."""
     lines = dump.splitlines()
     kept: list[str] = []
     for i, line in enumerate(lines):
-        if line.startswith(("THREAD ", "Stack for ", "  TASK ")):
+        if line.startswith(("THREAD ", "Stack for ", "  TASK ", "Thread 0x", "Current thread 0x")):
             kept.append(line[:200])
         elif line.lstrip().startswith('File "'):
             kept.append(line)
@@ -116,7 +120,8 @@ def replay_log_tail(out: str, lines: int = 60) -> str:
         text = (path if path.is_absolute() else ROOT / path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-    marker = text.find("THREAD ")
+    marker = min((i for i in (text.find("THREAD "), text.find("Thread 0x"), text.find("Current thread 0x")) if i >= 0),
+                 default=-1)  # fmt: skip
     stacks = f"\n--- worker stacks and tasks ---\n{compact_stacks(text[marker:])[-20000:]}" if marker >= 0 else ""
     head = text[:marker] if marker >= 0 else text
     return "\n--- replay worker log tail ---\n" + "\n".join(head.splitlines()[-lines:]) + stacks
