@@ -88,7 +88,14 @@ class WorkerProcess:
         with self.log_path.open("rb") as f:
             f.seek(before)
             stacks = compact_stacks(f.read().decode(errors="replace"))
-        return f"{head}\n--- worker stacks (SIGQUIT) and tasks (SIGUSR1) ---\n{stacks[-20000:]}"
+        return f"{head}\n--- worker stacks (SIGQUIT) and tasks (SIGUSR1) ---\n{shorten(stacks)}"
+
+
+def shorten(stacks: str, most: int = 20000) -> str:
+    """At most ``most`` characters of a dump: its start (the threads' stacks) and its end (the tasks)."""
+    if len(stacks) <= most:
+        return stacks
+    return f"{stacks[: most * 3 // 10]}\n[...]\n{stacks[-most * 7 // 10 :]}"
 
 
 def compact_stacks(dump: str) -> str:
@@ -101,7 +108,7 @@ def compact_stacks(dump: str) -> str:
             kept.append(line[:200])
         elif line.lstrip().startswith('File "'):
             kept.append(line)
-            if i + 1 < len(lines):
+            if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith('File "'):  # mode's: the code line
                 kept.append(lines[i + 1])
     return "\n".join(kept)
 
@@ -122,7 +129,7 @@ def replay_log_tail(out: str, lines: int = 60) -> str:
         return ""
     marker = min((i for i in (text.find("THREAD "), text.find("Thread 0x"), text.find("Current thread 0x")) if i >= 0),
                  default=-1)  # fmt: skip
-    stacks = f"\n--- worker stacks and tasks ---\n{compact_stacks(text[marker:])[-20000:]}" if marker >= 0 else ""
+    stacks = f"\n--- worker stacks and tasks ---\n{shorten(compact_stacks(text[marker:]))}" if marker >= 0 else ""
     head = text[:marker] if marker >= 0 else text
     return "\n--- replay worker log tail ---\n" + "\n".join(head.splitlines()[-lines:]) + stacks
 

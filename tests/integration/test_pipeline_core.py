@@ -20,6 +20,7 @@ from schemas.settings import Settings
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     SessionBuilder,
+    WorkerProcess,
     create_topics,
     read_topic,
     scripted_pipeline_settings,
@@ -42,6 +43,10 @@ APPS = {
 }
 
 
+RUNNING: list[WorkerProcess] = []
+"""The module's worker, while it runs (for the state of a stalled one)."""
+
+
 @pytest.fixture(scope="module")
 def llm_server() -> Iterator[OpenAIServer]:
     with OpenAIServer() as server:
@@ -58,7 +63,9 @@ def pipeline(
     )  # fmt: skip
     asyncio.run(create_topics(settings))
     with workers(settings, tmp_path_factory.mktemp("pipeline")) as procs:
+        RUNNING[:] = procs
         yield settings
+        RUNNING.clear()
         for p in procs:
             assert p.proc.poll() is None, p.log_text()[-4000:]
 
@@ -70,10 +77,15 @@ async def client(pipeline: Settings) -> AsyncIterator[DistillClient]:
 
 
 async def session_summaries(settings: Settings, session: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    """The session's summaries once there are ``count`` (fewer after ``timeout``: the worker's state is printed)."""
+
     def enough(records: list[Any]) -> bool:
         return len([s for s in summaries_of(records) if s["session_id"] == session]) >= count
 
     records = await read_topic(settings, settings.topics.summaries, until=enough, timeout=timeout)
+    if not enough(records) and RUNNING:
+        # Printed, not raised: the test's own assertion says what is missing; this says where the worker waits.
+        print(f"{session}: fewer than {count} summaries after {timeout:g} s\n{RUNNING[0].diagnosis()}")
     return [s for s in summaries_of(records) if s["session_id"] == session]
 
 
