@@ -54,6 +54,12 @@ def group_by_partition(records: Iterable[OutgoingRecord]) -> dict[tuple[str, int
     return groups
 
 
+def produce_fields(records: Sequence[OutgoingRecord]) -> dict[str, object]:
+    """Log fields naming what ``records`` go to: their count and ``topic[partition]`` list (pure)."""
+    places = sorted({(topic, partition) for topic, _, _, partition in records})
+    return {"records": len(records), "partitions": ",".join(f"{t}[{p}]" for t, p in places)}
+
+
 async def send_in_batches(
     producer: Any, records: Iterable[OutgoingRecord], sent: list[SentBatch] | None = None
 ) -> list[SentBatch]:
@@ -109,4 +115,11 @@ class OrderedBatchSender:
         return sent
 
 
-__all__ = ["OrderedBatchSender", "OutgoingRecord", "SentBatch", "group_by_partition", "send_in_batches"]
+__all__ = [
+    "OrderedBatchSender",
+    "OutgoingRecord",
+    "SentBatch",
+    "group_by_partition",
+    "produce_fields",
+    "send_in_batches",
+]

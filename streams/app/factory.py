@@ -41,7 +41,7 @@ from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
 from streams.app.batch import TableBatch
-from streams.app.batch_produce import OrderedBatchSender, SentBatch
+from streams.app.batch_produce import OrderedBatchSender, SentBatch, produce_fields
 from streams.app.codecs import (
     EVENTS_CODEC,
     JOB_CODEC,
@@ -56,6 +56,7 @@ from streams.app.extensions import Extensions
 from streams.app.monitor import LeanMonitor
 from streams.app.record_sink import RecordSink
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
+from streams.app.slow_wait import warn_if_slow
 from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
@@ -440,8 +441,9 @@ def create_app(
             return
         # aiokafka's batch API, not a send per record; whole calls in the order of their table
         # writes (no await between ``write_table`` and here; see streams.app.batch_produce).
-        sent = await ordered_sender.queue(outgoing, partial(_sent, cast(Any, table).data))
-        await asyncio.gather(*(batch.delivered for batch in sent))
+        with warn_if_slow("produce not acknowledged by the broker", produce_fields(outgoing)):
+            sent = await ordered_sender.queue(outgoing, partial(_sent, cast(Any, table).data))
+            await asyncio.gather(*(batch.delivered for batch in sent))
 
     def _sent(store: Any, batch: SentBatch, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():

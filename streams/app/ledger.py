@@ -36,6 +36,7 @@ from streams.app.cache import SummaryCache
 from streams.app.decoding import decode_summary_record
 from streams.app.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
 from streams.app.heads import Head, HeadBook, head_of
+from streams.app.slow_wait import warn_if_slow
 from streams.app.tracked import table_key
 from streams.clients.kafka_config import consumer_kwargs
 from streams.errors import RetryableError
@@ -112,7 +113,8 @@ class SummaryLedger:
             if partition in self._ready:
                 return
             try:
-                count = await self._catch_up(partition)
+                with warn_if_slow("summary ledger catching up", {"topic": self.topic, "partition": partition}):
+                    count = await self._catch_up(partition)
             except KafkaError as exc:
                 raise RetryableError(f"reading {self.topic}[{partition}]: {exc}") from exc
             self._ready.add(partition)
