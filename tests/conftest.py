@@ -199,6 +199,7 @@ SLOW_INTEGRATION_FILES = {
     "tests/integration/test_recall_cassandra.py": 50,
     "tests/integration/test_projections_kafka.py": 50,
     "tests/integration/test_example_agent.py": 40,
+    "tests/integration/test_replay_crash.py": 40,
     "tests/integration/test_adapter_openai_agents.py": 38,
     "tests/integration/test_projections_epochs.py": 30,
     "tests/integration/test_pipeline_sync.py": 30,
