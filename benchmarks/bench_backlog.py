@@ -32,7 +32,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_pipeline import committed, event_bytes, start_profiler, stop_profiler, wait_jobs_drained
+from benchmarks.bench_pipeline import (
+    committed,
+    event_bytes,
+    rss_mb,
+    start_profiler,
+    stop_profiler,
+    wait_jobs_drained,
+)
 from benchmarks.cpu_clock import process_cpu_s
 from schemas.settings import Settings, load_settings
 from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
@@ -176,6 +183,7 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
                 jobs = await topic_count(settings, settings.topics.jobs)
                 out.update(drain_s=(t_sum or time.time()) - t0, cpu_all_us=cpu_all / len(records) * 1e6,
                            jobs=jobs, cpu_per_job_ms=(cpu_all - cpu_track) / max(1, jobs) * 1e3)  # fmt: skip
+            out["peak_rss_mb"] = max(rss_mb(pid, "VmHWM") for pid in pids)
             return out
         finally:
             for w in workers:
@@ -221,6 +229,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"{label}: {summary(rows, 'events_s')} events/s, CPU {summary(rows, 'cpu_us')} µs/event"
                   + (f"; drained with jobs in {summary(rows, 'drain_s')} s, CPU {summary(rows, 'cpu_all_us')} µs/event,"
                      f" {summary(rows, 'cpu_per_job_ms')} ms CPU per job ({rows[0].get('jobs', 0):.0f} jobs)" if args.jobs else "")
+                  + f"; worker peak RSS {summary(rows, 'peak_rss_mb')} MiB"
                   + f" (min / median of {len(rows)}; backlog produced in {summary(rows, 'produce_s')} s)", flush=True)  # fmt: skip
 
 

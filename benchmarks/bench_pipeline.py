@@ -171,9 +171,10 @@ def stop_profiler(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(30)
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory now (``VmHWM``: its peak so far), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 

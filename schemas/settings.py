@@ -280,6 +280,12 @@ class WorkerSettings(_Section):
     gets its own folder below it; nothing is written to the current directory."""
     log_level: str = "INFO"
     log_json: bool = True
+    recent_events_mb: int = Field(default=128, ge=0)
+    """Memory (MiB) for the events the worker consumed, kept for the summary jobs that read
+    them back as their delta. Past it a job fetches its own records from Kafka one offset at a
+    time (a round trip each: ~5x the job's CPU once a backlog of many interleaved sessions no
+    longer fits). Size it to the events not yet summarized: sessions in flight x events between
+    two summaries x (event bytes + ~100)."""
 
 
 class Settings(BaseSettings):

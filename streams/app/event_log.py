@@ -76,7 +76,7 @@ class RecentEvents:
     (re-delivery).
     """
 
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024, max_offsets: int = 2_000_000) -> None:
+    def __init__(self, max_bytes: int = 128 * 1024 * 1024, max_offsets: int = 2_000_000) -> None:
         self.max_bytes = max_bytes
         self.max_offsets = max_offsets
         self.hits = 0
@@ -231,6 +231,7 @@ class EventLogReader:
         stall_timeout_s: float = 30.0,
         fetch_wait_ms: int = 10,
         past_end_grace_s: float = 2.0,
+        recent_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
@@ -246,7 +247,7 @@ class EventLogReader:
         # other sessions' records decoded for nothing.
         self._fetchers = _Pool(self, {"max_partition_fetch_bytes": FETCH_BYTES})
         self.records_scanned = 0
-        self.recent = RecentEvents()
+        self.recent = RecentEvents(max_bytes=recent_bytes)
 
     async def stop(self) -> None:
         await self._scanners.stop()

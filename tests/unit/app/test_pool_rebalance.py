@@ -183,8 +183,8 @@ async def test_an_error_is_logged_with_partition_and_offset_without_on_error(cap
     await pool.drain(None)
 
 
-def _runtime() -> WorkerRuntime:
-    settings = Settings()
+def _runtime(settings: Settings | None = None) -> WorkerRuntime:
+    settings = settings or Settings()
 
     def summarizer_for(app: str) -> SummarizerLike:
         raise AssertionError("not used")
@@ -271,3 +271,11 @@ async def test_once_the_pool_is_drained_for_a_stop_even_a_current_job_never_star
     assert await pool.submit("a", 0, 0, _recorder(ran, "late"), lambda: None, valid=lambda: True) is False
     await asyncio.sleep(0)
     assert ran == []
+
+
+async def test_the_worker_keeps_as_many_consumed_events_as_its_settings_say() -> None:
+    """``worker.recent_events_mb`` bounds what the jobs find in memory (128 MiB unless set)."""
+    assert _runtime().reader.recent.max_bytes == 128 * 1024 * 1024
+    data = Settings().model_dump()
+    data["worker"]["recent_events_mb"] = 8
+    assert _runtime(Settings(**data)).reader.recent.max_bytes == 8 * 1024 * 1024
