@@ -1,5 +1,5 @@
 # ruff: noqa: E501
-"""A job's delta read when it is no longer in the worker's 32 MB record buffer, by number of interleaved sessions.
+"""A job's delta read when it is no longer in the worker's record buffer (DISTILL_WORKER__RECENT_EVENTS_MB), by number of interleaved sessions.
 
 For each ``--sessions`` count, ``--per-session`` events of every session are written
 interleaved on one partition (event n of every session, then n + 1). The reader reads
