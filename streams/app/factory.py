@@ -441,7 +441,7 @@ def create_app(
             return
         # aiokafka's batch API, not a send per record; whole calls in the order of their table
         # writes (no await between ``write_table`` and here; see streams.app.batch_produce).
-        with warn_if_slow("produce not acknowledged by the broker", produce_fields(outgoing)):
+        with warn_if_slow("produce not acknowledged by the broker", partial(produce_fields, outgoing)):
             sent = await ordered_sender.queue(outgoing, partial(_sent, cast(Any, table).data))
             await asyncio.gather(*(batch.delivered for batch in sent))
 

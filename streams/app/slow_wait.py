@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,15 +22,21 @@ SLOW_WAIT_S = 10.0
 
 
 @contextmanager
-def warn_if_slow(what: str, fields: Mapping[str, Any], after_s: float = SLOW_WAIT_S) -> Iterator[None]:
-    """Log ``what`` with ``fields`` as a warning while the ``with`` body still runs after ``after_s`` s."""
+def warn_if_slow(
+    what: str, fields: Mapping[str, Any] | Callable[[], Mapping[str, Any]], after_s: float = SLOW_WAIT_S
+) -> Iterator[None]:
+    """Log ``what`` with ``fields`` as a warning while the ``with`` body still runs after ``after_s`` s.
+
+    ``fields`` may be a callable: it is called only if a warning is logged (a hot path pays nothing).
+    """
     loop = asyncio.get_running_loop()
     started = loop.time()
     handle: asyncio.TimerHandle | None = None
 
     def warn(delay: float) -> None:
         nonlocal handle
-        log.warning(f"{what}: still waiting after {loop.time() - started:.0f} s", extra=dict(fields))
+        extra = dict(fields() if callable(fields) else fields)
+        log.warning(f"{what}: still waiting after {loop.time() - started:.0f} s", extra=extra)
         handle = loop.call_later(delay, warn, delay * 2)
 
     handle = loop.call_later(after_s, warn, after_s)

@@ -24,10 +24,19 @@ async def test_a_long_wait_is_logged_at_each_doubling_until_it_ends(caplog: pyte
 
 async def test_a_wait_that_ends_in_time_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="streams.app.slow_wait")
-    with warn_if_slow("catching up", {}, after_s=0.2):
+    asked: list[int] = []
+    with warn_if_slow("catching up", lambda: asked.append(1) or {}, after_s=0.2):
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.3)
     assert not [r for r in caplog.records if r.name == "streams.app.slow_wait"]
+    assert not asked  # the fields of a wait that ended in time are never built
+
+
+async def test_fields_given_as_a_callable_are_built_when_warning(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="streams.app.slow_wait")
+    with warn_if_slow("produce not acknowledged", lambda: {"records": 3}, after_s=0.05):
+        await asyncio.sleep(0.08)
+    assert [getattr(r, "records", None) for r in caplog.records if r.name == "streams.app.slow_wait"] == [3]
 
 
 async def test_a_failing_body_stops_the_warnings(caplog: pytest.LogCaptureFixture) -> None:
