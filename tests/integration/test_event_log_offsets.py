@@ -71,3 +71,38 @@ async def test_a_delta_out_of_the_buffer_reads_only_its_own_records(isolated_set
             await later.stop()
     finally:
         await reader.stop()
+
+
+async def test_one_consumer_reads_partitions_in_turn(isolated_settings: Settings) -> None:
+    """A pooled consumer moved between partitions (one consumer of each kind) reads each one right,
+    by offset and by scan, CJK values included."""
+    settings = isolated_settings
+    await ensure_topics(settings)
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    written: dict[int, list[tuple[int, bytes, bytes]]] = {0: [], 1: []}
+    try:
+        for n in range(6):
+            for p in (0, 1):
+                for s in range(5):
+                    key, value = f"app/u/p{p}s{s}".encode(), f"p{p} s{s} 第{n}条".encode()
+                    sent = await producer.send_and_wait(settings.topics.events, value, key=key, partition=p)
+                    written[p].append((sent.offset, key, value))
+    finally:
+        await producer.stop()
+    reader = EventLogReader(settings.kafka, settings.topics.events, size=1)  # one consumer of each kind
+    reader.recent = RecentEvents(max_bytes=0)
+    for p, rows in written.items():
+        for offset, key, value in rows:
+            reader.recent.add(p, offset, key, value)
+    scanner = EventLogReader(settings.kafka, settings.topics.events, size=1)
+    try:
+        for p, s in ((0, 1), (1, 3), (0, 4), (1, 0), (0, 1)):
+            key = f"app/u/p{p}s{s}".encode()
+            expected = [(o, v) for o, k, v in written[p] if k == key]
+            first, last = written[p][0][0], written[p][-1][0]
+            assert [(e.offset, e.value) for e in await reader.read(p, first, last, key)] == expected
+            assert [(e.offset, e.value) for e in await scanner.read(p, first, last, key)] == expected
+    finally:
+        await reader.stop()
+        await scanner.stop()
