@@ -23,6 +23,8 @@ from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.clients.kafka_config import consumer_kwargs
 from tests.support.cleanup import register_prefix
+from tests.support.markers import find_markers
+from tests.support.openai_server import Reply, answer, request_text
 
 ROOT = Path(__file__).resolve().parents[2]
 DISTILL = str(ROOT / ".venv" / "bin" / "distill")
@@ -111,6 +113,29 @@ def compact_stacks(dump: str) -> str:
             if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith('File "'):  # mode's: the code line
                 kept.append(lines[i + 1])
     return "\n".join(kept)
+
+
+def marker_echo(body: dict[str, Any]) -> Reply:
+    """The scripted model of the replay tests: "摘要" and every marker of the request (the oracle)."""
+    return answer("摘要 " + " ".join(find_markers(request_text(body))))
+
+
+def start_replay(settings: Settings, *args: str) -> subprocess.Popen[str]:
+    """``distill replay --no-adopt`` (no live worker needed to build an epoch) with ``args``, output piped."""
+    command = [DISTILL, "replay", "--no-adopt", "--idle-exit", "4", "--timeout", "150", *args]
+    return subprocess.Popen(command, env=worker_env(settings),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
+
+
+def replay_output(proc: subprocess.Popen[str]) -> str:
+    """What a replay printed, once it ended well (else its worker's log tail and stacks fail the test)."""
+    try:
+        out, _ = proc.communicate(timeout=200)  # the replay's own --timeout ends it first
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    assert proc.returncode == 0, out + replay_log_tail(out)
+    return out
 
 
 def replay_log_tail(out: str, lines: int = 60) -> str:

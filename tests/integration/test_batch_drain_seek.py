@@ -53,6 +53,23 @@ def _worker_consumer(consumer: AIOKafkaConsumer, changelog: str) -> BatchDrainCo
     return worker
 
 
+async def _produce(settings: Settings, records: list[tuple[bytes, int]]) -> None:
+    """``(value, partition)`` records on the events topic, in order."""
+    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
+    await producer.start()
+    try:
+        for value, partition in records:
+            await producer.send_and_wait(settings.topics.events, value, key=b"s", partition=partition)
+    finally:
+        await producer.stop()
+
+
+def _group_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """A consumer of a new group that commits only when told (as Faust's)."""
+    return AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=f"seek-{uuid.uuid4().hex[:8]}",
+                            enable_auto_commit=False, auto_offset_reset="earliest")  # fmt: skip
+
+
 async def _fetch(consumer: AIOKafkaConsumer, tp: TopicPartition, count: int) -> list[int]:
     offsets: list[int] = []
     for _ in range(20):
@@ -70,17 +87,9 @@ async def test_records_fetched_before_a_partition_was_ever_committed_are_fetched
     await ensure_topics(settings)
     topic = settings.topics.events
     fresh, committed = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
-    await producer.start()
-    try:
-        for n in range(6):
-            for tp in (fresh, committed):
-                await producer.send_and_wait(topic, f"第{n}轮 event {n}".encode(), key=b"s", partition=tp.partition)
-    finally:
-        await producer.stop()
-
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=f"seek-{uuid.uuid4().hex[:8]}",
-                                enable_auto_commit=False, auto_offset_reset="earliest")  # fmt: skip
+    rounds = [(f"第{n}轮 event {n}".encode(), tp.partition) for n in range(6) for tp in (fresh, committed)]
+    await _produce(settings, rounds)
+    consumer = _group_consumer(settings)
     await consumer.start()
     try:
         consumer.assign([fresh, committed])
@@ -105,15 +114,8 @@ async def test_a_changelog_partition_is_left_to_the_recovery(isolated_settings: 
     await ensure_topics(settings)
     topic = settings.topics.events
     tp = TopicPartition(topic, 0)
-    producer = AIOKafkaProducer(**producer_kwargs(settings.kafka))
-    await producer.start()
-    try:
-        for n in range(3):
-            await producer.send_and_wait(topic, f"变更 {n}".encode(), key=b"k", partition=0)
-    finally:
-        await producer.stop()
-    consumer = AIOKafkaConsumer(**consumer_kwargs(settings.kafka), group_id=f"seek-{uuid.uuid4().hex[:8]}",
-                                enable_auto_commit=False, auto_offset_reset="earliest")  # fmt: skip
+    await _produce(settings, [(f"变更 {n}".encode(), 0) for n in range(3)])
+    consumer = _group_consumer(settings)
     await consumer.start()
     try:
         consumer.assign([tp])

@@ -25,18 +25,17 @@ import pytest
 from schemas.settings import Settings
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
-    DISTILL,
-    ROOT,
     SessionBuilder,
     create_topics,
+    marker_echo,
     read_topic,
-    replay_log_tail,
+    replay_output,
     scripted_pipeline_settings,
+    start_replay,
     summaries_of,
-    worker_env,
 )
 from tests.support.markers import MarkerBook, find_markers
-from tests.support.openai_server import OpenAIServer, Reply, answer, delayed, request_text
+from tests.support.openai_server import OpenAIServer, delayed
 
 pytestmark = pytest.mark.integration
 
@@ -44,25 +43,8 @@ SESSIONS = 6
 ROUNDS = 8  # 16 events per session, event threshold 3: four boundaries each, the last on the last event
 
 
-def echo(body: dict[str, Any]) -> Reply:
-    return answer("摘要 " + " ".join(find_markers(request_text(body))))
-
-
 def replay(settings: Settings, *args: str) -> subprocess.Popen[str]:
-    command = [DISTILL, "replay", "--no-adopt", "--idle-exit", "4", "--timeout", "150", "--llm-concurrency", "1",
-               *args]  # fmt: skip
-    return subprocess.Popen(command, env=worker_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=str(ROOT))  # fmt: skip
-
-
-def finished(proc: subprocess.Popen[str]) -> str:
-    try:
-        out, _ = proc.communicate(timeout=200)  # the replay's own --timeout ends it first
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    assert proc.returncode == 0, out + replay_log_tail(out)
-    return out
+    return start_replay(settings, "--llm-concurrency", "1", *args)
 
 
 def chains(records: list[Any]) -> dict[str, list[tuple[int, str, str]]]:
@@ -73,7 +55,7 @@ def chains(records: list[Any]) -> dict[str, list[tuple[int, str, str]]]:
 
 
 def test_a_replay_killed_mid_run_and_resumed_builds_what_a_clean_run_builds(service_settings: Settings) -> None:
-    with OpenAIServer(default=delayed(echo, 0.25)) as llm:
+    with OpenAIServer(default=delayed(marker_echo, 0.25)) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
         asyncio.run(create_topics(settings))
         book = MarkerBook()
@@ -110,9 +92,9 @@ def test_a_replay_killed_mid_run_and_resumed_builds_what_a_clean_run_builds(serv
         assert 5 <= len(partial) < total, f"the crash came too late to test anything: {len(partial)} summaries"
         print(f"killed after {len(partial)} of {total} summaries, {len(llm.requests)} model calls")
 
-        finished(replay(settings, "--resume", run_id))
+        replay_output(replay(settings, "--resume", run_id))
         resumed = chains(asyncio.run(read_topic(settings, topic, timeout=10)))
-        clean_out = finished(replay(settings))
+        clean_out = replay_output(replay(settings))
         clean_topic = re.search(r"→ (\S+)", clean_out.splitlines()[-1])
         assert clean_topic is not None, clean_out
         clean = chains(asyncio.run(read_topic(settings, clean_topic.group(1), timeout=10)))

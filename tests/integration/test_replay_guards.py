@@ -36,26 +36,22 @@ from streams.cli.epochs_admin import epoch_heads, replay_epochs
 from streams.client import DistillClient
 from streams.clients.kafka_config import producer_kwargs
 from tests.integration.pipeline_support import (
-    DISTILL,
-    ROOT,
     SessionBuilder,
     create_topics,
+    marker_echo,
     read_topic,
     replay_log_tail,
+    replay_output,
     scripted_pipeline_settings,
+    start_replay,
     summaries_of,
-    worker_env,
 )
 from tests.support.markers import MarkerBook, find_markers
-from tests.support.openai_server import OpenAIServer, Reply, answer, delayed, request_text
+from tests.support.openai_server import OpenAIServer, delayed, request_text
 
 pytestmark = pytest.mark.integration
 
 ROUNDS = 4  # 8 events per session, event threshold 3: two boundaries each
-
-
-def echo(body: dict[str, Any]) -> Reply:
-    return answer("摘要 " + " ".join(find_markers(request_text(body))))
 
 
 @dataclass
@@ -74,19 +70,8 @@ class Fixture:
     runs: list[Run]
 
 
-def replay(settings: Settings, *args: str) -> subprocess.Popen[str]:
-    command = [DISTILL, "replay", "--no-adopt", "--idle-exit", "4", "--timeout", "150", *args]
-    return subprocess.Popen(command, env=worker_env(settings),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
-
-
 def finished(proc: subprocess.Popen[str]) -> Run:
-    try:
-        out, _ = proc.communicate(timeout=200)  # the replay's own --timeout ends it first
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    assert proc.returncode == 0, out + replay_log_tail(out)
+    out = replay_output(proc)
     started = re.search(r"replay (\S+) (?:started|resumed) \(epoch (\d+)\)", out)
     topic = re.search(r"→ (\S+)", out.splitlines()[-1])
     assert started is not None and topic is not None, out
@@ -100,7 +85,7 @@ def round_of(book: MarkerBook, b: SessionBuilder, r: int) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def started(service_settings: Settings) -> Iterator[Fixture]:
-    with OpenAIServer(default=echo) as llm:
+    with OpenAIServer(default=marker_echo) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
         asyncio.run(create_topics(settings))
         book = MarkerBook()
@@ -111,7 +96,7 @@ def started(service_settings: Settings) -> Iterator[Fixture]:
                 await client.publish_many([e for r in range(ROUNDS) for b in builders for e in round_of(book, b, r)])
 
         asyncio.run(publish())
-        procs = [replay(settings), replay(settings)]  # at the same moment
+        procs = [start_replay(settings), start_replay(settings)]  # at the same moment
         yield Fixture(settings, book, builders, [finished(p) for p in procs])
 
 
@@ -162,7 +147,7 @@ async def test_a_resume_leaves_the_sessions_that_adopted_its_epoch_to_the_live_w
         await client.publish_many([e for r in range(ROUNDS, ROUNDS + 2) for b in (adopted, other)
                                    for e in round_of(book, b, r)])  # fmt: skip
 
-    resumed = await asyncio.to_thread(finished, replay(settings, "--resume", run.run_id))
+    resumed = await asyncio.to_thread(finished, start_replay(settings, "--resume", run.run_id))
     assert resumed.epoch == run.epoch and resumed.topic == run.topic
     after = by_session(await read_topic(settings, run.topic, timeout=10))
     assert after[adopted.session] == before[adopted.session]  # nothing more of the adopted line
@@ -177,7 +162,7 @@ async def test_a_resume_leaves_the_sessions_that_adopted_its_epoch_to_the_live_w
 def test_a_replay_waits_for_its_model_calls_before_it_ends(service_settings: Settings) -> None:
     """Every event consumed and nothing new for longer than ``--idle-exit`` while the model is still
     answering: the run is not done (it used to stop there, with its summaries missing)."""
-    with OpenAIServer(default=delayed(echo, 6.0)) as llm:
+    with OpenAIServer(default=delayed(marker_echo, 6.0)) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
         asyncio.run(create_topics(settings))
         book = MarkerBook()
@@ -188,7 +173,7 @@ def test_a_replay_waits_for_its_model_calls_before_it_ends(service_settings: Set
                 await client.publish_many([e for r in range(ROUNDS) for e in round_of(book, b, r)])
 
         asyncio.run(publish())
-        run = finished(replay(settings, "--idle-exit", "1"))
+        run = finished(start_replay(settings, "--idle-exit", "1"))
         summaries = by_session(asyncio.run(read_topic(settings, run.topic, timeout=10)))
         assert [s["version"] for s in summaries.get(b.session, [])] == [1, 2], run.out
         assert len(llm.requests) == 2
@@ -197,11 +182,11 @@ def test_a_replay_waits_for_its_model_calls_before_it_ends(service_settings: Set
 def test_a_replay_of_an_empty_events_topic_ends_with_nothing_to_do(service_settings: Settings) -> None:
     """Nothing to replay is done once idle: it used to wait for a first committed event until
     ``--timeout`` (an hour by default)."""
-    with OpenAIServer(default=echo) as llm:
+    with OpenAIServer(default=marker_echo) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
         asyncio.run(create_topics(settings))
         started = time.monotonic()
-        run = finished(replay(settings, "--idle-exit", "1", "--timeout", "90"))
+        run = finished(start_replay(settings, "--idle-exit", "1", "--timeout", "90"))
         assert "done: 0 events, 0 summaries" in run.out, run.out
         assert time.monotonic() - started < 60, run.out
 
@@ -212,7 +197,7 @@ def test_a_replay_from_latest_summarizes_only_what_arrives_after_its_start_and_t
     """``--from-latest``: the history already on the topic is not replayed, what is published after the
     command started is, and the run ends once idle (it used to wait for ``--timeout``: its group had
     committed nothing, so it never looked done)."""
-    with OpenAIServer(default=echo) as llm:
+    with OpenAIServer(default=marker_echo) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
         asyncio.run(create_topics(settings))
         book = MarkerBook()
@@ -224,7 +209,7 @@ def test_a_replay_from_latest_summarizes_only_what_arrives_after_its_start_and_t
 
         asyncio.run(publish(old))
         began = time.monotonic()
-        proc = replay(settings, "--from-latest", "--idle-exit", "8", "--timeout", "90")
+        proc = start_replay(settings, "--from-latest", "--idle-exit", "8", "--timeout", "90")
         assert proc.stdout is not None
         first = proc.stdout.readline()  # printed once the run's start offsets are committed
         assert "started" in first, first
