@@ -37,6 +37,10 @@ class RangePastLogEndError(PermanentError):
     """A read up to an offset the partition does not hold (the job's events are not on it)."""
 
 
+RECENT_BYTES = 128 * 1024 * 1024
+"""The record buffer's budget unless told (the worker passes ``worker.recent_events_mb``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RawEvent:
     """One record of the session read back: its offset and bytes."""
@@ -76,7 +80,7 @@ class RecentEvents:
     (re-delivery).
     """
 
-    def __init__(self, max_bytes: int = 128 * 1024 * 1024, max_offsets: int = 2_000_000) -> None:
+    def __init__(self, max_bytes: int = RECENT_BYTES, max_offsets: int = 2_000_000) -> None:
         self.max_bytes = max_bytes
         self.max_offsets = max_offsets
         self.hits = 0
@@ -231,7 +235,7 @@ class EventLogReader:
         stall_timeout_s: float = 30.0,
         fetch_wait_ms: int = 10,
         past_end_grace_s: float = 2.0,
-        recent_bytes: int = 128 * 1024 * 1024,
+        recent_bytes: int = RECENT_BYTES,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
