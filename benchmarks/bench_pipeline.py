@@ -28,6 +28,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -80,10 +81,13 @@ async def produce(
 
 
 async def committed(settings: Settings, group: str) -> int:
+    """Events committed by ``group`` (0 while a fresh broker has no group coordinator yet)."""
     admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(group)
+    except GroupCoordinatorNotAvailableError:
+        return 0
     finally:
         await admin.close()
     return sum(v.offset for tp, v in offsets.items() if tp.topic == settings.topics.events)

@@ -12,11 +12,11 @@ model over HTTP), then ``distill replay --no-adopt`` rebuilds it
 Per run it prints the command's wall time (boot, cache load and the idle wait included), when
 its group first committed events and when the last summary was written (from the launch),
 the events drain (first to last committed event of the replay's group, polled every 0.25 s;
-the worker commits every second) and the replay worker's CPU per event over it, beside
+the workers commit every second) and the replay workers' CPU per event over it, beside
 the LLM calls and cache hits the command reports. The boundaries of (a) and (b) must equal
 the live run's (checked). Every topic and consumer group the run makes is deleted.
 
-    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--profile PATH]
+    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--workers 1,2] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from tests.support.openai_server import OpenAIServer
 
 CHANGED_PROMPT = "请用要点总结这段对话：{conversation_text}"
 _DONE = re.compile(r"done: (\d+) events, (\d+) summaries \(LLM calls (\d+), reused from cache (\d+)\) → (\S+)")
-_PID = re.compile(r"worker pid (\d+)")
+_PIDS = re.compile(r"worker pid ([\d, ]+), output")
 POLL_S = 0.25
 
 
@@ -75,21 +75,23 @@ def boundaries(records: list[object]) -> dict[tuple[str, str], list[str]]:
     return out
 
 
-async def replay(settings: Settings, events: int, profile: str | None = None) -> ReplayRun:
-    """``distill replay --no-adopt`` over the events topic; its group's progress polled meanwhile."""
+async def replay(settings: Settings, events: int, profile: str | None = None, workers: int = 1) -> ReplayRun:
+    """``distill replay --no-adopt --workers N`` over the events topic; its group's progress polled meanwhile."""
     t0, wall0 = time.monotonic(), time.time()
-    proc = subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "2"], env=worker_env(settings),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(ROOT))  # fmt: skip
+    proc = subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "2", "--workers", str(workers)],
+                            env=worker_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=str(ROOT))  # fmt: skip
     assert proc.stdout is not None
     out: list[str] = []
-    pid: int | None = None
-    while pid is None:
+    pids: list[int] = []
+    while not pids:
         line = proc.stdout.readline()
         if not line:
             raise RuntimeError("distill replay ended before starting its worker:\n" + "".join(out))
         out.append(line)
-        found = _PID.search(line)
-        pid = int(found.group(1)) if found else None
+        found = _PIDS.search(line)
+        pids = [int(p) for p in found.group(1).split(", ")] if found else []
+    pid = pids[0]
     run_id = re.search(r"replay (\S+) started", "".join(out))
     assert run_id is not None, out
     group = f"{settings.worker.app_id}-replay-{run_id.group(1)}"
@@ -99,7 +101,7 @@ async def replay(settings: Settings, events: int, profile: str | None = None) ->
     cpu = 0.0
     while proc.poll() is None and done is None:
         try:
-            cpu = process_cpu_s(pid)
+            cpu = sum(process_cpu_s(p) for p in pids)
         except OSError:
             break
         n = await committed(settings, group)
@@ -154,16 +156,20 @@ async def main(args: argparse.Namespace) -> None:
             expected = boundaries(live_records)
             print(f"live run: {len(records)} events, {sum(map(len, expected.values()))} summaries in "
                   f"{time.monotonic() - t0:.1f} s (worker boot included)", flush=True)  # fmt: skip
-            hit = await replay(settings, len(records), args.profile)
-            print(line("replay, full cache hit", hit), flush=True)
-            assert hit.llm_calls == 0, "a replay of an unchanged log called the model"
-            assert boundaries(await read_topic(settings, hit.topic, timeout=10)) == expected
-            changed = settings.model_copy(deep=True)
-            changed.summary.prompt = CHANGED_PROMPT
-            redo = await replay(changed, len(records))
-            print(line("replay, changed prompt", redo), flush=True)
-            assert redo.llm_calls == sum(map(len, expected.values())), "the changed prompt did not redo every boundary"
-            assert boundaries(await read_topic(settings, redo.topic, timeout=10)) == expected
+            for workers in (int(w) for w in args.workers.split(",")):
+                # A prompt of its own per run: an earlier run's summaries fill the cache of the next.
+                changed = settings.model_copy(deep=True)
+                changed.summary.prompt = f"({workers}) {CHANGED_PROMPT}"
+                hit = await replay(settings, len(records), args.profile, workers)
+                print(line(f"full cache hit, {workers} w", hit), flush=True)
+                assert hit.llm_calls == 0, "a replay of an unchanged log called the model"
+                assert boundaries(await read_topic(settings, hit.topic, timeout=10)) == expected
+                redo = await replay(changed, len(records), None, workers)
+                print(line(f"changed prompt, {workers} w", redo), flush=True)
+                assert redo.llm_calls == sum(map(len, expected.values())), (
+                    "the changed prompt did not redo every boundary"
+                )
+                assert boundaries(await read_topic(settings, redo.topic, timeout=10)) == expected
         finally:
             await delete_prefixed(settings.kafka, [run_prefix, group])
 
@@ -173,5 +179,8 @@ if __name__ == "__main__":
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=60, help="user/assistant rounds per session")
     parser.add_argument("--event-threshold", type=int, default=12)
-    parser.add_argument("--profile", help="py-spy raw profile of the replay worker (full cache hit run) to PATH")
+    parser.add_argument(
+        "--profile", help="py-spy raw profile of the replay's first worker (full cache hit runs) to PATH"
+    )
+    parser.add_argument("--workers", default="1,2", help="replay worker processes (comma list: each runs both replays)")
     asyncio.run(main(parser.parse_args()))

@@ -31,7 +31,11 @@ from schemas.settings import Settings, load_settings
 @click.option("--idle-exit", default=5.0, show_default=True, help="Stop after this many seconds without progress.")
 @click.option("--timeout", default=3600.0, show_default=True, help="Give up after this many seconds.")
 @click.option("--llm-concurrency", type=click.IntRange(min=1), default=None,
-              help="At most this many LLM calls at once (default: summary.async_summary_num).")  # fmt: skip
+              help="At most this many LLM calls at once, over all the run's workers "
+                   "(default: summary.async_summary_num per worker).")  # fmt: skip
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes the run shares its partitions among (a core each; at most the "
+                   "partitions). One that dies is replaced by the others at the next rebalance.")  # fmt: skip
 @click.option("--resume", "resume_run", default=None, metavar="RUN",
               help="Continue the replay RUN after a crash: its consumer group, topics and state.")  # fmt: skip
 @click.option("--adopt/--no-adopt", default=True, show_default=True,
@@ -53,6 +57,7 @@ def command(
     adopt: bool,
     adopt_timeout: float,
     dry_run: bool,
+    workers: int,
 ) -> None:
     """Replay the events topic with a fresh consumer group into a new summary epoch.
 
@@ -80,6 +85,12 @@ def command(
 
     settings = load_settings()
     specs = (*sessions, *(f"{app}/*/*" for app in apps))
+    if workers > settings.topics.partitions:
+        raise click.BadParameter(
+            f"{workers} workers for {settings.topics.partitions} partitions: the extra ones would idle",
+            param_hint="--workers",
+        )
+    shares = llm_shares(llm_concurrency, workers) if llm_concurrency is not None else None
     if dry_run:
         _dry_run(settings, specs)
         return
@@ -94,7 +105,7 @@ def command(
     asyncio.run(_create_topics(settings, out.jobs, out.summaries))
     workdir = Path(".distill") / "replay"
     workdir.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / f"{run_id}.log"
+    log_paths = worker_logs(workdir, run_id, workers)
     # The run's LLM calls and cache hits are counted from its log's "summary published" lines (INFO).
     args = ["worker", "--loglevel", "INFO", "--replay-run", run_id]
     args += [a for s in specs for a in ("--replay-session", s)]
@@ -111,24 +122,23 @@ def command(
         start = asyncio.run(start_group_at_end(settings, group, settings.topics.events))
     from streams.services.local_pipeline import distill_executable
 
-    if llm_concurrency is not None:
-        args += ["--replay-concurrency", str(llm_concurrency)]
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen([distill_executable(), *args], stdout=log, stderr=subprocess.STDOUT)
+    procs: list[subprocess.Popen[bytes]] = []
+    for i, log_path in enumerate(log_paths):
+        own = [*args, "--replay-concurrency", str(shares[i])] if shares else args
+        with log_path.open("ab") as log:
+            procs.append(subprocess.Popen([distill_executable(), *own], stdout=log, stderr=subprocess.STDOUT))
     verb = "resumed" if resume_run else "started"
-    click.echo(f"replay {run_id} {verb} (epoch {epoch}): worker pid {proc.pid}, output {out.summaries}, "
-               f"log {log_path}")  # fmt: skip
+    pids = ", ".join(str(p.pid) for p in procs)
+    logs = ", ".join(str(p) for p in log_paths)
+    click.echo(f"replay {run_id} {verb} (epoch {epoch}): worker pid {pids}, output {out.summaries}, "
+               f"log {logs}")  # fmt: skip
     click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
-        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, proc, idle_exit, timeout, start, log_path))
+        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, procs, idle_exit, timeout, start,
+                                   log_paths))  # fmt: skip
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    outcomes = _outcomes(log_path)
+        _stop(procs)
+    outcomes = _outcomes(log_paths)
     click.echo("")
     if adopt and epoch:
         from streams.cli.epochs_cmd import adopt_sessions
@@ -139,6 +149,35 @@ def command(
         f"done: {stats['events']} events, {stats['summaries']} summaries "
         f"(LLM calls {outcomes.get('summary', 0)}, reused from cache {outcomes.get('cached', 0)}) → {out.summaries}"
     )
+
+
+def llm_shares(total: int, workers: int) -> list[int]:
+    """Each worker's bound on its concurrent LLM calls, so that together they make at most ``total``."""
+    if total < workers:
+        raise click.BadParameter(
+            f"{total} concurrent LLM calls cannot be shared by {workers} workers (each needs at least one)",
+            param_hint="--llm-concurrency",
+        )
+    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
+
+
+def worker_logs(workdir: Path, run_id: str, workers: int) -> list[Path]:
+    """One log per worker: ``RUN.log`` for the first (as a run of one worker), ``RUN.wN.log`` for the others."""
+    return [workdir / (f"{run_id}.log" if i == 0 else f"{run_id}.w{i + 1}.log") for i in range(workers)]
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every worker still running (all at once: their shutdowns overlap), then SIGKILL the late ones."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for proc in running:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def adopted_note(epoch: int, sessions: set[SessionKey], limit: int = 20) -> str:
@@ -171,11 +210,11 @@ async def _watch(
     group: str,
     jobs: str,
     summaries: str,
-    proc: subprocess.Popen[bytes],
+    procs: list[subprocess.Popen[bytes]],
     idle_exit: float,
     timeout: float,
     start: dict[int, int] | None = None,
-    log_path: Path | None = None,
+    log_paths: list[Path] | None = None,
 ) -> dict[str, int]:
     """Follow the replay worker until it is done: every event, job and summary of the run consumed
     (committed by its group: a job is acked only once answered), and nothing new for ``idle_exit`` s.
@@ -184,6 +223,10 @@ async def _watch(
 
     Events alone are not enough: a job whose model call is still running (or retrying) leaves the
     events consumed and nothing new produced, and stopping then ended runs without their summaries.
+
+    A worker that exits while others run is reported once; the group's next rebalance gives its
+    partitions to the others (their changelogs hold its state; its uncommitted work is redone). The
+    run fails only when no worker is left.
     """
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
@@ -201,10 +244,18 @@ async def _watch(
     started = last_change = time.monotonic()
     last = (-1, -1, -1)
     done_events = produced = lag = unanswered = 0
+    reported: set[int] = set()
     try:
         while time.monotonic() - started < timeout:
-            if proc.poll() is not None:
-                raise click.ClickException(f"the replay worker exited with code {proc.returncode}")
+            exited = [p for p in procs if p.poll() is not None]
+            if len(exited) == len(procs):
+                codes = ", ".join(str(p.returncode) for p in procs)
+                raise click.ClickException(f"the replay worker{'s' if len(procs) > 1 else ''} exited (code {codes})")
+            for p in exited:
+                if p.pid not in reported:
+                    reported.add(p.pid)
+                    click.echo(f"\n  worker pid {p.pid} exited with code {p.returncode}: the others take over its "
+                               f"partitions at the next rebalance")  # fmt: skip
             ends = await consumer.end_offsets(events_tps)
             committed = await _committed(admin, group)
             done_events = sum(committed[tp].offset - begin.get(tp, 0) for tp in events_tps if tp in committed)
@@ -223,15 +274,18 @@ async def _watch(
             await asyncio.sleep(1.0)
         else:
             where = ""
-            if proc.poll() is None:
-                # The worker writes every thread's stack to its log on SIGQUIT (from C: a blocked
+            alive = [(p, path) for p, path in zip(procs, log_paths or [], strict=False) if p.poll() is None]
+            if alive:
+                # A worker writes every thread's stack to its log on SIGQUIT (from C: a blocked
                 # event loop answers too) and Faust's asyncio tasks on SIGUSR1: a run that stalled
                 # says where it waits.
-                proc.send_signal(signal.SIGQUIT)
+                for p, _ in alive:
+                    p.send_signal(signal.SIGQUIT)
                 await asyncio.sleep(0.5)
-                proc.send_signal(signal.SIGUSR1)
+                for p, _ in alive:
+                    p.send_signal(signal.SIGUSR1)
                 await asyncio.sleep(2.0)
-                where = f"; its worker's stacks and tasks are at the end of {log_path}"
+                where = f"; its workers' stacks and tasks are at the end of {', '.join(str(p) for _, p in alive)}"
             raise click.ClickException(
                 f"the replay did not finish in {timeout:g} s: {lag} events not yet consumed, {unanswered} jobs "
                 f"and summaries not yet answered (raise --timeout; the run resumes with --resume){where}"
@@ -324,10 +378,11 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
     return out
 
 
-def _outcomes(log_path: Path) -> dict[str, int]:
+def _outcomes(log_paths: list[Path]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for line in log_path.read_text(errors="replace").splitlines():
-        if '"summary published"' in line:
-            outcome = json.loads(line).get("outcome", "?")
-            counts[outcome] = counts.get(outcome, 0) + 1
+    for log_path in log_paths:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if '"summary published"' in line:
+                outcome = json.loads(line).get("outcome", "?")
+                counts[outcome] = counts.get(outcome, 0) + 1
     return counts

@@ -47,6 +47,11 @@ def command(
         settings.summary.async_summary_num = replay_concurrency
     replay = None
     if replay_run:
+        # A replay's workers run beside the live ones, often on the same host, and several at once:
+        # fixed ports would collide. Metrics go to a free port; Faust's web view is off.
+        settings.worker.web_port = 0
+        if settings.worker.metrics_port is not None:
+            settings.worker.metrics_port = 0
         from streams.cli.epochs_admin import read_excluded, run_epoch
 
         replay = ReplayOptions(

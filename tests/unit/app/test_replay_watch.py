@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from aiokafka.errors import GroupAuthorizationFailedError, GroupCoordinatorNotAvailableError
 
-from streams.cli.replay_cmd import _committed, settled
+from streams.cli.replay_cmd import _committed, llm_shares, settled, worker_logs
 
 
 class Admin:
@@ -43,3 +45,22 @@ def test_a_replay_is_settled_once_every_event_job_and_summary_is_committed() -> 
     assert not settled(120, 120, 3)  # jobs or summaries not yet answered
     assert not settled(0, 120, 0)  # the worker has not committed yet
     assert settled(0, 0, 0)  # an empty events topic: nothing to do (it used to wait for --timeout)
+
+
+@pytest.mark.parametrize(("total", "workers"), [(1, 1), (2, 2), (7, 2), (8, 3), (64, 4)])
+def test_the_llm_bound_is_shared_so_the_workers_together_make_at_most_it(total: int, workers: int) -> None:
+    shares = llm_shares(total, workers)
+    assert len(shares) == workers
+    assert sum(shares) == total
+    assert min(shares) >= 1 and max(shares) - min(shares) <= 1
+
+
+def test_fewer_llm_calls_than_workers_is_refused_naming_the_option() -> None:
+    with pytest.raises(click.BadParameter, match="3 workers") as raised:
+        llm_shares(2, 3)
+    assert raised.value.param_hint == "--llm-concurrency"
+
+
+def test_the_first_worker_keeps_the_log_name_of_a_one_worker_run() -> None:
+    logs = worker_logs(Path("/w"), "e3-run", 3)
+    assert logs == [Path("/w/e3-run.log"), Path("/w/e3-run.w2.log"), Path("/w/e3-run.w3.log")]
