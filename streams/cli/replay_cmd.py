@@ -134,8 +134,8 @@ def command(
                f"log {logs}")  # fmt: skip
     click.echo(f"  (after a crash: distill replay --resume {run_id})")
     try:
-        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, procs, idle_exit, timeout, start,
-                                   log_paths))  # fmt: skip
+        stats = asyncio.run(_watch(settings, group, out.jobs, out.summaries, procs, log_paths, idle_exit, timeout,
+                                   start))  # fmt: skip
     finally:
         _stop(procs)
     outcomes = _outcomes(log_paths)
@@ -211,10 +211,10 @@ async def _watch(
     jobs: str,
     summaries: str,
     procs: list[subprocess.Popen[bytes]],
+    log_paths: list[Path],
     idle_exit: float,
     timeout: float,
     start: dict[int, int] | None = None,
-    log_paths: list[Path] | None = None,
 ) -> dict[str, int]:
     """Follow the replay worker until it is done: every event, job and summary of the run consumed
     (committed by its group: a job is acked only once answered), and nothing new for ``idle_exit`` s.
@@ -274,7 +274,7 @@ async def _watch(
             await asyncio.sleep(1.0)
         else:
             where = ""
-            alive = [(p, path) for p, path in zip(procs, log_paths or [], strict=False) if p.poll() is None]
+            alive = [(p, path) for p, path in zip(procs, log_paths, strict=True) if p.poll() is None]
             if alive:
                 # A worker writes every thread's stack to its log on SIGQUIT (from C: a blocked
                 # event loop answers too) and Faust's asyncio tasks on SIGUSR1: a run that stalled

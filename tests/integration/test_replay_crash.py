@@ -89,9 +89,9 @@ def wait_partial(settings: Settings, topic: str, at_least: int = 5) -> list[dict
     return summaries_of(asyncio.run(read_topic(settings, topic, until=some, timeout=60)))
 
 
-def clean_chains(settings: Settings, *args: str) -> dict[str, list[tuple[int, str, str]]]:
+def clean_chains(settings: Settings, llm_concurrency: int = 1) -> dict[str, list[tuple[int, str, str]]]:
     """What a clean replay of the same log (one worker) builds."""
-    out = replay_output(replay(settings, *args) if not args else start_replay(settings, *args))
+    out = replay_output(start_replay(settings, "--llm-concurrency", str(llm_concurrency)))
     topic = re.search(r"→ (\S+)", out.splitlines()[-1])
     assert topic is not None, out
     return chains(asyncio.run(read_topic(settings, topic.group(1), timeout=10)))
@@ -173,6 +173,6 @@ def test_a_replay_on_two_workers_survives_one_of_them_killed(service_settings: S
         assert len(partial) < total, f"the kill came too late to test anything: {len(partial)} summaries"
         print(f"killed after {len(partial)} of {total} summaries; published per worker {published}")
         two = chains(asyncio.run(read_topic(settings, topic, timeout=10)))
-        clean = clean_chains(settings, "--llm-concurrency", "6")
+        clean = clean_chains(settings, llm_concurrency=6)
 
     assert_the_promise_holds(two, clean, book, builders)
