@@ -106,6 +106,12 @@ def _state(states: States, key: str, full: SessionTriggerState) -> SessionTrigge
     return found if found is not None else seed_branch_state(full, key)
 
 
+def _already_applied(state: SessionTriggerState, offset: int | None) -> bool:
+    """``state`` has folded the record at ``offset`` (see ``evolve``: offsets only grow)."""
+    high = state.high_offset
+    return offset is not None and high is not None and offset <= high
+
+
 def apply_event(
     event: SessionEvent,
     policy: SummaryPolicy,
@@ -120,7 +126,10 @@ def apply_event(
     branch states are seeded from the full-session state. A fired target gets a
     job, queued for its key (its target becomes the decided boundary); a target
     whose oldest unanswered job timed out (event time) and that does not fire
-    gets that very job again (``origin="retry"``, same id and target).
+    gets that very job again (``origin="retry"``, same id and target). A record
+    a state has folded already (``offset`` at or below its ``high_offset``: a
+    delivery again after a restart or a rebalance) changes it not and decides
+    nothing for it.
 
     The given states are evolved **in place** (see ``evolve``): ``Outcome.states``
     holds those same objects (plus the new ones), to be written back.
@@ -130,6 +139,10 @@ def apply_event(
     # Every state is looked up (new branches seeded from ``full``) before any is
     # evolved: evolving mutates, and a seed must not see the event already.
     updated = {k: _state(states, k, full) for k in affected_keys(facts, policy, full)}
+    # A record delivered again (a restart resumes from the last commit, which may trail the
+    # changelog) decides nothing: its decision was taken when it first came, and taking one
+    # now would judge the state of later events by this older one (a boundary moved).
+    delivered = {k for k, state in updated.items() if _already_applied(state, facts.offset)}
     for state in updated.values():
         evolve(state, facts)
     if not (facts.counted and facts.model_output):
@@ -138,6 +151,8 @@ def apply_event(
     jobs: list[SummaryJob] = []
     trigger_key = facts.entry.filter_key
     for target in policy.targets(trigger_key):
+        if target in delivered or (target not in updated and FULL_SESSION in delivered):
+            continue
         state = updated.get(target) or _state(states, target, full)
         decision = decide(state, policy, facts, trigger_key=trigger_key, context=event.context)
         decisions.append(decision)

@@ -3,7 +3,8 @@
 The property: the same events give the same jobs (ids and targets) and the same
 summaries (boundaries and texts) whatever the summary latency — each summary
 absorbed 0..N events after its job — and across worker restarts (every state
-written to its changelog bytes and read back). The oracle is a run whose
+written to its changelog bytes and read back, then the records since the last
+commit delivered again: a commit may trail the changelog). The oracle is a run whose
 summaries come back at once. The summaries are the real summarizer's (with a
 model echoing the event markers), so the held-back rounds of
 ``keep_recent_rounds`` / ``skip_recent_events`` are the summarizer's own, and
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -61,8 +63,9 @@ class Run:
     summarizer: Summarizer
     delays: list[int]
     """Per job, how many later events arrive before it is answered (cycled)."""
-    restarts: frozenset[int] = frozenset()
-    """After these event indexes every state is written to bytes and read back."""
+    restarts: Mapping[int, int] = field(default_factory=dict)
+    """After these event indexes every state is written to bytes and read back, then that many
+    of the latest events are delivered again (with their offsets)."""
     log: list[SessionEvent] = field(default_factory=list)
     table: dict[str, SessionTriggerState] = field(default_factory=dict)
     heads: dict[str, SessionSummary] = field(default_factory=dict)
@@ -77,16 +80,23 @@ class Run:
 
     def publish(self, event: SessionEvent) -> None:
         self.log.append(event)
-        keys = affected_keys(event, self.policy, self.table.get(""))
-        outcome = apply_event(event, self.policy, {k: self.table.get(k) for k in keys}, offset=len(self.log) - 1)
-        self.table.update(outcome.states)
-        self.emit(outcome.jobs)
-        self.drain(len(self.log))
-        if len(self.log) - 1 in self.restarts:
+        last = len(self.log) - 1
+        self.deliver(event, last)
+        again = self.restarts.get(last)
+        if again is not None:
             self.table = {
                 k: TrackedKey.from_bytes(TrackedKey(SessionTriggerState.from_bytes(s.to_bytes())).to_bytes()).state
                 for k, s in self.table.items()
             }
+            for offset in range(max(0, last - again + 1), last + 1):
+                self.deliver(self.log[offset], offset)
+
+    def deliver(self, event: SessionEvent, offset: int) -> None:
+        keys = affected_keys(event, self.policy, self.table.get(""))
+        outcome = apply_event(event, self.policy, {k: self.table.get(k) for k in keys}, offset=offset)
+        self.table.update(outcome.states)
+        self.emit(outcome.jobs)
+        self.drain(len(self.log))
 
     def ask(self, command: SummarizeSync) -> None:
         """A sync request after the last event (its jobs queue like the events'; a join changes nothing)."""
@@ -151,13 +161,13 @@ class Run:
         self.drain(10**9)
 
 
-def build(summary: dict[str, object], delays: list[int], restarts: frozenset[int] = frozenset()) -> Run:
+def build(summary: dict[str, object], delays: list[int], restarts: Mapping[int, int] | None = None) -> Run:
     s = Settings(summary=SummarySettings.model_validate(summary))
     return Run(
         policies_from_settings(s.summary, s.llm.model).default,
         build_summarizer(s, model=EchoModel()),  # type: ignore[arg-type]
         delays,
-        restarts,
+        restarts or {},
     )
 
 
@@ -197,7 +207,9 @@ CONFIGS: list[dict[str, object]] = [
 ]
 
 
-def replay(config: dict[str, object], events: list[SessionEvent], delays: list[int], restarts: frozenset[int]) -> Run:
+def replay(
+    config: dict[str, object], events: list[SessionEvent], delays: list[int], restarts: Mapping[int, int]
+) -> Run:
     run = build(config, delays, restarts)
     for event in events:
         run.publish(event)
@@ -212,7 +224,7 @@ def replay(config: dict[str, object], events: list[SessionEvent], delays: list[i
     rounds=st.integers(3, 14),
     branches=st.booleans(),
     delays=st.lists(st.integers(0, 7), min_size=1, max_size=6),
-    restarts=st.frozensets(st.integers(0, 60), max_size=4),
+    restarts=st.dictionaries(st.integers(0, 60), st.integers(0, 8), max_size=4),
 )
 def test_boundaries_do_not_depend_on_summary_latency_or_restarts(
     config: dict[str, object],
@@ -220,10 +232,10 @@ def test_boundaries_do_not_depend_on_summary_latency_or_restarts(
     rounds: int,
     branches: bool,
     delays: list[int],
-    restarts: frozenset[int],
+    restarts: Mapping[int, int],
 ) -> None:
     events = session(seed, rounds, branches)
-    instant = replay(config, events, [0], frozenset())
+    instant = replay(config, events, [0], {})
     slow = replay(config, events, delays, restarts)
     assert slow.jobs == instant.jobs
     assert slow.summaries == instant.summaries
@@ -238,8 +250,8 @@ def test_boundaries_do_not_depend_on_summary_latency_or_restarts(
 def test_a_summary_arriving_late_gives_the_boundaries_of_an_instant_one() -> None:
     """The issue's example: summaries landing 5 events after their job (event threshold 4)."""
     events = session(7, 8, False)
-    instant = replay({"event_threshold": 4}, events, [0], frozenset())
-    late = replay({"event_threshold": 4}, events, [5], frozenset())
+    instant = replay({"event_threshold": 4}, events, [0], {})
+    late = replay({"event_threshold": 4}, events, [5], {})
     assert len(instant.jobs) >= 3
     assert [t for _, _, t in late.jobs] == [t for _, _, t in instant.jobs]
     assert late.summaries == instant.summaries
@@ -264,7 +276,7 @@ def replay_asking(
     events: list[SessionEvent],
     asks: dict[int, list[SummarizeSync]],
     delays: list[int],
-    restarts: frozenset[int],
+    restarts: Mapping[int, int],
 ) -> Run:
     run = build(config, delays, restarts)
     for i, event in enumerate(events):
@@ -282,7 +294,7 @@ def replay_asking(
     rounds=st.integers(3, 10),
     branches=st.booleans(),
     delays=st.lists(st.integers(0, 7), min_size=1, max_size=6),
-    restarts=st.frozensets(st.integers(0, 40), max_size=3),
+    restarts=st.dictionaries(st.integers(0, 40), st.integers(0, 8), max_size=3),
 )
 def test_sync_requests_fire_and_join_the_same_boundaries_whatever_the_latency(
     config: dict[str, object],
@@ -290,13 +302,13 @@ def test_sync_requests_fire_and_join_the_same_boundaries_whatever_the_latency(
     rounds: int,
     branches: bool,
     delays: list[int],
-    restarts: frozenset[int],
+    restarts: Mapping[int, int],
 ) -> None:
     """A request's job or join is decided from the log alone: summaries coming back late (or a
     restart) change neither, and a request never adds a job for a boundary a job already has."""
     events = session(seed, rounds, branches)
     asks = requests_after(events, seed)
-    instant = replay_asking(config, events, asks, [0], frozenset())
+    instant = replay_asking(config, events, asks, [0], {})
     slow = replay_asking(config, events, asks, delays, restarts)
     assert slow.asked == instant.asked
     assert slow.jobs == instant.jobs
