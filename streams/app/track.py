@@ -43,7 +43,9 @@ from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import (
     Outcome,
     affected_keys,
+    already_applied,
     apply_command,
+    apply_command_again,
     apply_event,
     command_targets,
     resend_job,
@@ -267,7 +269,7 @@ class TrackHandler:
         if isinstance(record, SessionEvent):
             return with_events_key(self._on_event(record, coords, store, kept, full), kept)
         if isinstance(record, DeleteSession):
-            self._on_delete(record, store)
+            self._on_delete(record, store, coords.offset)
             return TrackOutput()
         if isinstance(record, AdoptEpoch):
             # A replay builds an epoch; only the live line switches (the summaries topic records it).
@@ -313,6 +315,10 @@ class TrackHandler:
         for target in command_targets(command, policy):
             found = self._load(store, sk, target)
             states[target] = found.state if found else None
+        if full is not None and already_applied(full.state, coords.offset):
+            # Delivered again, after events that came later: decided when it first came. Deciding
+            # now would judge those later events by it (a boundary a replay of the log never makes).
+            return TrackOutput(jobs=list(apply_command_again(command, policy, states, at=at).joins))
         if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy, at):
             return TrackOutput()
         if origin == "retry":
@@ -391,11 +397,13 @@ class TrackHandler:
             update["origin"] = "replay"
         return job.model_copy(update=update)
 
-    def _on_delete(self, command: DeleteSession, store: StateStore) -> None:
+    def _on_delete(self, command: DeleteSession, store: StateStore, offset: int) -> None:
         """Drop the session's state; keep each key's version so later summaries keep growing."""
         policy = self.policies.for_app(command.app_name)
         sk = command.session_key
         full = self._load(store, sk, FULL_SESSION)
+        if full is not None and already_applied(full.state, offset):
+            return  # delivered again: the events after it are the session's since then
         for k in session_keys(full.state if full else None, policy):
             found = self._load(store, sk, k)
             if found is None:

@@ -106,8 +106,14 @@ def _state(states: States, key: str, full: SessionTriggerState) -> SessionTrigge
     return found if found is not None else seed_branch_state(full, key)
 
 
-def _already_applied(state: SessionTriggerState, offset: int | None) -> bool:
-    """``state`` has folded the record at ``offset`` (see ``evolve``: offsets only grow)."""
+def already_applied(state: SessionTriggerState | None, offset: int | None) -> bool:
+    """``state`` has folded the record at ``offset``, or a later one (see ``evolve``: offsets only grow).
+
+    A record of the session's partition at or below it was delivered before: a delivery again
+    (a restart or a rebalance resumes from the last commit, which may trail the changelog).
+    """
+    if state is None:
+        return False
     high = state.high_offset
     return offset is not None and high is not None and offset <= high
 
@@ -142,7 +148,7 @@ def apply_event(
     # A record delivered again (a restart resumes from the last commit, which may trail the
     # changelog) decides nothing: its decision was taken when it first came, and taking one
     # now would judge the state of later events by this older one (a boundary moved).
-    delivered = {k for k, state in updated.items() if _already_applied(state, facts.offset)}
+    delivered = {k for k, state in updated.items() if already_applied(state, facts.offset)}
     for state in updated.values():
         evolve(state, facts)
     if not (facts.counted and facts.model_output):
@@ -255,6 +261,28 @@ def apply_command(
         if states.get(target) is None:
             updated[target] = state
     return Outcome(updated, tuple(decisions), tuple(jobs), tuple(joins))
+
+
+def apply_command_again(
+    command: Summarize | SummarizeSync, policy: SummaryPolicy, states: States, *, at: datetime
+) -> Outcome:
+    """A command delivered again (see :func:`already_applied`): no job, no state change.
+
+    Its decision was taken when it first came, before the events the states now hold. A
+    ``summarize_sync`` joins each of its keys' decided boundary once more (``Outcome.joins``):
+    should its first answer have been lost with the worker that decided it, the caller still
+    gets one; a join reads no events and moves no boundary.
+    """
+    if not isinstance(command, SummarizeSync):
+        return Outcome({})
+    full = states.get(FULL_SESSION) or new_state(command.app_name, command.user_id, command.session_id)
+    joins = []
+    for target in command_targets(command, policy):
+        decision = TriggerDecision(False, target, command.filter_key, "delivered_again")
+        join = join_job(_state(states, target, full), command, decision, created_at=at)
+        if join is not None:
+            joins.append(join)
+    return Outcome({}, joins=tuple(joins))
 
 
 def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tuple[str, ...]:

@@ -610,7 +610,8 @@ class TriggerDecision(NamedTuple):
     ``held_back`` (a pass now would keep every pending event back, see
     ``held_back``) or
     ``not_allowed`` (a sync command for a key the allowlist refuses; see
-    ``planner.apply_command``).
+    ``planner.apply_command``) or ``delivered_again`` (a command the state has seen:
+    ``planner.apply_command_again``).
     ``upto`` is the last pending event: the furthest the job may advance to.
     ``retry_of`` (whether or not the decision fires) is the key's oldest
     unanswered job when it has waited longer than the job timeout (event time):
