@@ -156,10 +156,10 @@ async def main(args: argparse.Namespace) -> None:
             expected = boundaries(live_records)
             print(f"live run: {len(records)} events, {sum(map(len, expected.values()))} summaries in "
                   f"{time.monotonic() - t0:.1f} s (worker boot included)", flush=True)  # fmt: skip
-            for workers in (int(w) for w in args.workers.split(",")):
+            for i, workers in enumerate(int(w) for w in args.workers.split(",")):
                 # A prompt of its own per run: an earlier run's summaries fill the cache of the next.
                 changed = settings.model_copy(deep=True)
-                changed.summary.prompt = f"({workers}) {CHANGED_PROMPT}"
+                changed.summary.prompt = f"({i}) {CHANGED_PROMPT}"
                 hit = await replay(settings, len(records), args.profile, workers)
                 print(line(f"full cache hit, {workers} w", hit), flush=True)
                 assert hit.llm_calls == 0, "a replay of an unchanged log called the model"
@@ -182,5 +182,5 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", help="py-spy raw profile of the replay's first worker (full cache hit runs) to PATH"
     )
-    parser.add_argument("--workers", default="1,2", help="replay worker processes (comma list: each runs both replays)")
+    parser.add_argument("--workers", default="1,2", help="replay worker processes (comma list: each runs both replays; a count may repeat)")
     asyncio.run(main(parser.parse_args()))
