@@ -182,5 +182,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", help="py-spy raw profile of the replay's first worker (full cache hit runs) to PATH"
     )
-    parser.add_argument("--workers", default="1,2", help="replay worker processes (comma list: each runs both replays; a count may repeat)")
+    parser.add_argument(
+        "--workers",
+        default="1,2",
+        help="replay worker processes (comma list: each runs both replays; a count may repeat)",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -32,6 +32,39 @@ _plain = operator.itemgetter(slice(None))
 _json_encode = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
+CACHED_FROM = 8
+"""Pending indexes at least this long keep their encoding (shorter ones cost little to redo)."""
+
+
+def _pending_json(state: SessionTriggerState) -> orjson.Fragment | list[tuple[object, ...]]:
+    """``state.pending`` for ``orjson.dumps``: encoded once per entry, not at every write.
+
+    Every event appends to its key's pending index and rewrites the key's changelog row, so
+    encoding the whole index each time costs O(n) per event (O(n²) over a summary's span).
+    The encoding of the entries written so far is kept on the state (``state.encoded``) and
+    only the new ones are encoded; it is used while ``pending`` is the very list it was made
+    from, no shorter, and still holds the last entry encoded (the rules only ever append to a
+    list in place, and give a state a new list for anything else). Named tuples become plain
+    ones first (a C-level slice each), which orjson writes itself, without a ``default`` call
+    per entry.
+    """
+    pending = state.pending
+    n = len(pending)
+    if n < CACHED_FROM:
+        state.encoded = None
+        return list(map(_plain, pending))
+    cached = state.encoded
+    # The last entry encoded is checked too (O(1)): a list emptied and grown again is caught.
+    if cached is not None and cached[0] is pending and cached[1] <= n and pending[cached[1] - 1] is cached[2]:
+        done, body = cached[1], cached[3]
+        if done < n:
+            body = body + b"," + orjson.dumps(list(map(_plain, pending[done:])))[1:-1]
+    else:
+        body = orjson.dumps(list(map(_plain, pending)))[1:-1]
+    state.encoded = (pending, n, pending[-1], body)
+    return orjson.Fragment(b"[" + body + b"]")
+
+
 def _record_key(raw: list[object]) -> bytes | None:
     if len(raw) < 6:
         return None
@@ -76,16 +109,15 @@ class TrackedKey:
 
     def to_bytes(self) -> bytes:
         # orjson: a changelog record per changed key per batch, ~4x cheaper than the json module.
-        # The pending events are named tuples, which orjson hands back to Python one by one
-        # (``default``); as plain tuples (a C-level slice each) it writes them itself.
         state = state_to_row(self.state)
-        state[7] = list(map(_plain, state[7]))
         row: list[object] = [ROW_FORMAT, self.first_offset, self.partition, self.emitted_wall, state]
         if self.record_key is not None:
             row.append(base64.b64encode(self.record_key).decode())
         try:
+            state[7] = _pending_json(self.state)
             return orjson.dumps(row, default=list)
         except TypeError:  # an integer beyond 64 bits (e.g. a huge context_window): json writes any int
+            state[7] = list(map(_plain, self.state.pending))
             return _json_encode(row).encode()
 
     @classmethod

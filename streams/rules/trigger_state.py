@@ -147,6 +147,9 @@ class SessionTriggerState:
     adopted_at: int | None = None
     """Summaries-topic offset of the last epoch switch applied (``schemas.epochs``): the records
     before it belong to the line the session left, and are ignored when delivered again."""
+    encoded: Any = field(default=None, init=False, compare=False, repr=False)
+    """Not state: a cache the changelog encoder keeps of ``pending`` (``streams.app.tracked``), valid
+    while ``pending`` is the same list and only grew. Never copied; the rules do not read it."""
 
     @property
     def unanswered(self) -> tuple[InFlight, ...]:
