@@ -408,7 +408,9 @@ class TrackHandler:
             found = self._load(store, sk, k)
             if found is None:
                 continue
-            fresh = replace(new_state(*sk, k), version=found.state.version, high_offset=found.state.high_offset)
+            old = found.state
+            fresh = replace(new_state(*sk, k), version=old.version, high_offset=old.high_offset,
+                            answered_at=old.answered_at)  # fmt: skip
             store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None, found.record_key)
 
     def on_summary_record(self, record: SummaryRecord, store: StateStore, offset: int | None = None) -> None:
@@ -430,7 +432,8 @@ class TrackHandler:
             state = on_summary(found.state, record, offset)
         else:
             state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
-                                  at=to_micros(record.created_at), window=record.context_window)  # fmt: skip
+                                  at=to_micros(record.created_at), window=record.context_window,
+                                  offset=offset)  # fmt: skip
         if state is not found.state:
             store[key] = replace(found, state=state)
 

@@ -13,7 +13,9 @@ A 14th, ``[decided event id, queued jobs]`` (the decided boundary and the jobs
 queued behind the in-flight one), is written once a key has decided a job
 (the 13th is then ``null`` when the key has no failures). A 15th, the
 summaries-topic offset of the session's last epoch switch, only once there was
-one (the 13th and 14th are then ``null`` when empty).
+one (the 13th and 14th are then ``null`` when empty). A 16th, the summaries-topic
+offset of the last answer applied to the key (``answered_at``), once it had one
+read with its offset (the 13th to 15th are then ``null`` when empty).
 
 ``ROW_FORMAT`` versions the layout; the object form of
 :func:`~streams.rules.trigger_state.to_dict` (format 1) stays readable.
@@ -59,8 +61,9 @@ _PARTS = (
     "failure cooldown",
     "decided boundary",
     "epoch switch offset",
+    "answers offset",
 )
-_BASE_FIELDS = len(_PARTS) - 3
+_BASE_FIELDS = len(_PARTS) - 4
 _STRINGS = range(4)
 
 
@@ -81,13 +84,16 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         state.high_offset,
     ]
     decided = state.decided_id is not None or state.queued
-    adopted = state.adopted_at is not None
+    answered = state.answered_at is not None
+    adopted = answered or state.adopted_at is not None
     if adopted or decided or state.failed is not None or state.learned_window is not None:
         row.append(failure_row(state) if state.failed is not None or state.learned_window is not None else None)
     if adopted or decided:
         row.append(decided_row(state) if decided else None)
     if adopted:
         row.append(state.adopted_at)
+    if answered:
+        row.append(state.answered_at)
     return row
 
 
@@ -124,6 +130,8 @@ def state_from_row(row: Any) -> SessionTriggerState:
         decided_id, queued = decided_in(row[13] if len(row) > _BASE_FIELDS + 1 else None)
         part = 14
         adopted_at = adopted_in(row[14] if len(row) > _BASE_FIELDS + 2 else None)
+        part = 15
+        answered_at = adopted_in(row[15] if len(row) > _BASE_FIELDS + 3 else None)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         ids = "/".join(str(x) for x in row[:3])
         raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc
@@ -145,6 +153,7 @@ def state_from_row(row: Any) -> SessionTriggerState:
         window,
     )
     state.adopted_at = adopted_at
+    state.answered_at = answered_at
     return with_decided(state, decided_id, queued)
 
 

@@ -147,6 +147,10 @@ class SessionTriggerState:
     adopted_at: int | None = None
     """Summaries-topic offset of the last epoch switch applied (``schemas.epochs``): the records
     before it belong to the line the session left, and are ignored when delivered again."""
+    answered_at: int | None = None
+    """Summaries-topic offset of the last answer (summary or failure) applied to the key: one at or
+    before it is a delivery again (a restart or rebalance resumes from the last commit) and changes
+    nothing — a failure counted twice would lengthen the cooldown, and move later boundaries."""
     encoded: Any = field(default=None, init=False, compare=False, repr=False)
     """Not state: a cache the changelog encoder keeps of ``pending`` (``streams.app.tracked``), valid
     while ``pending`` is the same list and only grew. Never copied; the rules do not read it."""
@@ -207,6 +211,7 @@ class SessionTriggerState:
             self.decided_id,
             self.skip,
             self.adopted_at,
+            self.answered_at,
         )
 
     def _replace(self, **changes: Any) -> SessionTriggerState:
@@ -376,6 +381,7 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int 
         or summary.session_id != state.session_id
         or summary.version <= state.version
         or (offset is not None and state.adopted_at is not None and offset < state.adopted_at)
+        or answered_before(state, offset)
     ):
         return state
     boundary = summary.boundary
@@ -386,7 +392,15 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int 
         id_of=lambda p: p.event_id,
         micros_of=lambda p: p.ts,
     )
-    return rebase(state, remaining, boundary, summary.version, summary.job_id)
+    out = rebase(state, remaining, boundary, summary.version, summary.job_id)
+    if offset is not None:
+        out.answered_at = offset
+    return out
+
+
+def answered_before(state: SessionTriggerState, offset: int | None) -> bool:
+    """The answer at summaries-topic ``offset`` was applied to ``state`` already (see ``answered_at``)."""
+    return offset is not None and state.answered_at is not None and offset <= state.answered_at
 
 
 def on_adoption(state: SessionTriggerState, head: SessionSummary | None, at: int) -> SessionTriggerState:
@@ -460,6 +474,7 @@ def rebase(
         state.decided_id,
         0,
         state.adopted_at,
+        state.answered_at,
     )
     _recount(out, _skip_for(entries, state.decided_id))
     return out
@@ -540,6 +555,7 @@ def on_job_failed(
     gave_up: bool = False,
     at: int | None = None,
     window: int | None = None,
+    offset: int | None = None,
 ) -> SessionTriggerState:
     """A job answered with a failure: it leaves the key's queue (the applied boundary stays).
 
@@ -550,9 +566,12 @@ def on_job_failed(
     counts one more failure in a row, anchored at the latest event time of the
     state (``at``, the failure's own time in µs, only when the state has seen no
     event): the cooldown of :func:`cooling_down`. ``window`` (named by a
-    context-length refusal) becomes ``learned_window``. A copy, or ``state``
-    itself when nothing changes.
+    context-length refusal) becomes ``learned_window``. ``offset``: where the failure
+    is on the summaries topic; one the key has applied already changes nothing
+    (:func:`answered_before`). A copy, or ``state`` itself when nothing changes.
     """
+    if answered_before(state, offset):
+        return state
     jobs = state.unanswered
     index = next((i for i, j in enumerate(jobs) if j.job_id == job_id), None)
     learns = window is not None and window > 0 and window != state.learned_window
@@ -578,6 +597,8 @@ def on_job_failed(
         out.failed = Failed(count, anchor if anchor is not None else at)
     if learns:
         out.learned_window = window
+    if offset is not None:
+        out.answered_at = offset
     return out
 
 
@@ -799,6 +820,8 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["d"] = decided_row(state)
     if state.adopted_at is not None:
         out["ad"] = state.adopted_at
+    if state.answered_at is not None:
+        out["an"] = state.answered_at
     return out
 
 
@@ -859,6 +882,7 @@ _STATE_FIELDS = {
     "fl": "failure cooldown",
     "d": "decided boundary",
     "ad": "epoch switch offset",
+    "an": "answers offset",
 }
 
 
@@ -898,6 +922,8 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
             raise TypeError(f"expected an integer, got {type(data['v']).__name__}")
         part = "ad"
         adopted_at = adopted_in(data.get("ad"))
+        part = "an"
+        answered_at = adopted_in(data.get("an"))
     except KeyError as exc:
         raise CorruptTriggerStateError(f"{_state_label(data)}: missing {_part_label(part)}") from exc
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -920,13 +946,14 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         window,
     )
     state.adopted_at = adopted_at
+    state.answered_at = answered_at
     return with_decided(state, decided_id, queued)
 
 
 def adopted_in(value: Any) -> int | None:
-    """Read ``adopted_at`` back (``None``: the key never switched epochs)."""
+    """Read an offset (``adopted_at``, ``answered_at``) back (``None``: none yet)."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise TypeError(f"epoch switch offset must be an integer, got {type(value).__name__}")
+        raise TypeError(f"summaries-topic offset must be an integer, got {type(value).__name__}")
     return value
 
 

@@ -23,6 +23,7 @@ from schemas import (
     Summarize,
     SummarizeSync,
     SummaryBoundary,
+    SummaryFailure,
     SummaryJob,
     SummaryReport,
     TriggerReport,
@@ -145,3 +146,59 @@ def test_a_sync_request_delivered_again_joins_its_boundary_and_fires_nothing() -
     assert not out.replies
     assert [(j.origin, j.reply_to, j.upto.last_event_id) for j in out.jobs] == [("join", "c", "e5")]
     assert log.table[KEY].state == expected.table[KEY].state
+
+
+class Answered(Log):
+    """A log whose jobs are answered on a summaries topic of their own (offset = index): every
+    third job is given up (a failure record), the others summarized."""
+
+    def __init__(self, records: list[Any], h: TrackHandler) -> None:
+        super().__init__(records, h)
+        self.answers: list[SessionSummary | SummaryFailure] = []
+
+    def deliver(self, offset: int, *, answer: bool) -> list[SummaryJob]:
+        jobs = self.h.on_record(self.records[offset], Coordinates("ev", 0, offset), self.table).jobs
+        self.jobs += [(j.job_id, j.upto.last_event_id) for j in jobs]
+        for job in jobs:
+            if len(self.jobs) % 3 == 0:
+                record: SessionSummary | SummaryFailure = SummaryFailure(
+                    app_name="a", user_id="u", session_id="s", job_id=job.job_id, error_class="ServerError",
+                    reason="500", created_at=T0, gave_up=True,
+                )  # fmt: skip
+            else:
+                self.version += 1
+                record = summary_of(job, self.version)
+            self.answers.append(record)
+            self.h.on_summary_record(record, self.table, len(self.answers) - 1)
+        return jobs
+
+    def answers_again(self, count: int) -> None:
+        for at in range(max(0, len(self.answers) - count), len(self.answers)):
+            self.h.on_summary_record(self.answers[at], self.table, at)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_answers_delivered_again_after_a_restart_change_nothing(seed: int) -> None:
+    """A failure delivered again used to count once more (a longer cooldown, other boundaries)."""
+    rng = random.Random(seed)
+    records = rounds(150)
+    expected = Answered(records, handler(6))
+    for offset in range(len(records)):
+        expected.deliver(offset, answer=True)
+    assert any(isinstance(a, SummaryFailure) for a in expected.answers)
+    log = Answered(records, handler(6))
+    for offset in range(len(records)):
+        log.deliver(offset, answer=True)
+        if rng.random() < 0.2:
+            log.restart()
+            log.answers_again(rng.randint(1, 4))
+            assert log.table[KEY].state == expected_state_at(records, offset)
+    assert log.jobs == expected.jobs
+    assert log.table[KEY].state == expected.table[KEY].state
+
+
+def expected_state_at(records: list[Any], last: int) -> Any:
+    run = Answered(records, handler(6))
+    for offset in range(last + 1):
+        run.deliver(offset, answer=True)
+    return run.table[KEY].state

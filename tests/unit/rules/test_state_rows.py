@@ -65,5 +65,18 @@ def test_a_malformed_part_raises_a_typed_error_naming_it(index: int, value: obje
 
 @pytest.mark.parametrize("row", [{"a": 1}, [1, 2, 3], None])
 def test_a_row_of_the_wrong_shape_is_rejected(row: object) -> None:
-    with pytest.raises(CorruptTriggerStateError, match="list of 12 to 15 fields"):
+    with pytest.raises(CorruptTriggerStateError, match="list of 12 to 16 fields"):
         state_from_row(row)
+
+
+def test_the_answers_offset_survives_both_forms_and_old_rows_read_without_it() -> None:
+    from streams.rules.trigger_state import from_dict, to_dict
+
+    state = on_summary(fold([*request("r1", 0, answers=2)]), summary(1, "r1-u", 0), offset=41)
+    assert state.answered_at == 41
+    row = json.loads(json.dumps(state_to_row(state)))
+    assert len(row) == 16 and row[15] == 41
+    assert state_from_row(row) == state
+    assert from_dict(json.loads(json.dumps(to_dict(state)))).answered_at == 41
+    assert state_from_row(row[:12]).answered_at is None  # a row written before the field
+    assert on_summary(state, summary(2, "r1-u", 0), offset=41) is state  # delivered again: ignored
