@@ -25,7 +25,8 @@ Contracts (the track agent relies on them):
   summary's (the pending index keeps what lies after it, held-back events
   included) and answers the queued jobs up to the summary's. The decided view
   does not move. Stale or duplicate summaries (``version`` not above the
-  state's) are ignored, so replay is idempotent.
+  state's) are ignored, so replay is idempotent; so is any answer (summary or
+  failure) read at a summaries-topic offset at or before ``answered_at``.
 * ``state = on_job_failed(state, job_id, gave_up=..., at=..., window=...)``
   releases the job from the key's queue. A job *given up* (not a sync command
   that had nothing to do) gives its range back: the decided boundary returns to
