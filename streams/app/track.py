@@ -464,7 +464,9 @@ def resend(state: SessionTriggerState | None, at: datetime) -> Outcome:
     job = resend_job(state, head, created_at=at)
     if job is None:
         return Outcome()
-    flight = InFlight(job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None)
+    flight = InFlight(
+        job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None, job.upto.offset
+    )
     return Outcome({state.filter_key: record_decision(state.copy(), flight)}, (), (job,))
 
 

@@ -177,7 +177,11 @@ def apply_event(
         if job is None:
             continue
         jobs.append(job)
-        flight = InFlight(job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, job.context or None)
+        # The job reads to this record (the caller fills ``upto.offset`` the same way): so will a retry of it.
+        upto_offset = job.upto.offset if job.upto.offset is not None else state.high_offset
+        flight = InFlight(
+            job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, job.context or None, upto_offset
+        )
         if target in updated:  # already this call's to change
             record_decision(state, flight)
         else:
@@ -251,8 +255,9 @@ def apply_command(
             )
             jobs.append(job)
             updated[target] = mark_emitted(
-                state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None
-            )
+                state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None,
+                upto_offset=state.high_offset,  # where the caller's job reads to (``upto.offset``)
+            )  # fmt: skip
             continue
         if sync is not None:
             join = join_job(state, sync, decision, created_at=at)
@@ -313,7 +318,10 @@ def resend_job(
         return None
     report = TriggerReport(name="force", detail=f"retry: attempt {job.attempt + 1} of job {job.job_id}")
     decision = TriggerDecision(True, state.filter_key, state.filter_key, "retry", report, (), upto, False, job)
-    return build_job(state, decision, created_at=created_at, origin=origin, context=job.context, job_id=job.job_id)
+    return build_job(
+        state, decision, created_at=created_at, origin=origin, context=job.context, job_id=job.job_id,
+        offset=job.upto_offset,  # as far as the job first read (None: an older row; the caller's default)
+    )  # fmt: skip
 
 
 def build_job(

@@ -39,6 +39,7 @@ from streams.rules.trigger_state import (
     decided_row,
     failure_in,
     failure_row,
+    flight_row,
     with_decided,
 )
 
@@ -98,10 +99,8 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
 
 
 def _flight_row(flight: InFlight | None) -> list[Any] | None:
-    # Without a context the row keeps its four fields, as written before contexts were kept.
-    if flight is None:
-        return None
-    return list(flight) if flight.context else list(flight[:4])
+    # Without a context or offset the row keeps its four fields, as written before they were kept.
+    return None if flight is None else flight_row(flight)
 
 
 def state_from_row(row: Any) -> SessionTriggerState:

@@ -107,6 +107,16 @@ class InFlight(NamedTuple):
     attempt: int = 0
     context: Mapping[str, str] | None = None
     """The request context the job carries (``None``: none): a retry of the job carries it again."""
+    upto_offset: int | None = None
+    """The events-topic offset the job reads up to (``None``: not known, a row written before it was
+    kept): a re-emission reads exactly as far, never to the events that came since."""
+
+
+def flight_row(flight: InFlight) -> list[Any]:
+    """An in-flight or queued job as the changelog writes it: the fields it has, trailing empty ones left out."""
+    if flight.upto_offset is not None:
+        return list(flight)
+    return list(flight) if flight.context else list(flight[:4])
 
 
 @dataclass(slots=True)
@@ -519,7 +529,10 @@ def record_decision(state: SessionTriggerState, flight: InFlight) -> SessionTrig
     jobs = state.unanswered
     for i, job in enumerate(jobs):
         if job.job_id == flight.job_id:
-            kept = flight._replace(context=flight.context or job.context)
+            kept = flight._replace(
+                context=flight.context or job.context,
+                upto_offset=job.upto_offset if job.upto_offset is not None else flight.upto_offset,
+            )
             if i == 0 and state.in_flight is not None:
                 state.in_flight = kept
             else:
@@ -543,10 +556,12 @@ def mark_emitted(
     at: int,
     attempt: int = 0,
     context: Mapping[str, str] | None = None,
+    upto_offset: int | None = None,
 ) -> SessionTriggerState:
     """A copy of ``state`` with the job queued for this key (see :func:`record_decision`)."""
     out = state.copy()
-    return record_decision(out, InFlight(job_id, upto_event_id, at, attempt, dict(context) if context else None))
+    flight = InFlight(job_id, upto_event_id, at, attempt, dict(context) if context else None, upto_offset)
+    return record_decision(out, flight)
 
 
 def on_job_failed(
@@ -812,7 +827,7 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["sc"] = {k: _scope_out(s) for k, s in state.scopes.items()}
     if state.in_flight is not None:
         f = state.in_flight
-        out["i"] = [f.job_id, f.upto_event_id, f.emitted_at, f.attempt, *([f.context] if f.context else [])]
+        out["i"] = flight_row(f)
     if state.high_offset is not None:
         out["h"] = state.high_offset
     if state.failed is not None or state.learned_window is not None:
@@ -828,7 +843,7 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
 
 def decided_row(state: SessionTriggerState) -> list[Any]:
     """``[decided event id, [queued job, ...]]`` (queued jobs as in-flight rows)."""
-    return [state.decided_id, [list(f) if f.context else list(f[:4]) for f in state.queued]]
+    return [state.decided_id, [flight_row(f) for f in state.queued]]
 
 
 def decided_in(row: Any) -> tuple[str | None, tuple[InFlight, ...]]:

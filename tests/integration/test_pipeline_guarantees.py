@@ -2,7 +2,10 @@
 
 Afterwards every session has exactly one summary per boundary, versions grow
 by one with no gap or duplicate, each summary starts where the previous one
-ended, and the last boundary is the session's last event.
+ended, and the last boundary is the session's last event. And the boundaries are
+the log's: a replay of it decides the very same ones, each answered from the cache
+the live run filled (no model call) — a survivor re-reading records it had seen
+must not decide anything the log alone would not.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -27,7 +31,9 @@ from tests.integration.pipeline_support import (
     WorkerProcess,
     create_topics,
     read_topic,
+    replay_output,
     scripted_pipeline_settings,
+    start_replay,
     summaries_of,
     workers,
 )
@@ -97,6 +103,7 @@ async def test_two_workers_one_killed_every_boundary_summarized_exactly_once(
         turns = [f"round {r} request for {b.session}" for b in builders for r in range(ROUNDS)]
         missing = [t for t in turns if t not in sent]
         assert not missing, f"{len(missing)} of {len(turns)} user turns never reached a summary input: {missing[:4]}"
+        await assert_a_replay_decides_the_same(settings, summaries)
 
 
 def _published_a_summary(proc: WorkerProcess) -> bool:
@@ -170,6 +177,34 @@ async def test_a_worker_joining_mid_run_takes_over_without_losing_or_repeating_a
         assert len(summaries) >= SESSIONS * 2
         logs = [json.loads(x) for x in joined[0].log_text().splitlines() if x.startswith("{")]
         assert any(x.get("msg") == "summary published" for x in logs), "the joining worker took over some work"
+        await assert_a_replay_decides_the_same(settings, summaries)
+
+
+def boundaries_of(summaries: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for s in sorted(summaries, key=lambda s: (s["session_id"], s["filter_key"], s["version"])):
+        out[(s["session_id"], s["filter_key"])].append(s["boundary"]["last_event_id"])
+    return dict(out)
+
+
+def own(summaries: list[dict[str, Any]], other: dict[tuple[str, str], list[str]]) -> list[tuple[str, str, str]]:
+    """(session, boundary, trigger detail) of the summaries whose boundary ``other`` lacks."""
+    return [
+        (s["session_id"], s["boundary"]["last_event_id"], s["report"]["trigger"]["detail"])
+        for s in summaries
+        if s["boundary"]["last_event_id"] not in other.get((s["session_id"], s["filter_key"]), [])
+    ]
+
+
+async def assert_a_replay_decides_the_same(settings: Settings, live: list[dict[str, Any]]) -> None:
+    """``distill replay`` of the run's log: the live boundaries, every one a cache hit."""
+    out = await asyncio.to_thread(replay_output, start_replay(settings, "--llm-concurrency", "4"))
+    done = re.search(r"\(LLM calls (\d+), reused from cache (\d+)\) → (\S+)", out)
+    assert done is not None, out
+    replayed = summaries_of(await read_topic(settings, done.group(3), timeout=10))
+    got, want = boundaries_of(replayed), boundaries_of(live)
+    assert got == want, f"only the replay's: {own(replayed, want)[:3]}; only the live run's: {own(live, got)[:3]}"
+    assert int(done.group(1)) == 0, f"the replay called the model {done.group(1)} times: {out[-800:]}"
 
 
 async def wait_for_final_summaries(

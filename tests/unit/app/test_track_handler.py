@@ -215,11 +215,15 @@ def test_a_retried_job_carries_the_request_context_it_was_emitted_with() -> None
     assert [(j.origin, j.context) for j in out.jobs] == [("retry", {"tenant_tier": "gold"})]
 
 
-def test_a_job_without_context_keeps_the_four_field_in_flight_row() -> None:
+def test_the_in_flight_row_keeps_the_offset_its_job_reads_to_and_older_rows_still_read() -> None:
     table: dict[str, TrackedKey] = {}
-    feed(handler(threshold=1), table, [event(1, "user"), event(2)])
-    row = json.loads(table[table_key("a", "u", "s", "")].to_bytes())[4]
-    assert len(row[10]) == 4  # readable by a build that keeps no contexts
+    jobs = feed(handler(threshold=1), table, [event(1, "user"), event(2)], start=40)
+    value = table[table_key("a", "u", "s", "")]
+    row = json.loads(value.to_bytes())
+    assert row[4][10] == [jobs[0].job_id, "e2", row[4][10][2], 0, None, 41] and jobs[0].upto.offset == 41
+    row[4][10] = row[4][10][:4]  # as a build that kept neither contexts nor offsets wrote it
+    older = TrackedKey.from_bytes(json.dumps(row))
+    assert older.state.in_flight is not None and older.state.in_flight.upto_offset is None
 
 
 def test_table_values_round_trip() -> None:

@@ -31,6 +31,8 @@ from schemas import (
 from streams.app.coordinates import Coordinates
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey, table_key
+from streams.rules.checks import EventThreshold
+from streams.rules.policy import PolicySet, SummaryPolicy
 from tests.unit.app.test_track_handler import T0, event, handler
 
 KEY = table_key("a", "u", "s", "")
@@ -202,3 +204,23 @@ def expected_state_at(records: list[Any], last: int) -> Any:
     for offset in range(last + 1):
         run.deliver(offset, answer=True)
     return run.table[KEY].state
+
+
+def test_a_timed_out_job_emitted_again_reads_no_further_than_it_first_did() -> None:
+    """Found by a replay of a killed run (``test_pipeline_guarantees``): a job re-emitted after its
+    timeout (event time: a replay's events pass it in a moment) read up to the *latest* event, so
+    once the summaries it waited behind were in, it summarized a boundary no decision made."""
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(3),), job_timeout_s=8)))
+    table: dict[str, TrackedKey] = {}
+    records = rounds(16)
+    first = [j for i in range(4) for j in h.on_record(records[i], Coordinates("ev", 0, 100 + i), table).jobs]
+    assert [(j.upto.last_event_id, j.upto.offset) for j in first] == [("e3", 103)]
+    later = [j for i in range(4, 16) for j in h.on_record(records[i], Coordinates("ev", 0, 100 + i), table).jobs]
+    again = [j for j in later if j.job_id == first[0].job_id]
+    assert again and all(j.upto.offset == 103 for j in again), [(j.origin, j.upto) for j in again]
+    poke = Summarize(app_name="a", user_id="u", session_id="s", command_id="sweep", origin="retry")
+    swept = h.on_record(poke, Coordinates("ev", 0, 200), table).jobs
+    assert [(j.job_id, j.upto.offset) for j in swept] == [(first[0].job_id, 103)]
+    restarted = {k: TrackedKey.from_bytes(v.to_bytes()) for k, v in table.items()}
+    swept = h.on_record(poke, Coordinates("ev", 0, 201), restarted).jobs
+    assert [(j.job_id, j.upto.offset) for j in swept] == [(first[0].job_id, 103)]

@@ -283,7 +283,7 @@ def test_corrupt_state_bytes_raise_a_typed_error_naming_the_part() -> None:
         ({**good, "p": [["e3", 3]]}, r"malformed pending index \('p'\)"),
         ({**good, "b": None}, r"malformed boundary \('b'\)"),
         ({**good, "o": [[1, 2]]}, r"malformed own scope \('o'\)"),
-        ({**good, "i": [1, 2, 3, 4, 5, 6]}, r"malformed in-flight job \('i'\)"),
+        ({**good, "i": [1, 2, 3, 4, 5, 6, 7]}, r"malformed in-flight job \('i'\)"),
         ({**good, "s": 7}, r"malformed session_id \('s'\): expected a string"),
         ({**good, "v": "1"}, r"malformed version \('v'\): expected an integer"),
         ([1, 2], "must be a JSON object"),
