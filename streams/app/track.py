@@ -43,19 +43,19 @@ from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import (
     Outcome,
     affected_keys,
-    already_applied,
     apply_command,
     apply_command_again,
     apply_event,
     command_targets,
+    flight_for,
     resend_job,
     session_keys,
 )
 from streams.rules.policy import PolicySet, SummaryPolicy
 from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
 from streams.rules.trigger_state import (
-    InFlight,
     SessionTriggerState,
+    already_applied,
     cooldown_until,
     cooling_down,
     new_state,
@@ -318,7 +318,11 @@ class TrackHandler:
         if full is not None and already_applied(full.state, coords.offset):
             # Delivered again, after events that came later: decided when it first came. Deciding
             # now would judge those later events by it (a boundary a replay of the log never makes).
-            return TrackOutput(jobs=list(apply_command_again(command, policy, states, at=at).joins))
+            again = apply_command_again(command, policy, states, at=at)
+            out = TrackOutput(jobs=list(again.joins))
+            if isinstance(command, SummarizeSync) and not again.joins:
+                out.replies.append(nothing_to_summarize(command, again, policy, at, states))
+            return out
         if origin in ("idle_sweep", "retry") and not self._sweep_applies(origin, states, command, policy, at):
             return TrackOutput()
         if origin == "retry":
@@ -409,8 +413,10 @@ class TrackHandler:
             if found is None:
                 continue
             old = found.state
+            # What orders the key's records survives: its version, the offsets it has folded and
+            # answered, and its epoch switch (records delivered again stay ignored).
             fresh = replace(new_state(*sk, k), version=old.version, high_offset=old.high_offset,
-                            answered_at=old.answered_at)  # fmt: skip
+                            answered_at=old.answered_at, adopted_at=old.adopted_at)  # fmt: skip
             store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None, found.record_key)
 
     def on_summary_record(self, record: SummaryRecord, store: StateStore, offset: int | None = None) -> None:
@@ -464,9 +470,7 @@ def resend(state: SessionTriggerState | None, at: datetime) -> Outcome:
     job = resend_job(state, head, created_at=at)
     if job is None:
         return Outcome()
-    flight = InFlight(
-        job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None, job.upto.offset
-    )
+    flight = flight_for(job, to_micros(at), state)
     return Outcome({state.filter_key: record_decision(state.copy(), flight)}, (), (job,))
 
 

@@ -40,9 +40,12 @@ def _pending_json(state: SessionTriggerState) -> orjson.Fragment | list[tuple[ob
     """``state.pending`` for ``orjson.dumps``: encoded once per entry, not at every write.
 
     Every event appends to its key's pending index and rewrites the key's changelog row, so
-    encoding the whole index each time costs O(n) per event (O(n²) over a summary's span).
-    The encoding of the entries written so far is kept on the state (``state.encoded``) and
-    only the new ones are encoded; it is used while ``pending`` is the very list it was made
+    encoding the whole index each time costs O(n) Python-level work per write. The encoding
+    of the entries written so far is kept on the state (``state.encoded``) and only the new
+    ones are encoded (the bytes are still copied per write: a memcpy, not an encode). The
+    price is memory: each key with ``CACHED_FROM`` or more pending entries holds about the
+    JSON size of its index once more (a store that decodes a fresh state per read, RocksDB,
+    gains only within a batch). The cache is used while ``pending`` is the very list it was made
     from, no shorter, and still holds the last entry encoded (the rules only ever append to a
     list in place, and give a state a new list for anything else). Named tuples become plain
     ones first (a C-level slice each), which orjson writes itself, without a ``default`` call

@@ -9,7 +9,8 @@ Per event::
     for key, state in outcome.states.items(): table[(session, key)] = state
     for job in outcome.jobs: await jobs_topic.send(key=..., value=job)
 
-On a ``SessionSummary``: ``table[(session, key)] = on_summary(state, summary)``.
+On a ``SessionSummary``: ``table[(session, key)] = on_summary(state, summary, offset)`` (an answer at or
+before the key's ``answered_at`` changes nothing).
 All functions here are pure; job ids and timestamps come from the records.
 """
 
@@ -41,9 +42,9 @@ from streams.rules.trigger_state import (
     InFlight,
     SessionTriggerState,
     TriggerDecision,
+    already_applied,
     decide,
     evolve,
-    mark_emitted,
     new_state,
     record_decision,
     seed_branch_state,
@@ -106,16 +107,14 @@ def _state(states: States, key: str, full: SessionTriggerState) -> SessionTrigge
     return found if found is not None else seed_branch_state(full, key)
 
 
-def already_applied(state: SessionTriggerState | None, offset: int | None) -> bool:
-    """``state`` has folded the record at ``offset``, or a later one (see ``evolve``: offsets only grow).
+def flight_for(job: SummaryJob, at: int, state: SessionTriggerState) -> InFlight:
+    """The queue entry of ``job``, emitted at ``at`` (µs) for ``state``'s key.
 
-    A record of the session's partition at or below it was delivered before: a delivery again
-    (a restart or a rebalance resumes from the last commit, which may trail the changelog).
+    It keeps the offset the job reads to: its ``upto.offset``, or — left for the caller to
+    fill, as the track use case does — the state's latest record. A re-emission reads as far.
     """
-    if state is None:
-        return False
-    high = state.high_offset
-    return offset is not None and high is not None and offset <= high
+    upto_offset = job.upto.offset if job.upto.offset is not None else state.high_offset
+    return InFlight(job.job_id, job.upto.last_event_id, at, job.attempt, job.context or None, upto_offset)
 
 
 def apply_event(
@@ -134,8 +133,8 @@ def apply_event(
     whose oldest unanswered job timed out (event time) and that does not fire
     gets that very job again (``origin="retry"``, same id and target). A record
     a state has folded already (``offset`` at or below its ``high_offset``: a
-    delivery again after a restart or a rebalance) changes it not and decides
-    nothing for it.
+    delivery again after a restart or a rebalance) leaves it unchanged and
+    decides nothing for it.
 
     The given states are evolved **in place** (see ``evolve``): ``Outcome.states``
     holds those same objects (plus the new ones), to be written back.
@@ -177,11 +176,7 @@ def apply_event(
         if job is None:
             continue
         jobs.append(job)
-        # The job reads to this record (the caller fills ``upto.offset`` the same way): so will a retry of it.
-        upto_offset = job.upto.offset if job.upto.offset is not None else state.high_offset
-        flight = InFlight(
-            job.job_id, job.upto.last_event_id, facts.entry.ts, job.attempt, job.context or None, upto_offset
-        )
+        flight = flight_for(job, facts.entry.ts, state)
         if target in updated:  # already this call's to change
             record_decision(state, flight)
         else:
@@ -254,10 +249,7 @@ def apply_command(
                 context=command.context,
             )
             jobs.append(job)
-            updated[target] = mark_emitted(
-                state, job.job_id, job.upto.last_event_id, to_micros(at), job.attempt, job.context or None,
-                upto_offset=state.high_offset,  # where the caller's job reads to (``upto.offset``)
-            )  # fmt: skip
+            updated[target] = record_decision(state.copy(), flight_for(job, to_micros(at), state))
             continue
         if sync is not None:
             join = join_job(state, sync, decision, created_at=at)
@@ -276,18 +268,21 @@ def apply_command_again(
     Its decision was taken when it first came, before the events the states now hold. A
     ``summarize_sync`` joins each of its keys' decided boundary once more (``Outcome.joins``):
     should its first answer have been lost with the worker that decided it, the caller still
-    gets one; a join reads no events and moves no boundary.
+    gets one; a join reads no events and moves no boundary. With nothing to join, the caller
+    answers it as it did the first time (nothing to summarize; a duplicate answer is harmless).
     """
     if not isinstance(command, SummarizeSync):
         return Outcome({})
     full = states.get(FULL_SESSION) or new_state(command.app_name, command.user_id, command.session_id)
     joins = []
+    decisions = []
     for target in command_targets(command, policy):
         decision = TriggerDecision(False, target, command.filter_key, "delivered_again")
+        decisions.append(decision)
         join = join_job(_state(states, target, full), command, decision, created_at=at)
         if join is not None:
             joins.append(join)
-    return Outcome({}, joins=tuple(joins))
+    return Outcome({}, tuple(decisions), joins=tuple(joins))
 
 
 def session_keys(full: SessionTriggerState | None, policy: SummaryPolicy) -> tuple[str, ...]:

@@ -31,15 +31,15 @@ from typing import Any
 from streams.rules.counters import Activity, Counters, PendingEvent
 from streams.rules.errors import CorruptTriggerStateError
 from streams.rules.trigger_state import (
-    InFlight,
     Scope,
     SessionTriggerState,
-    adopted_in,
     decided_in,
     decided_row,
     failure_in,
     failure_row,
+    flight_in,
     flight_row,
+    offset_in,
     with_decided,
 )
 
@@ -81,7 +81,7 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         state.pending,
         _scope_row(state.own),
         {k: _scope_row(s) for k, s in state.scopes.items()} if state.scopes else None,
-        _flight_row(state.in_flight),
+        flight_row(state.in_flight) if state.in_flight is not None else None,
         state.high_offset,
     ]
     decided = state.decided_id is not None or state.queued
@@ -96,11 +96,6 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
     if answered:
         row.append(state.answered_at)
     return row
-
-
-def _flight_row(flight: InFlight | None) -> list[Any] | None:
-    # Without a context or offset the row keeps its four fields, as written before they were kept.
-    return None if flight is None else flight_row(flight)
 
 
 def state_from_row(row: Any) -> SessionTriggerState:
@@ -122,15 +117,15 @@ def state_from_row(row: Any) -> SessionTriggerState:
         part = 9
         scopes = {k: _scope_in(s) for k, s in (row[9] or {}).items()}
         part = 10
-        in_flight = InFlight(*row[10]) if row[10] else None
+        in_flight = flight_in(row[10]) if row[10] else None
         part = 12
         failed, window = failure_in(row[12] if len(row) > _BASE_FIELDS else None)
         part = 13
         decided_id, queued = decided_in(row[13] if len(row) > _BASE_FIELDS + 1 else None)
         part = 14
-        adopted_at = adopted_in(row[14] if len(row) > _BASE_FIELDS + 2 else None)
+        adopted_at = offset_in(row[14] if len(row) > _BASE_FIELDS + 2 else None)
         part = 15
-        answered_at = adopted_in(row[15] if len(row) > _BASE_FIELDS + 3 else None)
+        answered_at = offset_in(row[15] if len(row) > _BASE_FIELDS + 3 else None)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         ids = "/".join(str(x) for x in row[:3])
         raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc

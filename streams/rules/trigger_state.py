@@ -27,7 +27,7 @@ Contracts (the track agent relies on them):
   does not move. Stale or duplicate summaries (``version`` not above the
   state's) are ignored, so replay is idempotent; so is any answer (summary or
   failure) read at a summaries-topic offset at or before ``answered_at``.
-* ``state = on_job_failed(state, job_id, gave_up=..., at=..., window=...)``
+* ``state = on_job_failed(state, job_id, gave_up=..., at=..., window=..., offset=...)``
   releases the job from the key's queue. A job *given up* (not a sync command
   that had nothing to do) gives its range back: the decided boundary returns to
   the previous unanswered job's target (or, with none, to the applied boundary),
@@ -110,6 +110,16 @@ class InFlight(NamedTuple):
     upto_offset: int | None = None
     """The events-topic offset the job reads up to (``None``: not known, a row written before it was
     kept): a re-emission reads exactly as far, never to the events that came since."""
+
+
+def flight_in(row: Any) -> InFlight:
+    """Read :func:`flight_row` back; a wrong type raises ``TypeError`` (the callers name the part)."""
+    flight = InFlight(*row)
+    for name, value in (("emitted_at", flight.emitted_at), ("attempt", flight.attempt)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    offset_in(flight.upto_offset)
+    return flight
 
 
 def flight_row(flight: InFlight) -> list[Any]:
@@ -334,10 +344,8 @@ def evolve(
     if not facts.counted:
         return state
     offset = facts.offset
-    if offset is not None:
-        high = state.high_offset
-        if high is not None and offset <= high:
-            return state
+    if already_applied(state, offset):
+        return state
     key = state.filter_key
     entry = facts.entry
     event_key = entry.filter_key
@@ -407,6 +415,19 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int 
     if offset is not None:
         out.answered_at = offset
     return out
+
+
+def already_applied(state: SessionTriggerState | None, offset: int | None) -> bool:
+    """``state`` has folded the events-topic record at ``offset``, or a later one (offsets only grow).
+
+    A record of the session's partition at or below it was delivered before: a delivery again
+    (a restart or a rebalance resumes from the last commit, which may trail the changelog). A
+    command raises no ``high_offset``: one is known as delivered again once a later event is folded.
+    """
+    if state is None:
+        return False
+    high = state.high_offset
+    return offset is not None and high is not None and offset <= high
 
 
 def answered_before(state: SessionTriggerState, offset: int | None) -> bool:
@@ -853,7 +874,7 @@ def decided_in(row: Any) -> tuple[str | None, tuple[InFlight, ...]]:
     decided_id, queued = row
     if decided_id is not None and not isinstance(decided_id, str):
         raise TypeError(f"decided event id must be a string, got {type(decided_id).__name__}")
-    return decided_id, tuple(InFlight(*f) for f in queued)
+    return decided_id, tuple(flight_in(f) for f in queued)
 
 
 def with_decided(
@@ -919,7 +940,7 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         pending = [PendingEvent(*p) for p in data["p"]]
         part = "i"
         flight = data.get("i")
-        in_flight = InFlight(*flight) if flight else None
+        in_flight = flight_in(flight) if flight else None
         part = "b"
         boundary_event_id, boundary_ts = data["b"]
         part = "o"
@@ -937,9 +958,9 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         if not isinstance(data["v"], int):
             raise TypeError(f"expected an integer, got {type(data['v']).__name__}")
         part = "ad"
-        adopted_at = adopted_in(data.get("ad"))
+        adopted_at = offset_in(data.get("ad"))
         part = "an"
-        answered_at = adopted_in(data.get("an"))
+        answered_at = offset_in(data.get("an"))
     except KeyError as exc:
         raise CorruptTriggerStateError(f"{_state_label(data)}: missing {_part_label(part)}") from exc
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -966,10 +987,10 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
     return with_decided(state, decided_id, queued)
 
 
-def adopted_in(value: Any) -> int | None:
-    """Read an offset (``adopted_at``, ``answered_at``) back (``None``: none yet)."""
+def offset_in(value: Any) -> int | None:
+    """Read an offset (``adopted_at``, ``answered_at``, a job's ``upto_offset``) back (``None``: none yet)."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise TypeError(f"summaries-topic offset must be an integer, got {type(value).__name__}")
+        raise TypeError(f"offset must be an integer, got {type(value).__name__}")
     return value
 
 

@@ -224,3 +224,30 @@ def test_a_timed_out_job_emitted_again_reads_no_further_than_it_first_did() -> N
     restarted = {k: TrackedKey.from_bytes(v.to_bytes()) for k, v in table.items()}
     swept = h.on_record(poke, Coordinates("ev", 0, 201), restarted).jobs
     assert [(j.job_id, j.upto.offset) for j in swept] == [(first[0].job_id, 103)]
+
+
+def test_a_sync_request_with_nothing_to_join_delivered_again_is_answered_again() -> None:
+    """Asked before the session had anything: nothing to summarize, then and when delivered again."""
+    records: list[Any] = [SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="c")]
+    records += rounds(4)
+    log = Log(records, handler(100))
+    first = log.h.on_record(records[0], Coordinates("ev", 0, 0), log.table)
+    for offset in range(1, len(records)):
+        log.deliver(offset, answer=True)
+    again = log.h.on_record(records[0], Coordinates("ev", 0, 0), log.table)
+    assert not first.jobs and not again.jobs
+    assert [(r.error_class, r.reply_to) for r in first.replies] == [("NothingToSummarize", "c")]
+    assert [(r.error_class, r.reply_to) for r in again.replies] == [("NothingToSummarize", "c")]
+
+
+def test_a_failure_delivered_again_after_a_delete_starts_no_cooldown() -> None:
+    records: list[Any] = rounds(12)
+    records.append(DeleteSession(app_name="a", user_id="u", session_id="s", command_id="d"))
+    log = Answered(records, handler(1))
+    for offset in range(len(records)):
+        log.deliver(offset, answer=True)
+    assert any(isinstance(a, SummaryFailure) for a in log.answers)
+    before = log.table[KEY].state
+    log.restart()
+    log.answers_again(len(log.answers))
+    assert log.table[KEY].state == before and before.failed is None

@@ -52,6 +52,8 @@ def test_a_fresh_state_round_trips() -> None:
         (8, [[1, 2, 3, 4, 5], [1]], r"malformed own scope"),
         (9, {"app/b": 3}, r"malformed branch scopes"),
         (10, [1, 2, 3, 4, 5, 6, 7], r"malformed in-flight job"),
+        (10, ["j", "e1", 5, 0, None, "far"], r"malformed in-flight job: offset must be an integer"),
+        (10, ["j", "e1", "noon", 0], r"malformed in-flight job: emitted_at must be an integer"),
     ],
 )
 def test_a_malformed_part_raises_a_typed_error_naming_it(index: int, value: object, message: str) -> None:
