@@ -63,6 +63,7 @@ from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import table_key
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
+from streams.summarizer.deferred_model import DeferredModel
 from streams.summarizer.factory import build_model
 from streams.summarizer.model import ModelResponse, SummaryModel
 from streams.summarizer.request import ChatRequest
@@ -164,11 +165,15 @@ class TimedModel:
             metrics.LLM_LATENCY.observe(time.monotonic() - started)
 
 
-def _summarizers(settings: Settings, ext: Extensions) -> tuple[Callable[[str], SummarizerLike], Callable[[], object]]:
+def _summarizers(
+    settings: Settings, ext: Extensions, *, defer: bool = False
+) -> tuple[Callable[[str], SummarizerLike], Callable[[], object]]:
     """``summarizer_for(app_name)`` and ``warm()`` (builds the shared model; safe in a thread).
 
     Every app's summarizer shares one model (one API client: its SDK import, TLS context
-    and connection pool are built once, not at the first job of each app).
+    and connection pool are built once, not at the first job of each app). ``defer``
+    (a replay: the cache answers most jobs) builds an endpoint's client at its first call
+    instead (:class:`~streams.summarizer.deferred_model.DeferredModel`).
     """
     if ext.summarizer_for is not None:
         return ext.summarizer_for, lambda: None
@@ -177,7 +182,13 @@ def _summarizers(settings: Settings, ext: Extensions) -> tuple[Callable[[str], S
 
     def model() -> SummaryModel:
         if not shared:
-            shared.append(TimedModel(build_model(settings.llm)))
+            llm = settings.llm
+            inner: SummaryModel = (
+                DeferredModel(partial(build_model, llm), name=llm.model, context_window=llm.context_window)
+                if defer and llm.configured
+                else build_model(llm)
+            )
+            shared.append(TimedModel(inner))
         return shared[0]
 
     def summarizer_for(app_name: str) -> SummarizerLike:
@@ -256,7 +267,7 @@ def create_app(
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
         optimistic=False,  # decisions are a pure function of the log: a replay keeps the real queue
     )
-    summarizer_for, warm_model = _summarizers(settings, ext)
+    summarizer_for, warm_model = _summarizers(settings, ext, defer=replay is not None)
     runtime = WorkerRuntime(settings, topics, track, summarizer_for, default_epoch=replay.epoch if replay else 0)
     # A job that fails outside its retry loop is never acked: stop, so it is delivered again.
     runtime.pool.on_error = app.crash
