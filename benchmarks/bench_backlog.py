@@ -12,7 +12,7 @@ is deleted at its end.
 
     .venv/bin/python benchmarks/bench_backlog.py [--events 40000] [--workers 1,2,4] [--jobs] [--repeat 3]
     .venv/bin/python benchmarks/bench_backlog.py --jobs --sessions 100,1000,10000 --per-session 20
-    .venv/bin/python benchmarks/bench_backlog.py --rate 500 --events 10000
+    .venv/bin/python benchmarks/bench_backlog.py --rate 500 --events 10000 [--fetch-wait-ms 100]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from benchmarks.bench_pipeline import (
     stop_profiler,
     wait_jobs_drained,
 )
-from benchmarks.cpu_clock import process_cpu_s
+from benchmarks.cpu_clock import process_cpu_s, thread_cpu_s
 from schemas.settings import Settings, load_settings
 from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
 from streams.clients.topics_prune import delete_prefixed
@@ -106,6 +106,16 @@ async def last_timestamp(settings: Settings, topic: str) -> float | None:
         await consumer.stop()
 
 
+def thread_split(pid: int, before: dict[int, float], events: int) -> dict[str, float]:
+    """Where ``pid``'s CPU since ``before`` (``thread_cpu_s``) went, in µs per event: its main thread (the
+    event loop) and the others (the consumer's thread with aiokafka's fetcher, executor threads, ...)."""
+    threads = {tid: used - before.get(tid, 0.0) for tid, used in thread_cpu_s(pid).items()}
+    main = threads.pop(pid, 0.0)
+    others = sorted(threads.values(), reverse=True)
+    return {"main_thread_us": main / events * 1e6, "other_threads_us": sum(others) / events * 1e6,
+            "busiest_other_thread_us": (others[0] if others else 0.0) / events * 1e6}  # fmt: skip
+
+
 async def wait_committed(settings: Settings, group: str, total: int, timeout: float) -> None:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -130,6 +140,8 @@ async def bench_topics(llm_base_url: str, event_threshold: int) -> tuple[Setting
 async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_session: int) -> dict[str, float]:
     with OpenAIServer() as llm:
         settings, run_prefix, group = await bench_topics(llm.base_url, 19 if args.jobs else 1_000_000)
+        if args.fetch_wait_ms:
+            settings.worker.batch_fetch_wait_ms = args.fetch_wait_ms
         tmp = Path(tempfile.mkdtemp(prefix="bench-backlog-"))
         workers = [WorkerProcess(settings, tmp / f"worker-{i}.log") for i in range(n_workers)]
         try:
@@ -148,6 +160,7 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
                 await asyncio.sleep(IDLE_S)
                 idle_ms_s = (sum(map(process_cpu_s, pids)) - idle0) / (time.monotonic() - i0) * 1e3
                 cpu0, t0 = sum(map(process_cpu_s, pids)), time.time()
+                threads0 = thread_cpu_s(pids[0])
                 spy = start_profiler(pids[0], args.profile)
                 await produce(settings, records, rate=args.rate)
                 stop_profiler(spy)
@@ -157,23 +170,26 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
                 cpu = sum(map(process_cpu_s, pids)) - cpu0
                 seconds = time.time() - t0
                 return {"cpu_us": cpu / len(records) * 1e6, "seconds": seconds, "idle_ms_s": idle_ms_s,
-                        "idle_us": idle_ms_s * 1e-3 * seconds / len(records) * 1e6}  # fmt: skip
+                        "idle_us": idle_ms_s * 1e-3 * seconds / len(records) * 1e6,
+                        **thread_split(pids[0], threads0, len(records))}  # fmt: skip
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
             p0 = time.monotonic()
             await produce(settings, records)
             produced_s = time.monotonic() - p0
             cpu0 = sum(map(process_cpu_s, pids))
+            threads0 = thread_cpu_s(pids[0])
             t0 = time.time()
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
             spy = start_profiler(pids[0], args.profile)
             await wait_committed(settings, group, total, 900)
             cpu_track = sum(map(process_cpu_s, pids)) - cpu0
+            split = thread_split(pids[0], threads0, len(records) // len(pids))
             stop_profiler(spy)
             t_track = await last_timestamp(settings, f"{group}-track-state-changelog")
             out = {"events_s": len(records) / ((t_track or time.time()) - t0), "cpu_us": cpu_track / len(records) * 1e6,
-                   "produce_s": produced_s}  # fmt: skip
+                   "produce_s": produced_s, **split}  # fmt: skip
             if args.jobs:
                 spy = start_profiler(pids[0], args.profile_jobs)
                 await wait_jobs_drained(settings, group, 900)
@@ -222,13 +238,17 @@ async def main(args: argparse.Namespace) -> None:
             if args.rate:
                 print(
                     f"{label} at {args.rate:.0f} ev/s: CPU {summary(rows, 'cpu_us')} µs/event, of which the idle "
-                    f"worker's {summary(rows, 'idle_us')} ({summary(rows, 'idle_ms_s')} ms CPU per s idle) "
+                    f"worker's {summary(rows, 'idle_us')} ({summary(rows, 'idle_ms_s')} ms CPU per s idle); first "
+                    f"worker's main thread {summary(rows, 'main_thread_us')}, other threads "
+                    f"{summary(rows, 'other_threads_us')} (busiest {summary(rows, 'busiest_other_thread_us')}) "
                     f"(min / median of {len(rows)})"
                 )
                 continue
             print(f"{label}: {summary(rows, 'events_s')} events/s, CPU {summary(rows, 'cpu_us')} µs/event"
                   + (f"; drained with jobs in {summary(rows, 'drain_s')} s, CPU {summary(rows, 'cpu_all_us')} µs/event,"
                      f" {summary(rows, 'cpu_per_job_ms')} ms CPU per job ({rows[0].get('jobs', 0):.0f} jobs)" if args.jobs else "")
+                  + f"; first worker's main thread {summary(rows, 'main_thread_us')}, other threads "
+                    f"{summary(rows, 'other_threads_us')} µs/event (its share of the events)"
                   + f"; worker peak RSS {summary(rows, 'peak_rss_mb')} MiB"
                   + f" (min / median of {len(rows)}; backlog produced in {summary(rows, 'produce_s')} s)", flush=True)  # fmt: skip
 
@@ -240,6 +260,8 @@ if __name__ == "__main__":
     parser.add_argument("--per-session", type=int, default=0, help="events per session (default: events / sessions)")
     parser.add_argument("--workers", default="1", help="workers in the group (comma list)")
     parser.add_argument("--jobs", action="store_true", help="summarize every 20 events (zero-latency LLM)")
+    parser.add_argument("--fetch-wait-ms", type=int, default=0,
+                        help="the workers' worker.batch_fetch_wait_ms (0: the default)")  # fmt: skip
     parser.add_argument("--rate", type=float, default=0.0, help="pace the events at this rate into running workers")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="py-spy raw profile of the first worker over the track drain to PATH")

@@ -15,6 +15,18 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
 
 
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of each live thread of ``pid``, by thread id (the main thread's is ``pid``)."""
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / _TICKS
+    return out
+
+
 def find_cassandra_pid(port: int) -> int | None:
     """The pid of the local ``CassandraDaemon`` whose config names native port ``port`` (``None``: not found)."""
     for proc in Path("/proc").iterdir():

@@ -280,6 +280,13 @@ class WorkerSettings(_Section):
     gets its own folder below it; nothing is written to the current directory."""
     log_level: str = "INFO"
     log_json: bool = True
+    batch_fetch_wait_ms: int = Field(default=30, ge=1, le=1000)
+    """While events flow, the longest a fetch waits for more of them (64 KiB) before the worker
+    takes what came: latency against CPU on a thin, steady stream (a stream that pauses gets the
+    long poll, which returns at its first record). Each fetch-and-batch cycle costs the worker a
+    few ms of CPU whatever its size, most of it waking up (``benchmarks/bench_wake.py``): at 500
+    events/s, 30 ms gave 325-360 µs CPU/event and 100 ms 164 (saturated: ~77), at up to this
+    much more event→job latency."""
     recent_events_mb: int = Field(default=128, ge=0)
     """Memory (MiB) for the events the worker consumed, kept for the summary jobs that read
     them back as their delta. Past it a job fetches its own records from Kafka one offset at a

@@ -152,7 +152,7 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         kafka = getattr(self._thread, "_consumer", None)
         fetcher = getattr(kafka, "_fetcher", None)
         if fetcher is not None:
-            set_fetch_mode(fetcher, flowing)
+            set_fetch_mode(fetcher, flowing, getattr(self.transport, "batch_wait_ms", FETCH_MAX_WAIT_MS))
             self._flowing = flowing
 
     _buffer_dropped: asyncio.Event | None = None
@@ -361,26 +361,31 @@ wait made batches of ~7 events and ~690 µs of CPU per event, 30 ms ~476, 60 ms 
 when the stream is steady but thin; a stream that pauses gets the long poll (``IDLE_FETCH``),
 which returns at the first record. 30 ms + the producer's 5 ms linger stays inside the 50 ms
 event→job budget; at 500 events/s with jobs, event→job p50 was 65 / 49 / 55 ms at 15 / 30 / 60
-ms (the worker's CPU, not the wait, made it: ``bench_pipeline.py``)."""
+ms (the worker's CPU, not the wait, made it: ``bench_pipeline.py``).
+
+Most of that per-cycle cost is the machine's, not the code's: after a sleep the same decoding
+costs ~4x its CPU back to back (``bench_wake.py``: cold caches on a vCPU that idled), so only
+fewer wake-ups per event bring it down. The default; a worker takes
+``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at 30)."""
 IDLE_FETCH = (1, 1500)
 """``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
 
 
-def set_fetch_mode(fetcher: Any, flowing: bool) -> None:
+def set_fetch_mode(fetcher: Any, flowing: bool, wait_ms: int = FETCH_MAX_WAIT_MS) -> None:
     """Switch an aiokafka ``Fetcher`` between batching (records flow) and the idle long poll.
 
     With aiokafka's ``fetch_min_bytes=1`` a fetch returns as soon as one record is
     there: at a low rate every event was fetched, delivered, folded, written to the
     changelog and acked alone, a batch of one (the fixed cost of each step paid per
     event, several times the per-event cost under load). While records flow, a fetch
-    waits up to ``FETCH_MAX_WAIT_MS`` for ``FETCH_MIN_BYTES`` (small batches at a
+    waits up to ``wait_ms`` for ``FETCH_MIN_BYTES`` (small batches at a
     bounded latency; under a backlog the bytes are there at once). Once a fetch finds
     nothing, the long poll is back: a short wait on an idle worker is a fetch round
     trip every few milliseconds (ten times the idle CPU). The fetcher reads both
     attributes for each request it builds (aiokafka 0.14); it runs in the consumer's
     thread, which only reads them.
     """
-    min_bytes, max_wait = (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS) if flowing else IDLE_FETCH
+    min_bytes, max_wait = (FETCH_MIN_BYTES, wait_ms) if flowing else IDLE_FETCH
     fetcher._fetch_min_bytes = min_bytes
     fetcher._fetch_max_wait_ms = max_wait
 
@@ -403,10 +408,15 @@ class BatchDrainTransport(faust_aiokafka.Transport):
     """The aiokafka transport creating :class:`BatchDrainConsumer`."""
 
     Consumer: ClassVar[type[Any]] = BatchDrainConsumer
+    batch_wait_ms: int = FETCH_MAX_WAIT_MS
+    """What its consumers' fetches wait at most for more records while they flow (``set_fetch_mode``)."""
 
 
-def install(app: faust.App) -> None:
+def install(app: faust.App, batch_wait_ms: int = FETCH_MAX_WAIT_MS) -> None:
     """Make ``app`` consume through :class:`BatchDrainConsumer` (call right after creating it).
+
+    ``batch_wait_ms``: the longest a fetch waits for more records while they flow (see
+    :data:`FETCH_MAX_WAIT_MS`).
 
     Raises ``RuntimeError`` if the app already built its transport or uses another driver.
     """
@@ -415,7 +425,9 @@ def install(app: faust.App) -> None:
     urls = list(app.conf.broker_consumer)
     if not all(u.scheme in ("kafka", "aiokafka") for u in urls):
         raise RuntimeError(f"batch drain needs the aiokafka driver, broker is {urls}")
-    app.transport = BatchDrainTransport(urls, app)
+    transport = BatchDrainTransport(urls, app)
+    transport.batch_wait_ms = batch_wait_ms
+    app.transport = transport
 
 
 def route(app: faust.App, topic: str, sink: RecordSink) -> None:

@@ -255,7 +255,7 @@ def create_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
     )
-    batch_drain.install(app)
+    batch_drain.install(app, batch_wait_ms=settings.worker.batch_fetch_wait_ms)
     app.monitor = LeanMonitor(loop=app.loop, beacon=app.beacon)
     policies = ext.policies or policies_from_settings(
         settings.summary, settings.llm.model, model_context_window=settings.llm.context_window

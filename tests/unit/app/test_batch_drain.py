@@ -355,3 +355,20 @@ def test_partitions_no_seek_positions_are_the_uncommitted_stream_ones() -> None:
     committed = {events[0]: None, events[1]: 0, events[2]: 17, events[3]: 1, changelog: None}
     found = uncommitted_stream_partitions(committed, lambda tp: tp.topic.endswith("-changelog"))
     assert found == [events[0], events[1]]
+
+
+async def test_the_batching_wait_is_the_one_the_app_was_installed_with() -> None:
+    # worker.batch_fetch_wait_ms: a low-rate worker trades event latency for fewer wake-ups.
+    from types import SimpleNamespace
+
+    from streams.app.batch_drain import FETCH_MIN_BYTES, IDLE_FETCH
+
+    app = faust.App("batch-drain-wait", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
+    install(app, batch_wait_ms=100)
+    consumer: Any = app.consumer
+    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500)
+    consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
+    consumer._fetch_mode(True)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, 100)
+    consumer._fetch_mode(False)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
