@@ -160,10 +160,15 @@ class LocalServices:
     ) -> None:
         log = proc.pid_file.parent / f"{name}.out"
         wait = StartupWait(timeout_s, t0)
+        launched = proc.pid()
         while not ready():
             pid = proc.pid()
             if pid is None:
-                raise ServiceError(f"{name}: the process exited during startup: {log_tail(log)}")
+                ended = "unknown" if launched is None else proc.how_it_ended(launched)
+                raise ServiceError(
+                    f"{name}: the process exited during startup ({ended}, "
+                    f"{time.monotonic() - t0:.1f} s after launch): {log_tail(log) or '(its log is empty)'}"
+                )
             reason = wait.give_up(time.monotonic(), _size(log))
             if reason is not None:
                 raise ServiceError(

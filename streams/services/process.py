@@ -15,6 +15,9 @@ from pathlib import Path
 
 from streams.errors import ServiceError
 
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+"""The processes this process started, by pid: how one ended can be told once it has."""
+
 
 @dataclass(frozen=True)
 class ManagedProcess:
@@ -54,12 +57,29 @@ class ManagedProcess:
                 cwd=cwd,
                 start_new_session=True,
             )
+        _STARTED[proc.pid] = proc
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.pid_file.write_text(str(proc.pid))
         return proc.pid
 
+    def how_it_ended(self, pid: int) -> str:
+        """How ``pid`` (started by :meth:`start` in this process) ended: ``exit code 1``,
+        ``killed by SIGKILL`` (the kernel's OOM killer, or another process), or ``unknown``."""
+        proc = _STARTED.get(pid)
+        code = None if proc is None else proc.poll()
+        if code is None:
+            return "unknown"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code}"
+        return f"exit code {code}"
+
     def exited(self, pid: int) -> bool:
         """True once ``pid`` is gone (reaping it if it was our child)."""
+        started = _STARTED.get(pid)
+        if started is not None:  # reaped through its Popen, which keeps how it ended
+            return started.poll() is not None
         with contextlib.suppress(ChildProcessError):
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done == pid:

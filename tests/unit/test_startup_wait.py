@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from schemas.settings import Settings
+from streams.errors import ServiceError
 from streams.services.manager import SLOW_PARTITION_LOGS, LocalServices
 from streams.services.process import ManagedProcess
 from streams.services.startup_wait import StartupWait
@@ -79,3 +80,27 @@ def test_a_slow_broker_boot_names_the_partition_logs_it_loads(tmp_path: Path) ->
     hint = services._slow_start_hint("kafka")
     assert f"the broker loads {SLOW_PARTITION_LOGS} partition logs" in hint and "distill topics prune" in hint
     assert services._slow_start_hint("cassandra") == ""
+
+
+@pytest.mark.parametrize(
+    ("script", "ended"),
+    [("exit 3", "exit code 3"), ("kill -KILL $$", "killed by SIGKILL"), ("kill -TERM $$", "killed by SIGTERM")],
+)
+def test_how_a_started_process_ended_is_told(tmp_path: Path, script: str, ended: str) -> None:
+    proc = ManagedProcess("sh", tmp_path / "sh.pid", str(tmp_path))
+    pid = proc.start(["sh", "-c", script], tmp_path / "sh.out", tmp_path)
+    deadline = time.monotonic() + 10
+    while not proc.exited(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.how_it_ended(pid) == ended
+
+
+def test_a_service_that_dies_at_startup_is_named_with_how_it_ended(tmp_path: Path) -> None:
+    services = LocalServices(Settings(services={"data_dir": tmp_path}))
+    pid = services.kafka.start(["sh", "-c", f"sleep 0.3; kill -KILL $$ # {services.kafka_dir}"],
+                               services.kafka_dir / "kafka.out", tmp_path)  # fmt: skip
+    assert services.kafka.pid() == pid
+    with pytest.raises(
+        ServiceError, match=r"kafka: the process exited during startup \(killed by SIGKILL, .*its log is empty"
+    ):
+        services._await("kafka", services.kafka, lambda: False, 30.0, print, time.monotonic())
