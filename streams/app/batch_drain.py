@@ -69,6 +69,17 @@ _EXPECTED_DRAIN = (
     "if self._n_acked >= commit_every:",
     "getmany(timeout=1.0)",
 )
+# Statements of Faust's ``getmany`` that :meth:`BatchDrainConsumer._fetch_batch` re-implements.
+_EXPECTED_GETMANY = (
+    "records, active_partitions = await self._wait_next_records(timeout)",
+    "generation_id = self.app.consumer_generation_id",
+    "records_it = self.scheduler.iterate(records)",
+    "or tp in self._buffered_partitions",
+    "highwater_mark = self.highwater(tp)",
+    "self.app.monitor.track_tp_end_offset(tp, highwater_mark)",
+    "yield tp, to_message(tp, record)",
+    "await self.perform_seek()",
+)
 # Statements of Faust's ``_wait_next_records`` that :meth:`BatchDrainConsumer._wait_next_records` re-implements.
 _EXPECTED_WAIT = (
     "await self.wait(self.can_resume_flow)",
@@ -95,8 +106,11 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return int(found[1]), int(found[2]), int(found[3] or 0)
 
 
-def check_faust(version: str, drain_source: str, wait_source: str | None = None) -> None:
-    """Raise :class:`FaustVersionError` unless ``version``, Faust's drain loop and fetch wait are the known ones."""
+def check_faust(
+    version: str, drain_source: str, wait_source: str | None = None, getmany_source: str | None = None
+) -> None:
+    """Raise :class:`FaustVersionError` unless ``version``, Faust's drain loop, fetch wait and ``getmany``
+    are the known ones."""
     low, high = SUPPORTED_FAUST
     found = parse_version(version)
     if not low <= found < high:
@@ -112,12 +126,16 @@ def check_faust(version: str, drain_source: str, wait_source: str | None = None)
         raise FaustVersionError(
             f"faust's Consumer._wait_next_records changed (no {missing[0]!r}): re-check batch_drain"
         )
+    missing = [s for s in _EXPECTED_GETMANY if getmany_source is not None and s not in getmany_source]
+    if missing:
+        raise FaustVersionError(f"faust's Consumer.getmany changed (no {missing[0]!r}): re-check batch_drain")
 
 
 check_faust(
     faust.__version__,
     inspect.getsource(BaseConsumer._drain_messages),
     inspect.getsource(BaseConsumer._wait_next_records),
+    inspect.getsource(BaseConsumer.getmany),
 )
 if "await self.seek_to_committed()" not in inspect.getsource(BaseConsumer.perform_seek):
     raise FaustVersionError("faust's Consumer.perform_seek no longer calls seek_to_committed: re-check batch_drain")
@@ -228,11 +246,11 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                batch = self.getmany(timeout=1.0)
-                # Faust sleeps here too: getmany may return at once, without releasing the loop.
+                # Faust sleeps here too (before its getmany generator starts): a fetch may return at
+                # once, without releasing the loop.
                 await self.sleep(0)
                 if not self.should_stop:
-                    records = [item async for item in batch]
+                    records = await self._fetch_batch(timeout=1.0)
                     if records:
                         self._fetch_mode(True)
                         await self._deliver_batch(records)
@@ -254,6 +272,40 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _fetch_batch(self, timeout: float) -> list[tuple[Any, Any]]:
+        """What Faust's ``getmany`` yields for one fetch, as a list.
+
+        The same records in the same order (the scheduler's round robin over partitions), each
+        a Faust message stamped with the current generation, from the active or buffered
+        partitions only; while flow is stopped, nothing, and a seek back to the committed
+        offsets. Faust checks the flow and the generation before every record, but nothing
+        awaits between two of its records, so here they are checked once. The partition's
+        high-water mark (Faust reads it from the consumer thread for every record, for the lag
+        monitor) is read once per partition and fetch: it is the same number for all of them.
+        """
+        records, active_partitions = await self._wait_next_records(timeout)
+        if records is None or self.should_stop:
+            return []
+        if not self.flow_active:
+            self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
+            try:
+                await self.perform_seek()
+            except Exception as ex:
+                self.log.warning(f"exception performing seek when flow not active {ex}")
+            return []
+        to_message = self._to_message
+        buffered = self._buffered_partitions
+        track_end = self.app.monitor.track_tp_end_offset
+        tracked: set[Any] = set()
+        out: list[tuple[Any, Any]] = []
+        for tp, record in self.scheduler.iterate(records):
+            if active_partitions is None or tp in active_partitions or tp in buffered:
+                if tp not in tracked:
+                    tracked.add(tp)
+                    track_end(tp, self.highwater(tp))
+                out.append((tp, to_message(tp, record)))
+        return out
 
     async def _deliver_batch(self, records: list[tuple[Any, Any]]) -> None:
         """Deliver ``records`` in one task, interrupted by ``stop_flow`` or a stop (see the module)."""
@@ -310,7 +362,7 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             sink = sinks.get(message.topic)
             if sink is None:
                 await callback(message)
-            else:
+            elif not sink.offer(message.tp, message):
                 await sink.put(message.tp, message)
             cursor.tp = None
             read_offset[tp] = offset

@@ -36,7 +36,7 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
-from schemas import AdoptEpoch, SessionKey
+from schemas import AdoptEpoch, SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
@@ -378,8 +378,15 @@ def create_app(
                 partition = msg.partition
                 enter_partition(stream, batch, last_of, msg)
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
-            at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
             record = decode_event_record(msg.value or b"", max_record_bytes)  # never raises: Rejected
+            # The log time of a command (an event is judged by its own timestamp).
+            at = (
+                None
+                if type(record) is SessionEvent
+                else datetime.fromtimestamp(msg.timestamp, UTC)
+                if msg.timestamp
+                else datetime.now(UTC)
+            )
             try:
                 out = track.on_record(record, coords, batch, key=msg.key, log_time=at, raw=msg.value)
             except Exception as exc:  # a bug or a poison record: keep it on the dead-letter topic, go on

@@ -59,6 +59,22 @@ class RecordSink:
             pair = self._pressure[tp] = (lambda: consumer.on_buffer_full(own), lambda: consumer.on_buffer_drop(own))
         return pair
 
+    def offer(self, tp: Any, message: Any) -> bool:
+        """Queue ``message`` if :meth:`put` would not wait for it; ``False``: nothing done, call ``put``.
+
+        The drain loop's common case without a coroutine per record: flow active, no look at
+        the producer buffer due, room in the queue.
+        """
+        if self._until_ebb <= 1 or not self.app.flow_control.is_active():
+            return False
+        queue = self.queue
+        if queue.full():
+            return False
+        self._until_ebb -= 1
+        high, drop = self._callbacks(tp)
+        queue.put_nowait_enhanced(message, on_pressure_high=high, on_pressure_drop=drop)
+        return True
+
     async def put(self, tp: Any, message: Any) -> None:
         """Queue ``message`` (of partition ``tp``); waits while flow is suspended or the queue is full.
 

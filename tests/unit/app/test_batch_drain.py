@@ -8,6 +8,7 @@ from typing import Any
 
 import faust
 import pytest
+from aiokafka.structs import ConsumerRecord
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.types import TP
 from faust.types.tuples import Message
@@ -94,6 +95,12 @@ def _changelog_record(topic: str, offset: int) -> tuple[TP, Message]:
     return tp, Message(topic, 0, offset, 0.0, 0, None, b"k", b"v", None, tp=tp, generation_id=0)
 
 
+def _kafka_record(partition: int, offset: int, topic: str = TOPIC) -> ConsumerRecord[bytes, bytes]:
+    """A record as aiokafka's fetcher returns it (before Faust makes it a message)."""
+    value = f"{partition}:{offset} 事件".encode()
+    return ConsumerRecord(topic, partition, offset, 1_700_000_000_000 + offset, 0, b"k", value, None, 1, len(value), [])
+
+
 def _records(*offsets: int, partition: int = 0, generation: int = 0) -> list[tuple[TP, Message]]:
     """Records as Faust's ``getmany`` yields them: stamped with the generation they were fetched under."""
     tp = TP(TOPIC, partition)
@@ -176,20 +183,19 @@ async def test_a_fetch_that_waited_out_a_rebalance_is_delivered() -> None:
     async def callback(message: Message) -> None:
         seen.append(message.offset)
 
-    async def getmany(timeout: float) -> Any:
+    async def wait_next_records(timeout: float) -> tuple[Any, Any]:
         if consumer.app.consumer_generation_id == 1:
             consumer.app.consumer_generation_id = 2  # the rebalance completes while the fetch waits
-            for record in _records(7, 8, generation=2):
-                yield record
-        else:
-            consumer._stopped.set()
-            return
+            return {TP(TOPIC, 0): [_kafka_record(0, 7), _kafka_record(0, 8)]}, {TP(TOPIC, 0)}
+        consumer._stopped.set()
+        return {}, set()
 
     class Fetcher:
         _stopped = asyncio.Event()
 
     consumer.callback = callback
-    consumer.getmany = getmany
+    consumer._wait_next_records = wait_next_records
+    consumer.highwater = lambda tp: 9
     consumer.resume_flow()
     await asyncio.wait_for(consumer._drain_messages(Fetcher()), 5)
     assert seen == [7, 8]
@@ -325,19 +331,16 @@ async def test_the_drain_loop_switches_the_fetch_mode_by_what_it_got() -> None:
     consumer._fetch_mode = modes.append
     batches = [_records(1, 2), []]
 
-    def getmany(timeout: float) -> Any:
-        async def gen() -> Any:
-            for item in batches.pop(0) if batches else []:
-                yield item
-            if not batches:
-                consumer._stopped.set()
-
-        return gen()
+    async def fetch_batch(timeout: float) -> Any:
+        batch = batches.pop(0) if batches else []
+        if not batches:
+            consumer._stopped.set()
+        return batch
 
     async def deliver(records: Any) -> None:
         pass
 
-    consumer.getmany = getmany
+    consumer._fetch_batch = fetch_batch
     consumer._deliver_batch = deliver
     fetcher = type("F", (), {"_stopped": asyncio.Event()})()
     await consumer._drain_messages(fetcher)
@@ -372,3 +375,71 @@ async def test_the_batching_wait_is_the_one_the_app_was_installed_with() -> None
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, 100)
     consumer._fetch_mode(False)
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
+
+
+def _fetched(consumer: Any, records: dict[TP, list[Any]], active: set[TP] | None, marks: dict[TP, int]) -> None:
+    """Make every fetch of ``consumer`` return ``records`` (``active``: the partitions asked for)."""
+
+    async def wait_next_records(timeout: float) -> tuple[Any, Any]:
+        return records, active
+
+    consumer._wait_next_records = wait_next_records
+    consumer.highwater = lambda tp: marks[tp]
+
+
+@pytest.mark.parametrize("active", ["all", "some", "client-only"])
+async def test_a_fetch_batch_is_what_faust_getmany_yields(active: str) -> None:
+    """The records, their order (the scheduler's round robin), the messages' fields and generation, and
+    the lag monitor's end offsets: as Faust's per-record ``getmany`` gives them, for one fetch."""
+    tps = [TP(TOPIC, p) for p in range(3)] + [TP(CHANGELOG, 0)]
+    records = {tp: [_kafka_record(tp.partition, o, tp.topic) for o in range(5 * i, 5 * i + 2 + i)]
+               for i, tp in enumerate(tps)}  # fmt: skip
+    marks = {tp: 100 + i for i, tp in enumerate(tps)}
+    asked = None if active == "client-only" else set(tps) if active == "all" else {tps[0], tps[3]}
+
+    async def fetch_with(method: Any) -> tuple[list[tuple[Any, ...]], dict[TP, int]]:
+        consumer = _consumer()
+        consumer.resume_flow()
+        consumer.app.consumer_generation_id = 7
+        consumer._buffered_partitions = {tps[2]} if active == "some" else set()
+        _fetched(consumer, records, asked, marks)
+        items = await method(consumer)
+        shaped = [(tp, m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, m.generation_id, m.tp)
+                  for tp, m in items]  # fmt: skip
+        return shaped, dict(consumer.app.monitor.tp_end_offsets)
+
+    async def faust_way(consumer: Any) -> list[Any]:
+        return [item async for item in FaustConsumer.getmany(consumer, timeout=1.0)]
+
+    async def ours(consumer: Any) -> list[Any]:
+        return list(await consumer._fetch_batch(timeout=1.0))
+
+    expected, expected_marks = await fetch_with(faust_way)
+    got, got_marks = await fetch_with(ours)
+    assert got == expected
+    assert got_marks == expected_marks
+    assert len(got) == (sum(map(len, records.values())) if active != "some" else 2 + 4 + 5)
+    assert {g[7] for g in got} == {7}
+
+
+async def test_a_fetch_while_flow_is_stopped_delivers_nothing_and_seeks_back() -> None:
+    consumer = _consumer()
+    consumer.stop_flow()
+    consumer.can_resume_flow.set()  # the wait for flow is Faust's _wait_next_records's, stubbed here
+    _fetched(consumer, {TP(TOPIC, 0): [_kafka_record(0, 1)]}, {TP(TOPIC, 0)}, {TP(TOPIC, 0): 5})
+    sought: list[bool] = []
+
+    async def perform_seek() -> None:
+        sought.append(True)
+
+    consumer.perform_seek = perform_seek
+    assert await consumer._fetch_batch(timeout=1.0) == []
+    assert sought == [True]
+
+
+def test_a_changed_getmany_fails_loudly() -> None:
+    original = inspect.getsource(FaustConsumer.getmany)
+    changed = original.replace("highwater_mark = self.highwater(tp)", "mark = self.highwater(tp)")
+    check_faust(faust.__version__, ORIGINAL_DRAIN, None, original)
+    with pytest.raises(FaustVersionError, match="getmany changed"):
+        check_faust(faust.__version__, ORIGINAL_DRAIN, None, changed)
