@@ -52,7 +52,7 @@ from streams.app.event_log import RawEvent
 from streams.app.heads import Head, session_id_of
 from streams.app.tracked import table_key
 from streams.errors import DistillError, PermanentError
-from streams.rules.boundaries import events_after
+from streams.rules.boundaries import delta_in_log_order, early_ids, events_after
 from streams.rules.filter_keys import in_summary_input
 from streams.summarizer import SummarizerLike, SummarySkipped
 
@@ -276,8 +276,9 @@ class SummarizeHandler:
 
     async def _delta(self, job: SummaryJob, partition: int, previous: Head | None) -> _Delta:
         start = None
-        if previous is not None and previous.events_offset is not None:
-            start = previous.events_offset + 1
+        boundary_offset = previous.events_offset if previous is not None else None
+        if boundary_offset is not None:
+            start = boundary_offset + 1
         if start is None:
             start = job.events_from_offset if job.events_from_offset is not None else 0
         end = job.upto.offset
@@ -288,11 +289,29 @@ class SummarizeHandler:
         raw = await self.reader.read(partition, start, end, job.events_key())
         events, raws, offsets = self._decode(job, raw)
         if previous is not None:
-            kept = events_after(events, previous.boundary)
+            if boundary_offset is not None:
+                # Read from after the boundary's offset: every record is after it in the log (see
+                # ``delta_in_log_order``); the log before it tells a late event from one sent again.
+                early = early_ids(events, previous.boundary)
+                summarized = await self._ids_before(job, partition, boundary_offset, early) if early else set()
+                kept = delta_in_log_order(events, previous.boundary, summarized)
+            else:
+                kept = events_after(events, previous.boundary)
             keep_ids = {e.event_id for e in kept}
             raws = [r for e, r in zip(events, raws, strict=True) if e.event_id in keep_ids]
             events = kept
         return _Delta(previous, events, raws, offsets)
+
+    async def _ids_before(self, job: SummaryJob, partition: int, boundary_offset: int, ids: set[str]) -> set[str]:
+        """Which of ``ids`` the session's records up to ``boundary_offset`` hold (summarized already).
+
+        Runs only when records after a boundary are stamped at or before its cutoff (rare): it
+        reads the session's records from its first offset.
+        """
+        start = job.events_from_offset if job.events_from_offset is not None else 0
+        raw = await self.reader.read(partition, start, boundary_offset, job.events_key())
+        events, _, _ = self._decode(job, raw)
+        return {e.event_id for e in events} & ids
 
     def _event(self, item: RawEvent) -> SessionEvent | None:
         """The session event a record holds (``None``: a command, or not decodable)."""

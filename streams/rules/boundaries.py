@@ -5,11 +5,16 @@
   cutoff are kept (a timestamp alone cannot tell same-instant events apart).
 * A cutoff in the future gives an empty delta; an unparsable cutoff gives
   every event (the boundary is treated as missing).
+* Events read from the log *after the boundary event's own offset* are all after
+  it, whatever their timestamps (a producer's clock behind, a sub-agent flushing
+  late): :func:`delta_in_log_order` drops only what was summarized already (the
+  boundary event, or an earlier event, published again). The timestamp rule
+  would drop a late event for good: every later pass reads from the boundary on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -83,3 +88,33 @@ def events_after(events: Sequence[SessionEvent], boundary: SummaryBoundary | Non
         id_of=lambda e: e.event_id,
         micros_of=lambda e: to_micros(e.timestamp),
     )
+
+
+def early_ids(events: Sequence[SessionEvent], boundary: SummaryBoundary) -> set[str]:
+    """Ids of ``events`` stamped at or before ``boundary``'s cutoff, the boundary event's own aside.
+
+    Read after the boundary's offset, such an event is either late (never summarized) or an
+    earlier event published again: only the log before the boundary tells which.
+    """
+    cutoff = parse_cutoff(boundary.cutoff_at)
+    if cutoff is None:
+        return set()
+    limit = to_micros(cutoff)
+    return {e.event_id for e in events if e.event_id != boundary.last_event_id and to_micros(e.timestamp) <= limit}
+
+
+def delta_in_log_order(
+    events: Sequence[SessionEvent], boundary: SummaryBoundary, summarized: Collection[str]
+) -> list[SessionEvent]:
+    """The delta among ``events`` read after the boundary event's offset (see the module docstring).
+
+    ``summarized``: ids among :func:`early_ids` that the log holds at or before the boundary.
+    """
+    cutoff = parse_cutoff(boundary.cutoff_at)
+    limit = to_micros(cutoff) if cutoff is not None else None
+    return [
+        e
+        for e in events
+        if e.event_id != boundary.last_event_id
+        and (limit is None or e.event_id not in summarized or to_micros(e.timestamp) > limit)
+    ]

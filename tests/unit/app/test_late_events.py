@@ -1,0 +1,107 @@
+"""An event stamped before the previous boundary but logged after it is summarized, once.
+
+The oracle: a marker in every event and a model that answers with every marker it was sent
+(the previous summary's and the delta's), so the last summary must hold every event up to its
+boundary, and a marker sent twice in one request (the previous summary already had it) is a
+second summarization. Timestamps out of log order come from producers with skewed clocks, or a
+sub-agent flushing its events late.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from schemas import SessionEvent, SummaryBoundary
+from schemas.settings import Settings
+from streams.app.cache import SummaryCache
+from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
+from streams.rules.boundaries import delta_in_log_order, early_ids
+from streams.rules.policy import policies_from_settings
+from streams.summarizer import build_summarizer
+from streams.summarizer.model import ModelResponse
+from streams.summarizer.request import ChatRequest
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+MARKER = re.compile(r"标记(\d+)")
+
+
+class MarkerEcho:
+    """Answers every marker it received; notes markers that came twice in one request."""
+
+    name = "echo"
+    context_window = 128_000
+    provider_budget = None
+
+    def __init__(self) -> None:
+        self.twice: list[str] = []
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        texts = [str(m.get("content") or "") for m in request.messages]
+        found = [n for text in texts for n in MARKER.findall(text)]
+        self.twice += [n for n in set(found) if found.count(n) > 1]
+        return ModelResponse(text=" ".join(f"标记{n}" for n in sorted(set(found), key=int)), model=self.name)
+
+
+def event(n: int, seconds: float, event_id: str | None = None) -> SessionEvent:
+    role = "user" if n % 2 == 0 else "assistant"
+    return SessionEvent(
+        app_name="app", user_id="u", session_id="s", event_id=event_id or f"e{n}",
+        timestamp=T0 + timedelta(seconds=seconds), request_id=f"r{n // 2}",
+        author="user" if role == "user" else "agent",
+        message={"role": role, "content": f"{'请查一下订单' if role == 'user' else '好的，已经查到'} 标记{n}"},
+    )  # fmt: skip
+
+
+async def run(events: list[SessionEvent], **summary: object) -> tuple[ReplayStats, MarkerEcho]:
+    settings = Settings.model_validate({"summary": summary})
+    model = MarkerEcho()
+    summarizer = build_summarizer(settings, model=model)  # type: ignore[arg-type]
+    engine = InProcessReplay(
+        policies_from_settings(settings.summary, settings.llm.model), lambda app: summarizer, SummaryCache()
+    )
+    return await engine.run(records_of(events)), model
+
+
+def assert_every_marker_once(stats: ReplayStats, model: MarkerEcho, events: list[SessionEvent]) -> None:
+    (boundaries,) = stats.boundaries.values()
+    (texts,) = stats.texts.values()
+    ids = [e.event_id for e in events]
+    covered = events[: ids.index(boundaries[-1]) + 1]
+    want = {n for e in covered for n in MARKER.findall(str(e.message.content))}
+    assert want <= set(MARKER.findall(texts[-1])), (sorted(want - set(MARKER.findall(texts[-1]))), boundaries)
+    assert not model.twice, f"summarized twice: {model.twice}"
+
+
+async def test_an_event_stamped_before_the_boundary_but_logged_after_it_is_summarized() -> None:
+    # e4 comes after e3 in the log, stamped half a second before it (the boundary after pass 1 is e3).
+    seconds = [0, 1, 2, 3, 2.5, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    events = [event(n, s) for n, s in enumerate(seconds)]
+    stats, model = await run(events, event_threshold=2)
+    assert len(next(iter(stats.boundaries.values()))) >= 2
+    assert_every_marker_once(stats, model, events)
+
+
+async def test_a_late_event_among_held_back_rounds_is_summarized() -> None:
+    # keep_recent_rounds holds the last two rounds back; e7 is stamped an hour before everything.
+    events = [event(n, -3600 if n == 7 else n) for n in range(24)]
+    stats, model = await run(events, event_threshold=4, keep_recent_rounds=2)
+    assert len(next(iter(stats.boundaries.values()))) >= 2
+    assert_every_marker_once(stats, model, events)
+
+
+async def test_an_event_published_again_after_the_boundary_is_not_summarized_twice() -> None:
+    # e2 is sent again (an application's retry of its publish) once e0..e5 are summarized.
+    first = [event(n, n) for n in range(6)]
+    rest = [event(n, n) for n in range(6, 12)]
+    events = [*first, event(2, 2), *rest]
+    stats, model = await run(events, event_threshold=2)
+    assert_every_marker_once(stats, model, events)
+
+
+def test_the_rules_keep_late_events_and_drop_the_boundary_and_what_the_log_had_before() -> None:
+    boundary = SummaryBoundary(last_event_id="e3", cutoff_at=T0 + timedelta(seconds=3))
+    read = [event(3, 3), event(4, 2.5), event(2, 2), event(5, 3), event(6, 6)]
+    assert early_ids(read, boundary) == {"e4", "e2", "e5"}
+    kept = delta_in_log_order(read, boundary, summarized={"e2"})
+    assert [e.event_id for e in kept] == ["e4", "e5", "e6"]
