@@ -211,11 +211,9 @@ def assemble(
     items, pairing = repair_pairing(items)
 
     head, prefix = _head(system_prompt, opts.prefix_messages)
-    if use_summary:
-        if opts.injection_mode == "user":
-            prefix, items = place_in_user_turn(prefix, items, block)
-        else:
-            head = merge_into_system(head, block)
+    in_user_turn = use_summary and opts.injection_mode == "user"
+    if use_summary and not in_user_turn:
+        head = merge_into_system(head, block)
     offered = RecallCapabilities(
         search=opts.recall.search and SESSION_SEARCH in names, load=opts.recall.load and session_load
     )
@@ -228,8 +226,18 @@ def assemble(
     if not opts.include_reasoning:
         # Count what is sent: reasoning stays out of the request unless asked for.
         body = [m.model_copy(update={"reasoning_content": None}) if m.reasoning_content else m for m in body]
-    tailored = tailor([*head, *prefix], body, opts.token_budget, counter, overhead=overhead)
-    messages = [to_chat_message(m, include_reasoning=opts.include_reasoning) for m in tailored.messages]
+    # A summary in a user turn is placed after tailoring (in what is kept), its tokens counted
+    # beside the fixed head's: the oldest round may go, the summary never with it.
+    pinned = counter.count_text(block) if in_user_turn else 0
+    tailored = tailor([*head, *prefix], body, opts.token_budget, counter, overhead=overhead + pinned)
+    sent = tailored.messages
+    tokens = tailored.tokens
+    if in_user_turn:
+        fixed = len(head) + len(prefix)
+        placed_prefix, placed_body = place_in_user_turn(sent[len(head) : fixed], sent[fixed:], block)
+        sent = [*sent[: len(head)], *placed_prefix, *placed_body]
+        tokens = overhead + sum(counter.count_message(m) for m in sent)
+    messages = [to_chat_message(m, include_reasoning=opts.include_reasoning) for m in sent]
     if not messages:
         raise NothingToSendError("nothing to send: no system prompt, no history and no current user message")
     assert_valid(messages)
@@ -241,8 +249,8 @@ def assemble(
         compaction=stats,
         pairing=pairing,
         tailored_messages=tailored.dropped,
-        prompt_tokens=tailored.tokens,
-        over_budget=tailored.over_budget,
+        prompt_tokens=tokens,
+        over_budget=opts.token_budget is not None and tokens > opts.token_budget,
         summary_injected=use_summary,
     )
     return AssembledRequest(messages, tool_list, report)

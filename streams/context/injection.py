@@ -2,8 +2,8 @@
 
 System mode merges it into the single leading system message (some models
 reject a second system message or one that is not first). User mode puts it
-next to the conversation, where tailoring may drop it with its round and the
-system prefix stays stable for prompt caching.
+next to the conversation (the system prefix stays stable for prompt caching),
+in the first user turn that tailoring kept: it is never dropped with a round.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from schemas import Message
-from streams.context.items import HistoryItem
 
 InjectionMode = Literal["system", "user"]
 SummaryFormatter = Callable[[str], str]
@@ -62,26 +61,28 @@ def merge_into_system(messages: Sequence[Message], block: str) -> list[Message]:
 
 
 def place_in_user_turn(
-    prefix: Sequence[Message], history: Sequence[HistoryItem], block: str
-) -> tuple[list[Message], list[HistoryItem]]:
-    """User-mode placement, first match wins.
+    prefix: Sequence[Message], history: Sequence[Message], block: str
+) -> tuple[list[Message], list[Message]]:
+    """User-mode placement in the messages to be sent (after tailoring), first match wins.
 
     1. prepended to the first user message of the history (current turn included);
     2. else appended to the prefix's last message, when that is a user message;
     3. else a standalone user message at the start of the history.
+
+    Placed after tailoring, never before: tailoring drops the oldest rounds first, and the
+    summary is the only copy of what lies before its boundary (it must not go with a round).
     """
     new_prefix, new_history = list(prefix), list(history)
     if not block:
         return new_prefix, new_history
-    for i, item in enumerate(new_history):
-        msg = item.message
+    for i, msg in enumerate(new_history):
         if msg.role == "user":
             text = f"{block}\n\n{msg.content}" if msg.content else block
-            new_history[i] = item.with_message(msg.model_copy(update={"content": text}))
+            new_history[i] = msg.model_copy(update={"content": text})
             return new_prefix, new_history
     if new_prefix and new_prefix[-1].role == "user":
         last = new_prefix[-1]
         text = f"{last.content}\n\n{block}" if last.content else block
         new_prefix[-1] = last.model_copy(update={"content": text})
         return new_prefix, new_history
-    return new_prefix, [HistoryItem(Message(role="user", content=block), origin="summary"), *new_history]
+    return new_prefix, [Message(role="user", content=block), *new_history]

@@ -73,14 +73,14 @@ def test_user_mode_merges_into_current_message_when_history_has_no_user() -> Non
 
 
 def test_user_mode_falls_back_to_prefix_user_message_then_standalone() -> None:
-    history = [HistoryItem(Message(role="assistant", content="a"))]
+    history = [Message(role="assistant", content="a")]
     prefix = [Message(role="user", content="injected context")]
     new_prefix, new_history = place_in_user_turn(prefix, history, "B")
     assert new_prefix[-1].content == "injected context\n\nB"
     assert new_history == history
     new_prefix, new_history = place_in_user_turn([], history, "B")
     assert new_prefix == []
-    assert [(i.message.role, i.message.content) for i in new_history] == [("user", "B"), ("assistant", "a")]
+    assert [(m.role, m.content) for m in new_history] == [("user", "B"), ("assistant", "a")]
 
 
 def test_custom_formatter_applies_in_both_modes() -> None:
