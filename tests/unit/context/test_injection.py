@@ -11,7 +11,6 @@ from streams.context.injection import (
     merge_into_system,
     place_in_user_turn,
 )
-from streams.context.items import HistoryItem
 from tests.unit.context.sessions import Session, summary_at
 
 SYSTEM = AssemblyOptions(add_session_summary=True)
