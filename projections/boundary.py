@@ -64,3 +64,12 @@ class Cut:
             assert self.anchor_ts is not None and self.anchor_seq is not None
             return (ts, seq) <= (self.anchor_ts, self.anchor_seq)
         return ts <= self.cutoff_at
+
+
+def outlived_by_deletion(created_at: datetime, cutoff_at: datetime, deleted_at: datetime | None) -> bool:
+    """A summary (made at ``created_at``, its boundary at ``cutoff_at``) of a session deleted at
+    ``deleted_at`` is stale: made by then, or summarizing events from before it (a job that was in
+    flight at the deletion and answered after it would otherwise put the deleted history back)."""
+    if deleted_at is None:
+        return False
+    return to_millis(created_at) <= to_millis(deleted_at) or to_millis(cutoff_at) <= to_millis(deleted_at)

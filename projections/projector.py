@@ -57,6 +57,7 @@ from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder
+from projections.boundary import outlived_by_deletion
 from projections.errors import StoreUnavailable
 from projections.rows import (
     TokenCounter,
@@ -344,8 +345,7 @@ class Projector(CassandraStage):
         async def one_key(items: list[_Summary]) -> None:
             for item in items:  # sequential per key, so two versions of one key never race each other
                 s = item.summary
-                deleted_at = await deleted_of(s)
-                if deleted_at is not None and s.created_at <= deleted_at:
+                if outlived_by_deletion(s.created_at, s.boundary.cutoff_at, await deleted_of(s)):
                     outcome.stale_summaries += 1
                     continue
                 await self._run(self._p[summary_history_target(s)], summary_history_row(s))

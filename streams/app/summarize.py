@@ -148,7 +148,7 @@ class SummarizeHandler:
             return JobResult("replied", self._reply(job, head, job.reply_to))
         epoch = head.epoch if head is not None else served
         fresh = job.previous_boundary is None and version == job.from_version
-        previous = head if head is not None and not fresh else None
+        previous = head if head is not None and not fresh and not before_session_start(head, job) else None
         delta = await self._delta(job, partition, previous)
         if not delta.events:
             return self._nothing(job, "no events after the boundary up to the job's target", version)
@@ -356,6 +356,21 @@ class SummarizeHandler:
                 "created_at": self.clock(),
             }
         )
+
+
+def before_session_start(head: Head, job: SummaryJob) -> bool:
+    """``head``'s boundary lies before the session's first record as ``job`` knows it.
+
+    A job reads from the session's first offset (``events_from_offset``), which a
+    ``delete_session`` resets to the first record after it; a summary of the records
+    before (a job in flight at the deletion, answered after it) is then no predecessor:
+    carried forward, it would bring the deleted history back into every later summary.
+    """
+    return (
+        head.events_offset is not None
+        and job.events_from_offset is not None
+        and head.events_offset < job.events_from_offset
+    )
 
 
 def covers(head: Head, job: SummaryJob) -> bool:

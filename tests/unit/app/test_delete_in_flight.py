@@ -1,0 +1,128 @@
+"""``delete_session`` while a job is in flight: the deleted history does not come back.
+
+The job decided before the deletion is answered after it (its summary of the deleted events
+reaches the track side and the summarize side's ledger); the summaries made for the events
+after the deletion must not carry it forward. The oracle: a marker in every event and a model
+that answers with every marker it was sent (the previous summary's and the delta's).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from projections.boundary import outlived_by_deletion
+from schemas import DeleteSession, SessionEvent, SessionSummary, SummaryJob
+from schemas.settings import Settings
+from streams.app.coordinates import Coordinates
+from streams.app.decoding import decode_event_record
+from streams.app.heads import head_of
+from streams.app.inprocess import _Ledger, _Log
+from streams.app.ledger import summary_key
+from streams.app.summarize import SummarizeHandler
+from streams.app.track import TrackHandler
+from streams.rules.policy import policies_from_settings
+from streams.summarizer import build_summarizer
+from streams.summarizer.model import ModelResponse
+from streams.summarizer.request import ChatRequest
+
+T0 = datetime(2026, 4, 1, tzinfo=UTC)
+MARKER = re.compile(r"记号(\d+)")
+
+
+class MarkerEcho:
+    name = "echo"
+    context_window = 128_000
+    provider_budget = None
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        text = "\n".join(str(m.get("content") or "") for m in request.messages)
+        found = sorted(set(MARKER.findall(text)), key=int)
+        return ModelResponse(text=" ".join(f"记号{n}" for n in found), model=self.name)
+
+
+class Pipeline:
+    """The track and summarize use cases over one partition, jobs answered when the test says."""
+
+    def __init__(self) -> None:
+        settings = Settings.model_validate({"summary": {"event_threshold": 2}})
+        summarizer = build_summarizer(settings, model=MarkerEcho())  # type: ignore[arg-type]
+        self.track = TrackHandler(policies_from_settings(settings.summary, settings.llm.model))
+        self.ledger = _Ledger()
+        self.log = _Log()
+        self.summarize = SummarizeHandler(self.ledger, self.log, lambda app: summarizer, None)
+        self.store: dict[str, object] = {}
+        self.offset = 0
+        self.answers = 0
+        self.queue: list[SummaryJob] = []
+        self.summaries: list[SessionSummary] = []
+
+    def send(self, record: SessionEvent | DeleteSession) -> None:
+        value = record.model_dump_json().encode()
+        key = record.session_key.kafka_key()
+        self.log.add(0, key, self.offset, value)
+        out = self.track.on_record(
+            decode_event_record(value), Coordinates("events", 0, self.offset), self.store,  # type: ignore[arg-type]
+            key=key, raw=value, log_time=T0 + timedelta(seconds=self.offset),
+        )  # fmt: skip
+        self.offset += 1
+        self.queue += out.jobs
+
+    async def answer_all(self) -> None:
+        while self.queue:
+            result = await self.summarize.handle(self.queue.pop(0), 0)
+            record = result.record
+            if isinstance(record, SessionSummary):
+                self.ledger.heads[summary_key(record)] = head_of(record, result.events_offset)
+                self.summaries.append(record)
+            if record is not None:
+                self.track.on_summary_record(record, self.store, self.answers)  # type: ignore[arg-type]
+                self.answers += 1
+
+
+def event(n: int) -> SessionEvent:
+    role = "user" if n % 2 == 0 else "assistant"
+    return SessionEvent(
+        app_name="app", user_id="u", session_id="s", event_id=f"e{n}", timestamp=T0 + timedelta(seconds=n),
+        request_id=f"r{n // 2}", author="user" if role == "user" else "agent",
+        message={"role": role, "content": f"{'我的地址是' if role == 'user' else '收到'} 记号{n}"},
+    )  # fmt: skip
+
+
+def deletion(at: int) -> DeleteSession:
+    return DeleteSession(app_name="app", user_id="u", session_id="s", command_id="d1",
+                         created_at=T0 + timedelta(seconds=at))  # fmt: skip
+
+
+@pytest.mark.parametrize("answered", ["after the deletion", "after the later events"])
+async def test_a_job_in_flight_at_a_deletion_does_not_bring_the_deleted_history_back(answered: str) -> None:
+    pipe = Pipeline()
+    for n in range(4):
+        pipe.send(event(n))
+    assert pipe.queue, "a job is in flight when the session is deleted"
+    pipe.send(deletion(50))
+    if answered == "after the deletion":
+        await pipe.answer_all()
+    for n in range(100, 106):
+        pipe.send(event(n))
+    await pipe.answer_all()
+    after = [s for s in pipe.summaries if s.boundary.last_event_id in {f"e{n}" for n in range(100, 106)}]
+    assert after, [s.boundary.last_event_id for s in pipe.summaries]
+    for s in after:
+        assert not [m for m in MARKER.findall(s.summary) if int(m) < 100], s.summary
+    last = MARKER.findall(after[-1].summary)
+    upto = int(after[-1].boundary.last_event_id[1:])
+    assert {str(n) for n in range(100, upto + 1)} <= set(last), last
+    versions = [s.version for s in pipe.summaries]
+    assert versions == sorted(set(versions)), versions  # versions keep growing through the deletion
+
+
+def test_a_summary_of_the_events_before_a_deletion_is_stale_whenever_it_was_made() -> None:
+    deleted = T0 + timedelta(seconds=50)
+    made_after = T0 + timedelta(seconds=60)
+    assert outlived_by_deletion(made_after, T0 + timedelta(seconds=3), deleted)  # a pre-deletion job's answer
+    assert outlived_by_deletion(T0 + timedelta(seconds=40), T0 + timedelta(seconds=3), deleted)
+    assert not outlived_by_deletion(made_after, T0 + timedelta(seconds=55), deleted)  # events after it
+    assert not outlived_by_deletion(made_after, T0 + timedelta(seconds=3), None)
