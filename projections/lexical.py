@@ -11,6 +11,7 @@ match; hits under 0.45 are dropped.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -38,7 +39,8 @@ SESSION_TOKEN_PREFIX = "session:"
 """Prefix of the synthetic token naming a row's session (see ``session_token``)."""
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+_CJK = re.compile(f"[{_CJK_CHARS}]")
 _CLAUSE_SPLIT = re.compile(r"\s*(?:[,;，；]|\band\b|\bor\b)\s*", re.IGNORECASE)
 _LEAD_INS = (
     "summarize the discussion about",
@@ -75,17 +77,31 @@ def _stem(token: str) -> str:
     return token
 
 
+_SCRIPT_RUN = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")
+"""A word's runs of CJK characters and of everything else (Latin, digits), alternating."""
+
+
+def fold(text: str) -> str:
+    """``text`` as documents and queries are compared: NFKC-normalized (full-width letters and
+    digits typed with an IME become their ASCII forms) and lower-cased."""
+    if text.isascii():
+        return text.lower()
+    return unicodedata.normalize("NFKC", text).lower()
+
+
 def _split_words(text: str) -> list[str]:
     out: list[str] = []
-    for word in _WORD.findall(text.lower()):
-        if _CJK.search(word):
-            # CJK has no spaces: index character bigrams (and single characters for 1-char runs).
-            chars = list(word)
-            out.extend(chars[i] + chars[i + 1] for i in range(len(chars) - 1))
-            if len(chars) == 1:
-                out.append(chars[0])
-        else:
+    for word in _WORD.findall(fold(text)):
+        if not _CJK.search(word):
             out.append(word)
+            continue
+        # A word glued to CJK text ("订单号是ORDER12345", "用Python写") is a word of its own; CJK has
+        # no spaces: its runs are indexed as character bigrams (a single character for a 1-char run).
+        for run in _SCRIPT_RUN.findall(word):
+            if not _CJK.match(run) or len(run) == 1:
+                out.append(run)
+            else:
+                out.extend(run[i : i + 2] for i in range(len(run) - 1))
     return out
 
 
@@ -110,7 +126,7 @@ def doc_tokens(text: str, cap: int = MAX_DOC_TOKENS) -> set[str]:
     words with a suffix are stemmed); the result is the same as stemming every
     kept word of ``_split_words``.
     """
-    lowered = text.lower()
+    lowered = fold(text)
     if lowered.isascii():  # ASCII: ``_WORD`` matches exactly the runs of [a-z0-9]
         words = lowered.translate(_ASCII_SEPARATORS).split()
     elif _CJK.search(lowered):
@@ -172,20 +188,30 @@ def _span_end(text: str, lowered: str, start: int, max_chars: int, max_tokens: i
 
     A word is never cut, except a single word longer than ``max_chars``. CJK
     runs are indexed by character bigrams (see ``doc_tokens``), so they may be
-    cut between any two characters.
+    cut between any two characters; a word glued to them is not.
     """
     limit = min(len(text), start + max_chars)
     tokens: set[str] = set()
     for match in _WORD.finditer(lowered, start, limit):
         word = match.group()
         if _CJK.search(word):
-            chars = word
-            for i in range(max(1, len(chars) - 1)):
-                token = chars[i : i + 2]
-                if token not in tokens:
-                    if len(tokens) >= max_tokens:
-                        return max(match.start() + i, start + 1)
-                    tokens.add(token)
+            for run in _SCRIPT_RUN.finditer(word):
+                part, at = run.group(), match.start() + run.start()
+                if not _CJK.match(part):  # a word glued to CJK text: never cut (see ``_split_words``)
+                    if at + len(part) >= limit and limit < len(text) and at > start:
+                        return at
+                    token = _index_token(part)
+                    if token and token not in tokens:
+                        if len(tokens) >= max_tokens:
+                            return max(at, start + 1)
+                        tokens.add(token)
+                    continue
+                for i in range(max(1, len(part) - 1)):
+                    token = part[i : i + 2]
+                    if token not in tokens:
+                        if len(tokens) >= max_tokens:
+                            return max(at + i, start + 1)
+                        tokens.add(token)
             continue
         if match.end() >= limit and limit < len(text) and match.start() > start:
             return match.start()  # the word runs past the chunk: it goes whole into the next one
@@ -254,8 +280,8 @@ def chunk_index(
 
 
 def normalize_query(query: str) -> str:
-    """Lower-cased with whitespace collapsed."""
-    return " ".join(query.lower().split())
+    """Folded (see :func:`fold`) with whitespace collapsed."""
+    return " ".join(fold(query).split())
 
 
 def keywords(text: str) -> tuple[str, ...]:
@@ -343,7 +369,7 @@ class ScoredText:
     __slots__ = ("_tokens", "lowered")
 
     def __init__(self, text: str) -> None:
-        self.lowered = text.lower()
+        self.lowered = fold(text)
         self._tokens: set[str] | None = None
 
     @property

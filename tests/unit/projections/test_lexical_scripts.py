@@ -1,0 +1,41 @@
+"""Recall finds a word, an id or a number written inside CJK text, as typed (no spaces, full-width forms)."""
+
+from __future__ import annotations
+
+import pytest
+
+from projections.lexical import MIN_SCORE, chunk_index, doc_tokens, plan, score
+
+FACTS = [
+    ("我的订单号是ORDER12345，请记住", "ORDER12345"),
+    ("我主要用Python写后端服务", "python"),
+    ("航班号CA1234明天早上八点起飞", "ca1234 航班"),
+    ("订单号是１２３４５，明天到", "12345"),  # full-width digits, as an IME types them
+    ("ＡＰＩキーはＳＫ９９だよ", "sk99"),  # full-width letters among kana
+    ("用户说：我住在上海浦东", "上海浦东"),  # CJK alone: as before
+    ("the build uses Python 3.12", "python"),  # no CJK: as before
+]
+
+
+def found(doc: str, query: str) -> bool:
+    """What a search needs: some query of the plan whose index terms the document's tokens all hold,
+    and a score above the floor."""
+    tokens = doc_tokens(doc)
+    return any(set(q.index_terms) <= tokens and score(q, doc) >= MIN_SCORE for q in plan(query))
+
+
+@pytest.mark.parametrize(("doc", "query"), FACTS)
+def test_a_fact_written_in_cjk_text_is_found_by_its_term(doc: str, query: str) -> None:
+    assert found(doc, query), (sorted(doc_tokens(doc)), [q.index_terms for q in plan(query)])
+
+
+def test_a_word_glued_to_cjk_text_is_one_token_and_its_cjk_neighbours_bigrams() -> None:
+    assert doc_tokens("我用Python写") == {"我用", "python", "写"}
+
+
+def test_a_fact_deep_in_a_large_cjk_tool_result_is_in_some_chunk() -> None:
+    filler = "系统日志记录了很多内容" * 400
+    text = f"{filler}设备编号DEV7788已经离线{filler}"
+    chunks = chunk_index(text)
+    assert len(chunks) > 1
+    assert any("dev7788" in tokens for _, _, tokens in chunks)
