@@ -91,16 +91,18 @@ def events_after(events: Sequence[SessionEvent], boundary: SummaryBoundary | Non
 
 
 def early_ids(events: Sequence[SessionEvent], boundary: SummaryBoundary) -> set[str]:
-    """Ids of ``events`` stamped at or before ``boundary``'s cutoff, the boundary event's own aside.
+    """Ids of ``events`` stamped before ``boundary``'s cutoff, the boundary event's own aside.
 
     Read after the boundary's offset, such an event is either late (never summarized) or an
-    earlier event published again: only the log before the boundary tells which.
+    earlier event published again: only the log before the boundary tells which. Events at the
+    cutoff instant are kept without asking, as the timestamp rule keeps them (a batch stamped
+    with one instant would otherwise make every pass read the session's whole log).
     """
     cutoff = parse_cutoff(boundary.cutoff_at)
     if cutoff is None:
         return set()
     limit = to_micros(cutoff)
-    return {e.event_id for e in events if e.event_id != boundary.last_event_id and to_micros(e.timestamp) <= limit}
+    return {e.event_id for e in events if e.event_id != boundary.last_event_id and to_micros(e.timestamp) < limit}
 
 
 def delta_in_log_order(
@@ -116,5 +118,5 @@ def delta_in_log_order(
         e
         for e in events
         if e.event_id != boundary.last_event_id
-        and (limit is None or e.event_id not in summarized or to_micros(e.timestamp) > limit)
+        and (limit is None or e.event_id not in summarized or to_micros(e.timestamp) >= limit)
     ]
