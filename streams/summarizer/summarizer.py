@@ -8,8 +8,9 @@ keeps its boundary, and a result exists only when every step succeeded.
 The invariant kept here: every event a result's boundary covers was in the
 input of one of its passes (directly, or inside the previous summary that
 pass rolled forward). So the input is shrunk only for a context-length
-refusal (one standalone retry at half the budget); an empty answer is asked
-again with the same request and then fails, never cut; a forked caller
+refusal (one standalone retry at half the budget); an empty answer, or one
+the provider cut off (``finish_reason`` ``length``/``content_filter``), is
+asked again with the same request and then fails, never cut nor stored; a forked caller
 request is used only when it holds every event of the pass; and a
 pre-summary hook that leaves no text summarizes nothing.
 """
@@ -66,6 +67,9 @@ class SummarySkipped(DistillError):
 EMPTY_ANSWER = "empty answer"
 """The ``error`` of a :class:`CallReport` whose model answered no text."""
 
+CUT_OFF_ANSWER = "answer cut off"
+"""How the ``error`` of a :class:`CallReport` whose answer the provider cut off begins (the finish reason follows)."""
+
 
 class EmptySummaryError(RetryableError):
     """The model answered no text, also when asked again with the same request.
@@ -74,6 +78,16 @@ class EmptySummaryError(RetryableError):
     never answered by cutting the input), and is usually a provider fault
     that passes; the job's failure policy retries it with backoff within its
     timeout and then publishes the failure. The boundary does not move.
+    """
+
+
+class CutOffSummaryError(RetryableError):
+    """The provider cut the model's answer off, also when asked again with the same request.
+
+    Its ``finish_reason`` was ``length`` (the output limit) or ``content_filter``: the
+    text stops mid-way, and stored it would replace the previous summary — the only
+    copy of the history before the boundary — with part of one. Retryable like an
+    empty answer (the same request may be answered in full); the boundary does not move.
     """
 
 
@@ -170,9 +184,10 @@ class Summarizer:
 
     ``context_window`` overrides the model's window (settings'
     ``DISTILL_LLM__CONTEXT_WINDOW``); ``token_counter`` defaults to the
-    process-wide counter at call time. An empty answer is asked again
-    ``empty_answer_retries`` times with the same request, then fails with
-    :class:`EmptySummaryError`. Prompts are validated here, so a bad
+    process-wide counter at call time. An empty answer (or one the provider
+    cut off) is asked again ``empty_answer_retries`` times with the same
+    request, then fails with :class:`EmptySummaryError`
+    (:class:`CutOffSummaryError`). Prompts are validated here, so a bad
     prompt fails at configuration with the rule it breaks; a word limit that
     no prompt states is only logged (see :meth:`PromptSet.validate`).
     """
@@ -445,9 +460,9 @@ class Summarizer:
     ) -> tuple[str, list[SessionEvent]]:
         """One request covering a prefix of ``events``.
 
-        An empty answer is asked again with the same request at the same
-        budget (``empty_answer_retries`` times), then fails with
-        :class:`EmptySummaryError`. Only a context-length refusal retries
+        An empty or cut-off answer is asked again with the same request at
+        the same budget (``empty_answer_retries`` times), then fails with
+        :class:`EmptySummaryError` or :class:`CutOffSummaryError`. Only a context-length refusal retries
         once, as a standalone request at half the budget.
         """
         budget = self.input_budget(attempt.context_window)
@@ -509,14 +524,15 @@ class Summarizer:
         retry_follows: bool = False,
         fork_declined: str | None = None,
     ) -> str:
-        """The non-empty answer to ``request``: the first call plus the same-budget retries of an empty one.
+        """The usable answer to ``request``: the first call plus the same-budget retries of an empty or cut-off one.
 
         ``retry_follows``: a context-length refusal will be retried by the
         caller (reported ``retried``, else ``failed``); it is re-raised either way.
         """
         tries = 1 + self.empty_answer_retries
+        failure: str | None = None
         for n in range(1, tries + 1):
-            text = await self._call(
+            text, failure = await self._call(
                 request.clone(),
                 mode,
                 budget,
@@ -526,9 +542,14 @@ class Summarizer:
                 last=n == tries,
                 fork_declined=fork_declined,
             )
-            if text:
+            if failure is None:
                 return text
         chars = len(plan.text.encode()) + len(previous.encode())
+        if failure != EMPTY_ANSWER:
+            raise CutOffSummaryError(
+                f"summary answer cut off by the provider (input_chars={chars}): {tries} unusable answer(s) "
+                f"at budget {budget}, the last {failure} (a larger max_output_tokens may help)"
+            )
         raise EmptySummaryError(
             f"generated empty summary (input_chars={chars}): {tries} empty answer(s) at budget {budget}"
         )
@@ -544,28 +565,30 @@ class Summarizer:
         *,
         last: bool,
         fork_declined: str | None = None,
-    ) -> str:
-        """Callbacks, one model call, its report; the stripped answer (``""`` when empty).
+    ) -> tuple[str, str | None]:
+        """Callbacks, one model call, its report; the stripped answer and why it is unusable (``None``: usable).
 
         An empty answer is reported ``retried`` (``failed`` when ``last``)
-        with the error ``empty answer``.
+        with the error ``empty answer``; one the provider cut off the same
+        way, with ``answer cut off (finish_reason=…)``, and its text is never returned.
         """
         model = self.model.name
         custom = await run_before_model(self.hooks.before_model, BeforeModelArgs(request, model, context))
         if custom is not None:
             text = custom.custom_response.strip()
-            outcome = "ok" if text else ("failed" if last else "retried")
+            failure = None if text else EMPTY_ANSWER
+            outcome = "ok" if failure is None else ("failed" if last else "retried")
             attempt.calls.append(
                 CallReport(
                     mode="custom_response",
                     model=model,
                     budget_tokens=budget,
                     outcome=outcome,
-                    error=None if text else EMPTY_ANSWER,
+                    error=failure,
                     fork_declined=fork_declined,
                 )
             )
-            return text
+            return text, failure
         estimated = count_request(request, self.counter())
         if estimated > budget:
             raise PermanentError(
@@ -590,9 +613,10 @@ class Summarizer:
             raise
         response = await run_after_model(self.hooks.after_model, AfterModelArgs(request, response, context))
         text = response.text.strip()
-        outcome = "ok" if text else ("failed" if last else "retried")
-        attempt.calls.append(_finished(call, started, response, outcome, None, None if text else EMPTY_ANSWER))
-        return text
+        failure = _unusable(response, text)
+        outcome = "ok" if failure is None else ("failed" if last else "retried")
+        attempt.calls.append(_finished(call, started, response, outcome, None, failure))
+        return ("", failure) if failure else (text, None)
 
     async def _pre_hook(
         self,
@@ -710,6 +734,13 @@ def _callable_name(hook: object) -> str | None:
     if isinstance(hook, list | tuple):
         return ",".join(str(_callable_name(h)) for h in hook)
     return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', type(hook).__qualname__)}"
+
+
+def _unusable(response: ModelResponse, text: str) -> str | None:
+    """Why an answer cannot be the summary (``None``: it can)."""
+    if response.cut_off:
+        return f"{CUT_OFF_ANSWER} (finish_reason={response.finish_reason})"
+    return None if text else EMPTY_ANSWER
 
 
 def _finished(

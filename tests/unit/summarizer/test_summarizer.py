@@ -1,8 +1,9 @@
 import asyncio
+from dataclasses import replace
 
 import pytest
 
-from schemas import SummaryBoundary, SummaryReport, TriggerReport
+from schemas import SessionEvent, SummaryBoundary, SummaryReport, TriggerReport
 from streams.errors import PermanentError, RetryableError
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import SimpleTokenCounter
@@ -20,9 +21,9 @@ from streams.summarizer.hooks import (
 from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsage
 from streams.summarizer.plan import PreviousSummaryTooLargeError, RequestBuilder, SourceTooLargeError, plan_pass
 from streams.summarizer.prompts import SOURCE_BOUNDARY, build_prompts
-from streams.summarizer.request import count_request
+from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.selection import skip_last
-from streams.summarizer.summarizer import EmptySummaryError, Summarizer, SummarySkipped
+from streams.summarizer.summarizer import CutOffSummaryError, EmptySummaryError, Summarizer, SummarySkipped
 
 from .helpers import SESSION, EchoModel, ScriptedModel, event, markers, request_messages, rounds, user_text
 
@@ -167,6 +168,59 @@ async def test_empty_answers_fail_as_a_retryable_failure_never_as_a_cut() -> Non
     assert error is info.value
     assert [c.outcome for c in report.calls] == ["retried", "retried", "failed"]
     assert {c.budget_tokens for c in report.calls} == {700}
+
+
+class CutOffEcho(EchoModel):
+    """Echoes the markers it received, the first ``cut`` answers stopped half-way by the provider."""
+
+    def __init__(self, reason: str, cut: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.reason, self.cut = reason, cut
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        whole = await super().complete(request)
+        if len(self.requests) > self.cut:
+            return replace(whole, finish_reason="stop")
+        found = whole.text.split()
+        return replace(whole, text=" ".join(found[: len(found) // 2]) + " 然后新的一轮", finish_reason=self.reason)
+
+
+def cjk_delta() -> list[SessionEvent]:
+    return [
+        event(1, "user", "M1 请把报告翻译成中文"),
+        event(2, "agent", "M2 好的，这是译文。"),
+        event(3, "user", "M3 谢谢"),
+    ]
+
+
+@pytest.mark.parametrize("reason", ["length", "content_filter"])
+async def test_an_answer_the_provider_cut_off_is_asked_again_never_stored(reason: str) -> None:
+    previous = "前情提要：" + " ".join(f"P{i}" for i in range(12))
+    model = CutOffEcho(reason, cut=1)
+    result = await make(model).summarize(previous, cjk_delta(), session=SESSION)
+    # Every marker of the previous summary and the delta is in what was stored: the half answer was not.
+    assert set(markers(result.text)) == {f"P{i}" for i in range(12)} | {"M1", "M2", "M3"}
+    assert "然后新的一轮" not in result.text
+    assert model.requests[1].messages == model.requests[0].messages
+    first, second = result.report.calls
+    assert (first.outcome, first.error) == ("retried", f"answer cut off (finish_reason={reason})")
+    assert (second.outcome, second.error) == ("ok", None)
+    assert first.budget_tokens == second.budget_tokens
+
+
+async def test_answers_cut_off_on_every_try_fail_as_retryable_and_move_no_boundary() -> None:
+    previous = "前情提要：" + " ".join(f"P{i}" for i in range(12))
+    model = CutOffEcho("length", cut=3)
+    reports: list[tuple[SummaryReport, BaseException | None]] = []
+    s = make(model, empty_answer_retries=2, hooks=SummaryHooks(report=lambda r, e: reports.append((r, e))))
+    with pytest.raises(CutOffSummaryError, match=r"cut off by the provider .*finish_reason=length") as info:
+        await s.summarize(previous, cjk_delta(), session=SESSION)
+    assert isinstance(info.value, RetryableError)
+    assert len(model.requests) == 3
+    report, error = reports[0]
+    assert error is info.value
+    assert [c.outcome for c in report.calls] == ["retried", "retried", "failed"]
+    assert {c.error for c in report.calls} == {"answer cut off (finish_reason=length)"}
 
 
 async def test_empty_answer_after_a_context_length_retry_is_asked_again_at_that_budget() -> None:
