@@ -56,7 +56,7 @@ from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryM
 from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
 from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
-from streams.summarizer.request import ChatRequest, count_request
+from streams.summarizer.request import ChatRequest, SummarySource, count_request
 from streams.summarizer.selection import SkipRecent, select_events
 
 
@@ -479,6 +479,9 @@ class Summarizer:
         if forked is not None:
             # The caller's request already holds the conversation: hook edits cannot reach it.
             text = self.formatter.conversation_text(events)
+            # A model that reads the source (the extractive one) would otherwise rebuild it from the
+            # fork's messages, where the previous summary sits in a system message it skips.
+            forked.source = SummarySource(text, previous, self.prompts.max_summary_words)
             plan = PassPlan(list(events), text, forked, False, False)
             _, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context, apply=False)
             request, mode = forked, "cache_safe_fork"
