@@ -11,7 +11,7 @@ pass rolled forward). So the input is shrunk only for a context-length
 refusal (one standalone retry at half the budget); an empty answer, or one
 the provider cut off (``finish_reason`` ``length``/``content_filter``), is
 asked again with the same request and then fails, never cut nor stored; a forked caller
-request is used only when it holds every event of the pass; and a
+request is used only when it holds every event of the pass (payloads whole); and a
 pre-summary hook that leaves no text summarizes nothing.
 """
 
@@ -40,7 +40,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import TokenCounter, get_token_counter
 from streams.summarizer.budget import halve, input_budget, resolve_context_window
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
-from streams.summarizer.fork import fit_fork, fork_misses, fork_request
+from streams.summarizer.fork import fork_for_pass
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -377,8 +377,10 @@ class Summarizer:
         fork_parent = model_request if self.cache_safe_forking else None
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         if fork_parent is not None:
-            forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
-            if forked is not None and not fork_misses(forked.messages[:-1], events, previous, self.formatter):
+            forked, _ = fork_for_pass(
+                fork_parent, self.prompts.render_fork(), events, previous, budget, self.counter(), self.formatter
+            )
+            if forked is not None:
                 return forked
         return plan_pass(events, previous, budget, builder, self.formatter).request
 
@@ -469,13 +471,9 @@ class Summarizer:
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         forked, declined = None, None
         if fork_parent is not None:
-            forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
-            if forked is None:
-                declined = f"the caller's request does not fit the input budget ({budget} tokens)"
-            else:
-                # A fork covers only what it holds: a tailored view is summarized standalone instead.
-                declined = fork_misses(forked.messages[:-1], events, previous, self.formatter)
-                forked = None if declined else forked
+            forked, declined = fork_for_pass(
+                fork_parent, self.prompts.render_fork(), events, previous, budget, self.counter(), self.formatter
+            )
         if forked is not None:
             # The caller's request already holds the conversation: hook edits cannot reach it.
             text = self.formatter.conversation_text(events)

@@ -545,16 +545,16 @@ async def test_report_hook_failure_is_swallowed() -> None:
     assert result.text == "S"
 
 
+LOOKUP = event(2, "agent", None, tool_calls=[("c1", "lookup", "{}")])
+
+
 async def test_fork_is_tried_before_standalone_prefixing() -> None:
-    # The standalone source would not fit, but the caller's request (with the big tool result
-    # replaced by a marker when fitted) does, and it still holds every event.
-    model = ScriptedModel(context_window=300)
-    events = [
-        event(1, "user", "look it up"),
-        event(2, "agent", None, tool_calls=[("c1", "lookup", "{}")]),
-        event(3, "agent", "w " * 400, tool_call_id="c1", name="lookup"),
-        event(4, "agent", "ok"),
-    ]
+    # The caller's request fits only with a big tool result left out: one from before the
+    # boundary (the previous summary holds it), so the fork still holds every event of the pass.
+    model = EchoModel(context_window=300)
+    summarized = [event(1, "user", "look it up"), LOOKUP, event(3, "agent", "w " * 400, tool_call_id="c1")]
+    events = [event(5, "user", "M5 继续查"), event(6, "agent", "M6 好的")]
+    before = [{"role": "system", "content": "rules\n\nSummary:\nP1 旧的事实"}, *request_messages(summarized)]
     seen: list[str] = []
 
     def note(ctx: PreSummaryContext) -> None:
@@ -562,12 +562,53 @@ async def test_fork_is_tried_before_standalone_prefixing() -> None:
         ctx.text = "ignored in fork mode"
 
     s = make(model, hooks=SummaryHooks(pre_summary=note))
-    parent = {"messages": request_messages(events)}
-    result = await s.summarize("", events, model_request=parent, session=SESSION)
-    assert result.fork_used and result.covered_events == 4
-    assert model.requests[0].messages[0]["content"] == "look it up"
-    assert model.requests[0].messages[2]["content"].startswith("[Tool result left out")
-    assert seen and seen[0].startswith("user: look it up")
+    parent = {"messages": [*before, *request_messages(events)]}
+    result = await s.summarize("P1 旧的事实", events, model_request=parent, session=SESSION)
+    assert result.fork_used and result.covered_events == 2
+    assert model.requests[0].messages[3]["content"].startswith("[Tool result left out")
+    assert set(markers(result.text)) == {"P1", "M5", "M6"}
+    assert seen and seen[0].startswith("user: M5")
+
+
+async def test_a_fork_that_fits_only_by_leaving_out_a_payload_of_the_pass_is_declined() -> None:
+    # Fitting the caller's request would replace the pass's own tool result by a marker that names
+    # no event: the summary would cover e3 without having seen it. The standalone request cuts it
+    # head + tail instead, names it for session_load and reports the cut.
+    model = EchoModel(context_window=300)
+    result_text = "M3 查询结果：" + "数据行" * 300 + " 结束"
+    events = [
+        event(1, "user", "M1 查一下报告"),
+        LOOKUP,
+        event(3, "agent", result_text, tool_call_id="c1", name="lookup"),
+        event(4, "agent", "M4 找到了"),
+    ]
+    result = await make(model).summarize("", events, model_request={"messages": request_messages(events)})
+    assert not result.fork_used
+    call = result.report.calls[0]
+    assert call.mode == "standalone"
+    assert call.fork_declined == (
+        "the caller's request fits the input budget (210 tokens) only with payloads left out "
+        "of 1 of the pass's 4 events (e3)"
+    )
+    assert [c.event_id for c in result.report.truncated_payloads] == ["e3"]
+    assert 'session_load(event_id="e3")' in user_text(model.requests[0])
+    assert set(markers(result.text)) == {"M1", "M3", "M4"}
+    assert result.last_event is not None and result.last_event.event_id == "e4"
+
+
+async def test_a_fork_whose_tool_result_the_caller_elided_is_not_used() -> None:
+    events = [
+        event(1, "user", "M1 查一下报告"),
+        LOOKUP,
+        event(3, "agent", "M3 十二行结果", tool_call_id="c1", name="lookup"),
+        event(4, "agent", "M4 找到了"),
+    ]
+    tailored = request_messages(events)
+    tailored[2]["content"] = "[结果已省略]"  # the id is still there; the content is not
+    result = await make(EchoModel()).summarize("", events, model_request={"messages": tailored})
+    assert not result.fork_used
+    assert result.report.calls[0].fork_declined == "the caller's request lacks 1 of the pass's 4 events (e3)"
+    assert set(markers(result.text)) == {"M1", "M3", "M4"}
 
 
 async def test_a_fork_that_holds_only_part_of_the_delta_is_not_used() -> None:
@@ -614,8 +655,17 @@ async def test_fork_containment_reads_parts_cjk_and_tool_ids() -> None:
     # List-of-parts content, decomposed Unicode and other whitespace are the same message.
     messages[0]["content"] = [{"type": "text", "text": "请总结以下对话："}, {"type": "text", "text": "关键决策"}]
     messages[3]["content"] = "กรุงเทพ   อากาศดี"
-    messages[2]["content"] = "[Tool result left out]"
     assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+    # A result or arguments the caller replaced by a marker are not held, whatever ids remain.
+    elided = [*messages[:2], {**messages[2], "content": "[Tool result left out]"}, *messages[3:]]
+    missing = fork_misses(elided, events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e3)" in missing
+    call = messages[1]["tool_calls"][0]
+    omitted = {**messages[1], "tool_calls": [{**call, "function": {"name": "search", "arguments": "{}"}}]}
+    missing = fork_misses([messages[0], omitted, *messages[2:]], events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e2)" in missing
+    respaced = {**messages[1], "tool_calls": [{**call, "function": {"name": "search", "arguments": '{"q":"東京"}'}}]}
+    assert fork_misses([messages[0], respaced, *messages[2:]], events, "", DEFAULT_FORMATTER) is None
     # Two events "ok" need two messages holding "ok".
     missing = fork_misses(messages[:5], events, "", DEFAULT_FORMATTER)
     assert missing is not None and "(e6)" in missing
