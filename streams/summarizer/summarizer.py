@@ -53,7 +53,7 @@ from streams.summarizer.hooks import (
 )
 from streams.summarizer.length import cap_length
 from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
-from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
+from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, covered_prefix, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
 from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
 from streams.summarizer.request import ChatRequest, SummarySource, count_request
@@ -677,12 +677,31 @@ class Summarizer:
         return self._fit_hooked(plan, hooked, budget, builder), hooked
 
     def _fit_hooked(self, plan: PassPlan, hooked: _Hooked, budget: int, builder: RequestBuilder) -> PassPlan:
-        """The pass's request for the hook's input within ``budget`` (it still covers ``plan.events``)."""
+        """The pass's request for the hook's input within ``budget``.
+
+        Hooked events are planned again like the delta: a complete prefix of
+        them when they do not all fit (the pass then covers ``plan.events`` up to
+        that prefix's last event), so the previous summary is cut only when it
+        alone does not fit beside the smallest prefix. Only when no prefix maps
+        back onto ``plan.events`` (the hook added or reordered events) are they
+        all sent. A rewritten text is bounded as it stands and covers ``plan.events``.
+        """
         try:
             if hooked.events is not None:
-                refit = plan_pass(
-                    hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True, wrap=hooked.wrap
-                )
+                refit = plan_pass(hooked.events, hooked.previous, budget, builder, self.formatter, wrap=hooked.wrap)
+                covered = covered_prefix(refit.events, hooked.events, plan.events)
+                if covered is not None and len(covered) < len(plan.events):
+                    return replace(refit, events=covered, partial_prefix=True)
+                if covered is None:
+                    refit = plan_pass(
+                        hooked.events,
+                        hooked.previous,
+                        budget,
+                        builder,
+                        self.formatter,
+                        whole_delta=True,
+                        wrap=hooked.wrap,
+                    )
                 return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix)
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:

@@ -16,10 +16,17 @@ from streams.summarizer.hooks import (
     BeforeModelResult,
     PostSummaryContext,
     PreSummaryContext,
+    PreSummaryHook,
     SummaryHooks,
 )
 from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsage
-from streams.summarizer.plan import PreviousSummaryTooLargeError, RequestBuilder, SourceTooLargeError, plan_pass
+from streams.summarizer.plan import (
+    PreviousSummaryTooLargeError,
+    RequestBuilder,
+    SourceTooLargeError,
+    covered_prefix,
+    plan_pass,
+)
 from streams.summarizer.prompts import SOURCE_BOUNDARY, build_prompts
 from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.selection import skip_last
@@ -711,3 +718,56 @@ async def test_settings_choose_how_often_an_empty_answer_is_asked_again() -> Non
     with pytest.raises(EmptySummaryError):
         await s.summarize("", rounds(1), session=SESSION)
     assert len(model.requests) == 1
+
+
+def hook_delta(n: int) -> list[SessionEvent]:
+    """``n`` CJK turns, each with its marker, and a chit-chat turn (no marker) after every fifth."""
+    out: list[SessionEvent] = []
+    for i in range(n):
+        out.append(event(len(out), "user" if i % 2 == 0 else "agent", f"M{i} " + f"第{i}轮的对话内容" * 7))
+        if i % 5 == 4:
+            out.append(event(len(out), "agent", "好的，闲聊一句"))
+    return out
+
+
+def rewrap(ctx: PreSummaryContext) -> None:
+    ctx.text = "以下是对话：\n" + ctx.text + "\n（完）"
+
+
+def drop_chat(ctx: PreSummaryContext) -> None:
+    ctx.events = [e for e in ctx.events if "闲聊" not in (e.message.content or "")]
+
+
+@pytest.mark.parametrize("hook", [None, lambda ctx: None, rewrap, drop_chat], ids=["none", "noop", "wrap", "edit"])
+@pytest.mark.parametrize(("turns", "facts"), [(60, 30), (30, 110)], ids=["long-delta", "long-previous"])
+async def test_a_pre_summary_hook_lets_the_half_budget_retry_take_a_shorter_prefix(
+    hook: PreSummaryHook | None, turns: int, facts: int
+) -> None:
+    # At half the budget the whole delta does not fit beside the whole previous summary: the retry
+    # takes a shorter prefix (the rest goes to the next pass), with a hook as without one, and
+    # never cuts the previous summary nor fails.
+    previous = "前情：" + " ".join(f"P{j} 第{j}条部署事实" for j in range(facts))
+    events = hook_delta(turns)
+    model = EchoModel(ContextLengthError("maximum context length exceeded"), context_window=2000)
+    prompt = "{previous_summary}\n{conversation_text}"
+    result = await make(model, prompt=prompt, hooks=SummaryHooks(pre_summary=hook)).summarize(
+        previous, events, session=SESSION
+    )
+    assert [c.budget_tokens for c in result.report.calls][:2] == [1400, 700]
+    assert result.report.partial_prefix and result.passes > 1
+    assert not result.report.truncated_previous_summary
+    assert set(markers(result.text)) == {f"P{j}" for j in range(facts)} | {f"M{i}" for i in range(turns)}
+    assert result.covered_events == len(events) and result.caught_up
+    retry = model.requests[1]
+    assert retry.source is not None and retry.source.previous_summary == previous
+
+
+def test_a_prefix_of_hooked_events_covers_the_original_events_up_to_its_last() -> None:
+    original = [event(i, "user", f"M{i} 第{i}句") for i in range(6)]
+    without_e1 = [e for e in original if e.event_id != "e1"]
+    assert covered_prefix(without_e1[:2], without_e1, original) == original[:3]
+    assert covered_prefix(without_e1, without_e1, original) == original
+    added = [*original[:3], event(99, "agent", "钩子加的注释"), *original[3:]]
+    assert covered_prefix(added[:4], added, original) is None  # ends on an event the delta does not have
+    reordered = [original[0], original[2], original[1], *original[3:]]
+    assert covered_prefix(reordered[:2], reordered, original) is None  # e1 left out, though before e2
