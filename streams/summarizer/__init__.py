@@ -15,6 +15,7 @@ from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsa
 from streams.summarizer.plan import PreviousSummaryTooLargeError, SourceTooLargeError
 from streams.summarizer.prompts import PromptError, PromptSet, build_prompts
 from streams.summarizer.summarizer import (
+    CutOffSummaryError,
     EmptySummaryError,
     Summarizer,
     SummarizerLike,
@@ -26,6 +27,7 @@ __all__ = [
     "EXTRACTIVE_MODEL_NAME",
     "ContextLengthError",
     "ConversationFormatter",
+    "CutOffSummaryError",
     "DynamicSummarizer",
     "EmptySummaryError",
     "ExtractiveModel",

@@ -15,7 +15,7 @@ from streams.summarizer.model import ModelResponse, ModelUsage
 
 
 def completion_response(body: bytes, model: str) -> ModelResponse:
-    """The answer text, model and usage of a chat-completion body (absent or odd fields: empty / ``None``).
+    """Text, finish reason, model and usage of a chat-completion body (absent or odd fields: empty / ``None``).
 
     ``PermanentError`` for a body that is not a JSON object: an endpoint answering 200 with
     something else (a web page at a wrong ``base_url``) does not get better by retrying.
@@ -33,6 +33,7 @@ def completion_response(body: bytes, model: str) -> ModelResponse:
     usage = _mapping(data.get("usage"))
     details = _mapping(usage.get("prompt_tokens_details"))
     name = data.get("model")
+    finish = first.get("finish_reason") if isinstance(first, dict) else None
     return ModelResponse(
         text=content if isinstance(content, str) else "",
         model=name if isinstance(name, str) and name else model,
@@ -41,6 +42,7 @@ def completion_response(body: bytes, model: str) -> ModelResponse:
             cached_tokens=_count(details.get("cached_tokens")),
             completion_tokens=_count(usage.get("completion_tokens")),
         ),
+        finish_reason=finish if isinstance(finish, str) and finish else None,
     )
 
 

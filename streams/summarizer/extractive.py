@@ -332,7 +332,11 @@ def summarize_extractive(conversation: str, previous_summary: str = "", max_word
 
 
 def _source_from_messages(request: ChatRequest) -> SummarySource:
-    """A forked request carries no source: read the conversation from its messages."""
+    """A request without a source: read the conversation from its messages, system ones left out.
+
+    The summarizer gives its forked requests a source (the previous summary included); this
+    reads one built elsewhere, whose system messages are the agent's instructions.
+    """
     lines = []
     for message in request.messages[:-1]:
         role = str(message.get("role", ""))

@@ -5,10 +5,10 @@ generation settings) so a provider's prompt cache can serve it; only the
 summary instruction is appended. Fitting edits the clone, never the caller's
 request, and never drops a conversation turn.
 
-A fork is used only when it holds every event of its pass and the previous
-summary (:func:`fork_misses`): the caller's request may be a tailored view
-of the session, and an event the fork does not hold would be covered by a
-summary that never saw it.
+A fork is used only when it holds every event of its pass, payload included,
+and the previous summary (:func:`fork_for_pass`): the caller's request may be
+a tailored view of the session, and an event the fork does not hold would be
+covered by a summary that never saw it.
 """
 
 from __future__ import annotations
@@ -159,17 +159,77 @@ def fork_misses(
 ) -> str | None:
     """Why ``messages`` (a fork's conversation, the fork prompt excluded) do not hold the pass; ``None`` when they do.
 
-    An event is held when a message names it: a tool result by its
-    ``tool_call_id`` (its payload may have been replaced by a marker), tool
-    calls by their ids, and text content (plain or list-of-parts) by a
-    message whose text contains it, compared after NFC normalization and
-    whitespace folding (as many such messages as events with that text).
-    Events with no summary text are not needed. A non-empty previous
-    summary must appear inside one message (the caller's injected summary).
+    An event is held only when the fork carries what it says, not just its ids
+    (see :func:`_missing`); a non-empty previous summary must appear inside one
+    message (the caller's injected summary).
+    """
+    missing = _missing(messages, events, formatter)
+    if missing:
+        return f"the caller's request lacks {_events_named(missing, events)}"
+    summary = _normal(previous_summary)
+    if summary and not any(summary in _normal(_message_text(m)) for m in messages):
+        return "the caller's request lacks the previous summary"
+    return None
+
+
+def fork_for_pass(
+    parent: Mapping[str, Any],
+    fork_prompt: str,
+    events: Sequence[SessionEvent],
+    previous_summary: str,
+    budget: int,
+    counter: TokenCounter,
+    formatter: ConversationFormatter,
+) -> tuple[ChatRequest | None, str | None]:
+    """The caller's request forked for a pass within ``budget``, or ``None`` and why it is declined.
+
+    Declined when the caller's request does not hold the pass (:func:`fork_misses`),
+    when no fit of it is within ``budget``, and when fitting it had to replace a
+    payload of one of the pass's events by a marker: a fork carries the pass's
+    payloads whole. (A standalone request cuts such a payload head + tail, with a
+    marker naming the event for ``session_load``, and reports the cut.) Payloads of
+    messages outside the pass — turns before the boundary, which the previous
+    summary holds — may be left out.
+    """
+    whole = fork_request(parent, fork_prompt)
+    declined = fork_misses(whole.messages[:-1], events, previous_summary, formatter)
+    if declined:
+        return None, declined
+    fitted = fit_fork(whole, budget, counter)
+    if fitted is None:
+        return None, f"the caller's request does not fit the input budget ({budget} tokens)"
+    slimmed = _missing(fitted.messages[:-1], events, formatter) if fitted is not whole else []
+    if slimmed:
+        return None, (
+            f"the caller's request fits the input budget ({budget} tokens) only with payloads left out "
+            f"of {_events_named(slimmed, events)}"
+        )
+    return fitted, None
+
+
+def _missing(
+    messages: Sequence[Mapping[str, Any]], events: Sequence[SessionEvent], formatter: ConversationFormatter
+) -> list[str]:
+    """The ids of the events with summary text that ``messages`` do not carry, in the events' order.
+
+    A tool result is carried by a message answering its ``tool_call_id`` whose
+    text contains the result's; a tool call by a call with its id, name and
+    arguments (compared as JSON when both parse); text content (plain or
+    list-of-parts) by a message whose text contains it (as many such messages
+    as events with that text). Texts are compared after NFC normalization and
+    whitespace folding. A payload replaced by a marker (:func:`fit_fork`, or the
+    caller's own elision) is not carried.
     """
     texts = [_normal(_message_text(m)) for m in messages]
-    call_ids = {str(c.get("id")) for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, Mapping)}
-    result_ids = {str(m["tool_call_id"]) for m in messages if m.get("tool_call_id")}
+    results: dict[str, list[str]] = {}
+    calls: dict[str, tuple[str, str]] = {}
+    for raw, text in zip(messages, texts, strict=True):
+        if raw.get("tool_call_id"):
+            results.setdefault(str(raw["tool_call_id"]), []).append(text)
+        for call in raw.get("tool_calls") or []:
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                calls[str(call.get("id"))] = (str(function.get("name", "")), _arguments(function.get("arguments")))
     wanted: Counter[str] = Counter()
     owners: dict[str, list[str]] = {}
     missing: list[str] = []
@@ -177,14 +237,14 @@ def fork_misses(
         if not formatter.event_text(event):
             continue
         message = event.message
+        content = _normal(message.content or "")
         if is_tool_result(message) and message.tool_call_id:
-            if message.tool_call_id not in result_ids:
+            if not any(content in text for text in results.get(message.tool_call_id, ())):
                 missing.append(event.event_id)
             continue
-        if any(call.id not in call_ids for call in message.tool_calls):
+        if any(calls.get(c.id) != (c.function.name, _arguments(c.function.arguments)) for c in message.tool_calls):
             missing.append(event.event_id)
             continue
-        content = _normal(message.content or "")
         if content:
             wanted[content] += 1
             owners.setdefault(content, []).append(event.event_id)
@@ -192,12 +252,19 @@ def fork_misses(
         found = sum(1 for text in texts if content in text)
         if found < needed:
             missing.extend(owners[content][found:])
-    if missing:
-        order = {e.event_id: i for i, e in enumerate(events)}
-        missing.sort(key=lambda eid: order.get(eid, 0))
-        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
-        return f"the caller's request lacks {len(missing)} of the pass's {len(events)} events ({shown})"
-    summary = _normal(previous_summary)
-    if summary and not any(summary in text for text in texts):
-        return "the caller's request lacks the previous summary"
-    return None
+    order = {e.event_id: i for i, e in enumerate(events)}
+    return sorted(missing, key=lambda eid: order.get(eid, 0))
+
+
+def _arguments(raw: object) -> str:
+    """Tool-call arguments as compared: canonical JSON when they parse, else normalized text."""
+    text = unicodedata.normalize("NFC", raw if isinstance(raw, str) else "")
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    except ValueError:
+        return _normal(text)
+
+
+def _events_named(missing: Sequence[str], events: Sequence[SessionEvent]) -> str:
+    shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+    return f"{len(missing)} of the pass's {len(events)} events ({shown})"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from streams.summarizer.textcut import head_end, is_boundary
+
 ELLIPSIS = "…"
 _CLOSERS = "\"'”’」』）)\\]】》〉»›"
 # Full-width ends close a sentence whatever follows (CJK text has no space after them);
@@ -17,8 +19,6 @@ _CLOSERS = "\"'”’」』）)\\]】》〉»›"
 # A run of ends ("?!", "...") and the closing quotes or brackets after it stay with the sentence.
 # "；" and "…" are not sentence ends: a cut there leaves a clause hanging.
 _SENTENCE_END = re.compile(rf"(?:[。！？．｡।؟۔]+|[.!?]+(?=[{_CLOSERS}]*(?![A-Za-z0-9])))[{_CLOSERS}]*")
-_JOINERS = {"\u200d", "\u200c", "\u034f"}
-_REGIONAL = range(0x1F1E6, 0x1F200)
 
 
 def cap_length(text: str, max_chars: int | None) -> str:
@@ -28,14 +28,17 @@ def cap_length(text: str, max_chars: int | None) -> str:
     with any closing quotes or brackets) that fits; without one, at the last
     word boundary when that keeps at least half the room (spaced text);
     else at a character boundary, never inside a combining sequence, emoji
-    sequence or flag. The last two are marked with an ellipsis. A text with
-    content never becomes empty or a bare ellipsis: in the degenerate case
-    of a cap too small for one character and the ellipsis, the first
-    character (with its combining marks) is kept.
+    sequence, flag or decomposed Hangul syllable (the rule payload cuts use
+    too, :func:`~streams.summarizer.textcut.is_boundary`). The last two are
+    marked with an ellipsis. A text with content never becomes empty or a
+    bare ellipsis: in the degenerate case of a cap too small for one
+    character and the ellipsis, the first character (with its combining
+    marks) is kept.
     """
     if not max_chars or len(text) <= max_chars:
         return text
     ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, max_chars + 1) if m.end() <= max_chars]
+    ends = [end for end in ends if is_boundary(text, end)]
     for end in reversed(ends):
         head = text[:end].rstrip()
         if _has_content(head):
@@ -46,34 +49,14 @@ def cap_length(text: str, max_chars: int | None) -> str:
         head = text[: spaces[0]].rstrip()
         if _has_content(head):
             return head + ELLIPSIS
-    cut = room
-    while cut > 0 and _inside_cluster(text, cut):
-        cut -= 1
-    head = text[:cut].rstrip()
+    head = text[: head_end(text, room)].rstrip()
     if _has_content(head):
         return head + ELLIPSIS
     first = 1
-    while first < len(text) and _inside_cluster(text, first):
+    while not is_boundary(text, first):
         first += 1
     return text[:first]
 
 
 def _has_content(text: str) -> bool:
     return any(unicodedata.category(c)[0] in "LNS" for c in text)
-
-
-def _inside_cluster(text: str, i: int) -> bool:
-    """Whether a cut before ``text[i]`` would split a user-perceived character."""
-    if i <= 0 or i >= len(text):
-        return False
-    before, at = text[i - 1], text[i]
-    if unicodedata.category(at) in ("Mn", "Mc", "Me") or at in _JOINERS or before == "\u200d":
-        return True
-    if 0x1F3FB <= ord(at) <= 0x1F3FF or 0xE0020 <= ord(at) <= 0xE007F:  # skin tones, emoji tags
-        return True
-    if ord(at) in _REGIONAL and ord(before) in _REGIONAL:
-        run = 0
-        while i - 1 - run >= 0 and ord(text[i - 1 - run]) in _REGIONAL:
-            run += 1
-        return run % 2 == 1
-    return "\udc00" <= at <= "\udfff"

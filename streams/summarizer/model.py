@@ -84,13 +84,26 @@ class ModelUsage:
     completion_tokens: int | None = None
 
 
+CUT_OFF_FINISH_REASONS = frozenset({"length", "content_filter"})
+"""Finish reasons of an answer the provider stopped before the model ended it (output limit, filter)."""
+
+
 @dataclass(frozen=True)
 class ModelResponse:
-    """The text a model answered, and what it cost."""
+    """The text a model answered, and what it cost.
+
+    ``finish_reason`` is the provider's reason the answer ended (``None`` when not reported).
+    """
 
     text: str
     model: str
     usage: ModelUsage = ModelUsage()
+    finish_reason: str | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        """The provider stopped the answer (its output limit, a content filter): the text is incomplete."""
+        return self.finish_reason in CUT_OFF_FINISH_REASONS
 
 
 @runtime_checkable
@@ -102,7 +115,8 @@ class SummaryModel(Protocol):
     Implementations raise :class:`ContextLengthError` on a context refusal,
     :class:`~streams.errors.RetryableError` on transient failures and
     :class:`~streams.errors.PermanentError` otherwise; an empty answer is
-    returned as empty text, not raised.
+    returned as empty text, not raised, and an answer the provider cut off
+    with its ``finish_reason`` (the summarizer never stores it).
     """
 
     name: str

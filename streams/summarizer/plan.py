@@ -188,3 +188,28 @@ def plan_pass(
         shortest = min(tokens(k, MIN_PAYLOAD_KEEP, truncate_middle(previous, 1)), tokens(k, MIN_PAYLOAD_KEEP, previous))
         raise PreviousSummaryTooLargeError(shortest, budget, len(previous), detail)
     return plan(k, MIN_PAYLOAD_KEEP, truncate_middle(previous, keep), True)
+
+
+def covered_prefix(
+    planned: Sequence[SessionEvent], edited: Sequence[SessionEvent], original: Sequence[SessionEvent]
+) -> list[SessionEvent] | None:
+    """The events of ``original`` a pass covers when it sends only ``planned``, a prefix of ``edited``.
+
+    ``edited`` is ``original`` as a pre-summary hook left it (events removed,
+    changed or added, ids kept). The pass covers ``original`` up to the last
+    event of ``planned`` (by id); what the hook removed before it goes with it,
+    as it would have with the whole list. ``None`` when that is not a prefix
+    the request holds: the last planned event is not one of ``original``, or an
+    event left out of ``planned`` stands before it in ``original``.
+    """
+    if len(planned) == len(edited):
+        return list(original)
+    if not planned:
+        return None
+    position = {e.event_id: i for i, e in enumerate(original)}
+    end = position.get(planned[-1].event_id)
+    if end is None:
+        return None
+    if any(position.get(e.event_id, end + 1) <= end for e in edited[len(planned) :]):
+        return None
+    return list(original[: end + 1])

@@ -8,9 +8,10 @@ keeps its boundary, and a result exists only when every step succeeded.
 The invariant kept here: every event a result's boundary covers was in the
 input of one of its passes (directly, or inside the previous summary that
 pass rolled forward). So the input is shrunk only for a context-length
-refusal (one standalone retry at half the budget); an empty answer is asked
-again with the same request and then fails, never cut; a forked caller
-request is used only when it holds every event of the pass; and a
+refusal (one standalone retry at half the budget); an empty answer, or one
+the provider cut off (``finish_reason`` ``length``/``content_filter``), is
+asked again with the same request and then fails, never cut nor stored; a forked caller
+request is used only when it holds every event of the pass (payloads whole); and a
 pre-summary hook that leaves no text summarizes nothing.
 """
 
@@ -39,7 +40,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import TokenCounter, get_token_counter
 from streams.summarizer.budget import halve, input_budget, resolve_context_window
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
-from streams.summarizer.fork import fit_fork, fork_misses, fork_request
+from streams.summarizer.fork import fork_for_pass
 from streams.summarizer.hooks import (
     AfterModelArgs,
     BeforeModelArgs,
@@ -52,10 +53,10 @@ from streams.summarizer.hooks import (
 )
 from streams.summarizer.length import cap_length
 from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
-from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, plan_pass
+from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, covered_prefix, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
 from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
-from streams.summarizer.request import ChatRequest, count_request
+from streams.summarizer.request import ChatRequest, SummarySource, count_request
 from streams.summarizer.selection import SkipRecent, select_events
 
 
@@ -66,6 +67,9 @@ class SummarySkipped(DistillError):
 EMPTY_ANSWER = "empty answer"
 """The ``error`` of a :class:`CallReport` whose model answered no text."""
 
+CUT_OFF_ANSWER = "answer cut off"
+"""How the ``error`` of a :class:`CallReport` whose answer the provider cut off begins (the finish reason follows)."""
+
 
 class EmptySummaryError(RetryableError):
     """The model answered no text, also when asked again with the same request.
@@ -74,6 +78,16 @@ class EmptySummaryError(RetryableError):
     never answered by cutting the input), and is usually a provider fault
     that passes; the job's failure policy retries it with backoff within its
     timeout and then publishes the failure. The boundary does not move.
+    """
+
+
+class CutOffSummaryError(RetryableError):
+    """The provider cut the model's answer off, also when asked again with the same request.
+
+    Its ``finish_reason`` was ``length`` (the output limit) or ``content_filter``: the
+    text stops mid-way, and stored it would replace the previous summary — the only
+    copy of the history before the boundary — with part of one. Retryable like an
+    empty answer (the same request may be answered in full); the boundary does not move.
     """
 
 
@@ -170,9 +184,10 @@ class Summarizer:
 
     ``context_window`` overrides the model's window (settings'
     ``DISTILL_LLM__CONTEXT_WINDOW``); ``token_counter`` defaults to the
-    process-wide counter at call time. An empty answer is asked again
-    ``empty_answer_retries`` times with the same request, then fails with
-    :class:`EmptySummaryError`. Prompts are validated here, so a bad
+    process-wide counter at call time. An empty answer (or one the provider
+    cut off) is asked again ``empty_answer_retries`` times with the same
+    request, then fails with :class:`EmptySummaryError`
+    (:class:`CutOffSummaryError`). Prompts are validated here, so a bad
     prompt fails at configuration with the rule it breaks; a word limit that
     no prompt states is only logged (see :meth:`PromptSet.validate`).
     """
@@ -362,8 +377,10 @@ class Summarizer:
         fork_parent = model_request if self.cache_safe_forking else None
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         if fork_parent is not None:
-            forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
-            if forked is not None and not fork_misses(forked.messages[:-1], events, previous, self.formatter):
+            forked, _ = fork_for_pass(
+                fork_parent, self.prompts.render_fork(), events, previous, budget, self.counter(), self.formatter
+            )
+            if forked is not None:
                 return forked
         return plan_pass(events, previous, budget, builder, self.formatter).request
 
@@ -445,25 +462,24 @@ class Summarizer:
     ) -> tuple[str, list[SessionEvent]]:
         """One request covering a prefix of ``events``.
 
-        An empty answer is asked again with the same request at the same
-        budget (``empty_answer_retries`` times), then fails with
-        :class:`EmptySummaryError`. Only a context-length refusal retries
+        An empty or cut-off answer is asked again with the same request at
+        the same budget (``empty_answer_retries`` times), then fails with
+        :class:`EmptySummaryError` or :class:`CutOffSummaryError`. Only a context-length refusal retries
         once, as a standalone request at half the budget.
         """
         budget = self.input_budget(attempt.context_window)
         builder = RequestBuilder(self.prompts, self.counter(), fork_fallback=fork_parent is not None)
         forked, declined = None, None
         if fork_parent is not None:
-            forked = fit_fork(fork_request(fork_parent, self.prompts.render_fork()), budget, self.counter())
-            if forked is None:
-                declined = f"the caller's request does not fit the input budget ({budget} tokens)"
-            else:
-                # A fork covers only what it holds: a tailored view is summarized standalone instead.
-                declined = fork_misses(forked.messages[:-1], events, previous, self.formatter)
-                forked = None if declined else forked
+            forked, declined = fork_for_pass(
+                fork_parent, self.prompts.render_fork(), events, previous, budget, self.counter(), self.formatter
+            )
         if forked is not None:
             # The caller's request already holds the conversation: hook edits cannot reach it.
             text = self.formatter.conversation_text(events)
+            # A model that reads the source (the extractive one) would otherwise rebuild it from the
+            # fork's messages, where the previous summary sits in a system message it skips.
+            forked.source = SummarySource(text, previous, self.prompts.max_summary_words)
             plan = PassPlan(list(events), text, forked, False, False)
             _, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context, apply=False)
             request, mode = forked, "cache_safe_fork"
@@ -509,14 +525,15 @@ class Summarizer:
         retry_follows: bool = False,
         fork_declined: str | None = None,
     ) -> str:
-        """The non-empty answer to ``request``: the first call plus the same-budget retries of an empty one.
+        """The usable answer to ``request``: the first call plus the same-budget retries of an empty or cut-off one.
 
         ``retry_follows``: a context-length refusal will be retried by the
         caller (reported ``retried``, else ``failed``); it is re-raised either way.
         """
         tries = 1 + self.empty_answer_retries
+        failure: str | None = None
         for n in range(1, tries + 1):
-            text = await self._call(
+            text, failure = await self._call(
                 request.clone(),
                 mode,
                 budget,
@@ -526,9 +543,14 @@ class Summarizer:
                 last=n == tries,
                 fork_declined=fork_declined,
             )
-            if text:
+            if failure is None:
                 return text
         chars = len(plan.text.encode()) + len(previous.encode())
+        if failure != EMPTY_ANSWER:
+            raise CutOffSummaryError(
+                f"summary answer cut off by the provider (input_chars={chars}): {tries} unusable answer(s) "
+                f"at budget {budget}, the last {failure} (a larger max_output_tokens may help)"
+            )
         raise EmptySummaryError(
             f"generated empty summary (input_chars={chars}): {tries} empty answer(s) at budget {budget}"
         )
@@ -544,28 +566,30 @@ class Summarizer:
         *,
         last: bool,
         fork_declined: str | None = None,
-    ) -> str:
-        """Callbacks, one model call, its report; the stripped answer (``""`` when empty).
+    ) -> tuple[str, str | None]:
+        """Callbacks, one model call, its report; the stripped answer and why it is unusable (``None``: usable).
 
         An empty answer is reported ``retried`` (``failed`` when ``last``)
-        with the error ``empty answer``.
+        with the error ``empty answer``; one the provider cut off the same
+        way, with ``answer cut off (finish_reason=…)``, and its text is never returned.
         """
         model = self.model.name
         custom = await run_before_model(self.hooks.before_model, BeforeModelArgs(request, model, context))
         if custom is not None:
             text = custom.custom_response.strip()
-            outcome = "ok" if text else ("failed" if last else "retried")
+            failure = None if text else EMPTY_ANSWER
+            outcome = "ok" if failure is None else ("failed" if last else "retried")
             attempt.calls.append(
                 CallReport(
                     mode="custom_response",
                     model=model,
                     budget_tokens=budget,
                     outcome=outcome,
-                    error=None if text else EMPTY_ANSWER,
+                    error=failure,
                     fork_declined=fork_declined,
                 )
             )
-            return text
+            return text, failure
         estimated = count_request(request, self.counter())
         if estimated > budget:
             raise PermanentError(
@@ -590,9 +614,10 @@ class Summarizer:
             raise
         response = await run_after_model(self.hooks.after_model, AfterModelArgs(request, response, context))
         text = response.text.strip()
-        outcome = "ok" if text else ("failed" if last else "retried")
-        attempt.calls.append(_finished(call, started, response, outcome, None, None if text else EMPTY_ANSWER))
-        return text
+        failure = _unusable(response, text)
+        outcome = "ok" if failure is None else ("failed" if last else "retried")
+        attempt.calls.append(_finished(call, started, response, outcome, None, failure))
+        return ("", failure) if failure else (text, None)
 
     async def _pre_hook(
         self,
@@ -652,12 +677,31 @@ class Summarizer:
         return self._fit_hooked(plan, hooked, budget, builder), hooked
 
     def _fit_hooked(self, plan: PassPlan, hooked: _Hooked, budget: int, builder: RequestBuilder) -> PassPlan:
-        """The pass's request for the hook's input within ``budget`` (it still covers ``plan.events``)."""
+        """The pass's request for the hook's input within ``budget``.
+
+        Hooked events are planned again like the delta: a complete prefix of
+        them when they do not all fit (the pass then covers ``plan.events`` up to
+        that prefix's last event), so the previous summary is cut only when it
+        alone does not fit beside the smallest prefix. Only when no prefix maps
+        back onto ``plan.events`` (the hook added or reordered events) are they
+        all sent. A rewritten text is bounded as it stands and covers ``plan.events``.
+        """
         try:
             if hooked.events is not None:
-                refit = plan_pass(
-                    hooked.events, hooked.previous, budget, builder, self.formatter, whole_delta=True, wrap=hooked.wrap
-                )
+                refit = plan_pass(hooked.events, hooked.previous, budget, builder, self.formatter, wrap=hooked.wrap)
+                covered = covered_prefix(refit.events, hooked.events, plan.events)
+                if covered is not None and len(covered) < len(plan.events):
+                    return replace(refit, events=covered, partial_prefix=True)
+                if covered is None:
+                    refit = plan_pass(
+                        hooked.events,
+                        hooked.previous,
+                        budget,
+                        builder,
+                        self.formatter,
+                        whole_delta=True,
+                        wrap=hooked.wrap,
+                    )
                 return replace(refit, events=plan.events, partial_prefix=plan.partial_prefix)
             request, truncated = builder.bounded(hooked.text, hooked.previous, budget)
         except SourceTooLargeError as exc:
@@ -710,6 +754,13 @@ def _callable_name(hook: object) -> str | None:
     if isinstance(hook, list | tuple):
         return ",".join(str(_callable_name(h)) for h in hook)
     return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', type(hook).__qualname__)}"
+
+
+def _unusable(response: ModelResponse, text: str) -> str | None:
+    """Why an answer cannot be the summary (``None``: it can)."""
+    if response.cut_off:
+        return f"{CUT_OFF_ANSWER} (finish_reason={response.finish_reason})"
+    return None if text else EMPTY_ANSWER
 
 
 def _finished(

@@ -3,9 +3,11 @@
 Python strings are code points, so a surrogate pair only exists as two lone
 surrogates (text decoded with ``surrogatepass``); such a pair is kept whole.
 Beyond that a cut never falls before a combining mark, a variation selector,
-an emoji modifier or tag, a zero-width joiner or the character after one,
-inside a regional-indicator flag pair, or between conjoining Hangul jamo. CJK
-text has no spaces: any other code point boundary is a valid cut.
+an emoji modifier or tag, a zero-width (non-)joiner or the character after a
+joiner, inside a regional-indicator flag pair, or inside a Hangul syllable
+spelled with conjoining jamo (decomposed, NFD: a leading consonant joins the
+vowel or syllable after it, vowels and final consonants the character before).
+CJK text has no spaces: any other code point boundary is a valid cut.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def _extends(ch: str) -> bool:
     if unicodedata.category(ch) in ("Mn", "Me", "Mc"):
         return True
     return (
-        cp == 0x200D
+        cp in (0x200C, 0x200D)
         or 0xFE00 <= cp <= 0xFE0F  # variation selectors
         or 0xE0100 <= cp <= 0xE01EF
         or 0x1F3FB <= cp <= 0x1F3FF  # emoji skin-tone modifiers
@@ -30,6 +32,16 @@ def _extends(ch: str) -> bool:
         or 0xD7B0 <= cp <= 0xD7FF
         or 0xDC00 <= cp <= 0xDFFF  # a low surrogate: the second half of a pair
     )
+
+
+def _leading_jamo(ch: str) -> bool:
+    cp = ord(ch)
+    return 0x1100 <= cp <= 0x115F or 0xA960 <= cp <= 0xA97F
+
+
+def _joins_leading_jamo(ch: str) -> bool:
+    """A leading consonant, or a precomposed syllable: what a leading consonant before it joins."""
+    return _leading_jamo(ch) or 0xAC00 <= ord(ch) <= 0xD7A3
 
 
 def _regional(ch: str) -> bool:
@@ -42,6 +54,8 @@ def is_boundary(text: str, i: int) -> bool:
         return True
     after, before = text[i], text[i - 1]
     if _extends(after) or before == _ZWJ:
+        return False
+    if _leading_jamo(before) and _joins_leading_jamo(after):
         return False
     if _regional(before) and _regional(after):
         run = 0

@@ -4,11 +4,13 @@ import re
 
 import pytest
 
+from streams.context.injection import default_system_format
+from streams.rules.tokens import SimpleTokenCounter
 from streams.summarizer.extractive import EXTRACTIVE_MODEL_NAME, ExtractiveModel, summarize_extractive
 from streams.summarizer.fork import fork_request
 from streams.summarizer.summarizer import Summarizer
 
-from .helpers import SESSION, event
+from .helpers import SESSION, event, markers, request_messages
 
 CONVERSATION = "\n".join(
     [
@@ -219,3 +221,20 @@ def test_demo_session_summaries_honour_the_word_limit_and_roll_forward(limit: in
         assert "Budget is 2500 EUR" in previous
         assert "ana.silva@example.com" in previous
         assert "pack light rain jackets" in previous
+
+
+async def test_a_forked_extractive_pass_rolls_the_previous_summary_forward() -> None:
+    previous = "user: 部署必须使用集群 P1，预算上限 400 美元。\nuser: 数据库只能放在区域 P2。"
+    delta = [
+        event(1, "user", "请在周五之前轮换密钥 M1。"),
+        event(2, "agent", "我决定周四轮换密钥 M1，并把日志存到 M2 桶。"),
+    ]
+    system = "你是部署助手。\n\n" + default_system_format(previous)
+    parent = {"messages": [{"role": "system", "content": system}, *request_messages(delta)]}
+    s = Summarizer(ExtractiveModel(), token_counter=SimpleTokenCounter())
+    forked = await s.summarize(previous, delta, session=SESSION, model_request=parent)
+    standalone = await s.summarize(previous, delta, session=SESSION)
+    assert forked.fork_used and forked.report.calls[0].mode == "cache_safe_fork"
+    assert set(markers(forked.text)) == {"P1", "P2", "M1", "M2"}
+    assert forked.text == standalone.text
+    assert "部署助手" not in forked.text

@@ -6,7 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.rules.tokens import SimpleTokenCounter
 from streams.summarizer.length import ELLIPSIS, cap_length
+from streams.summarizer.summarizer import Summarizer
+
+from .helpers import SESSION, ScriptedModel, rounds
 
 PACKAGE = Path(__file__).resolve().parents[3] / "streams" / "summarizer"
 ADAPTER_ONLY = ("openai", "faust", "aiokafka", "kafka", "cassandra", "httpx", "aiohttp")
@@ -106,3 +110,30 @@ def test_capped_text_with_content_is_never_empty_or_a_bare_ellipsis(text: str, l
         # A text that starts with an ellipsis may keep just that: the text's own character, not a cut's marker.
         assert capped.strip() and (capped != ELLIPSIS or text.startswith(ELLIPSIS))
     assert text.startswith(capped.removesuffix(ELLIPSIS))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        unicodedata.normalize("NFD", "한국어요약입니다그러나문장끝이없습니다" * 3),
+        unicodedata.normalize("NFD", "摘要：用户要한국어번역和中文对照P1没有空格") * 3,
+        "\u1100\u1100\u1161\u11a8" * 20,  # old Hangul: two leading consonants in one syllable
+    ],
+    ids=["hangul", "hangul-and-chinese", "old-hangul"],
+)
+def test_a_cap_never_splits_a_decomposed_hangul_syllable(text: str) -> None:
+    # The oracle reads nothing of the cut rule: whole syllables recompose (NFC) into a prefix
+    # of the recomposed text; a syllable cut inside recomposes into another one, or a bare jamo.
+    whole = unicodedata.normalize("NFC", text)
+    for limit in range(2, 40):
+        head = cap_length(text, limit).removesuffix(ELLIPSIS)
+        assert text.startswith(head), limit
+        assert whole.startswith(unicodedata.normalize("NFC", head)), (limit, head)
+
+
+async def test_max_summary_length_keeps_decomposed_hangul_whole() -> None:
+    answer = unicodedata.normalize("NFD", "요약P1한국어로답변합니다") * 4
+    summarizer = Summarizer(ScriptedModel(answer), max_summary_length=12, token_counter=SimpleTokenCounter())
+    result = await summarizer.summarize("", rounds(1), session=SESSION)
+    head = result.text.removesuffix(ELLIPSIS)
+    assert head and unicodedata.normalize("NFC", answer).startswith(unicodedata.normalize("NFC", head))

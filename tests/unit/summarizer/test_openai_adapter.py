@@ -11,7 +11,7 @@ from streams.errors import PermanentError, RetryableError
 from streams.summarizer.model import ContextLengthError, context_window_in
 from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.request import ChatRequest, standalone_request
-from streams.summarizer.summarizer import EmptySummaryError, Summarizer
+from streams.summarizer.summarizer import CutOffSummaryError, EmptySummaryError, Summarizer
 from tests.support.openai_server import (
     OpenAIServer,
     Reply,
@@ -136,6 +136,31 @@ async def test_empty_answer_is_retried_once_then_fails(fresh: OpenAIServer) -> N
     assert len(fresh.requests) == 2
     # Asked again with the same request: an empty answer is not a budget problem.
     assert fresh.requests[1].body["messages"] == fresh.requests[0].body["messages"]
+    await model.aclose()
+
+
+def cut_off(text: str, reason: str = "length") -> Reply:
+    choice = {"index": 0, "finish_reason": reason, "message": {"role": "assistant", "content": text}}
+    return Reply(body={"model": "summary-model", "choices": [choice], "usage": {"completion_tokens": 300}})
+
+
+async def test_an_answer_cut_at_the_output_limit_is_read_as_cut_off_and_never_stored(fresh: OpenAIServer) -> None:
+    previous = "前情：P1 P2 P3 P4 P5"
+    fresh.script(cut_off("前情：P1 P2 P3 然后用户问了新的"), answer("前情：P1 P2 P3 P4 P5；新的一轮 M1"))
+    model = model_for(fresh, max_output_tokens=300)
+    result = await Summarizer(model).summarize(previous, rounds(1), session=SESSION)
+    assert result.text == "前情：P1 P2 P3 P4 P5；新的一轮 M1"
+    assert fresh.requests[1].body["messages"] == fresh.requests[0].body["messages"]
+    first, second = result.report.calls
+    assert (first.outcome, first.error, first.completion_tokens) == (
+        "retried",
+        "answer cut off (finish_reason=length)",
+        300,
+    )
+    assert second.outcome == "ok"
+    fresh.script(cut_off("前情：P1", "content_filter"), cut_off("前情：P1 P2"))
+    with pytest.raises(CutOffSummaryError):
+        await Summarizer(model).summarize(previous, rounds(1), session=SESSION)
     await model.aclose()
 
 

@@ -1,8 +1,9 @@
 import asyncio
+from dataclasses import replace
 
 import pytest
 
-from schemas import SummaryBoundary, SummaryReport, TriggerReport
+from schemas import SessionEvent, SummaryBoundary, SummaryReport, TriggerReport
 from streams.errors import PermanentError, RetryableError
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import SimpleTokenCounter
@@ -15,14 +16,21 @@ from streams.summarizer.hooks import (
     BeforeModelResult,
     PostSummaryContext,
     PreSummaryContext,
+    PreSummaryHook,
     SummaryHooks,
 )
 from streams.summarizer.model import ContextLengthError, ModelResponse, ModelUsage
-from streams.summarizer.plan import PreviousSummaryTooLargeError, RequestBuilder, SourceTooLargeError, plan_pass
+from streams.summarizer.plan import (
+    PreviousSummaryTooLargeError,
+    RequestBuilder,
+    SourceTooLargeError,
+    covered_prefix,
+    plan_pass,
+)
 from streams.summarizer.prompts import SOURCE_BOUNDARY, build_prompts
-from streams.summarizer.request import count_request
+from streams.summarizer.request import ChatRequest, count_request
 from streams.summarizer.selection import skip_last
-from streams.summarizer.summarizer import EmptySummaryError, Summarizer, SummarySkipped
+from streams.summarizer.summarizer import CutOffSummaryError, EmptySummaryError, Summarizer, SummarySkipped
 
 from .helpers import SESSION, EchoModel, ScriptedModel, event, markers, request_messages, rounds, user_text
 
@@ -167,6 +175,59 @@ async def test_empty_answers_fail_as_a_retryable_failure_never_as_a_cut() -> Non
     assert error is info.value
     assert [c.outcome for c in report.calls] == ["retried", "retried", "failed"]
     assert {c.budget_tokens for c in report.calls} == {700}
+
+
+class CutOffEcho(EchoModel):
+    """Echoes the markers it received, the first ``cut`` answers stopped half-way by the provider."""
+
+    def __init__(self, reason: str, cut: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.reason, self.cut = reason, cut
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        whole = await super().complete(request)
+        if len(self.requests) > self.cut:
+            return replace(whole, finish_reason="stop")
+        found = whole.text.split()
+        return replace(whole, text=" ".join(found[: len(found) // 2]) + " 然后新的一轮", finish_reason=self.reason)
+
+
+def cjk_delta() -> list[SessionEvent]:
+    return [
+        event(1, "user", "M1 请把报告翻译成中文"),
+        event(2, "agent", "M2 好的，这是译文。"),
+        event(3, "user", "M3 谢谢"),
+    ]
+
+
+@pytest.mark.parametrize("reason", ["length", "content_filter"])
+async def test_an_answer_the_provider_cut_off_is_asked_again_never_stored(reason: str) -> None:
+    previous = "前情提要：" + " ".join(f"P{i}" for i in range(12))
+    model = CutOffEcho(reason, cut=1)
+    result = await make(model).summarize(previous, cjk_delta(), session=SESSION)
+    # Every marker of the previous summary and the delta is in what was stored: the half answer was not.
+    assert set(markers(result.text)) == {f"P{i}" for i in range(12)} | {"M1", "M2", "M3"}
+    assert "然后新的一轮" not in result.text
+    assert model.requests[1].messages == model.requests[0].messages
+    first, second = result.report.calls
+    assert (first.outcome, first.error) == ("retried", f"answer cut off (finish_reason={reason})")
+    assert (second.outcome, second.error) == ("ok", None)
+    assert first.budget_tokens == second.budget_tokens
+
+
+async def test_answers_cut_off_on_every_try_fail_as_retryable_and_move_no_boundary() -> None:
+    previous = "前情提要：" + " ".join(f"P{i}" for i in range(12))
+    model = CutOffEcho("length", cut=3)
+    reports: list[tuple[SummaryReport, BaseException | None]] = []
+    s = make(model, empty_answer_retries=2, hooks=SummaryHooks(report=lambda r, e: reports.append((r, e))))
+    with pytest.raises(CutOffSummaryError, match=r"cut off by the provider .*finish_reason=length") as info:
+        await s.summarize(previous, cjk_delta(), session=SESSION)
+    assert isinstance(info.value, RetryableError)
+    assert len(model.requests) == 3
+    report, error = reports[0]
+    assert error is info.value
+    assert [c.outcome for c in report.calls] == ["retried", "retried", "failed"]
+    assert {c.error for c in report.calls} == {"answer cut off (finish_reason=length)"}
 
 
 async def test_empty_answer_after_a_context_length_retry_is_asked_again_at_that_budget() -> None:
@@ -491,16 +552,16 @@ async def test_report_hook_failure_is_swallowed() -> None:
     assert result.text == "S"
 
 
+LOOKUP = event(2, "agent", None, tool_calls=[("c1", "lookup", "{}")])
+
+
 async def test_fork_is_tried_before_standalone_prefixing() -> None:
-    # The standalone source would not fit, but the caller's request (with the big tool result
-    # replaced by a marker when fitted) does, and it still holds every event.
-    model = ScriptedModel(context_window=300)
-    events = [
-        event(1, "user", "look it up"),
-        event(2, "agent", None, tool_calls=[("c1", "lookup", "{}")]),
-        event(3, "agent", "w " * 400, tool_call_id="c1", name="lookup"),
-        event(4, "agent", "ok"),
-    ]
+    # The caller's request fits only with a big tool result left out: one from before the
+    # boundary (the previous summary holds it), so the fork still holds every event of the pass.
+    model = EchoModel(context_window=300)
+    summarized = [event(1, "user", "look it up"), LOOKUP, event(3, "agent", "w " * 400, tool_call_id="c1")]
+    events = [event(5, "user", "M5 继续查"), event(6, "agent", "M6 好的")]
+    before = [{"role": "system", "content": "rules\n\nSummary:\nP1 旧的事实"}, *request_messages(summarized)]
     seen: list[str] = []
 
     def note(ctx: PreSummaryContext) -> None:
@@ -508,12 +569,53 @@ async def test_fork_is_tried_before_standalone_prefixing() -> None:
         ctx.text = "ignored in fork mode"
 
     s = make(model, hooks=SummaryHooks(pre_summary=note))
-    parent = {"messages": request_messages(events)}
-    result = await s.summarize("", events, model_request=parent, session=SESSION)
-    assert result.fork_used and result.covered_events == 4
-    assert model.requests[0].messages[0]["content"] == "look it up"
-    assert model.requests[0].messages[2]["content"].startswith("[Tool result left out")
-    assert seen and seen[0].startswith("user: look it up")
+    parent = {"messages": [*before, *request_messages(events)]}
+    result = await s.summarize("P1 旧的事实", events, model_request=parent, session=SESSION)
+    assert result.fork_used and result.covered_events == 2
+    assert model.requests[0].messages[3]["content"].startswith("[Tool result left out")
+    assert set(markers(result.text)) == {"P1", "M5", "M6"}
+    assert seen and seen[0].startswith("user: M5")
+
+
+async def test_a_fork_that_fits_only_by_leaving_out_a_payload_of_the_pass_is_declined() -> None:
+    # Fitting the caller's request would replace the pass's own tool result by a marker that names
+    # no event: the summary would cover e3 without having seen it. The standalone request cuts it
+    # head + tail instead, names it for session_load and reports the cut.
+    model = EchoModel(context_window=300)
+    result_text = "M3 查询结果：" + "数据行" * 300 + " 结束"
+    events = [
+        event(1, "user", "M1 查一下报告"),
+        LOOKUP,
+        event(3, "agent", result_text, tool_call_id="c1", name="lookup"),
+        event(4, "agent", "M4 找到了"),
+    ]
+    result = await make(model).summarize("", events, model_request={"messages": request_messages(events)})
+    assert not result.fork_used
+    call = result.report.calls[0]
+    assert call.mode == "standalone"
+    assert call.fork_declined == (
+        "the caller's request fits the input budget (210 tokens) only with payloads left out "
+        "of 1 of the pass's 4 events (e3)"
+    )
+    assert [c.event_id for c in result.report.truncated_payloads] == ["e3"]
+    assert 'session_load(event_id="e3")' in user_text(model.requests[0])
+    assert set(markers(result.text)) == {"M1", "M3", "M4"}
+    assert result.last_event is not None and result.last_event.event_id == "e4"
+
+
+async def test_a_fork_whose_tool_result_the_caller_elided_is_not_used() -> None:
+    events = [
+        event(1, "user", "M1 查一下报告"),
+        LOOKUP,
+        event(3, "agent", "M3 十二行结果", tool_call_id="c1", name="lookup"),
+        event(4, "agent", "M4 找到了"),
+    ]
+    tailored = request_messages(events)
+    tailored[2]["content"] = "[结果已省略]"  # the id is still there; the content is not
+    result = await make(EchoModel()).summarize("", events, model_request={"messages": tailored})
+    assert not result.fork_used
+    assert result.report.calls[0].fork_declined == "the caller's request lacks 1 of the pass's 4 events (e3)"
+    assert set(markers(result.text)) == {"M1", "M3", "M4"}
 
 
 async def test_a_fork_that_holds_only_part_of_the_delta_is_not_used() -> None:
@@ -560,8 +662,17 @@ async def test_fork_containment_reads_parts_cjk_and_tool_ids() -> None:
     # List-of-parts content, decomposed Unicode and other whitespace are the same message.
     messages[0]["content"] = [{"type": "text", "text": "请总结以下对话："}, {"type": "text", "text": "关键决策"}]
     messages[3]["content"] = "กรุงเทพ   อากาศดี"
-    messages[2]["content"] = "[Tool result left out]"
     assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+    # A result or arguments the caller replaced by a marker are not held, whatever ids remain.
+    elided = [*messages[:2], {**messages[2], "content": "[Tool result left out]"}, *messages[3:]]
+    missing = fork_misses(elided, events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e3)" in missing
+    call = messages[1]["tool_calls"][0]
+    omitted = {**messages[1], "tool_calls": [{**call, "function": {"name": "search", "arguments": "{}"}}]}
+    missing = fork_misses([messages[0], omitted, *messages[2:]], events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e2)" in missing
+    respaced = {**messages[1], "tool_calls": [{**call, "function": {"name": "search", "arguments": '{"q":"東京"}'}}]}
+    assert fork_misses([messages[0], respaced, *messages[2:]], events, "", DEFAULT_FORMATTER) is None
     # Two events "ok" need two messages holding "ok".
     missing = fork_misses(messages[:5], events, "", DEFAULT_FORMATTER)
     assert missing is not None and "(e6)" in missing
@@ -607,3 +718,56 @@ async def test_settings_choose_how_often_an_empty_answer_is_asked_again() -> Non
     with pytest.raises(EmptySummaryError):
         await s.summarize("", rounds(1), session=SESSION)
     assert len(model.requests) == 1
+
+
+def hook_delta(n: int) -> list[SessionEvent]:
+    """``n`` CJK turns, each with its marker, and a chit-chat turn (no marker) after every fifth."""
+    out: list[SessionEvent] = []
+    for i in range(n):
+        out.append(event(len(out), "user" if i % 2 == 0 else "agent", f"M{i} " + f"第{i}轮的对话内容" * 7))
+        if i % 5 == 4:
+            out.append(event(len(out), "agent", "好的，闲聊一句"))
+    return out
+
+
+def rewrap(ctx: PreSummaryContext) -> None:
+    ctx.text = "以下是对话：\n" + ctx.text + "\n（完）"
+
+
+def drop_chat(ctx: PreSummaryContext) -> None:
+    ctx.events = [e for e in ctx.events if "闲聊" not in (e.message.content or "")]
+
+
+@pytest.mark.parametrize("hook", [None, lambda ctx: None, rewrap, drop_chat], ids=["none", "noop", "wrap", "edit"])
+@pytest.mark.parametrize(("turns", "facts"), [(60, 30), (30, 110)], ids=["long-delta", "long-previous"])
+async def test_a_pre_summary_hook_lets_the_half_budget_retry_take_a_shorter_prefix(
+    hook: PreSummaryHook | None, turns: int, facts: int
+) -> None:
+    # At half the budget the whole delta does not fit beside the whole previous summary: the retry
+    # takes a shorter prefix (the rest goes to the next pass), with a hook as without one, and
+    # never cuts the previous summary nor fails.
+    previous = "前情：" + " ".join(f"P{j} 第{j}条部署事实" for j in range(facts))
+    events = hook_delta(turns)
+    model = EchoModel(ContextLengthError("maximum context length exceeded"), context_window=2000)
+    prompt = "{previous_summary}\n{conversation_text}"
+    result = await make(model, prompt=prompt, hooks=SummaryHooks(pre_summary=hook)).summarize(
+        previous, events, session=SESSION
+    )
+    assert [c.budget_tokens for c in result.report.calls][:2] == [1400, 700]
+    assert result.report.partial_prefix and result.passes > 1
+    assert not result.report.truncated_previous_summary
+    assert set(markers(result.text)) == {f"P{j}" for j in range(facts)} | {f"M{i}" for i in range(turns)}
+    assert result.covered_events == len(events) and result.caught_up
+    retry = model.requests[1]
+    assert retry.source is not None and retry.source.previous_summary == previous
+
+
+def test_a_prefix_of_hooked_events_covers_the_original_events_up_to_its_last() -> None:
+    original = [event(i, "user", f"M{i} 第{i}句") for i in range(6)]
+    without_e1 = [e for e in original if e.event_id != "e1"]
+    assert covered_prefix(without_e1[:2], without_e1, original) == original[:3]
+    assert covered_prefix(without_e1, without_e1, original) == original
+    added = [*original[:3], event(99, "agent", "钩子加的注释"), *original[3:]]
+    assert covered_prefix(added[:4], added, original) is None  # ends on an event the delta does not have
+    reordered = [original[0], original[2], original[1], *original[3:]]
+    assert covered_prefix(reordered[:2], reordered, original) is None  # e1 left out, though before e2
