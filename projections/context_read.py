@@ -27,9 +27,11 @@ checks it over thousands of generated sessions). It reads:
    and the recall indexer's (``index_lag``), one small partition read.
 
 No step reads a whole partition unless the session has no summary (then every
-event is the prompt's). Extra covered events never change the assembled
-request (they are cut); what matters is that none of the events the rules of
-``streams.context.history`` bring back is missing. Tool call ids are taken to
+event is the prompt's) or the caller asks for ``full_history`` (a request that
+will not show the summary shows every event; still at most ``max_events``).
+Extra covered events never change the assembled request (they are cut); what
+matters is that none of the events the rules of ``streams.context.history``
+bring back is missing. Tool call ids are taken to
 be unique within a session (``tool_calls`` keeps one call event per id).
 """
 
@@ -188,19 +190,28 @@ class ContextReader:
         return self._s.prepare(cql)
 
     async def read(
-        self, key: SessionKey, filter_key: str = FULL_SESSION, *, current_event_id: str | None = None
+        self,
+        key: SessionKey,
+        filter_key: str = FULL_SESSION,
+        *,
+        current_event_id: str | None = None,
+        full_history: bool = False,
     ) -> ContextRead:
         """Everything ``assemble`` needs for ``(key, filter_key)`` (see the module docstring).
 
         ``current_event_id`` names the stored user message being answered;
-        ``None`` takes the latest visible user turn. Raises ``AnchorNotFound``
-        when ``current_event_id`` is not a stored event of the session.
+        ``None`` takes the latest visible user turn. ``full_history`` reads the
+        tail from the session's start instead of the summary's boundary (for a
+        request that will not show the summary), bounded by ``max_events`` like
+        any tail (then ``stats.truncated``: the oldest events are missing).
+        Raises ``AnchorNotFound`` when ``current_event_id`` is not a stored
+        event of the session.
         """
         run = _Run(self, key, filter_key)
         lag_task = asyncio.ensure_future(self._lag(key, run))
         try:
             applied = await run.summary()
-            cut = await run.cut(applied)
+            cut = None if full_history else await run.cut(applied)
             await run.tail(cut)
             current = await run.current(current_event_id, cut)
             if cut is not None:
@@ -213,7 +224,7 @@ class ContextReader:
                 lag_task.cancel()
         return ContextRead(
             app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
-            summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()),
+            summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()), full_history=cut is None,
             current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
             stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=run.truncated),
         )  # fmt: skip

@@ -90,6 +90,10 @@ class ContextRead(ContractModel):
     """The epoch the session is served from (``schemas.epochs``): ``summary``, if any, is of it. Versions
     count per epoch: a summary of another epoch is neither newer nor older than ``summary``."""
     events: tuple[SessionEvent, ...] = ()
+    full_history: bool = False
+    """``events`` hold every visible event of the key, before the summary's boundary too (up to
+    ``stats.truncated``): read so for a request that will not show the summary. ``False`` with a summary:
+    the events before its boundary are missing, except the covered ones listed above."""
     current_event_id: str | None = None
     """The current user message (the latest visible user turn, or the one asked for)."""
     projection_lag: ProjectionLag = Field(default_factory=ProjectionLag)

@@ -232,6 +232,12 @@ class AgentSettings(_Section):
     """The agent model's window; ``None``: the registry entry of the facade's model, else 8192."""
     reserved_output_tokens: int = Field(default=2048, ge=0)
     """Tokens of the window left for the reply (at most half the window): the budget is the rest."""
+    token_counter: Literal["script_aware", "tiktoken", "simple"] = "script_aware"
+    """How requests are counted against the budget: ``script_aware`` is 4 characters a token with CJK, kana
+    and Hangul characters 1 token each (plain 4-a-token, ``simple``, counts Chinese 3-4x under a BPE
+    tokenizer, so a "fitting" request overflows the window); ``tiktoken`` counts exactly with the encoding of
+    the facade's model (o200k for a model it does not know). The worker's trigger counting is
+    ``summary.token_counter``, unaffected."""
     summary_timeout_s: float = Field(default=30.0, gt=0)
     """How long one ``summarize_sync`` the facade sends may take before the request is built without it."""
     projection_wait_s: float = Field(default=10.0, gt=0)

@@ -48,7 +48,7 @@ from streams.agent.tools import LocalTool, run_local_tool
 from streams.client import SummaryTimeoutError, SummaryUnavailableError
 from streams.context.assembly import AssemblyOptions, AssemblyReport
 from streams.context.fitting import Fitted, fit
-from streams.context.from_read import assemble_from_read
+from streams.context.from_read import assemble_from_read, needs_full_history
 from streams.context.injection import SummaryFormatter
 from streams.context.recall_tools import RecallExecutor
 from streams.errors import DistillError
@@ -92,6 +92,9 @@ class AgentRequest:
     projection_lag: ProjectionLag = field(default_factory=ProjectionLag)
     index_lag: ProjectionLag = field(default_factory=ProjectionLag)
     """How far the recall index is behind: ``session_search`` may not find the newest events yet."""
+    read_truncated: bool = False
+    """The read stopped at its event cap (``ContextReader.max_events``): the oldest events it would show are
+    missing (with summaries off, or a summary not shown, the oldest of the whole history)."""
 
     @property
     def dropped_messages(self) -> int:
@@ -228,9 +231,11 @@ class DistillAgent:
 
         1. With ``sync_summary_intra_run``, from the run's second call on: a
            ``summarize_sync`` (``force=False``) first, as Go's flow does.
-        2. The read (waiting until it shows every event this facade published)
-           and the assembly, fitted into the budget (payload cuts before dropped
-           rounds, :func:`streams.context.fitting.fit`).
+        2. The read (waiting until it shows every event this facade published;
+           the whole history, not only the events after the boundary, when the
+           request will not show the summary: ``read_truncated`` says when its
+           event cap left the oldest out) and the assembly, fitted into the
+           budget (payload cuts before dropped rounds, :func:`streams.context.fitting.fit`).
         3. A summary is asked for, and the request rebuilt on it, when the
            request reaches the refresh threshold (compaction and summaries on;
            ``force=False``, once, as Go's pre-call refresh) or while it would
@@ -247,16 +252,16 @@ class DistillAgent:
         run = await self._current_run()
         opts = self.options
         refreshed = False
-        read = await self.read()
+        assembly = assembly_options(opts, filter_key=self.filter_key, model=self.model,
+                                    summary_formatter=self.summary_formatter)  # fmt: skip
+        read = await self._read_for(assembly)
         if opts.sync_summary_intra_run and opts.add_session_summary and run.model_calls > 0:
             # the answer is the key's newest summary (the round's job's once it is done): only a newer
             # version than the read's counts as a refresh
             synced = await self._refresh(force=False)
             if synced is not None and _newer(synced, read, self.filter_key):
                 refreshed = True
-                read = await self.read()
-        assembly = assembly_options(opts, filter_key=self.filter_key, model=self.model,
-                                    summary_formatter=self.summary_formatter)  # fmt: skip
+                read = await self._read_for(assembly)
         fitted = self._fit(system_prompt, read, tools, assembly)
         threshold = refresh_at(opts, self.model)
         due = threshold is not None and fitted.request.report.prompt_tokens >= threshold
@@ -268,7 +273,7 @@ class DistillAgent:
             summary = await self._refresh(force=force)  # waits for the key's job in flight, if any
             if summary is None or not _newer(summary, read, self.filter_key):
                 break
-            read = await self.read()
+            read = await self._read_for(assembly)
             fitted = self._fit(system_prompt, read, tools, assembly)
             refreshed = True
         run.model_calls += 1
@@ -280,11 +285,17 @@ class DistillAgent:
                 extra={"session_id": self.key.session_id, "filter_key": self.filter_key,
                        "budget": assembly.token_budget, "prompt_tokens": request.report.prompt_tokens},
             )  # fmt: skip
+        if read.stats.truncated:
+            log.warning(
+                "context read stopped at its event cap: the oldest events of the history it shows are missing",
+                extra={"session_id": self.key.session_id, "filter_key": self.filter_key,
+                       "full_history": read.full_history},
+            )  # fmt: skip
         return AgentRequest(
             messages=request.messages, tools=request.tools, report=request.report,
             summary=read.summary if request.report.summary_injected else None, budget=assembly.token_budget,
             summary_refreshed=refreshed, cut_tokens=fitted.cut_tokens, projection_lag=read.projection_lag,
-            index_lag=read.index_lag,
+            index_lag=read.index_lag, read_truncated=read.stats.truncated,
         )  # fmt: skip
 
     def _fit(
@@ -292,14 +303,27 @@ class DistillAgent:
     ) -> Fitted:
         return fit(lambda o: assemble_from_read(system_prompt, read, tools=tools, options=o), options)
 
-    async def read(self) -> ContextRead:
-        """The key's context read, once Cassandra shows every event (and summary) this facade published."""
+    async def _read_for(self, assembly: AssemblyOptions) -> ContextRead:
+        """The read a request built with ``assembly`` needs: from the summary's boundary when the request
+        shows the summary, else the key's whole history (summaries off, or a formatter that renders nothing)."""
+        read = await self.read(full_history=not assembly.add_session_summary)
+        if needs_full_history(read, assembly):
+            read = await self.read(full_history=True)
+        return read
+
+    async def read(self, *, full_history: bool = False) -> ContextRead:
+        """The key's context read, once Cassandra shows every event (and summary) this facade published.
+
+        ``full_history``: from the session's start, not the summary's boundary (``ContextReader.read``).
+        """
         deadline = time.monotonic() + self.options.projection_wait_s
         delay = _FIRST_POLL_S
         current = self._run.user_event_id if self._run is not None else None
         while True:
             try:
-                read = await self.backend.context.read(self.key, self.filter_key, current_event_id=current)
+                read = await self.backend.context.read(
+                    self.key, self.filter_key, current_event_id=current, full_history=full_history
+                )
             except AnchorNotFound:  # the run's user message is not projected yet
                 read = None
             missing = self._not_shown(read)

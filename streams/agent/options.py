@@ -11,6 +11,7 @@ from streams.context.compaction import CompactionConfig
 from streams.context.fitting import model_window, refresh_threshold, request_budget
 from streams.context.injection import SummaryFormatter
 from streams.context.recall_tools import SESSION_LOAD, SESSION_SEARCH, RecallCapabilities
+from streams.rules.tokens import ScriptAwareTokenCounter, SimpleTokenCounter, TiktokenCounter, TokenCounter
 
 
 def compaction_config(agent: AgentSettings) -> CompactionConfig:
@@ -43,6 +44,15 @@ def window_of(agent: AgentSettings, model: str | None) -> int:
     return model_window(agent.context_window, model)
 
 
+def counter_of(agent: AgentSettings, model: str | None) -> TokenCounter:
+    """The counter requests are fitted with (``token_counter``); never the process-wide one the worker uses."""
+    if agent.token_counter == "tiktoken":
+        return TiktokenCounter(model)
+    if agent.token_counter == "simple":
+        return SimpleTokenCounter()
+    return ScriptAwareTokenCounter()
+
+
 def budget_of(agent: AgentSettings, model: str | None) -> int | None:
     """The request budget with ``token_tailoring`` (window less the reply's room), else ``None``."""
     if not agent.token_tailoring:
@@ -73,5 +83,6 @@ def assembly_options(
         filter_key=filter_key,
         compaction=compaction_config(agent),
         token_budget=budget_of(agent, model),
+        token_counter=counter_of(agent, model),
         recall=recall_capabilities(agent),
     )

@@ -5,7 +5,7 @@ Pure code: no Kafka, Cassandra, Faust or OpenAI imports anywhere in this package
 
 from streams.context.assembly import AssembledRequest, AssemblyOptions, AssemblyReport, NothingToSendError, assemble
 from streams.context.compaction import CompactionConfig, CompactionStats
-from streams.context.from_read import ReadKeyMismatch, assemble_from_read
+from streams.context.from_read import HistoryNotReadError, ReadKeyMismatch, assemble_from_read, needs_full_history
 from streams.context.injection import InjectionMode, SummaryFormatter
 from streams.context.recall_tools import (
     RecallCapabilities,
@@ -22,6 +22,7 @@ __all__ = [
     "AssemblyReport",
     "CompactionConfig",
     "CompactionStats",
+    "HistoryNotReadError",
     "InjectionMode",
     "InvalidMessages",
     "NothingToSendError",
@@ -34,6 +35,7 @@ __all__ = [
     "assemble_from_read",
     "assert_valid",
     "find_violations",
+    "needs_full_history",
     "recall_tools",
     "usage_note",
 ]

@@ -166,6 +166,20 @@ class SummaryView(Protocol):
     def boundary(self) -> SummaryBoundary: ...
 
 
+def summary_block(summary: SummaryView | None, options: AssemblyOptions) -> str:
+    """The summary block the request shows (``""``: none, and no history is cut at its boundary).
+
+    Empty when summaries are off, when there is no summary or its text is
+    blank, and when the formatter renders it as nothing: the history before
+    the boundary is cut only when the summary that replaces it is shown.
+    """
+    text = summary.summary.strip() if summary is not None else ""
+    if not (options.add_session_summary and text):
+        return ""
+    block = format_summary(text, options.injection_mode, options.summary_formatter)
+    return block if block.strip() else ""
+
+
 def assemble(
     system_prompt: str,
     summary: SummaryView | None,
@@ -191,11 +205,8 @@ def assemble(
     visible = [e for e in events if related(e.filter_key, opts.filter_key)]
     current_index, extra, current_unit = _locate_current(visible, current_user_message)
 
-    text = summary.summary.strip() if summary is not None else ""
-    # The history before the boundary is cut only when the summary that replaces it is shown:
-    # a formatter that renders it as nothing leaves the whole history visible.
-    block = format_summary(text, opts.injection_mode, opts.summary_formatter) if text else ""
-    use_summary = opts.add_session_summary and bool(block.strip())
+    block = summary_block(summary, opts)
+    use_summary = bool(block)
     boundary = summary.boundary if use_summary and summary is not None else None
     projection = project_history(visible, boundary, current_index)
     items = projection.items + ([extra] if extra is not None else [])

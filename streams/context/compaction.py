@@ -22,6 +22,7 @@ from functools import partial
 
 from schemas import Message, ToolCall
 from streams.context.items import HistoryItem
+from streams.rules.textcut import head_end, tail_start
 from streams.rules.tokens import TokenCounter
 
 SESSION_LOAD = "session_load"
@@ -162,9 +163,12 @@ def truncate_middle(text: str, budget: int, hint: RecoveryHint | None = None, *,
     """Keep the head and tail of ``text`` within ``budget`` characters, with a marker in between.
 
     The marker says exactly how many characters were cut (and, with a hint, where the
-    full text lives). When the budget cannot hold the marker plus two
-    characters, a shorter marker is tried (with ids), then the marker alone
-    (with ids) or just the first ``budget`` characters (without).
+    full text lives). Both cuts fall on character boundaries
+    (:mod:`streams.rules.textcut`: never inside an emoji or combining sequence),
+    so head and tail may hold a few characters less than the budget allows.
+    When the budget cannot hold the marker plus two characters, a shorter
+    marker is tried (with ids), then the marker alone (with ids) or just the
+    longest head within ``budget`` characters (without).
     """
     if budget >= len(text):
         return text
@@ -176,13 +180,17 @@ def truncate_middle(text: str, budget: int, hint: RecoveryHint | None = None, *,
         avail = budget - len(marker)
         if avail < 2:
             return marker
-        half = avail // 2
-        return text[:half] + marker + text[len(text) - half :]
+        head, tail = _cut_points(text, avail // 2)
+        return text[:head] + marker + text[tail:]
     if avail < 2:
-        return text[:budget]
-    half = avail // 2
-    marker = _marker(len(text) - 2 * half, hint, session_load)
-    return text[:half] + marker + text[len(text) - half :]
+        return text[: head_end(text, budget)]
+    head, tail = _cut_points(text, avail // 2)
+    return text[:head] + _marker(tail - head, hint, session_load) + text[tail:]
+
+
+def _cut_points(text: str, half: int) -> tuple[int, int]:
+    """Where a head of at most ``half`` characters ends and a tail of at most ``half`` starts."""
+    return head_end(text, half), tail_start(text, len(text) - half)
 
 
 def _tool_names(items: Sequence[HistoryItem]) -> dict[str, str]:

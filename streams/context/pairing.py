@@ -4,6 +4,11 @@ Chat-completions accepts a tool result only right after the assistant message
 that made the call, and an assistant call only when all its results follow.
 Cutoffs, branch filters, pending calls and dropped rounds can all break that;
 this pass restores it without inventing content.
+
+A call answered more than once (a long-running tool's interim "pending"
+result, then its final one) keeps its latest result in the call's place; the
+kept result says which earlier result it replaced, so the replaced event stays
+recallable by id.
 """
 
 from __future__ import annotations
@@ -13,14 +18,26 @@ from dataclasses import dataclass, field
 
 from streams.context.items import HistoryItem
 
+REPLACED_MARK = "[distill: replaces earlier result"
+"""Starts the note appended to a result that replaced an earlier one of its call."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplacedResult:
+    """An earlier result of ``tool_call_id`` (event ``event_id``) replaced by a later one (``by_event_id``)."""
+
+    tool_call_id: str
+    event_id: str | None
+    by_event_id: str | None
+
 
 @dataclass(slots=True)
 class PairingReport:
-    """What the repair removed."""
+    """What the repair removed or replaced."""
 
     unanswered_calls: int = 0
     orphan_results: int = 0
-    duplicate_results: int = 0
+    replaced_results: list[ReplacedResult] = field(default_factory=list)
     emptied_assistant_turns: int = 0
 
 
@@ -29,6 +46,27 @@ class _Slot:
     item: HistoryItem
     call_ids: list[str]
     results: dict[str, HistoryItem] = field(default_factory=dict)
+    replaced: dict[str, list[str | None]] = field(default_factory=dict)
+
+    def replace(self, call_id: str, item: HistoryItem) -> ReplacedResult:
+        earlier = self.results[call_id]
+        self.replaced.setdefault(call_id, []).append(earlier.event_id)
+        self.results[call_id] = item
+        return ReplacedResult(call_id, earlier.event_id, item.event_id)
+
+    def result(self, call_id: str) -> HistoryItem:
+        item = self.results[call_id]
+        replaced = self.replaced.get(call_id)
+        if not replaced:
+            return item
+        return item.with_message(item.message.model_copy(update={"content": _with_note(item, replaced)}))
+
+
+def _with_note(item: HistoryItem, replaced: list[str | None]) -> str:
+    ids = ", ".join(event_id or "unknown" for event_id in replaced)
+    note = f"{REPLACED_MARK}(s) of this call; event_id={ids}]"
+    content = item.message.content or ""
+    return f"{content}\n\n{note}" if content else note
 
 
 def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], PairingReport]:
@@ -38,12 +76,14 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
     unanswered and moved directly after that call (keeping call order). Calls
     that get no result — pending, long-running, or cut away — are removed
     from their assistant message; the message goes too when nothing is left.
-    Results with no open call, and second results for one call, are dropped.
+    Results with no call are dropped. A later result for an answered call (no
+    open call with its id) replaces the earlier one in the call's place, and
+    the kept result ends with a note naming the replaced events.
     """
     report = PairingReport()
     order: list[_Slot | HistoryItem] = []
     open_calls: dict[str, _Slot] = {}
-    answered: set[str] = set()
+    answered: dict[str, _Slot] = {}
     for item in items:
         msg = item.message
         if msg.role == "assistant" and msg.tool_calls:
@@ -57,9 +97,9 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             owner = open_calls.pop(call_id, None)
             if owner is not None:
                 owner.results[call_id] = item
-                answered.add(call_id)
+                answered[call_id] = owner
             elif call_id in answered:
-                report.duplicate_results += 1
+                report.replaced_results.append(answered[call_id].replace(call_id, item))
             else:
                 report.orphan_results += 1
         else:
@@ -84,5 +124,5 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             report.emptied_assistant_turns += 1
             continue
         out.append(entry.item.with_message(msg))
-        out.extend(entry.results[cid] for cid in answered_ids)
+        out.extend(entry.result(cid) for cid in answered_ids)
     return out, report

@@ -27,6 +27,7 @@ from streams.context.recall_args import (
     parse_arguments,
     string_arg,
 )
+from streams.rules.textcut import head_end
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -292,7 +293,7 @@ def _compact(text: str, limit: int = SNIPPET_CHARS) -> str:
     flat = " ".join(text.split())
     if not flat:
         return "<empty>"
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: head_end(flat, limit - 3)] + "..."
 
 
 class RecallExecutor:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from schemas import PayloadCut, SessionEvent, ToolCall
 from schemas.summaries import PayloadPart
+from streams.rules.textcut import head_and_tail
 from streams.summarizer.conversation import ConversationFormatter, is_summarizable, is_tool_result
-from streams.summarizer.textcut import head_and_tail
 
 MIN_PAYLOAD_KEEP = 64
 """Characters (head + tail) every cut payload keeps, at the least."""

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from streams.context import AssemblyOptions, assemble
 from streams.context.compaction import (
     ARGUMENTS_PLACEHOLDER,
     PLACEHOLDER_MARK,
     CompactionConfig,
+    RecoveryHint,
     compact,
     policy_placeholder,
     truncate_middle,
@@ -13,6 +19,7 @@ from streams.context.compaction import (
 from streams.context.history import project_history
 from streams.context.items import HistoryItem
 from streams.rules.tokens import SimpleTokenCounter
+from tests.unit.context.oracle import marker, unaccounted
 from tests.unit.context.sessions import Session, summary_at
 
 COUNTER = SimpleTokenCounter()
@@ -219,6 +226,46 @@ def test_truncate_middle_examples() -> None:
     short = "0123456789abcdefghij"
     assert truncate_middle(short, 10) == "0123456789"  # no room for a marker: head only
     assert truncate_middle(short, 50) == short
+
+
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one character on screen, five code points
+FLAG = "\U0001f1e8\U0001f1f3"
+HINT = RecoveryHint("e1", "c1", "lookup", "oversized")
+
+
+@pytest.mark.parametrize(
+    ("text", "unit"),
+    [(FAMILY * 100, FAMILY), ("e\u0301" * 300, "e\u0301"), (FLAG * 200, FLAG), ("한\u11a8" * 300, "한\u11a8")],
+)
+@pytest.mark.parametrize("hint", [None, HINT])
+def test_truncate_middle_never_splits_a_character(text: str, unit: str, hint: RecoveryHint | None) -> None:
+    for budget in range(0, 400):
+        cut = truncate_middle(text, budget, hint, session_load=True)
+        assert len(cut) <= budget or cut.startswith("\n\n[distill:")  # the marker alone may exceed it
+        pieces = re.split(r"\n\n\[distill:[^\]]*\]\n\n", cut)
+        for piece in pieces:
+            assert len(piece) % len(unit) == 0 and piece == unit * (len(piece) // len(unit)), (budget, piece[:4])
+        removed = re.search(r"\[distill: (\d+) characters", cut)
+        if removed:
+            assert int(removed.group(1)) == len(text) - sum(map(len, pieces))
+
+
+@pytest.mark.parametrize("max_tokens", range(300, 306))
+def test_oversized_cjk_result_is_cut_on_characters_and_names_its_event(max_tokens: int) -> None:
+    s = Session()
+    s.turn("r1").user(f"查一下订单 {marker(1)}")
+    s.call(("c1", "lookup"))
+    payload = f"{marker(3)} " + ("订单状态正常👨‍👩‍👧" * 400) + " 结束"
+    s.result("c1", payload, name="lookup")
+    s.answer(f"好的 {marker(4)}")
+    opts = AssemblyOptions(compaction=CompactionConfig(enabled=True, oversized_tool_result_max_tokens=max_tokens))
+    req = assemble("sys", None, s.events, None, [], opts)
+    sent = next(m["content"] for m in req.messages if m["role"] == "tool")
+    head, _, rest = sent.partition("\n\n[distill:")
+    tail = rest.split("]\n\n", 1)[1]
+    assert payload.startswith(head) and payload.endswith(tail) and "event_id=e3" in sent
+    assert not head.endswith(("\u200d", "\U0001f468", "\U0001f469")) and not tail.startswith(("\u200d", "\U0001f469"))
+    assert unaccounted(req.messages, s.events) == []
 
 
 def test_negative_settings_read_as_zero() -> None:

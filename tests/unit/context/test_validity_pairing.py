@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 
 from schemas import Message
+from streams.context import assemble
 from streams.context.items import HistoryItem, to_chat_message
-from streams.context.pairing import repair_pairing
+from streams.context.pairing import REPLACED_MARK, ReplacedResult, repair_pairing
 from streams.context.validity import InvalidMessages, assert_valid, find_violations
+from tests.unit.context.oracle import marker, unaccounted
+from tests.unit.context.sessions import Session
 
 
 def call(*ids: str) -> dict[str, Any]:
@@ -92,13 +95,40 @@ def test_repair_keeps_assistant_text_when_its_calls_are_pending() -> None:
     assert fixed[-1] == {"role": "assistant", "content": "let me check"}
 
 
-def test_repair_drops_orphans_and_duplicates() -> None:
-    out, report = repair_pairing([_item(x) for x in [USER, result("z"), call("a"), result("a"), result("a")]])
+def test_repair_drops_orphans() -> None:
+    out, report = repair_pairing([_item(x) for x in [USER, result("z"), call("a"), result("a")]])
     assert len(out) == 3
-    assert (report.orphan_results, report.duplicate_results) == (1, 1)
+    assert report.orphan_results == 1
+
+
+def test_second_result_of_a_call_replaces_the_first_in_its_place() -> None:
+    pending = HistoryItem(Message(role="tool", tool_call_id="a", content="pending"), event_id="e3")
+    final = HistoryItem(Message(role="tool", tool_call_id="a", content="done PNR-7Q2"), event_id="e5")
+    note = _item({"role": "assistant", "content": "still running"})
+    out, report = repair_pairing([_item(USER), _item(call("a")), pending, note, final])
+    fixed = [to_chat_message(i.message) for i in out]
+    assert [x["role"] for x in fixed] == ["user", "assistant", "tool", "assistant"]
+    assert fixed[2]["content"].startswith("done PNR-7Q2")
+    assert REPLACED_MARK in fixed[2]["content"] and "event_id=e3" in fixed[2]["content"]
+    assert report.replaced_results == [ReplacedResult("a", "e3", "e5")]
+    assert find_violations(fixed) == []
 
 
 def test_reused_call_id_pairs_with_the_latest_open_call() -> None:
     fixed = _repair([USER, call("a"), USER, call("a"), result("a")])
     assert [x["role"] for x in fixed] == ["user", "user", "assistant", "tool"]
     assert find_violations(fixed) == []
+
+
+def test_final_result_of_a_long_running_call_is_in_the_request() -> None:
+    s = Session()
+    s.turn("r1").user(f"book me a flight {marker(1)}")
+    s.call(("c1", "book_flight"))
+    s.result("c1", f'{{"status": "pending", "m": "{marker(3)}"}}', name="book_flight")
+    s.answer(f"booking is in progress {marker(4)}")
+    s.result("c1", f'{{"status": "done", "pnr": "{marker(5)}"}}', name="book_flight")
+    s.turn("r2").user(f"what is my booking code? {marker(6)}")
+    req = assemble("sys", None, s.events, None)
+    assert marker(5) in str(req.messages)
+    assert unaccounted(req.messages, s.events) == []
+    assert req.report.pairing.replaced_results == [ReplacedResult("c1", "e3", "e5")]

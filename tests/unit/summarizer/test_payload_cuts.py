@@ -12,6 +12,7 @@ import re
 import pytest
 
 from schemas import SessionEvent, SummaryReport
+from streams.rules.textcut import head_and_tail, is_boundary
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER, truncate_middle
 from streams.summarizer.conversation import DEFAULT_FORMATTER
@@ -22,7 +23,6 @@ from streams.summarizer.plan import RequestBuilder, plan_pass
 from streams.summarizer.prompts import build_prompts
 from streams.summarizer.request import count_request
 from streams.summarizer.summarizer import Summarizer
-from streams.summarizer.textcut import head_and_tail, is_boundary
 
 from .helpers import SESSION, ScriptedModel, event, user_text
 

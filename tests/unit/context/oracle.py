@@ -1,0 +1,43 @@
+"""The marker oracle for assembled requests: every event after the boundary is accounted for.
+
+Each event carries a unique marker in its payload. An event is accounted for when its
+marker is in the request, or when a ``[distill: …]`` note in the request names its event
+id (a payload replaced or cut, recallable with ``session_load``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from schemas import SessionEvent
+
+
+def marker(n: int) -> str:
+    """A marker no other event's marker contains (CJK, so cuts and counts see wide text)."""
+    return f"标记{n:04d}号"
+
+
+def _text(messages: Iterable[dict[str, Any]]) -> str:
+    return "\n".join(str(m) for m in messages)
+
+
+def _named(text: str, event_id: str) -> bool:
+    """A recall note names the event: ``event_id=e3``, ``event_id: e3`` or a list ``event_id=e1, e3``."""
+    pattern = rf"event_id[=:] ?(?:[\w-]+, )*{re.escape(event_id)}(?![\w-])"
+    return "[distill:" in text and re.search(pattern, text) is not None
+
+
+def unaccounted(messages: Iterable[dict[str, Any]], events: Iterable[SessionEvent]) -> list[str]:
+    """Ids of ``events`` whose marker is not in ``messages`` and which no recall note names."""
+    text = _text(messages)
+    missing = []
+    for event in events:
+        found = re.findall(r"标记\d{4}号", str(event.message.model_dump()))
+        if not found:
+            continue
+        if any(m in text for m in found) or _named(text, event.event_id):
+            continue
+        missing.append(event.event_id)
+    return missing
