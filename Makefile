@@ -32,13 +32,16 @@ $(STAMP): pyproject.toml Makefile
 # start beside the suite: the unit tests run while the jars download and the JVMs boot, and the
 # tests that need the services wait for READY (the exit status of `services up` + `init`).
 READY := .distill/services-up.rc
+# The option's value is joined with `=`: pytest reads its arguments before tests/conftest.py declares
+# the option, and a separate value that exists on disk (services already up: the file is there at
+# once) became the path its conftests are looked up from; the workers then refused the option.
 test: venv
 	@mkdir -p .distill; rm -f $(READY) $(READY).tmp
 	@set -e; rc=0; \
 	  ( set +e; { $(TEST_ENV) $(BIN)/distill services up --owner-file $(OWNER) && $(TEST_ENV) $(BIN)/distill init; } \
 	      > .distill/services-up.log 2>&1; echo $$? > $(READY).tmp; mv $(READY).tmp $(READY) ) & up=$$!; \
 	  $(TEST_ENV) DISTILL_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/pytest -q -p no:cacheprovider \
-	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 --services-ready-file $(READY) $(PYTEST_ARGS) \
+	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 --services-ready-file=$(READY) $(PYTEST_ARGS) \
 	    || rc=$$?; \
 	  wait $$up || true; cat .distill/services-up.log; \
 	  $(BIN)/distill services down --owner-file $(OWNER); \
