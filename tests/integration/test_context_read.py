@@ -85,6 +85,33 @@ async def test_read_is_bounded_in_a_long_session(store: Store, key: SessionKey) 
     assert assemble_from_read("sys", read, options=OPTS).messages == (await _full(store, values, s)).messages
 
 
+async def test_a_request_that_will_not_show_the_summary_reads_the_history_before_its_boundary(
+    store: Store, key: SessionKey
+) -> None:
+    """Summaries off: every stored event, before the boundary too, is in the request (a marker each)."""
+    values = []
+    for n in range(40):
+        values.append(event(key, f"u{n}", at=2 * n, content=f"问题 标记{2 * n}"))
+        values.append(event(key, f"a{n}", at=2 * n + 1, role="assistant", content=f"回答 标记{2 * n + 1}"))
+    await store.events(*values)
+    await store.summaries(summary(key, 1, text="前面的摘要", cutoff=61, last_event_id="a30"))
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace, page_size=16)
+    cut = await reader.read(key)
+    assert not cut.full_history and len(cut.events) < len(values)
+    whole = await reader.read(key, full_history=True)
+    assert whole.full_history and not whole.stats.truncated
+    assert [e.event_id for e in whole.events] == [v["event_id"] for v in values]
+    text = "\n".join(
+        str(m.get("content"))
+        for m in assemble_from_read("sys", whole, options=AssemblyOptions(add_session_summary=False)).messages
+    )
+    assert all(f"标记{n}" in text for n in range(80)), text  # fmt: skip
+    capped = await ContextReader(store.session, store.settings.cassandra.keyspace, page_size=16, max_events=32).read(
+        key, full_history=True
+    )
+    assert capped.stats.truncated  # said, not silent
+
+
 async def test_the_scan_back_to_the_current_message_is_bounded(store: Store, key: SessionKey) -> None:
     """A branch whose user turns sit on another branch: the scan back from the boundary stops at ``max_events``."""
     values = [event(key, "u0", at=0, content="the only visible question 唯一的问题")]
