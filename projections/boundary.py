@@ -66,10 +66,26 @@ class Cut:
         return ts <= self.cutoff_at
 
 
-def outlived_by_deletion(created_at: datetime, cutoff_at: datetime, deleted_at: datetime | None) -> bool:
-    """A summary (made at ``created_at``, its boundary at ``cutoff_at``) of a session deleted at
-    ``deleted_at`` is stale: made by then, or summarizing events from before it (a job that was in
-    flight at the deletion and answered after it would otherwise put the deleted history back)."""
-    if deleted_at is None:
+@dataclass(frozen=True)
+class Deletion:
+    """A session's last ``delete_session``: its time and, when recorded, its events-topic position."""
+
+    at: datetime
+    offset: int | None = None
+    """Offset of the command in the session's events partition (``None``: a marker of an older build)."""
+
+
+def outlived_by_deletion(created_at: datetime, events_offset: int | None, deletion: Deletion | None) -> bool:
+    """A summary of a deleted session is stale when it was made by the deletion, or when it covers
+    events before it: its boundary event (``events_offset``, the same partition) precedes the command.
+
+    A job in flight at the deletion may be answered long after it; its summary, made after the
+    deletion, would otherwise put the deleted history back. Event timestamps do not decide this:
+    they are the producer's, and a session imported with old timestamps may be deleted and started
+    again.
+    """
+    if deletion is None:
         return False
-    return to_millis(created_at) <= to_millis(deleted_at) or to_millis(cutoff_at) <= to_millis(deleted_at)
+    if to_millis(created_at) <= to_millis(deletion.at):
+        return True
+    return events_offset is not None and deletion.offset is not None and events_offset < deletion.offset

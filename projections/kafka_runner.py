@@ -156,7 +156,8 @@ class ProjectorRunner:
             while not self._stopping.is_set():
                 polled = await self._consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=self.max_batch)
                 records = [
-                    SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp or 0)
+                    SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp or 0,
+                                 tuple(r.headers or ()))
                     for batch in polled.values() for r in batch
                 ]  # fmt: skip
                 if records:

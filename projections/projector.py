@@ -57,7 +57,7 @@ from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder
-from projections.boundary import outlived_by_deletion
+from projections.boundary import Deletion, outlived_by_deletion
 from projections.errors import StoreUnavailable
 from projections.rows import (
     TokenCounter,
@@ -80,6 +80,7 @@ from projections.stage import (
     refuse_unstorable,
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionSummary
+from schemas.headers import EVENTS_OFFSET, header_int
 from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
 
 log = logging.getLogger("distill.projector")
@@ -326,7 +327,7 @@ class Projector(CassandraStage):
             s = item.summary
             by_key.setdefault((s.app_name, s.user_id, s.session_id, s.filter_key), []).append(item)
         served: dict[tuple[str, str, str], asyncio.Future[tuple[int, int | None]]] = {}
-        deleted: dict[tuple[str, str, str], asyncio.Future[datetime | None]] = {}
+        deleted: dict[tuple[str, str, str], asyncio.Future[Deletion | None]] = {}
 
         def served_of(s: SessionSummary) -> asyncio.Future[tuple[int, int | None]]:
             # One read per session per flush: a switch is a barrier, so it cannot change meanwhile.
@@ -335,7 +336,7 @@ class Projector(CassandraStage):
                 served[pk] = asyncio.ensure_future(self._served(pk))
             return served[pk]
 
-        def deleted_of(s: SessionSummary) -> asyncio.Future[datetime | None]:
+        def deleted_of(s: SessionSummary) -> asyncio.Future[Deletion | None]:
             # Likewise for a deletion, which is a barrier too.
             pk = (s.app_name, s.user_id, s.session_id)
             if pk not in deleted:
@@ -345,7 +346,8 @@ class Projector(CassandraStage):
         async def one_key(items: list[_Summary]) -> None:
             for item in items:  # sequential per key, so two versions of one key never race each other
                 s = item.summary
-                if outlived_by_deletion(s.created_at, s.boundary.cutoff_at, await deleted_of(s)):
+                events_offset = header_int(item.record.headers, EVENTS_OFFSET)
+                if outlived_by_deletion(s.created_at, events_offset, await deleted_of(s)):
                     outcome.stale_summaries += 1
                     continue
                 await self._run(self._p[summary_history_target(s)], summary_history_row(s))
@@ -421,12 +423,12 @@ class Projector(CassandraStage):
         row = next(iter(rows), None)
         return row is not None and row.deleted_at is not None and created_at <= row.deleted_at.replace(tzinfo=UTC)
 
-    async def _deleted_at(self, pk: tuple[str, str, str]) -> datetime | None:
-        """When the session was last deleted (``None``: never); a summary made by then is stale."""
+    async def _deleted_at(self, pk: tuple[str, str, str]) -> Deletion | None:
+        """The session's last deletion (``None``: never); see ``outlived_by_deletion``."""
         row = next(iter(await self._run(self._p["select_deleted"], pk)), None)
         if row is None or row.deleted_at is None:
             return None
-        return row.deleted_at.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return Deletion(row.deleted_at.replace(tzinfo=UTC), row.deleted_offset)
 
     async def _write_latest(self, s: SessionSummary) -> bool:
         """Make ``s`` the latest summary of its key unless an equal or newer version is there.

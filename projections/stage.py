@@ -51,6 +51,7 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,9 @@ INSERT_ADOPTION = (
     "INSERT INTO {ks}.summary_adoptions (app_name, user_id, session_id, record_offset, topic, partition, epoch, "
     "previous_epoch, command_id, caught_up, keys, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-SELECT_DELETED = "SELECT deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
+SELECT_DELETED = (
+    "SELECT deleted_at, deleted_offset FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ? AND session_id = ?"
+)
 INSERT_DELETED = (
     "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at, deleted_partition, deleted_offset) "
     "VALUES (?, ?, ?, ?, ?, ?)"

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-EVENTS_OFFSET = "distill-events-offset"
-"""Events-topic offset (same partition) of the last event the summary covers."""
-INPUT_HASH = "distill-input-hash"
-"""Content address of the summary's inputs (previous summary, delta, prompt, model)."""
+from schemas.headers import EVENTS_OFFSET, INPUT_HASH, header, header_int
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -21,16 +18,4 @@ def summary_headers(events_offset: int | None, input_hash: str | None) -> list[t
     return out
 
 
-def header(headers: Iterable[tuple[str, bytes]] | None, name: str) -> str | None:
-    for key, value in headers or ():
-        if key == name and value is not None:
-            return value.decode()
-    return None
-
-
-def header_int(headers: Iterable[tuple[str, bytes]] | None, name: str) -> int | None:
-    value = header(headers, name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+__all__ = ["EVENTS_OFFSET", "INPUT_HASH", "Headers", "header", "header_int", "summary_headers"]

@@ -59,11 +59,12 @@ def summary(key: SessionKey, version: int, *, text: str, cutoff: float, last_eve
 
 
 def record(topic: str, value: dict[str, Any] | bytes, *, partition: int = 0, offset: int | None = None,
-           timestamp_ms: int = 0) -> SourceRecord:  # fmt: skip
+           timestamp_ms: int = 0, headers: tuple[tuple[str, bytes], ...] = ()) -> SourceRecord:  # fmt: skip
     import json
 
     raw = value if isinstance(value, bytes) else json.dumps(value).encode()
-    return SourceRecord(topic, partition, next(_offsets) if offset is None else offset, b"k", raw, timestamp_ms)
+    offset = next(_offsets) if offset is None else offset
+    return SourceRecord(topic, partition, offset, b"k", raw, timestamp_ms, headers)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from schemas import SessionKey
+from schemas.headers import EVENTS_OFFSET
 from tests.integration.test_projections_support import (
     EVENTS,
     SUMMARIES,
@@ -54,7 +55,8 @@ async def test_delete_session_removes_rows_and_blocks_late_summaries(store: Stor
     delete = {"type": "delete_session", "command_id": "d1", "app_name": key.app_name, "user_id": key.user_id,
               "session_id": key.session_id}  # fmt: skip
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
-    outcome = await store.apply(record(EVENTS, delete, timestamp_ms=now_ms))
+    deletion = record(EVENTS, delete, timestamp_ms=now_ms)
+    outcome = await store.apply(deletion)
     assert outcome.deletes == 1
     assert await store.reader.get_summary_text(key) is None
     assert await store.reader.events_after_boundary(key) == []
@@ -63,10 +65,22 @@ async def test_delete_session_removes_rows_and_blocks_late_summaries(store: Stor
     # A summary produced before the deletion, arriving late, does not resurrect the session.
     await store.summaries(summary(key, 2, text="late", cutoff=1, last_event_id="e1", created=old))
     assert await store.reader.get_summary_text(key) is None
+    # Nor does one made after it by a job that was in flight at the deletion: its boundary event
+    # comes before the command in the events topic (the worker's header says where).
+    before = (EVENTS_OFFSET, str(deletion.offset - 1).encode())
+    in_flight = summary(key, 3, text="在途的旧摘要", cutoff=1, last_event_id="e1")
+    await store.apply(record(SUMMARIES, in_flight, headers=(before,)))
+    assert await store.reader.get_summary_text(key) is None
     # The session may start again after the deletion.
     await store.events(event(key, "n1", at=50, content="new life"))
     await store.summaries(summary(key, 1, text="fresh", cutoff=50, last_event_id="n1"))
     assert await store.reader.get_summary_text(key) == "fresh"
+    # Events stamped long ago (an imported session) do not make its new summaries stale: the log decides.
+    after = (EVENTS_OFFSET, str(deletion.offset + 1).encode())
+    await store.apply(
+        record(SUMMARIES, summary(key, 2, text="又一版", cutoff=50, last_event_id="n1"), headers=(after,))
+    )
+    assert await store.reader.get_summary_text(key) == "又一版"
 
 
 async def test_delete_is_a_barrier_inside_a_batch(store: Store, key: SessionKey) -> None:

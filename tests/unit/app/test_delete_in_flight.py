@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from projections.boundary import outlived_by_deletion
+from projections.boundary import Deletion, outlived_by_deletion
 from schemas import DeleteSession, SessionEvent, SessionSummary, SummaryJob
 from schemas.settings import Settings
 from streams.app.coordinates import Coordinates
@@ -120,9 +120,11 @@ async def test_a_job_in_flight_at_a_deletion_does_not_bring_the_deleted_history_
 
 
 def test_a_summary_of_the_events_before_a_deletion_is_stale_whenever_it_was_made() -> None:
-    deleted = T0 + timedelta(seconds=50)
+    deletion = Deletion(T0 + timedelta(seconds=50), offset=40)
     made_after = T0 + timedelta(seconds=60)
-    assert outlived_by_deletion(made_after, T0 + timedelta(seconds=3), deleted)  # a pre-deletion job's answer
-    assert outlived_by_deletion(T0 + timedelta(seconds=40), T0 + timedelta(seconds=3), deleted)
-    assert not outlived_by_deletion(made_after, T0 + timedelta(seconds=55), deleted)  # events after it
-    assert not outlived_by_deletion(made_after, T0 + timedelta(seconds=3), None)
+    assert outlived_by_deletion(made_after, 39, deletion)  # a job in flight at the deletion, answered after it
+    assert outlived_by_deletion(T0 + timedelta(seconds=40), 45, deletion)  # made by the deletion
+    assert not outlived_by_deletion(made_after, 41, deletion)  # the events after it
+    assert not outlived_by_deletion(made_after, None, deletion)  # no header (an older worker): its time decides
+    assert not outlived_by_deletion(made_after, 39, Deletion(T0 + timedelta(seconds=50)))  # an older marker
+    assert not outlived_by_deletion(made_after, 39, None)
