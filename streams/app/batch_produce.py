@@ -60,6 +60,42 @@ def produce_fields(records: Sequence[OutgoingRecord]) -> dict[str, object]:
     return {"records": len(records), "partitions": ",".join(f"{t}[{p}]" for t, p in places)}
 
 
+def producer_state(producer: Any, records: Sequence[OutgoingRecord]) -> dict[str, object]:
+    """What aiokafka's sender holds back for ``records``' partitions, for a slow-produce warning.
+
+    The leader the client's metadata names for each partition, the nodes with a produce
+    request in flight (a node's next request waits for its answer), the muted partitions and
+    the batches queued per partition. Read from aiokafka's internals, defensively: a field
+    that is not there is left out (the warning must never fail).
+    """
+    places = sorted({(topic, partition) for topic, _, _, partition in records})
+    out: dict[str, object] = {}
+    sender = getattr(producer, "_sender", None)
+    client = getattr(producer, "client", None) or getattr(producer, "_client", None)
+    cluster = getattr(client, "cluster", None)
+    accumulator = getattr(producer, "_message_accumulator", None)
+    batches = getattr(accumulator, "_batches", None)
+    try:
+        if cluster is not None:
+            out["leaders"] = ",".join(f"{t}[{p}]={cluster.leader_for_partition(_tp(t, p))}" for t, p in places)
+        if sender is not None:
+            out["in_flight_nodes"] = ",".join(str(n) for n in sorted(getattr(sender, "_in_flight", ()) or ()))
+            out["muted"] = ",".join(
+                sorted(f"{tp.topic}[{tp.partition}]" for tp in getattr(sender, "_muted_partitions", ()))
+            )
+        if batches is not None:
+            out["queued_batches"] = ",".join(f"{tp.topic}[{tp.partition}]={len(q)}" for tp, q in batches.items() if q)
+    except Exception as exc:  # a diagnosis must not break the produce it describes
+        out["state_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
+
+
+def _tp(topic: str, partition: int) -> Any:
+    from aiokafka.structs import TopicPartition
+
+    return TopicPartition(topic, partition)
+
+
 async def send_in_batches(
     producer: Any, records: Iterable[OutgoingRecord], sent: list[SentBatch] | None = None
 ) -> list[SentBatch]:
