@@ -25,22 +25,10 @@ from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
-from streams.summarizer.model import ModelResponse
-from streams.summarizer.request import ChatRequest
+from tests.support.echo_model import MarkerEcho
 
 T0 = datetime(2026, 4, 1, tzinfo=UTC)
 MARKER = re.compile(r"记号(\d+)")
-
-
-class MarkerEcho:
-    name = "echo"
-    context_window = 128_000
-    provider_budget = None
-
-    async def complete(self, request: ChatRequest) -> ModelResponse:
-        text = "\n".join(str(m.get("content") or "") for m in request.messages)
-        found = sorted(set(MARKER.findall(text)), key=int)
-        return ModelResponse(text=" ".join(f"记号{n}" for n in found), model=self.name)
 
 
 class Pipeline:
@@ -48,7 +36,7 @@ class Pipeline:
 
     def __init__(self) -> None:
         settings = Settings.model_validate({"summary": {"event_threshold": 2}})
-        summarizer = build_summarizer(settings, model=MarkerEcho())  # type: ignore[arg-type]
+        summarizer = build_summarizer(settings, model=MarkerEcho(r"记号\d+"))  # type: ignore[arg-type]
         self.track = TrackHandler(policies_from_settings(settings.summary, settings.llm.model))
         self.ledger = _Ledger()
         self.log = _Log()

@@ -13,25 +13,10 @@ from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
 from streams.cli.replay_cmd import progress_line
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
-from streams.summarizer.model import ModelResponse
-from streams.summarizer.request import ChatRequest
+from tests.support.echo_model import MarkerEcho as Echo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MARKER = re.compile(r"\bM\d+\b")
-
-
-class Echo:
-    name = "echo"
-    context_window = 128_000
-    provider_budget = None
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def complete(self, request: ChatRequest) -> ModelResponse:
-        self.calls += 1
-        text = "\n".join(str(m.get("content") or "") for m in request.messages)
-        return ModelResponse(text=" ".join(dict.fromkeys(MARKER.findall(text))), model=self.name)
 
 
 def events(sessions: int = 3, rounds: int = 8) -> list[SessionEvent]:

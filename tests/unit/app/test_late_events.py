@@ -19,28 +19,11 @@ from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
 from streams.rules.boundaries import delta_in_log_order, early_ids
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
-from streams.summarizer.model import ModelResponse
-from streams.summarizer.request import ChatRequest
+from tests.support.echo_model import MarkerEcho
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 MARKER = re.compile(r"标记(\d+)")
-
-
-class MarkerEcho:
-    """Answers every marker it received; notes markers that came twice in one request."""
-
-    name = "echo"
-    context_window = 128_000
-    provider_budget = None
-
-    def __init__(self) -> None:
-        self.twice: list[str] = []
-
-    async def complete(self, request: ChatRequest) -> ModelResponse:
-        texts = [str(m.get("content") or "") for m in request.messages]
-        found = [n for text in texts for n in MARKER.findall(text)]
-        self.twice += [n for n in set(found) if found.count(n) > 1]
-        return ModelResponse(text=" ".join(f"标记{n}" for n in sorted(set(found), key=int)), model=self.name)
+ECHOED = r"标记\d+"
 
 
 def event(n: int, seconds: float, event_id: str | None = None) -> SessionEvent:
@@ -55,7 +38,7 @@ def event(n: int, seconds: float, event_id: str | None = None) -> SessionEvent:
 
 async def run(events: list[SessionEvent], **summary: object) -> tuple[ReplayStats, MarkerEcho]:
     settings = Settings.model_validate({"summary": summary})
-    model = MarkerEcho()
+    model = MarkerEcho(ECHOED)
     summarizer = build_summarizer(settings, model=model)  # type: ignore[arg-type]
     engine = InProcessReplay(
         policies_from_settings(settings.summary, settings.llm.model), lambda app: summarizer, SummaryCache()
