@@ -76,8 +76,9 @@ class Deletion:
 
 
 def outlived_by_deletion(created_at: datetime, events_offset: int | None, deletion: Deletion | None) -> bool:
-    """A summary of a deleted session is stale when it was made by the deletion, or when it covers
-    events before it: its boundary event (``events_offset``, the same partition) precedes the command.
+    """A summary of a deleted session is stale when it covers events before the deletion: its
+    boundary event (``events_offset``, the same partition) precedes the command in the log. Without
+    both offsets (a summary or a marker of an older build), when it was made by the deletion.
 
     A job in flight at the deletion may be answered long after it; its summary, made after the
     deletion, would otherwise put the deleted history back. Event timestamps do not decide this:
@@ -86,6 +87,6 @@ def outlived_by_deletion(created_at: datetime, events_offset: int | None, deleti
     """
     if deletion is None:
         return False
-    if to_millis(created_at) <= to_millis(deletion.at):
-        return True
-    return events_offset is not None and deletion.offset is not None and events_offset < deletion.offset
+    if events_offset is not None and deletion.offset is not None:
+        return events_offset < deletion.offset  # the log decides; clocks only when it cannot
+    return to_millis(created_at) <= to_millis(deletion.at)

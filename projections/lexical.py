@@ -39,7 +39,9 @@ SESSION_TOKEN_PREFIX = "session:"
 """Prefix of the synthetic token naming a row's session (see ``session_token``)."""
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+_CJK_CHARS = "\u3040-\u30ff\u3300-\u33ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
+"""Kana, CJK ideographs, Hangul syllables, and the compatibility forms NFKC turns into them (squared
+words, compatibility ideographs, half-width katakana): the chunker reads the text unfolded."""
 _CJK = re.compile(f"[{_CJK_CHARS}]")
 _CLAUSE_SPLIT = re.compile(r"\s*(?:[,;，；]|\band\b|\bor\b)\s*", re.IGNORECASE)
 _LEAD_INS = (

@@ -280,7 +280,9 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         a Faust message stamped with the current generation, from the active or buffered
         partitions only; while flow is stopped, nothing, and a seek back to the committed
         offsets. Faust checks the flow and the generation before every record, but nothing
-        awaits between two of its records, so here they are checked once. The partition's
+        awaits between two of its records, so neither can change inside one fetch: the flow is
+        checked once, and each message carries the generation read when it is made, which
+        ``_deliver`` checks before every record. The partition's
         high-water mark (Faust reads it from the consumer thread for every record, for the lag
         monitor) is read once per partition and fetch: it is the same number for all of them.
         """

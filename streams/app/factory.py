@@ -380,13 +380,9 @@ def create_app(
             recent.add(msg.partition, msg.offset, msg.key, msg.value)
             record = decode_event_record(msg.value or b"", max_record_bytes)  # never raises: Rejected
             # The log time of a command (an event is judged by its own timestamp).
-            at = (
-                None
-                if type(record) is SessionEvent
-                else datetime.fromtimestamp(msg.timestamp, UTC)
-                if msg.timestamp
-                else datetime.now(UTC)
-            )
+            at: datetime | None = None
+            if not isinstance(record, SessionEvent):
+                at = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp else datetime.now(UTC)
             try:
                 out = track.on_record(record, coords, batch, key=msg.key, log_time=at, raw=msg.value)
             except Exception as exc:  # a bug or a poison record: keep it on the dead-letter topic, go on

@@ -16,7 +16,7 @@ from pathlib import Path
 from streams.errors import ServiceError
 
 _STARTED: dict[int, subprocess.Popen[bytes]] = {}
-"""The processes this process started, by pid: how one ended can be told once it has."""
+"""The processes this process started, by pid, until stopped: how one that died while it booted ended."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,7 @@ class ManagedProcess:
                 deadline = time.monotonic() + 10
             time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
+        _STARTED.pop(pid, None)
         return pid
 
 

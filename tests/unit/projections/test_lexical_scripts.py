@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from projections.lexical import MIN_SCORE, chunk_index, doc_tokens, plan, score
+from projections.lexical import MAX_DOC_TOKENS, MIN_SCORE, chunk_index, doc_tokens, plan, score
 
 FACTS = [
     ("我的订单号是ORDER12345，请记住", "ORDER12345"),
@@ -39,3 +39,20 @@ def test_a_fact_deep_in_a_large_cjk_tool_result_is_in_some_chunk() -> None:
     chunks = chunk_index(text)
     assert len(chunks) > 1
     assert any("dev7788" in tokens for _, _, tokens in chunks)
+
+
+def test_half_width_katakana_is_chunked_as_the_cjk_it_folds_to() -> None:
+    """The chunker reads the text unfolded; NFKC makes half-width katakana CJK (bigrams): no chunk
+    may reach the token cap, or bigrams past it go unindexed."""
+    seed, chars = 7, []
+    for _ in range(3000):  # many distinct pairs: the token cap matters
+        seed = (seed * 1103515245 + 12345) % 2**31
+        chars.append(chr(0xFF71 + seed % 45))
+    kana = "".join(chars)
+    text = f"{kana}番号ID4455{kana}"
+    chunks = chunk_index(text)
+    assert len(chunks) > 2
+    assert all(len(tokens) <= MAX_DOC_TOKENS for _, _, tokens in chunks)
+    indexed = set().union(*(tokens for _, _, tokens in chunks))
+    assert doc_tokens(text, cap=10**9) <= indexed  # every pair indexed in some chunk
+    assert "id4455" in indexed
