@@ -225,6 +225,16 @@ def _span_end(text: str, lowered: str, start: int, max_chars: int, max_tokens: i
     return limit
 
 
+def _lower_in_place(text: str) -> str:
+    """``text`` lower-cased character for character: the same length, so a position in it is the same
+    position in ``text`` (whose slices the rows store). A character whose lower case is longer (Turkish
+    ``İ`` is two) stays as it is; its tokens are folded later anyway (``doc_tokens``)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):  # lower() never shortens: every character mapped to one
+        return lowered
+    return "".join(low if len(low := ch.lower()) == 1 else ch for ch in text)
+
+
 def chunk_index(
     text: str,
     max_chars: int = CHUNK_CHARS,
@@ -247,7 +257,7 @@ def chunk_index(
     """
     if not text:
         return []
-    lowered = text.lower()
+    lowered = _lower_in_place(text)
     chunks: list[tuple[int, int, set[str]]] = []
     start = 0
     while True:

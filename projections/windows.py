@@ -65,7 +65,10 @@ def slice_content(text: str, offset: int, limit: int) -> ContentSlice:
     """
     data = text.encode("utf-8")
     start = _snap_back(data, offset)
-    end = _snap_back(data, start + limit)
+    # From the offset asked for, not the snapped start: an agent stepping its offset by its limit
+    # then gets pages that meet (measured from the start, the bytes of the character the start was
+    # snapped back over were skipped at every page edge inside CJK text).
+    end = _snap_back(data, offset + limit)
     if end == start and start < len(data):
         # A limit smaller than one character still returns that character.
         end = start + 1

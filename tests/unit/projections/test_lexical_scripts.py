@@ -56,3 +56,15 @@ def test_half_width_katakana_is_chunked_as_the_cjk_it_folds_to() -> None:
     indexed = set().union(*(tokens for _, _, tokens in chunks))
     assert doc_tokens(text, cap=10**9) <= indexed  # every pair indexed in some chunk
     assert "id4455" in indexed
+
+
+def test_a_text_whose_lower_case_is_longer_is_chunked_at_its_own_positions() -> None:
+    """Turkish capital İ lowers to two characters: chunk positions found on the lowered copy drifted from
+    the text the rows are cut from, and the end of a long document was never indexed."""
+    filler = " ".join(f"İstanbul{i}" for i in range(4000))
+    markers = [f"zmarker{i:04d}q" for i in range(20)]
+    text = f"{filler} {' '.join(markers)}"
+    chunks = chunk_index(text)
+    assert chunks[-1][1] == len(text)
+    for marker in markers:
+        assert any(marker in tokens and marker in text[a:b].lower() for a, b, tokens in chunks), marker

@@ -63,8 +63,20 @@ def test_slice_content_is_valid_utf8_and_within_limit(text: str, offset: int, li
     part = slice_content(text, offset, limit)
     data = text.encode()
     assert data[part.content_offset : part.content_offset + part.returned_bytes] == part.text.encode()
-    assert part.returned_bytes <= max(limit, 4)
+    # At most the limit from the offset asked for, plus the bytes of the character it fell inside.
+    assert part.returned_bytes <= max(limit, 4) + (offset - part.content_offset)
     assert part.truncated == (part.returned_bytes < len(data))
+
+
+@given(st.text(alphabet="a中é😀\u0301한", max_size=300), st.integers(1, 70))
+def test_pages_stepped_by_the_limit_asked_for_skip_no_byte(text: str, limit: int) -> None:
+    """An agent reading offsets 0, limit, 2*limit, ... (as the tool's description invites) sees every byte."""
+    data = text.encode()
+    seen = bytearray(len(data))
+    for offset in range(0, len(data), limit):
+        part = slice_content(text, offset, limit)
+        seen[part.content_offset : part.content_offset + part.returned_bytes] = b"\x01" * part.returned_bytes
+    assert all(seen), [i for i, b in enumerate(seen) if not b][:5]
 
 
 def test_slice_content_snaps_back_to_character_start() -> None:
