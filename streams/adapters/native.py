@@ -92,8 +92,13 @@ class Clock:
         self.last = wanted
         return wanted
 
-    def seen(self, events: Sequence[SessionEvent]) -> None:
-        """Never go back before events already stored."""
-        for event in events:
-            if self.last is None or event.timestamp > self.last:
-                self.last = event.timestamp
+    def seen(self, events: Sequence[SessionEvent], cutoff: datetime | None = None) -> None:
+        """Never go back before events already stored, nor to the summary's ``cutoff``.
+
+        The cutoff counts even when the read holds no event (a summary covering all of them): an
+        event stamped before it — another producer's clock ran ahead — is cut from the next request
+        by the read side, which orders by time.
+        """
+        for stamp in (*(event.timestamp for event in events), *((cutoff,) if cutoff is not None else ())):
+            if self.last is None or stamp > self.last:
+                self.last = stamp
