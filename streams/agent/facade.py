@@ -205,9 +205,16 @@ class DistillAgent:
         calls = to_message(reply).tool_calls
         if not calls:
             return []
-        results = [await self._answer(call, tools or {}) for call in calls]
-        run = await self._current_run()
-        await self._publish([self._event(result, run) for result in results])
+        results: list[Message] = []
+        try:
+            for call in calls:
+                results.append(await self._answer(call, tools or {}))
+        finally:
+            # Cancelled (or failed) part way: the results already produced are published all the same —
+            # their tools ran, their side effects happened, and the next request must show them.
+            if results:
+                run = await self._current_run()
+                await asyncio.shield(self._publish([self._event(result, run) for result in results]))
         return results
 
     async def _answer(self, call: ToolCall, tools: Mapping[str, LocalTool]) -> Message:

@@ -8,8 +8,11 @@ list is empty, and the floor came from events only). The fake holds Cassandra's 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from projections.boundary import Cut
 from projections.context_read import applicable_summary
@@ -69,3 +72,28 @@ async def test_a_fresh_facade_stamps_after_a_cutoff_set_by_a_clock_ahead_of_its_
     request = await agent.next_request("sys")
     text = str(request.messages)
     assert "之前的摘要" in text and "标记9" in text, text
+
+
+async def test_tool_results_produced_before_a_cancellation_are_published() -> None:
+    """The run is cancelled while its second tool runs: the first tool's result (its side effects done)
+    is still published, so the next request shows it."""
+    ahead = datetime.now(UTC) - timedelta(seconds=5)
+    first = SessionEvent(app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id, event_id="e0",
+                         timestamp=ahead, author="user", message=Message(role="user", content="查一下航班 标记0"),
+                         request_id="r0", invocation_id="r0")  # fmt: skip
+    fake = LogAndCut([first], summary_at(first, "空"))
+    backend = SessionBackend(Settings(), client=fake, reader=fake, context=fake)  # type: ignore[arg-type]
+    agent = DistillAgent(backend, app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id)
+    await agent.user("订两张票 标记1")
+    reply = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "book", "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": "pay", "arguments": "{}"}},
+    ]}  # fmt: skip
+    await agent.record(reply)
+
+    async def pay() -> str:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await agent.run_tools(reply, {"book": lambda: "已订 CA1234 标记2", "pay": pay})
+    assert any("标记2" in str(e.message.content) for e in fake.log), [e.message for e in fake.log]
