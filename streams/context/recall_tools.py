@@ -399,21 +399,24 @@ class RecallExecutor:
             for hit in hits
             if hit.score >= min_score
         ]
-        return {
+        answer: dict[str, Any] = {
             "historical_context": True,
             "note": HISTORICAL_NOTE,
             "query": text,
             "scope": scope,
             "results": results,
         }
+        if not text:  # Go's answer (no results), saying why: an empty list alone reads as "not there"
+            answer["warning"] = "the query is blank: nothing was searched"
+        return answer
 
     async def _load(self, args: Mapping[str, Any]) -> dict[str, Any]:
         session_id = string_arg(args, "session_id") or self.session_id
         event_id = string_arg(args, "event_id") or ""
         tool_call_id = string_arg(args, "tool_call_id") or ""
-        before, after = normalize_window(
-            optional_int_arg(args, "before", minimum=0), optional_int_arg(args, "after", minimum=0)
-        )
+        asked_before = optional_int_arg(args, "before", minimum=0)
+        asked_after = optional_int_arg(args, "after", minimum=0)
+        before, after = normalize_window(asked_before, asked_after)
         offset, limit = normalize_content(
             optional_int_arg(args, "content_offset", minimum=0),
             optional_int_arg(args, "content_limit", minimum=1, maximum=MAX_CONTENT_LIMIT),
@@ -429,13 +432,22 @@ class RecallExecutor:
             if tool_call_id:
                 raise RecallError(f'tool_call_id "{tool_call_id}" not found in session "{session_id}"')
             raise RecallError(f"anchor event not found: {event_id}")
-        return {
+        answer: dict[str, Any] = {
             "historical_context": True,
             "note": HISTORICAL_NOTE,
             "session_id": session_id,
             "anchor_event_id": window.anchor_event_id,
+            "before": before,
+            "after": after,
             "messages": [self._window_message(e) for e in window.events],
         }
+        if (asked_before or 0) > before or (asked_after or 0) > after:
+            # The window's span is capped: say so, or a smaller window reads as all there is.
+            answer["warning"] = (
+                f"the window is limited to {before + after} events around the anchor: before={before}, "
+                f"after={after} were used; load again anchored on the first or last message to read further"
+            )
+        return answer
 
     @staticmethod
     def _window_message(event: WindowEvent) -> dict[str, Any]:

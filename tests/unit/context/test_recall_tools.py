@@ -115,6 +115,8 @@ async def test_search_normalizes_arguments() -> None:
     _, api = _history()
     blank = await _call(_executor(api), "session_search", query="   ")
     assert blank["results"] == [] and api.search_calls == 0
+    assert blank["warning"] == "the query is blank: nothing was searched"  # not a silent "nothing there"
+    assert "warning" not in await _call(_executor(api), "session_search", query="ACME")
     one = await _call(_executor(api), "session_search", query="ACME", top_k=1)
     assert one["scope"] == "current_hidden" and len(one["results"]) == 1
     many = await _call(_executor(api), "session_search", query="ACME", scope="current_session", top_k=500)
@@ -191,6 +193,10 @@ async def test_huge_window_sides_are_answered_at_once() -> None:
     _, api = _history()
     out = await _call(_executor(api), "session_load", event_id="e3", before=10**18, after=10**18)
     assert out["anchor_event_id"] == "e3"
+    # Clamped, and said: the model learns the window is smaller than it asked for, and how to read on.
+    assert (out["before"], out["after"]) == (2, 2) and "limited to 4 events" in out["warning"]
+    small = await _call(_executor(api), "session_load", event_id="e3", before=1, after=1)
+    assert (small["before"], small["after"]) == (1, 1) and "warning" not in small
 
 
 _JSON = st.recursive(
