@@ -196,32 +196,27 @@ def _span_end(text: str, lowered: str, start: int, max_chars: int, max_tokens: i
     tokens: set[str] = set()
     for match in _WORD.finditer(lowered, start, limit):
         word = match.group()
+        # A word is one run; a word holding CJK is its runs (the CJK ones as pairs, see ``_split_words``).
         if _CJK.search(word):
-            for run in _SCRIPT_RUN.finditer(word):
-                part, at = run.group(), match.start() + run.start()
-                if not _CJK.match(part):  # a word glued to CJK text: never cut (see ``_split_words``)
-                    if at + len(part) >= limit and limit < len(text) and at > start:
-                        return at
-                    token = _index_token(part)
-                    if token and token not in tokens:
-                        if len(tokens) >= max_tokens:
-                            return max(at, start + 1)
-                        tokens.add(token)
-                    continue
+            runs = [(r.group(), match.start() + r.start()) for r in _SCRIPT_RUN.finditer(word)]
+        else:
+            runs = [(word, match.start())]
+        for part, at in runs:
+            if _CJK.match(part):
                 for i in range(max(1, len(part) - 1)):
                     token = part[i : i + 2]
                     if token not in tokens:
                         if len(tokens) >= max_tokens:
                             return max(at + i, start + 1)
                         tokens.add(token)
-            continue
-        if match.end() >= limit and limit < len(text) and match.start() > start:
-            return match.start()  # the word runs past the chunk: it goes whole into the next one
-        token = _index_token(word)
-        if token and token not in tokens:
-            if len(tokens) >= max_tokens:
-                return max(match.start(), start + 1)
-            tokens.add(token)
+                continue
+            if at + len(part) >= limit and limit < len(text) and at > start:
+                return at  # the word runs past the chunk: it goes whole into the next one
+            token = _index_token(part)
+            if token and token not in tokens:
+                if len(tokens) >= max_tokens:
+                    return max(at, start + 1)
+                tokens.add(token)
     return limit
 
 
