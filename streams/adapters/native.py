@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from schemas import SessionEvent
+from schemas import SessionEvent, SummaryBoundary
 
 NATIVE_FIELD = "native"
 PART_OF_FIELD = "native_part_of"
@@ -78,6 +78,13 @@ def restore_record(block: dict[str, Any], content: str | None) -> dict[str, Any]
     return record
 
 
+class Bounded(Protocol):
+    """A summary as the clock needs it: its boundary (a record, or the read side's applied summary)."""
+
+    @property
+    def boundary(self) -> SummaryBoundary: ...
+
+
 class Clock:
     """Strictly increasing event timestamps (millisecond steps: Cassandra's resolution)."""
 
@@ -92,13 +99,16 @@ class Clock:
         self.last = wanted
         return wanted
 
-    def seen(self, events: Sequence[SessionEvent], cutoff: datetime | None = None) -> None:
-        """Never go back before events already stored, nor to the summary's ``cutoff``.
+    def seen(self, events: Sequence[SessionEvent], summary: Bounded | None = None) -> None:
+        """Never go back before events already stored, nor to ``summary``'s cutoff.
 
         The cutoff counts even when the read holds no event (a summary covering all of them): an
         event stamped before it — another producer's clock ran ahead — is cut from the next request
         by the read side, which orders by time.
         """
-        for stamp in (*(event.timestamp for event in events), *((cutoff,) if cutoff is not None else ())):
+        stamps = [event.timestamp for event in events]
+        if summary is not None:
+            stamps.append(summary.boundary.cutoff_at)
+        for stamp in stamps:
             if self.last is None or stamp > self.last:
                 self.last = stamp

@@ -199,7 +199,7 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
 
     async def _view(self) -> SessionView:
         view = await self.backend.view(self.key, self.filter_key)
-        self._clock.seen(view.events, view.summary.boundary.cutoff_at if view.summary else None)
+        self._clock.seen(view.events, view.summary)
         self.last_view = view
         return view
 

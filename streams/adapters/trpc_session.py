@@ -171,7 +171,7 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
     async def view_of(self, key: SessionKey) -> SessionView:
         backend = await self.ready()
         view = await backend.view(key, self.filter_key)
-        self._clock(key).seen(view.events, view.summary.boundary.cutoff_at if view.summary else None)
+        self._clock(key).seen(view.events, view.summary)
         return view
 
     # -- BaseSessionService ----------------------------------------------------------------------------------

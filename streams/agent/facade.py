@@ -336,7 +336,7 @@ class DistillAgent:
             missing = self._not_shown(read)
             if read is not None and not missing:
                 self._unconfirmed.clear()
-                self._clock.seen(read.events, read.summary.boundary.cutoff_at if read.summary else None)
+                self._clock.seen(read.events, read.summary)
                 return read
             if time.monotonic() >= deadline:
                 lag = read.projection_lag if read is not None else ProjectionLag()
