@@ -54,10 +54,12 @@ def group_by_partition(records: Iterable[OutgoingRecord]) -> dict[tuple[str, int
     return groups
 
 
-def produce_fields(records: Sequence[OutgoingRecord]) -> dict[str, object]:
-    """Log fields naming what ``records`` go to: their count and ``topic[partition]`` list (pure)."""
+def produce_fields(records: Sequence[OutgoingRecord], producer: Any = None) -> dict[str, object]:
+    """Log fields naming what ``records`` go to: their count and ``topic[partition]`` list, and with
+    aiokafka's ``producer`` what its sender holds back for them (:func:`producer_state`)."""
     places = sorted({(topic, partition) for topic, _, _, partition in records})
-    return {"records": len(records), "partitions": ",".join(f"{t}[{p}]" for t, p in places)}
+    fields: dict[str, object] = {"records": len(records), "partitions": ",".join(f"{t}[{p}]" for t, p in places)}
+    return fields if producer is None else {**fields, **producer_state(producer, records)}
 
 
 def producer_state(producer: Any, records: Sequence[OutgoingRecord]) -> dict[str, object]:

@@ -41,7 +41,7 @@ from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
 from streams.app.batch import TableBatch
-from streams.app.batch_produce import OrderedBatchSender, SentBatch, produce_fields, producer_state
+from streams.app.batch_produce import OrderedBatchSender, SentBatch, produce_fields
 from streams.app.codecs import (
     EVENTS_CODEC,
     JOB_CODEC,
@@ -456,10 +456,8 @@ def create_app(
 
         # aiokafka's batch API, not a send per record; whole calls in the order of their table
         # writes (no await between ``write_table`` and here; see streams.app.batch_produce).
-        def fields() -> dict[str, object]:
-            producer = getattr(app.producer, "_producer", None)  # aiokafka's, once started
-            return {**produce_fields(outgoing), **(producer_state(producer, outgoing) if producer is not None else {})}
-
+        # aiokafka's producer (Faust's ``_producer``, set once started) says what its sender holds back.
+        fields = partial(produce_fields, outgoing, getattr(app.producer, "_producer", None))
         with warn_if_slow("produce not acknowledged by the broker", fields):
             sent = await ordered_sender.queue(outgoing, partial(_sent, cast(Any, table).data))
             await asyncio.gather(*(batch.delivered for batch in sent))
