@@ -207,7 +207,9 @@ def _span_end(text: str, lowered: str, start: int, max_chars: int, max_tokens: i
                     token = part[i : i + 2]
                     if token not in tokens:
                         if len(tokens) >= max_tokens:
-                            return max(at + i, start + 1)
+                            # Never a run's first character alone: the chunk would index it as a
+                            # token of its own (a one-character run), one past the cap.
+                            return max(at + i if i != 1 else at, start + 1)
                         tokens.add(token)
                 continue
             if at + len(part) >= limit and limit < len(text) and at > start:

@@ -68,3 +68,13 @@ def test_a_text_whose_lower_case_is_longer_is_chunked_at_its_own_positions() -> 
     assert chunks[-1][1] == len(text)
     for marker in markers:
         assert any(marker in tokens and marker in text[a:b].lower() for a, b, tokens in chunks), marker
+
+
+def test_a_cjk_run_cut_at_the_token_cap_never_leaves_its_first_character_alone() -> None:
+    """Found by the chunk property: a cut after a run's first character left a one-character run,
+    indexed as a token of its own, one past the cap."""
+    text = "deploy invoice 中字aaa字a中字中"
+    chunks = chunk_index(text, max_chars=40, max_tokens=5)
+    for start, end, tokens in chunks:
+        assert tokens == doc_tokens(text[start:end]) and len(tokens) <= 5, (text[start:end], tokens)
+    assert doc_tokens(text, cap=10**9) <= set().union(*(t for _, _, t in chunks))
