@@ -25,10 +25,10 @@ from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
-from tests.support.echo_model import MarkerEcho
+from tests.unit.summarizer.helpers import EchoModel
 
 T0 = datetime(2026, 4, 1, tzinfo=UTC)
-MARKER = re.compile(r"记号(\d+)")
+MARKER = re.compile(r"\bM(\d+)\b")
 
 
 class Pipeline:
@@ -36,7 +36,7 @@ class Pipeline:
 
     def __init__(self) -> None:
         settings = Settings.model_validate({"summary": {"event_threshold": 2}})
-        summarizer = build_summarizer(settings, model=MarkerEcho(r"记号\d+"))  # type: ignore[arg-type]
+        summarizer = build_summarizer(settings, model=EchoModel(context_window=128_000))  # type: ignore[arg-type]
         self.track = TrackHandler(policies_from_settings(settings.summary, settings.llm.model))
         self.ledger = _Ledger()
         self.log = _Log()
@@ -75,7 +75,7 @@ def event(n: int) -> SessionEvent:
     return SessionEvent(
         app_name="app", user_id="u", session_id="s", event_id=f"e{n}", timestamp=T0 + timedelta(seconds=n),
         request_id=f"r{n // 2}", author="user" if role == "user" else "agent",
-        message={"role": role, "content": f"{'我的地址是' if role == 'user' else '收到'} 记号{n}"},
+        message={"role": role, "content": f"{'我的地址是' if role == 'user' else '收到'} M{n}"},
     )  # fmt: skip
 
 

@@ -84,17 +84,18 @@ async def test_an_in_process_replay_runs_with_the_tuned_collector_and_restores_i
     from streams.app.cache import SummaryCache
     from streams.summarizer.model import ModelResponse
     from streams.summarizer.request import ChatRequest
-    from tests.unit.app.test_inprocess_replay import Echo, replay
+    from tests.unit.app.test_inprocess_replay import replay
+    from tests.unit.summarizer.helpers import EchoModel
 
     seen: list[tuple[int, int, int]] = []
-    complete = Echo.complete
+    complete = EchoModel.complete
 
-    async def spy(self: Echo, request: ChatRequest) -> ModelResponse:
+    async def spy(self: EchoModel, request: ChatRequest) -> ModelResponse:
         seen.append(gc.get_threshold())  # the thresholds while the replay runs (the model is called inside)
         return await complete(self, request)
 
     gc.set_threshold(700, 10, 10)
-    monkeypatch.setattr(Echo, "complete", spy)
+    monkeypatch.setattr(EchoModel, "complete", spy)
     stats, _ = await replay(Settings.model_validate({"summary": {"event_threshold": 3}}), SummaryCache())
     assert stats.llm_calls > 0 and seen and set(seen) == {GC_THRESHOLDS}
     assert gc.get_threshold() == (700, 10, 10)

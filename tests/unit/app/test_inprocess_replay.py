@@ -13,7 +13,7 @@ from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
 from streams.cli.replay_cmd import progress_line
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
-from tests.support.echo_model import MarkerEcho as Echo
+from tests.unit.summarizer.helpers import EchoModel
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MARKER = re.compile(r"\bM\d+\b")
@@ -36,8 +36,8 @@ def events(sessions: int = 3, rounds: int = 8) -> list[SessionEvent]:
     return out
 
 
-async def replay(settings: Settings, cache: SummaryCache, *, dry: bool = False) -> tuple[ReplayStats, Echo]:
-    model = Echo()
+async def replay(settings: Settings, cache: SummaryCache, *, dry: bool = False) -> tuple[ReplayStats, EchoModel]:
+    model = EchoModel(context_window=128_000)
     summarizer = build_summarizer(settings, model=model)  # type: ignore[arg-type]
     policies = policies_from_settings(settings.summary, settings.llm.model)
     engine = InProcessReplay(policies, lambda app: summarizer, cache, dry_run=dry)
@@ -48,9 +48,9 @@ async def test_a_replay_with_nothing_changed_makes_no_llm_call_and_the_same_boun
     settings = Settings.model_validate({"summary": {"event_threshold": 3}})
     cache = SummaryCache()
     live, live_model = await replay(settings, cache)
-    assert live.jobs >= 6 and live_model.calls == live.llm_calls == live.jobs
+    assert live.jobs >= 6 and len(live_model.requests) == live.llm_calls == live.jobs
     dry, dry_model = await replay(settings, cache, dry=True)
-    assert (dry.keys, dry.jobs, dry.cache_hits, dry.llm_calls, dry_model.calls) == (
+    assert (dry.keys, dry.jobs, dry.cache_hits, dry.llm_calls, len(dry_model.requests)) == (
         live.keys,
         live.jobs,
         live.jobs,
@@ -58,7 +58,7 @@ async def test_a_replay_with_nothing_changed_makes_no_llm_call_and_the_same_boun
         0,
     )
     again, model = await replay(settings, cache)
-    assert model.calls == 0 and again.cache_hits == live.jobs
+    assert not model.requests and again.cache_hits == live.jobs
     assert again.boundaries == live.boundaries and again.texts == live.texts
 
 
@@ -67,7 +67,7 @@ async def test_a_dry_run_after_a_prompt_change_counts_every_boundary_as_an_llm_c
     live, _ = await replay(Settings.model_validate({"summary": {"event_threshold": 3}}), cache)
     changed = Settings.model_validate({"summary": {"event_threshold": 3, "prompt": "要点：{conversation_text}"}})
     dry, model = await replay(changed, cache, dry=True)
-    assert model.calls == 0 and dry.jobs == live.jobs and dry.llm_calls == live.jobs and dry.cache_hits == 0
+    assert not model.requests and dry.jobs == live.jobs and dry.llm_calls == live.jobs and dry.cache_hits == 0
 
 
 def test_replay_selects_an_app_with_app_star_star() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from schemas import SessionEvent, SummaryBoundary
 from schemas.settings import Settings
 from streams.app.cache import SummaryCache
@@ -19,11 +21,16 @@ from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
 from streams.rules.boundaries import delta_in_log_order, early_ids
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
-from tests.support.echo_model import MarkerEcho
+from streams.summarizer.model import ContextLengthError
+from tests.unit.summarizer.helpers import EchoModel, markers
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
-MARKER = re.compile(r"标记(\d+)")
-ECHOED = r"标记\d+"
+MARKER = re.compile(r"\bM(\d+)\b")
+FAULTS = {
+    "none": (),
+    # An empty answer is asked again; a context-length refusal retried at half the budget.
+    "faults": ("", ContextLengthError("maximum context length exceeded (scripted)"), ""),
+}
 
 
 def event(n: int, seconds: float, event_id: str | None = None) -> SessionEvent:
@@ -32,13 +39,15 @@ def event(n: int, seconds: float, event_id: str | None = None) -> SessionEvent:
         app_name="app", user_id="u", session_id="s", event_id=event_id or f"e{n}",
         timestamp=T0 + timedelta(seconds=seconds), request_id=f"r{n // 2}",
         author="user" if role == "user" else "agent",
-        message={"role": role, "content": f"{'请查一下订单' if role == 'user' else '好的，已经查到'} 标记{n}"},
+        message={"role": role, "content": f"{'请查一下订单' if role == 'user' else '好的，已经查到'} M{n}"},
     )  # fmt: skip
 
 
-async def run(events: list[SessionEvent], **summary: object) -> tuple[ReplayStats, MarkerEcho]:
+async def run(
+    events: list[SessionEvent], faults: tuple[str | BaseException, ...] = (), **summary: object
+) -> tuple[ReplayStats, EchoModel]:
     settings = Settings.model_validate({"summary": summary})
-    model = MarkerEcho(ECHOED)
+    model = EchoModel(*faults, context_window=128_000)
     summarizer = build_summarizer(settings, model=model)  # type: ignore[arg-type]
     engine = InProcessReplay(
         policies_from_settings(settings.summary, settings.llm.model), lambda app: summarizer, SummaryCache()
@@ -46,29 +55,36 @@ async def run(events: list[SessionEvent], **summary: object) -> tuple[ReplayStat
     return await engine.run(records_of(events)), model
 
 
-def assert_every_marker_once(stats: ReplayStats, model: MarkerEcho, events: list[SessionEvent]) -> None:
+def assert_every_marker_once(stats: ReplayStats, model: EchoModel, events: list[SessionEvent]) -> None:
+    assert not model.replies, "every scripted fault was met"
     (boundaries,) = stats.boundaries.values()
     (texts,) = stats.texts.values()
     ids = [e.event_id for e in events]
     covered = events[: ids.index(boundaries[-1]) + 1]
     want = {n for e in covered for n in MARKER.findall(str(e.message.content))}
     assert want <= set(MARKER.findall(texts[-1])), (sorted(want - set(MARKER.findall(texts[-1]))), boundaries)
-    assert not model.twice, f"summarized twice: {model.twice}"
+    sent = [markers("\n".join(str(m.get("content") or "") for m in r.messages)) for r in model.requests]
+    twice = sorted({m for found in sent for m in found if found.count(m) > 1})
+    assert not twice, f"summarized twice: {twice}"  # in the previous summary and in the delta of one request
 
 
-async def test_an_event_stamped_before_the_boundary_but_logged_after_it_is_summarized() -> None:
+@pytest.mark.parametrize("faults", FAULTS.values(), ids=FAULTS.keys())
+async def test_an_event_stamped_before_the_boundary_but_logged_after_it_is_summarized(
+    faults: tuple[str | BaseException, ...],
+) -> None:
     # e4 comes after e3 in the log, stamped half a second before it (the boundary after pass 1 is e3).
     seconds = [0, 1, 2, 3, 2.5, 5, 6, 7, 8, 9, 10, 11, 12, 13]
     events = [event(n, s) for n, s in enumerate(seconds)]
-    stats, model = await run(events, event_threshold=2)
+    stats, model = await run(events, faults, event_threshold=2)
     assert len(next(iter(stats.boundaries.values()))) >= 2
     assert_every_marker_once(stats, model, events)
 
 
-async def test_a_late_event_among_held_back_rounds_is_summarized() -> None:
+@pytest.mark.parametrize("faults", FAULTS.values(), ids=FAULTS.keys())
+async def test_a_late_event_among_held_back_rounds_is_summarized(faults: tuple[str | BaseException, ...]) -> None:
     # keep_recent_rounds holds the last two rounds back; e7 is stamped an hour before everything.
     events = [event(n, -3600 if n == 7 else n) for n in range(24)]
-    stats, model = await run(events, event_threshold=4, keep_recent_rounds=2)
+    stats, model = await run(events, faults, event_threshold=4, keep_recent_rounds=2)
     assert len(next(iter(stats.boundaries.values()))) >= 2
     assert_every_marker_once(stats, model, events)
 
