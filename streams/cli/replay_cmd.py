@@ -243,6 +243,8 @@ async def _watch(
     begin = {TopicPartition(settings.topics.events, p): offset for p, offset in (start or {}).items()}
     started = last_change = time.monotonic()
     last = (-1, -1, -1)
+    positions: dict[Any, int] = {}
+    committed: dict[Any, Any] = {}
     done_events = produced = lag = unanswered = 0
     reported: set[int] = set()
     try:
@@ -263,9 +265,10 @@ async def _watch(
             lag = total - done_events
             out_ends = await consumer.end_offsets(out_tps)
             produced = sum(out_ends.values())
+            positions = {**ends, **await consumer.end_offsets(job_tps), **out_ends}
             # Jobs and summaries the run wrote but its worker has not finished with yet.
             unanswered = sum(end - (committed[tp].offset if tp in committed else 0)
-                             for tp, end in {**await consumer.end_offsets(job_tps), **out_ends}.items())  # fmt: skip
+                             for tp, end in positions.items() if tp not in ends)  # fmt: skip
             click.echo("\r  " + progress_line(done_events, total, time.monotonic() - started, produced), nl=False)
             if (done_events, produced, unanswered) != last:
                 last, last_change = (done_events, produced, unanswered), time.monotonic()
@@ -288,7 +291,8 @@ async def _watch(
                 where = f"; its workers' stacks and tasks are at the end of {', '.join(str(p) for _, p in alive)}"
             raise click.ClickException(
                 f"the replay did not finish in {timeout:g} s: {lag} events not yet consumed, {unanswered} jobs "
-                f"and summaries not yet answered (raise --timeout; the run resumes with --resume){where}"
+                f"and summaries not yet answered (raise --timeout; the run resumes with --resume){where}; "
+                f"behind (committed/end): {behind(positions, committed, begin) or 'none'}"
             )
     finally:
         await consumer.stop()
@@ -310,6 +314,17 @@ async def _committed(admin: Any, group: str) -> dict[Any, Any]:
         if not exc.retriable:
             raise
         return {}
+
+
+def behind(ends: dict[Any, int], committed: dict[Any, Any], begin: dict[Any, int]) -> str:
+    """``topic[p] committed/end`` of each partition the group has not committed to its end (what a stalled
+    run waits for: events not consumed, or a job or summary consumed but never acknowledged)."""
+    out = []
+    for tp, end in sorted(ends.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        done = committed[tp].offset if tp in committed else begin.get(tp, 0)
+        if done < end:
+            out.append(f"{tp.topic}[{tp.partition}] {done}/{end}")
+    return ", ".join(out)
 
 
 def settled(committed_events: int, total_events: int, unanswered: int) -> bool:

@@ -134,7 +134,8 @@ def replay_output(proc: subprocess.Popen[str]) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-    assert proc.returncode == 0, out + replay_log_tail(out)
+    # The replay's own words last: a CI log shows a failure's tail, and they say what the run waited for.
+    assert proc.returncode == 0, f"{replay_log_tail(out)}\n--- replay output ---\n{out}"
     return out
 
 

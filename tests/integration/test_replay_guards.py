@@ -216,7 +216,7 @@ def test_a_replay_from_latest_summarizes_only_what_arrives_after_its_start_and_t
         asyncio.run(publish(new))
         rest, _ = proc.communicate(timeout=120)
         out = first + rest
-        assert proc.returncode == 0, out + replay_log_tail(out)
+        assert proc.returncode == 0, f"{replay_log_tail(out)}\n--- replay output ---\n{out}"
         assert time.monotonic() - began < 80, out
         topic = re.search(r"→ (\S+)", out.splitlines()[-1])
         assert topic is not None, out

@@ -10,7 +10,7 @@ from schemas.settings import Settings
 from streams.app.cache import SummaryCache
 from streams.app.factory import session_filter
 from streams.app.inprocess import InProcessReplay, ReplayStats, records_of
-from streams.cli.replay_cmd import progress_line
+from streams.cli.replay_cmd import behind, progress_line
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import build_summarizer
 from tests.unit.summarizer.helpers import EchoModel
@@ -80,3 +80,15 @@ def test_the_progress_line_shows_rate_lag_and_eta() -> None:
     line = progress_line(1_000, 5_000, 2.0, 7)
     assert "1,000/5,000 events" in line and "500/s" in line and "lag 4,000" in line and "ETA 8s" in line
     assert "ETA 0s" in progress_line(5_000, 5_000, 2.0, 7) and "ETA ?" in progress_line(0, 10, 1.0, 0)
+
+
+def test_a_stalled_replay_names_the_partitions_its_group_has_not_committed_to_their_end() -> None:
+    from aiokafka import TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    events, jobs, empty = TopicPartition("ev", 0), TopicPartition("jobs", 1), TopicPartition("ev", 1)
+    ends = {events: 40, jobs: 7, empty: 0, TopicPartition("sum", 0): 3}
+    committed = {events: OffsetAndMetadata(40, ""), jobs: OffsetAndMetadata(5, "")}
+    # a partition never committed counts from where the run began (--from-latest), else from 0
+    assert behind(ends, committed, {}) == "jobs[1] 5/7, sum[0] 0/3"
+    assert behind(ends, committed, {TopicPartition("sum", 0): 3}) == "jobs[1] 5/7"
