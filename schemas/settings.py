@@ -293,6 +293,10 @@ class WorkerSettings(_Section):
     few ms of CPU whatever its size, most of it waking up (``benchmarks/bench_wake.py``): at 500
     events/s, 30 ms gave 325-360 µs CPU/event and 100 ms 164 (saturated: ~77), at up to this
     much more event→job latency."""
+    jobs_give_way_ms: int = Field(default=50, ge=0, le=1000)
+    """Between its steps a summary job waits up to this long while events wait for the track agent
+    (until the agent took its next batch): a burst of jobs on the worker's one event loop otherwise
+    delays the events fetched meanwhile, and their triggers (``streams.app.ingest_first``). 0: off."""
     recent_events_mb: int = Field(default=128, ge=0)
     """Memory (MiB) for the events the worker consumed, kept for the summary jobs that read
     them back as their delta. Past it a job fetches its own records from Kafka one offset at a

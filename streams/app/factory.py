@@ -53,6 +53,7 @@ from streams.app.codecs import (
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record, decode_summary_record
 from streams.app.extensions import Extensions
+from streams.app.ingest_first import IngestFirst
 from streams.app.monitor import LeanMonitor
 from streams.app.record_sink import RecordSink
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
@@ -315,6 +316,9 @@ def create_app(
     # (streams.app.record_sink). The agent still subscribes the topic (so Faust assigns its
     # partitions and commits what is acked); its stream never carries a record.
     sink = RecordSink(app, app.conf.stream_buffer_maxsize)
+    if settings.worker.jobs_give_way_ms > 0:
+        runtime.give_way = IngestFirst(sink.waiting, settings.worker.jobs_give_way_ms / 1000)
+        sink.on_take = runtime.give_way.taken
     batch_drain.route(app, topics.events, sink)
     max_record_bytes = settings.kafka.max_record_bytes
 

@@ -48,6 +48,12 @@ class RecordSink:
         )
         self._pressure: dict[Any, tuple[Callable[[], None], Callable[[], None]]] = {}
         self._until_ebb = 0  # the first record looks at the producer buffer
+        self.on_take: Callable[[], None] | None = None
+        """Called once the reader took a batch (``IngestFirst.taken``: jobs waiting for it go on)."""
+
+    def waiting(self) -> bool:
+        """Whether records wait for the reader."""
+        return not self.queue.empty()
 
     def _callbacks(self, tp: Any) -> tuple[Callable[[], None], Callable[[], None]]:
         # One pair per partition: the queue keeps pending drop callbacks in a set (by identity).
@@ -107,6 +113,8 @@ class RecordSink:
         batch = [await queue.get()]
         while len(batch) < max_size and not queue.empty():
             batch.append(queue.get_nowait())
+        if self.on_take is not None:
+            self.on_take()
         return batch
 
     def track(self, messages: list[Any]) -> None:

@@ -34,6 +34,7 @@ from streams.app.epochs import decide_adoption
 from streams.app.event_log import EventLogReader
 from streams.app.headers import summary_headers
 from streams.app.heads import session_id_of
+from streams.app.ingest_first import IngestFirst
 from streams.app.ledger import SummaryLedger, summary_key
 from streams.app.pool import JobPool
 from streams.app.summarize import JobResult, SummarizeHandler, is_permanent
@@ -99,6 +100,8 @@ class WorkerRuntime:
     summarize: SummarizeHandler = field(init=False)
     pool: JobPool = field(init=False)
     cache_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    give_way: IngestFirst | None = None
+    """Between its steps a job gives way to events waiting for the track agent (``None``: never)."""
     _head_locks: dict[str, list[Any]] = field(default_factory=dict, init=False, repr=False)
     _given_up: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     """Key → loop time its last job was given up (re-emissions of it are not run again)."""
@@ -181,6 +184,7 @@ class WorkerRuntime:
             return
         run = _Run(job, deadline=loop.time() + policy.job_timeout_s)
         while True:
+            await self._turn()
             try:
                 async with asyncio.timeout_at(run.deadline) as timer:
                     result = await self.summarize.handle(
@@ -229,6 +233,7 @@ class WorkerRuntime:
                     break
                 await asyncio.sleep(delay)
                 continue
+            await self._turn()
             if await self._publish_checked(result, coords.partition, key, fields):
                 break
             # The session switched epochs while the job ran: run it again on the adopted line's head.
@@ -247,9 +252,14 @@ class WorkerRuntime:
             run.deadline += loop.time() - waiting_since
             timer.reschedule(run.deadline)
         try:
+            await self._turn()  # the request is built; the call (and its answer's parsing) follow
             yield
         finally:
             self.model_slots.release()
+
+    async def _turn(self) -> None:
+        if self.give_way is not None:
+            await self.give_way.turn()
 
     async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> bool:
         """Publish ``result``, retried while Kafka fails; a send that failed re-reads the ledger first.

@@ -63,6 +63,20 @@ async def test_take_returns_what_is_queued_up_to_the_batch_size() -> None:
     assert [m.offset for m in await sink.take(3)] == [3, 4]
 
 
+async def test_the_sink_says_whether_records_wait_and_tells_each_take() -> None:
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    takes: list[bool] = []
+    sink.on_take = lambda: takes.append(sink.waiting())
+    route(app, EVENTS, sink)
+    assert not sink.waiting()
+    await consumer._deliver_batch(_records(EVENTS, *range(5)))
+    assert sink.waiting()
+    await sink.take(3)
+    await sink.take(3)
+    assert takes == [True, False] and not sink.waiting()
+
+
 async def test_a_full_sink_takes_the_partition_out_of_the_fetch_until_it_drains() -> None:
     app, consumer = _app()
     tp = TP(EVENTS, 0)
