@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from projections.textcut import head_end, tail_start
 from schemas import Message, ToolCall
 from streams.context.items import HistoryItem
-from streams.rules.textcut import head_end, tail_start
 from streams.rules.tokens import TokenCounter
 
 SESSION_LOAD = "session_load"
@@ -179,7 +179,7 @@ def truncate_middle(text: str, budget: int, hint: RecoveryHint | None = None, *,
 
     The marker says exactly how many characters were cut (and, with a hint, where the
     full text lives). Both cuts fall on character boundaries
-    (:mod:`streams.rules.textcut`: never inside an emoji or combining sequence),
+    (:mod:`projections.textcut`: never inside an emoji or combining sequence),
     so head and tail may hold a few characters less than the budget allows.
     When the budget cannot hold the marker plus two characters, a shorter
     marker is tried (with ids), then the marker alone (with ids) or just the

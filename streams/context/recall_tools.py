@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
+from projections.textcut import head_end
 from projections.windows import DEFAULT_CONTENT_LIMIT, MAX_CONTENT_LIMIT, normalize_content, normalize_window
 from schemas import Message, ToolCall
 from streams.context.recall_args import (
@@ -27,7 +28,6 @@ from streams.context.recall_args import (
     parse_arguments,
     string_arg,
 )
-from streams.rules.textcut import head_end
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
