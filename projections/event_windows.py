@@ -56,13 +56,41 @@ class StoredEvent:
 
     @property
     def recall_eligible(self) -> bool:
-        """Loadable: complete, no tool calls, user/assistant/tool role, non-empty text (Go window rule)."""
+        """In a window: complete, no tool calls, user/assistant/tool role, non-empty text (Go window rule).
+
+        The rule for a window's neighbours and for an anchor found by its tool
+        call id; an anchor named by its event id follows :attr:`loadable`.
+        """
         return not self.partial and not self.has_tool_calls and self.role in RECALL_ROLES and bool(self.text.strip())
+
+    @property
+    def loadable(self) -> bool:
+        """An anchor by event id: complete, with a payload (non-empty text or tool calls), any role.
+
+        Wider than the Go window rule because every payload cut for a request
+        names its event for ``session_load`` (:mod:`streams.summarizer.payloads`
+        cuts tool-call arguments and system messages too), and that load must
+        return what was cut.
+        """
+        return not self.partial and (self.has_tool_calls or bool(self.text.strip()))
 
     def event(self) -> SessionEvent:
         if self.event_json is None:
             raise ValueError("event_json was not selected")
         return restore_event_json(self.event_json, self.text)
+
+
+@dataclass(frozen=True)
+class LoadedToolCall:
+    """One tool call of a loaded anchor: its arguments sliced like the anchor's text."""
+
+    id: str
+    name: str
+    arguments: str
+    arguments_bytes: int
+    arguments_offset: int
+    returned_bytes: int
+    arguments_truncated: bool
 
 
 @dataclass(frozen=True)
@@ -81,6 +109,8 @@ class LoadedMessage:
     content_offset: int = 0
     returned_bytes: int = 0
     content_truncated: bool = False
+    tool_calls: tuple[LoadedToolCall, ...] = ()
+    """The anchor's tool calls (neighbours never have any: the Go window rule skips such events)."""
 
 
 @dataclass(frozen=True)
@@ -230,13 +260,20 @@ class EventWindows(SummaryReads):
     ) -> LoadResult:
         """A window of eligible events around an anchor (the guide's ``session_load``).
 
-        Anchor: ``event_id``, else the newest tool result of ``tool_call_id``;
-        a stale ``event_id`` falls back to ``tool_call_id`` when both are given.
+        Anchor: ``event_id`` when it names a complete event with a payload
+        (:attr:`StoredEvent.loadable`: an assistant event with tool calls, a
+        system message too, since a cut marker may name them), else the newest
+        tool result of ``tool_call_id``; a stale ``event_id`` falls back to
+        ``tool_call_id`` when both are given.
         Window: before/after default 1/1, negatives → 0, both 0 → 1/1, span
-        capped at 4 (the larger side shrinks, ``after`` first on ties).
+        capped at 4 (the larger side shrinks, ``after`` first on ties); the
+        neighbours follow the Go window rule (:attr:`StoredEvent.recall_eligible`:
+        tool-call events are skipped), so a window counts the same events as Go's.
         Content: the anchor's text is the byte slice ``[content_offset,
         content_offset + content_limit)`` (limit default 16 KiB, max 64 KiB)
-        snapped to UTF-8 boundaries; neighbours are cut at the limit; a tool
+        snapped to UTF-8 boundaries, and so are the arguments of each of its
+        tool calls (``tool_calls``: id, name, the slice and where it sits);
+        neighbours are cut at the limit; a tool
         result returned whole is prefixed ``"<tool_name>: "`` (unless
         ``tool_name_prefix=False``: callers that show ``tool_name`` beside the
         text, such as the recall executor, want the text as it was).
@@ -252,7 +289,7 @@ class EventWindows(SummaryReads):
         anchor: StoredEvent | None = None
         if event_id is not None:
             anchor = await self._event_by_id(key, event_id)
-            if anchor is not None and not anchor.recall_eligible:
+            if anchor is not None and not anchor.loadable:
                 anchor = None
             if anchor is None and tool_call_id is None:
                 raise AnchorNotFound(f"anchor event not found: {event_id}")
@@ -285,9 +322,31 @@ class EventWindows(SummaryReads):
                     content_offset=part.content_offset,
                     returned_bytes=part.returned_bytes,
                     content_truncated=part.truncated,
+                    tool_calls=_loaded_calls(ev, offset, limit) if is_anchor else (),
                 )
             )
         return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages))
+
+
+def _loaded_calls(ev: StoredEvent, offset: int, limit: int) -> tuple[LoadedToolCall, ...]:
+    """The tool calls of ``ev`` (read from its stored JSON), each call's arguments sliced at ``[offset, +limit)``."""
+    if not ev.has_tool_calls or ev.event_json is None:
+        return ()
+    out = []
+    for call in ev.event().message.tool_calls:
+        part = slice_content(call.function.arguments, offset, limit)
+        out.append(
+            LoadedToolCall(
+                id=call.id,
+                name=call.function.name,
+                arguments=part.text,
+                arguments_bytes=part.content_bytes,
+                arguments_offset=part.content_offset,
+                returned_bytes=part.returned_bytes,
+                arguments_truncated=part.truncated,
+            )
+        )
+    return tuple(out)
 
 
 def _event(row: Any) -> StoredEvent:

@@ -72,7 +72,8 @@ _ASCII_SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if not chr(c)
 
 
 @lru_cache(maxsize=1 << 16)
-def _stem(token: str) -> str:
+def stem(token: str) -> str:
+    """The index form of a word: one plural or verb suffix removed (the stem keeps at least 3 characters)."""
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 3 and not token.isdigit():
             return token[: -len(suffix)]
@@ -153,7 +154,7 @@ def doc_tokens(text: str, cap: int = MAX_DOC_TOKENS) -> set[str]:
     suffixed = [w for w in kept if w.endswith(_SUFFIXES)]
     if suffixed:
         kept.difference_update(suffixed)
-        kept.update(map(_stem, suffixed))
+        kept.update(map(stem, suffixed))
     return kept
 
 
@@ -169,7 +170,7 @@ def _index_token(word: str) -> str:
         if len(_INDEX_TOKEN) >= _INDEX_TOKEN_MAX:
             _INDEX_TOKEN.clear()
         skip = word in STOP_WORDS or (len(word) < 3 and not _short_keyword(word))
-        token = _INDEX_TOKEN[word] = "" if skip else _stem(word)
+        token = _INDEX_TOKEN[word] = "" if skip else stem(word)
     return token
 
 
@@ -315,7 +316,7 @@ class LexicalQuery:
     @property
     def index_terms(self) -> tuple[str, ...]:
         """The stemmed terms looked up in the token index (all must occur)."""
-        return tuple(dict.fromkeys(_stem(k) for k in self.keywords))
+        return tuple(dict.fromkeys(stem(k) for k in self.keywords))
 
 
 def _strip_lead_in(clause: str) -> str:
@@ -397,8 +398,8 @@ class ScoredText:
         """
         if keyword in self.lowered:
             return True
-        stem = _stem(keyword)
-        return stem in self.lowered and stem in self.tokens
+        root = stem(keyword)
+        return root in self.lowered and root in self.tokens
 
     def holds_phrase(self, phrase: str) -> bool:
         """Whether ``phrase`` (normalized: single spaces) occurs in the text with its whitespace collapsed."""

@@ -11,7 +11,7 @@ rows. All methods are async and never block the event loop.
 from __future__ import annotations
 
 from projections.boundary import to_millis
-from projections.event_windows import EventWindows, LoadedMessage, LoadResult, StoredEvent
+from projections.event_windows import EventWindows, LoadedMessage, LoadedToolCall, LoadResult, StoredEvent
 from projections.recall_search import SCOPES, RecallSearch, SearchHit
 from projections.summary_reads import StoredSummary
 
@@ -26,6 +26,6 @@ class SessionReader(EventWindows, RecallSearch):
 
 
 __all__ = [
-    "SCOPES", "LoadResult", "LoadedMessage", "SearchHit", "SessionReader", "StoredEvent", "StoredSummary",
-    "to_millis",
+    "SCOPES", "LoadResult", "LoadedMessage", "LoadedToolCall", "SearchHit", "SessionReader", "StoredEvent",
+    "StoredSummary", "to_millis",
 ]  # fmt: skip

@@ -19,6 +19,7 @@ from projections import lexical
 from projections.cassandra_session import aexecute
 from projections.embedding import MAX_EMBED_CHARS, Embedder
 from projections.filter_keys import in_summary_input
+from projections.snippets import context_window, excerpt
 from projections.statements import vector_table
 from projections.summary_reads import SESSION_PK, SummaryReads, _cut, _heads, _utc
 from projections.summary_selection import (
@@ -35,6 +36,10 @@ _DOC_TABLES = ("recall_docs", "recall_chunks")
 """Where a document's indexed chunks live: the first in ``recall_docs``, the rest in ``recall_chunks``."""
 _FIRST_CHUNKS = ("recall_docs",)
 _LATER_CHUNKS = ("recall_chunks",)
+SNIPPET_CHARS = 280
+"""Characters of a hit's snippet (its context window for the best two hits)."""
+MATCH_LINE_CHARS = 140
+"""Characters of the hit's own line in its context window (the text around the match); the neighbours share the rest."""
 MAX_PLAN = 6
 """Broadening cap: at most this many queries of a plan run (the strictest first)."""
 MAX_TERMS = 8
@@ -156,11 +161,11 @@ class RecallSearch(SummaryReads):
                     ranked.append((label, d))
         ranked.sort(key=lambda x: (-x[1].score, -x[1].ts.timestamp(), x[1].event_id))
         top = ranked[:k]
-        contexts = await asyncio.gather(*(self._context(key, d) for _, d in top[:2]))
+        contexts = await asyncio.gather(*(self._context(key, d, query) for _, d in top[:2]))
         hits = []
         for i, (label, d) in enumerate(top):
             ctx = contexts[i] if i < len(contexts) else ""
-            snippet = ctx or lexical.compact(d.text)
+            snippet = ctx or excerpt(d.text, query, SNIPPET_CHARS)
             hits.append(
                 SearchHit(
                     scope=label,
@@ -175,7 +180,7 @@ class RecallSearch(SummaryReads):
                     tool_call_id=d.tool_call_id,
                     tool_name=d.tool_name,
                     content_bytes=d.content_bytes,
-                    content_truncated=len(" ".join(d.text.split())) > 280,
+                    content_truncated=len(" ".join(d.text.split())) > SNIPPET_CHARS,
                 )
             )
         return hits
@@ -499,8 +504,12 @@ class RecallSearch(SummaryReads):
             if accept(doc):
                 self._merge(found, doc, float(r.score), "semantic")
 
-    async def _context(self, key: SessionKey, doc: _Doc) -> str:
+    async def _context(self, key: SessionKey, doc: _Doc, query: str) -> str:
         """Lines ``role: text`` of a 2/2 window around ``doc``, the hit marked ``[match]``, ≤ 280 characters.
+
+        The hit's line is the text around the query's keywords (``snippets.excerpt``:
+        a fact deep in a large tool result shows, not the chunk's first characters),
+        kept whole; the neighbours share what is left.
 
         The neighbours come from ``recall_lines``: a row per ``recall_docs``
         row (exactly the loadable events: the window rule of
@@ -515,11 +524,10 @@ class RecallSearch(SummaryReads):
         earlier, later = await asyncio.gather(
             aexecute(self._s, self._line_before, params), aexecute(self._s, self._line_after, params)
         )
-        lines = [f"{r.role}: {r.line or lexical.context_line('')}" for r in reversed(list(earlier))]
-        lines.append(f"[match] {doc.role}: {lexical.context_line(doc.text)}")
-        lines.extend(f"{r.role}: {r.line or lexical.context_line('')}" for r in later)
-        text = "\n".join(lines)
-        return text if len(text) <= 280 else text[:277] + "..."
+        before = [f"{r.role}: {r.line or lexical.context_line('')}" for r in reversed(list(earlier))]
+        match = f"[match] {doc.role}: {excerpt(doc.text, query, MATCH_LINE_CHARS)}"
+        after = [f"{r.role}: {r.line or lexical.context_line('')}" for r in later]
+        return context_window(before, match, after, SNIPPET_CHARS)
 
 
 def _ready(accept: _Accept) -> asyncio.Future[_Accept | None]:

@@ -15,7 +15,7 @@ from projections.errors import AnchorNotFound
 from projections.lexical import MIN_SCORE
 from projections.read_api import SessionReader
 from schemas import SessionKey
-from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowEvent, WindowQuery
+from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowCall, WindowEvent, WindowQuery
 
 
 class CassandraRecallReader:
@@ -77,6 +77,18 @@ class CassandraRecallReader:
                     content_offset=m.content_offset,
                     returned_bytes=m.returned_bytes,
                     content_truncated=m.content_truncated,
+                    tool_calls=tuple(
+                        WindowCall(
+                            id=c.id,
+                            name=c.name,
+                            arguments=c.arguments,
+                            arguments_bytes=c.arguments_bytes,
+                            arguments_offset=c.arguments_offset,
+                            returned_bytes=c.returned_bytes,
+                            arguments_truncated=c.arguments_truncated,
+                        )
+                        for c in m.tool_calls
+                    ),
                 )
                 for m in result.messages
             ],

@@ -16,13 +16,14 @@ already shorter than the policy placeholder stays as it is).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from projections.textcut import head_end, tail_start
 from schemas import Message, ToolCall
 from streams.context.items import HistoryItem
-from streams.rules.textcut import head_end, tail_start
 from streams.rules.tokens import TokenCounter
 
 SESSION_LOAD = "session_load"
@@ -30,6 +31,7 @@ PLACEHOLDER_MARK = "[distill:"
 """Every placeholder starts with this, so no pass rewrites another's output."""
 
 ARGUMENTS_PLACEHOLDER = '{"_distill_context_note":"arguments omitted; the call completed before the summary"}'
+"""The resume tail's replacement of large tool-call arguments when the event cannot be loaded back."""
 
 _ELIDED_HISTORICAL = (
     "[distill: tool output elided] This tool call already ran and succeeded; its output was read "
@@ -138,6 +140,19 @@ def historical_placeholder(hint: RecoveryHint, *, session_load: bool, current: b
     return "\n".join(lines)
 
 
+def arguments_placeholder(event_id: str | None, *, session_load: bool) -> str:
+    """The resume tail's replacement of large arguments: still a JSON object, as the API expects.
+
+    With ``session_load`` offered and the event id known it names the load
+    that returns the arguments whole (``session_load`` answers an event with
+    tool calls with each call's arguments).
+    """
+    if not (session_load and event_id):
+        return ARGUMENTS_PLACEHOLDER
+    note = f'arguments omitted; the call completed before the summary; session_load(event_id="{event_id}") returns them'
+    return json.dumps({"_distill_context_note": note}, ensure_ascii=False, separators=(",", ":"))
+
+
 def policy_placeholder() -> str:
     """The Pass 0 replacement text (deliberately without recovery hints)."""
     return _POLICY
@@ -164,7 +179,7 @@ def truncate_middle(text: str, budget: int, hint: RecoveryHint | None = None, *,
 
     The marker says exactly how many characters were cut (and, with a hint, where the
     full text lives). Both cuts fall on character boundaries
-    (:mod:`streams.rules.textcut`: never inside an emoji or combining sequence),
+    (:mod:`projections.textcut`: never inside an emoji or combining sequence),
     so head and tail may hold a few characters less than the budget allows.
     When the budget cannot hold the marker plus two characters, a shorter
     marker is tried (with ids), then the marker alone (with ids) or just the
@@ -341,7 +356,9 @@ def compact_resume_tail(
 
     Each call's arguments and each result (unless its tool is in
     ``keep_tool_names``) is compared on its own with ``tool_result_max_tokens``;
-    only the ones above it are replaced. Off when compaction is off.
+    only the ones above it are replaced (arguments by
+    :func:`arguments_placeholder`, which names the event for ``session_load``
+    when it is offered). Off when compaction is off.
     """
     stats = CompactionStats()
     out = list(items)
@@ -354,7 +371,8 @@ def compact_resume_tail(
             continue
         msg = item.message
         if msg.role == "assistant" and msg.tool_calls:
-            calls, changed = _elide_arguments(msg.tool_calls, limit, counter)
+            placeholder = arguments_placeholder(item.event_id, session_load=session_load)
+            calls, changed = _elide_arguments(msg.tool_calls, limit, counter, placeholder)
             if changed:
                 stats.arguments_elided += changed
                 out[i] = item.with_message(msg.model_copy(update={"tool_calls": calls}))
@@ -376,13 +394,15 @@ def compact_resume_tail(
     return out, stats
 
 
-def _elide_arguments(calls: Iterable[ToolCall], limit: int, counter: TokenCounter) -> tuple[tuple[ToolCall, ...], int]:
+def _elide_arguments(
+    calls: Iterable[ToolCall], limit: int, counter: TokenCounter, placeholder: str
+) -> tuple[tuple[ToolCall, ...], int]:
     changed = 0
     result: list[ToolCall] = []
     for call in calls:
         size = counter.count_message(Message(role="user", content=call.function.arguments))
         if size > limit:
-            function = call.function.model_copy(update={"arguments": ARGUMENTS_PLACEHOLDER})
+            function = call.function.model_copy(update={"arguments": placeholder})
             call = call.model_copy(update={"function": function})
             changed += 1
         result.append(call)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
+from projections.textcut import head_end
 from projections.windows import DEFAULT_CONTENT_LIMIT, MAX_CONTENT_LIMIT, normalize_content, normalize_window
 from schemas import Message, ToolCall
 from streams.context.recall_args import (
@@ -27,7 +28,6 @@ from streams.context.recall_args import (
     parse_arguments,
     string_arg,
 )
-from streams.rules.textcut import head_end
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -110,8 +110,9 @@ _LOAD_SCHEMA: dict[str, Any] = {
         "name": SESSION_LOAD,
         "description": (
             "Load the raw events around one earlier event (by event_id, or by the tool_call_id of a "
-            "tool result), e.g. to read an elided tool output exactly. Large outputs are returned in "
-            "byte slices: use content_offset and content_limit to page through them."
+            "tool result), e.g. to read an elided tool output or tool-call arguments exactly. Large "
+            "outputs and arguments are returned in byte slices: use content_offset and content_limit "
+            "to page through them."
         ),
         "parameters": {
             "type": "object",
@@ -211,10 +212,12 @@ class SearchHit:
 class WindowQuery:
     """A normalized ``session_load`` request; the reader resolves the anchor and slices the content.
 
-    Anchor: ``anchor_event_id`` when it names an eligible event, else the
+    Anchor: ``anchor_event_id`` when it names a complete event with a payload
+    (text or tool calls, any role: whatever a cut marker names), else the
     newest tool result answering ``tool_call_id`` (a stale event id falls back
     to the tool call id when both are given). ``before``/``after`` eligible
-    events around it. Content: the anchor's text is the UTF-8 byte slice
+    events around it (the Go window rule: no tool-call events). Content: the
+    anchor's text and each of its calls' arguments are the UTF-8 byte slice
     ``[content_offset, content_offset + content_limit)``, the neighbours' the
     first ``content_limit`` bytes. Slicing happens once, in the reader, so a
     store can return a slice of a large tool result without shipping all of it.
@@ -232,8 +235,26 @@ class WindowQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowCall:
+    """A tool call of a window's anchor: its arguments sliced like the anchor's content."""
+
+    id: str
+    name: str
+    arguments: str
+    arguments_bytes: int = 0
+    arguments_offset: int = 0
+    returned_bytes: int = 0
+    arguments_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class WindowEvent:
-    """One event of a window: its content already sliced, and where the slice sits in the whole text."""
+    """One event of a window: its content already sliced, and where the slice sits in the whole text.
+
+    ``tool_calls``: the anchor's tool calls (an assistant event named by its
+    event id, e.g. by a cut marker), each call's arguments sliced at the same
+    ``[content_offset, content_offset + content_limit)`` as the content.
+    """
 
     event_id: str
     role: str
@@ -246,6 +267,7 @@ class WindowEvent:
     content_offset: int = 0
     returned_bytes: int = 0
     content_truncated: bool = False
+    tool_calls: tuple[WindowCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,4 +485,17 @@ class RecallExecutor:
             "returned_bytes": event.returned_bytes,
             "content_truncated": event.content_truncated,
         }
+        if event.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "arguments_bytes": call.arguments_bytes,
+                    "arguments_offset": call.arguments_offset,
+                    "returned_bytes": call.returned_bytes,
+                    "arguments_truncated": call.arguments_truncated,
+                }
+                for call in event.tool_calls
+            ]
         return out

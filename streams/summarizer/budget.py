@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from projections.textcut import head_and_tail, tail_start
 from schemas import SessionEvent
 from streams.rules.context_windows import lookup_context_window
 from streams.rules.eligibility import is_user_turn
-from streams.rules.textcut import head_and_tail, tail_start
 from streams.summarizer.conversation import ConversationFormatter, is_tool_result
 
 DEFAULT_CONTEXT_WINDOW = 8192
@@ -47,7 +47,7 @@ def halve(budget: int) -> int:
 def truncate_middle(text: str, keep: int) -> str:
     """Keep at most ``keep`` characters: about ``ceil(keep/2)`` from the head, the rest from the tail.
 
-    Cuts fall on character boundaries (:mod:`streams.rules.textcut`), so
+    Cuts fall on character boundaries (:mod:`projections.textcut`), so
     the pieces may be a few characters shorter; the head keeps at least one
     character when ``keep >= 1``.
     """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from streams.rules.textcut import head_end, is_boundary
+from projections.textcut import head_end, is_boundary
 
 ELLIPSIS = "…"
 _CLOSERS = "\"'”’」』）)\\]】》〉»›"
@@ -29,7 +29,7 @@ def cap_length(text: str, max_chars: int | None) -> str:
     word boundary when that keeps at least half the room (spaced text);
     else at a character boundary, never inside a combining sequence, emoji
     sequence, flag or decomposed Hangul syllable (the rule payload cuts use
-    too, :func:`~streams.rules.textcut.is_boundary`). The last two are
+    too, :func:`~projections.textcut.is_boundary`). The last two are
     marked with an ellipsis. A text with content never becomes empty or a
     bare ellipsis: in the degenerate case of a cap too small for one
     character and the ellipsis, the first character (with its combining

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from projections.textcut import head_and_tail
 from schemas import PayloadCut, SessionEvent, ToolCall
 from schemas.summaries import PayloadPart
-from streams.rules.textcut import head_and_tail
 from streams.summarizer.conversation import ConversationFormatter, is_summarizable, is_tool_result
 
 MIN_PAYLOAD_KEEP = 64

@@ -228,8 +228,13 @@ async def test_session_load_window_and_anchor_errors(store: Store, key: SessionK
     assert r.messages[1].tool_name == "weather" and r.messages[1].text.startswith("weather: rain")
     with pytest.raises(AnchorNotFound, match="anchor event not found: nope"):
         await store.reader.session_load(key, event_id="nope")
-    with pytest.raises(AnchorNotFound, match="anchor event not found: a1"):
-        await store.reader.session_load(key, event_id="a1")
+    # A tool-call event is an anchor by its event id (a cut marker may name it), never a neighbour.
+    r = await store.reader.session_load(key, event_id="a1", before=1, after=2)
+    assert [m.event_id for m in r.messages] == ["u1", "a1", "t1", "a2"]
+    assert [(c.id, c.name, c.arguments) for c in r.messages[1].tool_calls] == [("call-1", "weather", "{}")]
+    assert all(not m.tool_calls for m in r.messages if not m.is_anchor)
+    with pytest.raises(AnchorNotFound, match="anchor event not found: p1"):
+        await store.reader.session_load(key, event_id="p1")  # a streaming chunk: never loadable
     with pytest.raises(AnchorNotFound, match='tool_call_id "call-9" not found in session "s1"'):
         await store.reader.session_load(key, tool_call_id="call-9")
     with pytest.raises(InvalidRequest, match="event_id is required unless tool_call_id is provided"):

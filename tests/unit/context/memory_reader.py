@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from projections.windows import slice_content
 from schemas import SessionEvent, SessionSummary
 from streams.context.history import covered_mask
-from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowEvent, WindowQuery
+from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowCall, WindowEvent, WindowQuery
 
 
 def _text(event: SessionEvent) -> str:
@@ -22,6 +22,11 @@ def _eligible(event: SessionEvent) -> bool:
         and msg.role in ("user", "assistant", "tool")
         and bool(_text(event).strip())
     )
+
+
+def _loadable(event: SessionEvent) -> bool:
+    """An anchor by event id (the read API's rule): complete, with text or tool calls."""
+    return not event.partial and (bool(event.message.tool_calls) or bool(_text(event).strip()))
 
 
 class InMemoryReadAPI:
@@ -84,16 +89,18 @@ class InMemoryReadAPI:
         return hits[: query.top_k]
 
     async def load_window(self, query: WindowQuery) -> Window | None:
-        events = [e for e in self._session(query.app_name, query.user_id, query.session_id) if _eligible(e)]
-        index = next((i for i, e in enumerate(events) if e.event_id == query.anchor_event_id), None)
-        if index is None and query.tool_call_id:
+        session = self._session(query.app_name, query.user_id, query.session_id)
+        anchor = next((e for e in session if e.event_id == query.anchor_event_id and _loadable(e)), None)
+        if anchor is None and query.tool_call_id:
             resolved = self._find_tool_result(query.app_name, query.user_id, query.session_id, query.tool_call_id)
-            index = next((i for i, e in enumerate(events) if e.event_id == resolved), None)
-        if index is None:
+            anchor = next((e for e in session if e.event_id == resolved and _eligible(e)), None)
+        if anchor is None:
             return None
-        anchor_id = events[index].event_id
-        window = events[max(0, index - query.before) : index + query.after + 1]
-        return Window(anchor_id, [self._sliced(e, e.event_id == anchor_id, query) for e in window])
+        at = session.index(anchor)
+        earlier = [e for e in session[:at] if _eligible(e)][-query.before :] if query.before else []
+        later = [e for e in session[at + 1 :] if _eligible(e)][: query.after]
+        window = [*earlier, anchor, *later]
+        return Window(anchor.event_id, [self._sliced(e, e is anchor, query) for e in window])
 
     @staticmethod
     def _sliced(event: SessionEvent, anchor: bool, query: WindowQuery) -> WindowEvent:
@@ -113,6 +120,19 @@ class InMemoryReadAPI:
             content_offset=start,
             returned_bytes=returned,
             content_truncated=start > 0 or start + returned < size,
+            tool_calls=tuple(
+                WindowCall(
+                    call.id,
+                    call.function.name,
+                    part.text,
+                    part.content_bytes,
+                    part.content_offset,
+                    part.returned_bytes,
+                    part.truncated,
+                )
+                for call in (event.message.tool_calls if anchor else ())
+                for part in [slice_content(call.function.arguments, query.content_offset, query.content_limit)]
+            ),
         )
 
     def _find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -293,3 +294,8 @@ def test_resume_tail_payloads_compacted_only_when_enabled() -> None:
     assert results[1].startswith(PLACEHOLDER_MARK) and "reason: current_invocation_summary" in results[1]
     assert "tool_call_id: c2" in results[1]
     assert stats.placeholders == 1 and stats.arguments_elided == 1
+    # With session_load offered, the elided arguments name the event that load returns them from.
+    loadable, _ = compact_resume_tail(items, CompactionConfig(enabled=True), COUNTER, session_load=True)
+    call_item = next(i for i in loadable if i.message.tool_calls)
+    note = json.loads(call_item.message.tool_calls[0].function.arguments)["_distill_context_note"]
+    assert f'session_load(event_id="{call_item.event_id}") returns them' in note

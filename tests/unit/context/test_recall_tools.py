@@ -255,6 +255,33 @@ async def test_load_by_event_id_returns_a_window() -> None:
     assert not anchor["content_truncated"]
 
 
+async def test_load_of_a_tool_call_event_pages_each_calls_arguments() -> None:
+    """A cut marker may name an assistant event with tool calls: the load returns every call's arguments."""
+    s = Session()
+    s.user("查一下订单")
+    arguments = json.dumps({"note": "订单" * 40 + "END"}, ensure_ascii=False)
+    s.call(("c1", "lookup", arguments), ("c2", "查询", "{}"))
+    s.result("c1", "done", name="lookup")
+    executor = _executor(InMemoryReadAPI(s.events))
+    out = await _call(executor, "session_load", event_id="e2", content_limit=100)
+    assert [m["event_id"] for m in out["messages"]] == ["e1", "e2", "e3"]
+    [anchor] = [m for m in out["messages"] if m["anchor"]]
+    assert [(c["id"], c["name"]) for c in anchor["tool_calls"]] == [("c1", "lookup"), ("c2", "查询")]
+    first = anchor["tool_calls"][0]
+    assert first["arguments_bytes"] == len(arguments.encode()) and first["arguments_truncated"]
+    assert first["returned_bytes"] == len(first["arguments"].encode()) <= 100
+    assert anchor["tool_calls"][1]["arguments"] == "{}" and not anchor["tool_calls"][1]["arguments_truncated"]
+    assert all("tool_calls" not in m for m in out["messages"] if not m["anchor"])
+    pieces, offset = [], 0
+    while offset < len(arguments.encode()):
+        page = await _call(executor, "session_load", event_id="e2", content_offset=offset, content_limit=100)
+        call = next(m for m in page["messages"] if m["anchor"])["tool_calls"][0]
+        assert call["arguments_offset"] == offset and call["returned_bytes"] > 0
+        pieces.append(call["arguments"])
+        offset += call["returned_bytes"]
+    assert "".join(pieces) == arguments
+
+
 async def test_load_by_tool_call_id_slices_the_anchor() -> None:
     _, api = _history()
     out = await _call(_executor(api), "session_load", tool_call_id="c1", content_offset=8, content_limit=10)

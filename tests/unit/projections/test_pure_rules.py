@@ -145,7 +145,7 @@ _WORDS = st.sampled_from(["the", "Deploys", "deploy", "ab", "x9", "kubernetes", 
 @given(st.lists(_WORDS, max_size=30).map(" ".join))
 def test_doc_tokens_are_the_index_tokens_of_the_query_keywords(text: str) -> None:
     # Every keyword a query can hold, stemmed, is indexed; nothing else is.
-    assert lexical.doc_tokens(text) == {lexical._stem(k) for k in lexical.keywords(text)}
+    assert lexical.doc_tokens(text) == {lexical.stem(k) for k in lexical.keywords(text)}
 
 
 @given(st.lists(_WORDS, max_size=30).map(" ".join), _WORDS)
@@ -153,7 +153,7 @@ def test_a_keyword_matches_verbatim_or_by_its_stem_without_tokenizing_needlessly
     # The shortcut (a stem that is no substring is no token) gives the plain rule's answer.
     for keyword in lexical.keywords(word) or (word.lower(),):
         doc = lexical.ScoredText(text)
-        plain = keyword in doc.lowered or lexical._stem(keyword) in lexical.doc_tokens(doc.lowered)
+        plain = keyword in doc.lowered or lexical.stem(keyword) in lexical.doc_tokens(doc.lowered)
         assert doc.holds_keyword(keyword) == plain
 
 

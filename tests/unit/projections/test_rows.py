@@ -46,7 +46,7 @@ def _reference_tokens(text: str) -> set[str]:
     for word in lexical._split_words(text):
         if not lexical.keywords(word):  # stop words and short words are never looked up, so never indexed
             continue
-        tokens.add(lexical._stem(word))
+        tokens.add(lexical.stem(word))
         if len(tokens) >= lexical.MAX_DOC_TOKENS:
             break
     return tokens
@@ -66,7 +66,7 @@ def test_doc_tokens_cap_matches_the_reference() -> None:
 @given(st.text(alphabet=st.sampled_from(list("abcdefst019 _-,.éß中文摘要\n")), max_size=300))
 def test_every_keyword_of_a_text_is_indexed(text: str) -> None:
     tokens = lexical.doc_tokens(text)
-    assert {lexical._stem(k) for k in lexical.keywords(text)} <= tokens
+    assert {lexical.stem(k) for k in lexical.keywords(text)} <= tokens
 
 
 def test_stop_words_and_short_words_are_not_indexed() -> None:

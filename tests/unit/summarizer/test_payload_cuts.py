@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from projections.textcut import head_and_tail, is_boundary
 from schemas import SessionEvent, SummaryReport
-from streams.rules.textcut import head_and_tail, is_boundary
 from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
 from streams.summarizer.budget import TRUNCATION_MARKER, truncate_middle
 from streams.summarizer.conversation import DEFAULT_FORMATTER

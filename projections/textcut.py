@@ -1,4 +1,5 @@
-"""Cut points inside text that never split a character a reader sees as one.
+"""Cut points inside text that never split a character a reader sees as one (pure; shared by the read
+side's snippets and the summarizer's and the context's cuts).
 
 Python strings are code points, so a surrogate pair only exists as two lone
 surrogates (text decoded with ``surrogatepass``); such a pair is kept whole.
