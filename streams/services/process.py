@@ -66,8 +66,13 @@ class ManagedProcess:
         """How ``pid`` (started by :meth:`start` in this process) ended: ``exit code 1``,
         ``killed by SIGKILL`` (the kernel's OOM killer, or another process), or ``unknown``."""
         proc = _STARTED.get(pid)
-        code = None if proc is None else proc.poll()
-        if code is None:
+        if proc is None:
+            return "unknown"
+        try:
+            # A process being killed has lost its command line (so it is no longer ours) a moment
+            # before the kernel lets its parent reap it: wait for that moment, not only poll.
+            code = proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
             return "unknown"
         if code < 0:
             with contextlib.suppress(ValueError):
