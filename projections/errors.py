@@ -7,6 +7,15 @@ class StoreUnavailable(Exception):
     """Cassandra did not answer (down, timing out, overloaded): retry later, nothing was lost."""
 
 
+class StoreRefused(StoreUnavailable):
+    """Cassandra refused a write as invalid (``InvalidRequest``: a key over 64 KiB, a value it cannot take).
+
+    Retrying gives the same answer. Where the stage can name the record at
+    fault it sends that record to the dead letters and goes on; elsewhere this
+    is a ``StoreUnavailable`` and is retried as before.
+    """
+
+
 class AnchorNotFound(LookupError):
     """session_load could not resolve its anchor; the message is the guide's error text."""
 

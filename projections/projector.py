@@ -40,17 +40,23 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   from: a live summary before the session's last switch (``served_since``)
   no longer moves it, and an ``epoch_adopted`` record, a barrier like a
   delete, replaces every row of the session at once (``_adopt``).
+* **A refused record does not stall its partition.** A summary, delete or
+  epoch switch Cassandra refuses as invalid (``StoreRefused``: a key over
+  64 KiB) goes to the dead letters with the reason, and the batch goes on;
+  an event the same way (``_write_events``). Only an unavailable store holds
+  the batch for a retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from cassandra import InvalidRequest
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from pydantic import ValidationError
@@ -58,7 +64,7 @@ from pydantic import ValidationError
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
-from projections.errors import StoreUnavailable
+from projections.errors import StoreRefused, StoreUnavailable
 from projections.rows import (
     TokenCounter,
     estimate_tokens,
@@ -230,12 +236,12 @@ class Projector(CassandraStage):
             elif isinstance(item, _Delete):
                 await self._flush(segment, outcome)
                 segment = []
-                await self._delete(item)
-                outcome.deletes += 1
+                if await self._refusable(item.record, self._delete(item), "delete", outcome):
+                    outcome.deletes += 1
             elif isinstance(item, _Adopt):
                 await self._flush(segment, outcome)
                 segment = []
-                outcome.adoptions += await self._adopt(item)
+                outcome.adoptions += await self._refusable(item.record, self._adopt(item), "epoch switch", outcome)
             else:
                 segment.append(item)
         await self._flush(segment, outcome)
@@ -266,6 +272,21 @@ class Projector(CassandraStage):
         if isinstance(parsed, DeleteSession):
             return _Delete(record, parsed)
         return None  # summarize commands are the worker's business
+
+    @staticmethod
+    async def _refusable(record: SourceRecord, write: Awaitable[int | None], what: str, outcome: BatchOutcome) -> int:
+        """Await ``write`` for ``record``: 1 (or its count) when done, 0 when Cassandra refused it.
+
+        A refused record can never be written (``StoreRefused``: retrying gets the
+        same answer), so it goes to the dead letters with the reason and the
+        partition moves on, instead of the batch being retried forever.
+        """
+        try:
+            done = await write
+        except StoreRefused as exc:
+            outcome.dead_letters.append(dead_letter(record, exc, f"cassandra refused the {what}: {exc}", stage=STAGE))
+            return 0
+        return 1 if done is None else done
 
     async def _flush(self, items: list[_Event | _Summary], outcome: BatchOutcome) -> None:
         events = [i for i in items if isinstance(i, _Event)]
@@ -343,24 +364,27 @@ class Projector(CassandraStage):
                 deleted[pk] = asyncio.ensure_future(self._deleted_at(pk))
             return deleted[pk]
 
+        async def one(item: _Summary) -> None:
+            s = item.summary
+            events_offset = header_int(item.record.headers, EVENTS_OFFSET)
+            if outlived_by_deletion(s.created_at, events_offset, await deleted_of(s)):
+                outcome.stale_summaries += 1
+                return
+            await self._run(self._p[summary_history_target(s)], summary_history_row(s))
+            if not item.live:
+                outcome.epoch_summaries += 1
+                return
+            epoch, since = await served_of(s)
+            if s.epoch != epoch or (since is not None and item.record.offset < since):
+                outcome.stale_summaries += 1  # a line the session has left
+            elif await self._write_latest(s):
+                outcome.summaries += 1
+            else:
+                outcome.stale_summaries += 1
+
         async def one_key(items: list[_Summary]) -> None:
             for item in items:  # sequential per key, so two versions of one key never race each other
-                s = item.summary
-                events_offset = header_int(item.record.headers, EVENTS_OFFSET)
-                if outlived_by_deletion(s.created_at, events_offset, await deleted_of(s)):
-                    outcome.stale_summaries += 1
-                    continue
-                await self._run(self._p[summary_history_target(s)], summary_history_row(s))
-                if not item.live:
-                    outcome.epoch_summaries += 1
-                    continue
-                epoch, since = await served_of(s)
-                if s.epoch != epoch or (since is not None and item.record.offset < since):
-                    outcome.stale_summaries += 1  # a line the session has left
-                elif await self._write_latest(s):
-                    outcome.summaries += 1
-                else:
-                    outcome.stale_summaries += 1
+                await self._refusable(item.record, one(item), "summary", outcome)
 
         await asyncio.gather(*(one_key(v) for v in by_key.values()))
 
@@ -479,5 +503,7 @@ class Projector(CassandraStage):
         work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]
         work.extend((self._p[f"delete_{t}"], (stamp_us, *pk)) for t in q.RECALL_TABLES)
         failed = await self._run_concurrent(work)
+        if failed and all(isinstance(exc, InvalidRequest) for _, exc in failed):
+            raise StoreRefused(f"cassandra refused the delete: {failed[0][1]}")
         if failed:
             raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")

@@ -30,7 +30,7 @@ from cassandra.query import BatchStatement, BatchType
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
-from projections.errors import StoreUnavailable
+from projections.errors import StoreRefused, StoreUnavailable
 from schemas import DeadLetter
 from schemas.records import RecordDecodeError, json_object
 
@@ -145,9 +145,37 @@ def _refuse_lone_surrogates(value: object, path: str = "") -> None:
             _refuse_lone_surrogates(item, f"{path}[{i}]")
 
 
+MAX_KEY_BYTES = 65535
+"""Cassandra's limit on one key component; the driver packs each partition-key part's length in 16 bits."""
+PARTITION_KEY_FIELDS = ("app_name", "user_id", "session_id")
+
+
+def _refuse_oversized_partition_key(data: object) -> None:
+    """``RecordDecodeError`` naming a session-key field over ``MAX_KEY_BYTES`` in UTF-8.
+
+    No row of such a session can be written or even routed (the driver fails
+    before sending); a record naming it goes to the dead letters instead of
+    failing its batch at every retry.
+    """
+    if not isinstance(data, dict):
+        return
+    for name in PARTITION_KEY_FIELDS:
+        value = data.get(name)
+        if isinstance(value, str) and len(value) > MAX_KEY_BYTES // 4:
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > MAX_KEY_BYTES:
+                raise RecordDecodeError(
+                    f"{name} is {size} bytes in UTF-8, over Cassandra's key limit ({MAX_KEY_BYTES})"
+                )
+
+
 def refuse_unstorable(raw: bytes, data: object = None) -> None:
     """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds text no
-    column can store. Costs a substring search unless ``raw`` holds a ``\\ud…`` escape."""
+    column can store, or a session key no partition can have. Costs a substring search unless ``raw``
+    holds a ``\\ud…`` escape or is longer than a key may be."""
+    if len(raw) > MAX_KEY_BYTES:
+        data = json_object(raw) if data is None else data
+        _refuse_oversized_partition_key(data)
     if _MAYBE_SURROGATE in raw or _MAYBE_SURROGATE_UPPER in raw:
         _refuse_lone_surrogates(json_object(raw) if data is None else data)
 
@@ -394,6 +422,8 @@ class CassandraStage:
             return await aexecute(self._session, statement, params)
         except _TRANSIENT as exc:
             raise StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}") from exc
+        except InvalidRequest as exc:
+            raise StoreRefused(str(exc)) from exc
         except DriverException as exc:
             raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from schemas.commands import DeleteSession, Summarize, SummarizeSync
 from schemas.epochs import AdoptEpoch
@@ -77,3 +78,28 @@ __all__ = [
     "parse_event_record",
     "validation_reason",
 ]
+
+
+def non_finite_number(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The path (``meta.scores[2]``) and value of the first float NaN or ±Infinity in ``value``, else ``None``.
+
+    JSON has no such numbers: pydantic writes them as ``null``, so a record
+    carrying one in a producer's extra fields would arrive changed. Walks
+    models (their fields and extra fields), dicts, lists and tuples.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "the value", value)
+    if isinstance(value, BaseModel):
+        fields = {name: getattr(value, name) for name in type(value).model_fields}
+        return non_finite_number(fields | (value.model_extra or {}), path)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite_number(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = non_finite_number(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None

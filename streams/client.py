@@ -29,11 +29,11 @@ from pydantic import BaseModel, ValidationError
 
 from schemas import EpochAdopted, SessionKey, SessionSummary, SummarizeSync, SummaryFailure, SummaryReply
 from schemas.commands import NOTHING_TO_SUMMARIZE_CLASSES
-from schemas.records import EventTopicRecord
+from schemas.records import EventTopicRecord, non_finite_number
 from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
 from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
-from streams.errors import DistillError
+from streams.errors import DistillError, NonFiniteNumberError
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ class DistillClient:
 
     async def publish_many(self, records: Iterable[EventTopicRecord]) -> int:
         """Send many records (pipelined, in order per session); returns how many were acknowledged."""
-        futures = [await self.producer.send(self.settings.topics.events, _value(r), key=_key(r)) for r in records]
+        encoded = [(_value(r), _key(r)) for r in records]  # a record that cannot be sent stops all before any is sent
+        futures = [await self.producer.send(self.settings.topics.events, value, key=key) for value, key in encoded]
         for future in futures:
             await future
         return len(futures)
@@ -290,4 +291,8 @@ def _key(record: EventTopicRecord) -> bytes:
 
 
 def _value(record: BaseModel) -> bytes:
+    """``record``'s JSON; ``NonFiniteNumberError`` naming the field when it holds a NaN or an Infinity."""
+    found = non_finite_number(record)
+    if found is not None:
+        raise NonFiniteNumberError(*found)
     return record.model_dump_json(exclude_none=True).encode()

@@ -15,6 +15,21 @@ class InvalidRecordError(DistillError):
     """A record that can never be processed: goes to the dead-letter topic."""
 
 
+class NonFiniteNumberError(InvalidRecordError, ValueError):
+    """A record to publish holds a float NaN or ±Infinity (at ``path``): JSON cannot carry it.
+
+    Raised before anything is sent; serialized, the number would silently become ``null``.
+    """
+
+    def __init__(self, path: str, value: float) -> None:
+        super().__init__(
+            f"{path} is {value!r}: JSON has no NaN or Infinity (it would be published as null); "
+            "send a finite number or a string, or leave the field out"
+        )
+        self.path = path
+        self.value = value
+
+
 class RetryableError(DistillError):
     """A transient failure (LLM 429/5xx, timeouts, Cassandra unavailable)."""
 

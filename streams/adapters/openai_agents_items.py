@@ -80,9 +80,9 @@ def item_message(item: Mapping[str, Any]) -> tuple[Message, Path | None]:
 
 def item_to_event(
     item: Mapping[str, Any], key: SessionKey, *, event_id: str, timestamp: datetime, request_id: str,
-    agent_name: str = "assistant",
+    agent_name: str = "assistant", filter_key: str = "",
 ) -> SessionEvent:  # fmt: skip
-    """``item`` as a session event of ``key`` (the item kept in ``native``)."""
+    """``item`` as a session event of ``key`` under ``filter_key`` (the item kept in ``native``)."""
     record = json.loads(json.dumps(item, ensure_ascii=False))
     message, path = item_message(record)
     author = "user" if message.role == "user" else agent_name
@@ -90,7 +90,7 @@ def item_to_event(
         {
             "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
             "event_id": event_id, "timestamp": timestamp, "request_id": request_id, "invocation_id": request_id,
-            "author": author, "message": message,
+            "author": author, "filter_key": filter_key, "message": message,
             "native": native_block(ITEM_FORMAT, record, path, message.content),
         }
     )  # fmt: skip

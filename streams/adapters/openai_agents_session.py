@@ -47,7 +47,11 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
 
     ``compaction`` shrinks tool outputs of earlier requests in ``get_items``
     (``CompactionConfig(enabled=False)`` returns them whole); ``filter_key``
-    selects a branch (``""``: the whole session).
+    selects a branch (``""``: the whole session): the items are published
+    under it and ``get_items`` shows its view. The SDK's items name no agent,
+    so a sub-agent gets its branch through its own session, e.g.
+    ``research.as_tool(..., session=DistillSession(session_id, backend, ...,
+    filter_key="<app>/research"))``; a handoff stays in the session's key.
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
                     timestamp=self._clock.next(datetime.now(UTC)),
                     request_id=request_id,
                     agent_name=self.agent_name,
+                    filter_key=self.filter_key,
                 )
             )
         await self.backend.publish(events)
@@ -125,6 +130,7 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
                 "app_name": self.key.app_name, "user_id": self.key.user_id, "session_id": self.key.session_id,
                 "event_id": f"ev-{uuid.uuid4().hex}", "timestamp": self._clock.next(datetime.now(UTC)),
                 "request_id": last.request_id, "invocation_id": last.invocation_id, "author": "distill",
+                "filter_key": self.filter_key,
                 "message": {"role": "system", "content": None}, "skip_summarization": True,
                 RETRACTS_FIELD: last.event_id,
             }

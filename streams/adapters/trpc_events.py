@@ -9,6 +9,12 @@ One trpc event gives:
 - one ``tool`` event per function response (distill pairs every result with
   its call), ids ``<event id>``, ``<event id>~1``, ...
 
+The filter key (:func:`filter_key_of`) is the event's own ``filter_key`` when
+trpc set one (its graph writer does; ``/``-separated, as distill's), else its
+``branch``: the root agent's events (branch ``"root"``) and the user's (no
+branch) belong to the whole session — ``""``, or the service's key — and a
+sub-agent's branch ``root.research.web`` is the key ``<app>/research/web``.
+
 ``partial``, ``actions.skip_summarization``, ``author``, ``invocation_id``,
 ``request_id`` (else the invocation id: one ``Runner.run_async`` is one top-level
 request), the error and the token usage map onto their distill fields. The
@@ -50,6 +56,29 @@ def _response_text(response: FunctionResponse) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
+BRANCH_SEPARATOR = "."
+
+
+def filter_key_of(event: Event, app_name: str, base: str = "") -> str:
+    """The distill filter key of a trpc event (see the module docstring).
+
+    ``base`` is the key of the root agent's events (a service scoped to a
+    branch); a sub-agent's key is below it, or below ``app_name`` when it is
+    ``""``. trpc writes a parallel sub-agent's name twice (``root.root.a.a``):
+    a segment repeating the one before it counts once.
+    """
+    if event.filter_key:
+        return str(event.filter_key)
+    path: list[str] = []
+    for segment in (event.branch or "").split(BRANCH_SEPARATOR):
+        if segment and (not path or path[-1] != segment):
+            path.append(segment)
+    below_root = path[1:]
+    if not below_root:
+        return base
+    return "/".join([base or app_name, *below_root])
+
+
 def _head_message(event: Event, parts: Sequence[Part]) -> tuple[Message, Path | None]:
     texts = [(i, p.text) for i, p in enumerate(parts) if p.text is not None and not p.thought]
     thoughts = [p.text for p in parts if p.text is not None and p.thought]
@@ -81,9 +110,10 @@ def _usage(event: Event) -> dict[str, int] | None:
 
 
 def to_session_events(
-    event: Event, key: SessionKey, clock: Clock, *, state: Mapping[str, Any] | None = None
+    event: Event, key: SessionKey, clock: Clock, *, state: Mapping[str, Any] | None = None, base_key: str = ""
 ) -> list[SessionEvent]:
-    """The distill events of ``event`` (head first, then one per function response)."""
+    """The distill events of ``event`` (head first, then one per function response), under its filter key
+    (:func:`filter_key_of` with ``base_key``)."""
     parts = list(event.content.parts or []) if event.content is not None else []
     record = event.model_dump(mode="json", exclude_none=True)
     head, path = _head_message(event, parts)
@@ -93,6 +123,7 @@ def to_session_events(
         "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
         "invocation_id": event.invocation_id, "request_id": event.request_id or event.invocation_id,
         "author": event.author or "unknown", "partial": bool(event.partial),
+        "filter_key": filter_key_of(event, key.app_name, base_key),
         "skip_summarization": bool(event.actions.skip_summarization),
     }  # fmt: skip
     extra: dict[str, Any] = {}

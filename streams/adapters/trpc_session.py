@@ -122,6 +122,9 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
     summarizer's configuration becomes the app's distill settings) or ``None``.
     ``settings``: distill's (default: :func:`schemas.settings.load_settings`).
     ``backend``: share one :class:`SessionBackend` between services.
+    ``filter_key``: the key whose view ``get_session`` returns and summaries
+    the manager asks for; the root agent's events are published under it, a
+    sub-agent's below it (see :func:`.trpc_events.filter_key_of`).
     """
 
     def __init__(
@@ -254,7 +257,8 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
             backend = await self.ready()
             key = self.key_of(session)
             stored = self._stored.get(key, persisted_state(session.state)) | dict(event.actions.state_delta or {})
-            await backend.publish(to_session_events(event, key, self._clock(key), state=stored))
+            events = to_session_events(event, key, self._clock(key), state=stored, base_key=self.filter_key)
+            await backend.publish(events)
             self._stored[key] = stored
             self._known.setdefault((session.app_name, session.user_id), {})[session.id] = event.timestamp
         return event

@@ -1,0 +1,58 @@
+"""A record Cassandra refuses as invalid is dead-lettered with the reason; the batch goes on.
+
+Cassandra refuses a key component over 65535 bytes (``InvalidRequest``: "Key
+length of … is longer than maximum of 65535"). Such a summary or delete was
+retried forever, stalling its partition.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import SessionKey
+from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, event, key, record, store, summary
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+__all__ = ["key", "store"]
+
+HUGE = "k" * 70_000
+"""A filter key / session id past Cassandra's 64 KiB key limit (the schema allows it)."""
+
+
+async def test_a_refused_summary_is_dead_lettered_and_the_rest_of_the_batch_is_written(
+    store: Store, key: SessionKey
+) -> None:
+    refused = record(SUMMARIES, summary(key, 1, text="lost", cutoff=1, last_event_id="e1", filter_key=HUGE), offset=7)
+    outcome = await store.apply(
+        record(EVENTS, event(key, "e1", at=1, content="before"), offset=20),
+        refused,
+        record(SUMMARIES, summary(key, 1, text="全量摘要", cutoff=1, last_event_id="e1"), offset=8),
+        record(SUMMARIES, summary(key, 1, text="branch", cutoff=1, last_event_id="e1", filter_key="app/b"), offset=9),
+        record(EVENTS, event(key, "e2", at=2, content="after"), offset=21),
+    )
+    assert [(d.source_topic, d.source_offset, d.error_class) for d in store.dead] == [(SUMMARIES, 7, "StoreRefused")]
+    assert "Key length" in store.dead[0].reason and store.dead[0].reason.startswith("cassandra refused the summary")
+    assert outcome.summaries == 2 and outcome.events == 2
+    assert await store.reader.get_summary_text(key) == "全量摘要"
+    assert await store.reader.get_summary_text(key, "app/b") == "branch"
+    assert await store.projector.load_offsets() == {(EVENTS, 0): 22, (SUMMARIES, 0): 10}
+
+
+async def test_a_session_key_over_the_limit_is_dead_lettered_before_any_write(store: Store, key: SessionKey) -> None:
+    # The driver cannot even route such a partition (it packs each key part's length in 16 bits).
+    huge = SessionKey(key.app_name, key.user_id, HUGE)
+    delete = {"type": "delete_session", "command_id": "d1", "app_name": key.app_name, "user_id": key.user_id,
+              "session_id": HUGE}  # fmt: skip
+    outcome = await store.apply(
+        record(EVENTS, event(huge, "h1", at=1), offset=29),
+        record(EVENTS, delete, offset=30, timestamp_ms=1),
+        record(SUMMARIES, summary(huge, 1, text="s", cutoff=1, last_event_id="h1"), offset=11),
+        record(EVENTS, event(key, "e1", at=1), offset=31),
+    )
+    assert [(d.source_offset, d.error_class) for d in store.dead] == [(29, "RecordDecodeError"),
+                                                                      (30, "RecordDecodeError"),
+                                                                      (11, "RecordDecodeError")]  # fmt: skip
+    assert all("session_id is 70000 bytes" in d.reason for d in store.dead)
+    assert outcome.deletes == 0 and outcome.events == 1
+    assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1"]
+    assert await store.projector.load_offsets() == {(EVENTS, 0): 32, (SUMMARIES, 0): 12}
