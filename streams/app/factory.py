@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import faust
+from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from schemas import AdoptEpoch, SessionEvent, SessionKey
@@ -77,6 +78,8 @@ LAG_EVERY_S = 5.0
 TRACK_BATCH = 2000
 """Most events-topic records the track agent folds per batch (a batch is what is waiting in its
 :class:`~streams.app.record_sink.RecordSink`: no timer, no added latency)."""
+PRELOAD_TOPIC_TIMEOUT_S = 60.0
+"""The longest a replay reads one summaries topic into its cache before its jobs run without the rest."""
 ABSORB_BATCH = 2000
 """Most summaries-topic records the absorb agent applies per batch (as ``TRACK_BATCH``)."""
 
@@ -565,7 +568,16 @@ def create_app(
 
             try:
                 for topic in await summary_topics(settings, preload_topic, exclude=topics.summaries):
-                    loaded = await preload_cache(settings.kafka, topic, runtime.cache)
+                    # Bounded: every job waits for the preload, and a topic whose partitions have no
+                    # leader yet (another replay's, just created) must not hold the run for ever. The
+                    # cache only spares model calls: what it lacks is summarized again.
+                    try:
+                        async with asyncio.timeout(PRELOAD_TOPIC_TIMEOUT_S):
+                            loaded = await preload_cache(settings.kafka, topic, runtime.cache)
+                    except (TimeoutError, KafkaError) as exc:
+                        log.warning("summary cache not preloaded from a topic, its summaries are made again",
+                                    extra={"topic": topic, "error_class": type(exc).__name__})  # fmt: skip
+                        continue
                     log.info("summary cache preloaded", extra={"topic": topic, "entries": loaded})
             finally:
                 runtime.cache_ready.set()
