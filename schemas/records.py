@@ -43,12 +43,20 @@ def parse_event_data(data: dict[str, Any]) -> EventTopicRecord:
 def json_object(raw: bytes | str) -> dict[str, Any]:
     """``raw`` as a JSON object; ``RecordDecodeError`` for anything else (bad UTF-8, bad JSON, a list...)."""
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordDecodeError(f"not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise RecordDecodeError(f"expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def _no_constant(token: str) -> Any:
+    # Python's json (and pydantic) read NaN and ±Infinity, which JSON does not have, and write them
+    # back as null: a record holding one would be stored changed. Refused with its reason instead.
+    raise RecordDecodeError(
+        f"not valid JSON: it holds the number {token}, which JSON does not have (it would be stored as null)"
+    )
 
 
 def validation_reason(exc: ValidationError, limit: int = 5) -> str:

@@ -43,13 +43,16 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
     """Validate one events-topic record (at most ``max_bytes``; ``None``: any size); never raises."""
     if max_bytes is not None and len(raw) > max_bytes:
         return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
-    try:
-        # Fast path: most records are events; pydantic parses and validates the JSON in one
-        # step. Anything it does not accept (commands, invalid records) takes the full path,
-        # which decides the model or the rejection reason exactly as before.
-        return SessionEvent.model_validate_json(raw)
-    except Exception:  # the full path below decides, and names, every refusal
-        pass
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        try:
+            # Fast path: most records are events; pydantic parses and validates the JSON in one
+            # step. Anything it does not accept (commands, invalid records) takes the full path,
+            # which decides the model or the rejection reason exactly as before. pydantic reads
+            # NaN and Infinity (not JSON; written back as null): a record that may hold one takes
+            # the full path, whose parser refuses them (and takes them inside strings for text).
+            return SessionEvent.model_validate_json(raw)
+        except Exception:  # the full path below decides, and names, every refusal
+            pass
     try:
         return parse_event_record(raw)
     except RecordDecodeError as exc:
