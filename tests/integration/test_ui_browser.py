@@ -361,6 +361,7 @@ def test_session_search_finds_a_detail_only_the_hidden_history_holds(ui: UIEnv) 
     ui.driver.find_element(By.ID, "search-query").send_keys(detail)
     Select(ui.driver.find_element(By.ID, "search-scope")).select_by_value("current_hidden")
     ui.driver.find_element(By.ID, "search-submit").click()
+    _after_post(ui, "search-results")  # the click returns before the results page is there
     hits = ui.rows("#search-results tr.hit")
     assert {h["eventId"] for h in hits} >= set(holders), hits
     assert all("current_hidden" in h["_text"] for h in hits)
@@ -369,6 +370,7 @@ def test_session_search_finds_a_detail_only_the_hidden_history_holds(ui: UIEnv) 
     # load the tool result around its hit, as session_load does
     tool_result = next(e for e in holders if ui.run.record(e)["message"]["role"] == "tool")
     ui.driver.find_element(By.CSS_SELECTOR, f"#search-results tr.hit[data-event-id='{tool_result}'] a").click()
+    _after_post(ui, "load-results")
     anchor = ui.rows("#load-results article.anchor")
     assert [a["eventId"] for a in anchor] == [tool_result] and f'"pnr": "{detail}"' in anchor[0]["_text"]
     # scope matters: the e-mail's message id came after a branch's boundary, which hides nothing of it
@@ -503,7 +505,8 @@ def test_delete_removes_this_session_only(ui: UIEnv) -> None:
 
 
 def _after_post(ui: UIEnv, element_id: str) -> str:
-    """The text of ``element_id`` on the page a form post leads to (a click returns before that page loads)."""
+    """The text of ``element_id`` on the page a form post or a link leads to (a click returns before that
+    page loads: a look right after it may still see the page it left)."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
