@@ -1,12 +1,18 @@
 """Where a summary boundary falls among the stored events (pure).
 
 Event positions are ``(ts, seq)``: the timestamp (Cassandra keeps
-milliseconds) and the Kafka offset, which orders the events of one session
-that share a timestamp. A boundary whose ``last_event_id`` resolves to a
-stored event is exact: what follows that event is after the boundary. A
-timestamp-only boundary (or one whose event is unknown) keeps the events at
-the cutoff timestamp on both sides, the guide's rule: re-summarizing the last
-covered event is preferred over losing a same-timestamp sibling.
+milliseconds) and the Kafka offset. Every record of a session shares one
+partition of the events topic, so ``seq`` is the session's log order: the
+order the summarizer reads the events in (``streams.rules.boundaries``). A
+boundary whose ``last_event_id`` resolves to a stored event is exact, and
+the log decides: what was logged after that event is after the boundary,
+whatever its timestamp (a producer's clock behind, a sub-agent flushing
+late), and what was logged before it is covered. A timestamp-only boundary
+(or one whose event is unknown) keeps the events at the cutoff timestamp on
+both sides, the guide's rule: re-summarizing the last covered event is
+preferred over losing a same-timestamp sibling; there a late event stamped
+before the cutoff stays hidden until a summary with a known boundary event
+holds it.
 """
 
 from __future__ import annotations
@@ -43,27 +49,36 @@ class Cut:
 
     @property
     def scan_from(self) -> datetime:
-        """The earliest timestamp an event after the boundary can have."""
+        """The earliest timestamp an event after the boundary can have, unless it is late.
+
+        An event stamped earlier than an event logged before it is *late*
+        (``projections.late_events``); every other event after an exact
+        boundary is stamped at or after the boundary event. A scan of the
+        clustering order from here finds the non-late ones; the late ones are
+        in ``late_events`` (clustered by ``seq``).
+        """
         if self.exact:
             assert self.anchor_ts is not None
             return min(self.anchor_ts, self.cutoff_at)
         return self.cutoff_at
 
     def is_after(self, ts: datetime, seq: int) -> bool:
-        """Whether an event at ``(ts, seq)`` is after the boundary (what the next prompt still needs)."""
-        ts = to_millis(ts)
-        if self.exact:
-            assert self.anchor_ts is not None and self.anchor_seq is not None
-            return (ts, seq) > (self.anchor_ts, self.anchor_seq)
-        return ts >= self.cutoff_at
+        """Whether an event at ``(ts, seq)`` is after the boundary (what the next prompt still needs).
+
+        Exact: logged after the boundary event. Else: stamped at or after the cutoff.
+        """
+        if self.anchor_seq is not None and self.anchor_ts is not None:
+            return seq > self.anchor_seq
+        return to_millis(ts) >= self.cutoff_at
 
     def is_hidden(self, ts: datetime, seq: int) -> bool:
-        """Whether an event at ``(ts, seq)`` is covered by the summary (up to and including the boundary)."""
-        ts = to_millis(ts)
-        if self.exact:
-            assert self.anchor_ts is not None and self.anchor_seq is not None
-            return (ts, seq) <= (self.anchor_ts, self.anchor_seq)
-        return ts <= self.cutoff_at
+        """Whether an event at ``(ts, seq)`` is covered by the summary (up to and including the boundary).
+
+        Exact: logged at or before the boundary event. Else: stamped at or before the cutoff.
+        """
+        if self.anchor_seq is not None and self.anchor_ts is not None:
+            return seq <= self.anchor_seq
+        return to_millis(ts) <= self.cutoff_at
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,14 @@ checks it over thousands of generated sessions). It reads:
 2. **the tail**: the events from the boundary to the end, newest first in pages
    of ``page_size`` (at most ``max_events``; then ``stats.truncated``), kept
    when visible to the key (:func:`visible`: ancestors, descendants and keyless
-   events — not only the key's summary input);
+   events — not only the key's summary input); and, beside it, **the late
+   events** logged after the boundary event (``late_events``, clustered by
+   log position: see ``projections.late_events``), which the scan by time
+   from the boundary cannot reach;
 3. **the current user message**: the latest visible user turn of the tail, else
    a backward page scan from the boundary to it (the covered head of the
-   current run), of at most ``max_events`` rows (then ``stats.truncated``);
+   current run), of at most ``max_events`` rows (then ``stats.truncated``),
+   and the late user turns logged after the one found;
 4. **the resume tail**: the covered assistant/tool events of the current
    invocation, through the ``session_turns`` index (one slice per invocation);
 5. **late results**: the covered call event of each tail tool result whose
@@ -25,6 +29,14 @@ checks it over thousands of generated sessions). It reads:
    belong to that does not surely start after the boundary (``session_turns``);
 7. the heartbeats of the session's partition: the projector's (``projection_lag``)
    and the recall indexer's (``index_lag``), one small partition read.
+
+The events come back in **log order** (``seq``, the Kafka offset: every record
+of a session shares one partition), the order the summarizer reads them in, and
+with the boundary event itself when it is stored, even when the key does not
+see it (it marks where the summary ends: ``streams.context`` cuts after it).
+With a boundary whose event is not stored (a timestamp-only boundary of an
+older build), the boundary cuts by time, as it always did: a late event stamped
+before the cutoff is not read.
 
 No step reads a whole partition unless the session has no summary (then every
 event is the prompt's) or the caller asks for ``full_history`` (a request that
@@ -64,6 +76,8 @@ HEARTBEAT_STALE_S = 5.0
 _COLS = "ts, event_id, seq, filter_key, role, partial, text, event_json"
 _IN_CHUNK = 100
 _TURN_COLS = "invocation_id, request_id, ts, event_id, seq, filter_key, role, partial"
+_LATE_COLS = "seq, ts, event_id, filter_key, role, partial"
+_LAST_SEQ = 2**63 - 1
 
 
 def visible(event_key: str, filter_key: str) -> bool:
@@ -122,8 +136,10 @@ def is_prompt_user_turn(event: SessionEvent) -> bool:
 
 @dataclass(order=True, frozen=True)
 class _Pos:
-    ts: datetime
+    """A stored position; positions order by ``seq``, the session's log order."""
+
     seq: int
+    ts: datetime
 
 
 @dataclass
@@ -137,7 +153,7 @@ class _Collected:
         if found is not None:
             return found[1]
         event = restore_event_json(row.event_json, row.text or "")
-        self.events[row.event_id] = (_Pos(to_millis(row.ts), row.seq), event)
+        self.events[row.event_id] = (_Pos(row.seq, to_millis(row.ts)), event)
         return event
 
     def ordered(self) -> list[SessionEvent]:
@@ -177,6 +193,9 @@ class ContextReader:
         self._at = self._prep(f"{ev} AND ts = ? AND event_id = ?")
         self._calls = self._prep(f"SELECT call_event_id, call_ts FROM {ks}.tool_calls WHERE {pk} AND tool_call_id IN ?")
         self._at_many = self._prep(f"{ev} AND (ts, event_id) IN ?")
+        self._late = self._prep(
+            f"SELECT {_LATE_COLS} FROM {ks}.late_events WHERE {pk} AND seq > ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
+        )
         turns = f"SELECT {_TURN_COLS} FROM {ks}.session_turns WHERE {pk} AND invocation_id = ?"
         self._invocation = self._prep(turns)
         self._turn = self._prep(f"{turns} AND request_id = ?")
@@ -217,7 +236,7 @@ class ContextReader:
             if cut is not None:
                 await run.late_calls()
                 await run.invocation(current)
-                await run.anchors(cut, applied)
+                await run.anchors(cut)
             lag, index_lag = await lag_task
         finally:
             if not lag_task.done():
@@ -279,6 +298,8 @@ class _Run:
         self.got = _Collected()
         self.tail_ids: list[str] = []
         self.turn_rows: dict[str, list[Any]] = {}
+        self.boundary_id: str | None = None
+        """The boundary event's id, when the boundary is exact (kept even when the key does not see it)."""
         self.queries = 0
         self.rows = 0
         self.served_epoch = 0
@@ -296,6 +317,10 @@ class _Run:
     def keep(self, row: Any) -> bool:
         return visible(row.filter_key or "", self.filter_key)
 
+    def shown(self, event: SessionEvent) -> bool:
+        """Whether ``event`` is one of the key's complete events (not a boundary event kept as a marker only)."""
+        return not event.partial and visible(event.filter_key, self.filter_key)
+
     async def summary(self) -> AppliedSummary | None:
         rows = await self.q(self.r._summaries, self.pk)
         # The static column: also on the one row a session whose switch left it no heads returns.
@@ -309,12 +334,29 @@ class _Run:
         boundary = applied.boundary
         if boundary.last_event_id:
             row = next(iter(await self.q(self.r._event_pos, (*self.pk, boundary.last_event_id))), None)
-            if row is not None:
+            if row is not None and row.seq is not None:
+                self.boundary_id = boundary.last_event_id
                 return Cut.of(boundary.cutoff_at, (_utc(row.ts), row.seq))
         return Cut.of(boundary.cutoff_at)
 
     async def tail(self, cut: Cut | None) -> None:
-        """Events from the boundary to the end, newest first (``truncated`` when ``max_events`` stopped it)."""
+        """Events from the boundary to the end (``truncated`` when ``max_events`` stopped a scan).
+
+        The scan by time from :attr:`Cut.scan_from`, newest first, and beside it
+        the late events logged after an exact boundary's event; then the
+        boundary event itself if the scan did not hold it.
+        """
+        if cut is None or cut.anchor_seq is None:
+            await self._scan_tail(cut)
+            return
+        _, rows = await asyncio.gather(self._scan_tail(cut), self._late(cut.anchor_seq, _LAST_SEQ))
+        if len(rows) >= self.r.max_events:
+            self.truncated = True
+        await self._fetch_at([(r.ts, r.event_id) for r in rows if self.keep(r) and not r.partial], tail=True)
+        if self.boundary_id is not None and self.boundary_id not in self.got.events:
+            await self._by_id(self.boundary_id, marker=True)
+
+    async def _scan_tail(self, cut: Cut | None) -> None:
         lower = (cut.scan_from, "") if cut is not None else (EPOCH, "")
         page = self.r.page_size
         rows = await self.q(self.r._tail_first, (*self.pk, *lower, page))
@@ -325,6 +367,8 @@ class _Run:
                 self.rows += 1
                 if self.keep(row) and not row.partial:
                     self.tail_ids.append(self.got.add(row).event_id)
+                elif row.event_id == self.boundary_id:
+                    self.got.add(row)  # where the summary ends, though the key does not show it
             if len(rows) < page:
                 return
             if seen >= self.r.max_events:
@@ -333,13 +377,35 @@ class _Run:
             last = rows[-1]
             rows = await self.q(self.r._tail_next, (*self.pk, *lower, last.ts, last.event_id, page))
 
+    async def _late(self, after_seq: int, upto_seq: int) -> list[Any]:
+        """The ``late_events`` rows logged after ``after_seq`` and up to ``upto_seq``, newest first
+        (at most ``max_events``)."""
+        rows = await self.q(self.r._late, (*self.pk, after_seq, upto_seq, self.r.max_events))
+        self.rows += len(rows)
+        return rows
+
     async def current(self, current_event_id: str | None, cut: Cut | None) -> SessionEvent | None:
+        """The user message being answered: the one named, else the key's latest user turn in log order."""
         if current_event_id is not None:
             return await self._by_id(current_event_id, required=True)
         found = self._latest_user_turn()
-        if found is not None or cut is None:
-            return found
-        # Scan back from the boundary to the latest visible user turn (the covered head of the current run).
+        if cut is None:
+            return found  # the whole history was read
+        if found is None:
+            found = await self._scan_back(cut)
+        if found is not None and cut.anchor_seq is not None and self.got.events[found.event_id][0].seq > cut.anchor_seq:
+            return found  # after the boundary: the late events after it are read already
+        # A late user turn logged after the one found lies before the scans' reach: it is in late_events.
+        after = -1 if found is None else self.got.events[found.event_id][0].seq
+        upto = cut.anchor_seq if cut.anchor_seq is not None else _LAST_SEQ
+        rows = await self._late(after, upto)
+        if len(rows) >= self.r.max_events:
+            self.truncated = True
+        await self._fetch_at([(r.ts, r.event_id) for r in rows if r.role == "user" and self.keep(r) and not r.partial])
+        return self._latest_user_turn()
+
+    async def _scan_back(self, cut: Cut) -> SessionEvent | None:
+        """Scan back from the boundary to the latest visible user turn (the covered head of the current run)."""
         position: tuple[datetime, str] = (cut.scan_from, "")
         page = self.r.page_size
         seen = 0
@@ -356,7 +422,7 @@ class _Run:
                 if self.keep(row) and not row.partial:
                     event = self.got.add(row)
                     if is_prompt_user_turn(event):
-                        # Same-timestamp rows with smaller ids may come later in log order: read them all.
+                        # Same-timestamp rows may come later in log order: read them all.
                         for same in await self.q(self.r._at_ts, (*self.pk, row.ts)):
                             if self.keep(same) and not same.partial:
                                 self.got.add(same)
@@ -367,11 +433,13 @@ class _Run:
 
     def _latest_user_turn(self) -> SessionEvent | None:
         for event in reversed(self.got.ordered()):
-            if is_prompt_user_turn(event):
+            if is_prompt_user_turn(event) and self.shown(event):
                 return event
         return None
 
-    async def _by_id(self, event_id: str, *, required: bool = False) -> SessionEvent | None:
+    async def _by_id(self, event_id: str, *, required: bool = False, marker: bool = False) -> SessionEvent | None:
+        """The stored event ``event_id``, added; ``required``: raise when absent; ``marker``: added though
+        the key does not see it (the boundary event). Else only a visible, complete event is added."""
         found = self.got.events.get(event_id)
         if found is not None:
             return found[1]
@@ -381,7 +449,7 @@ class _Run:
             if required:
                 raise AnchorNotFound(f"anchor event not found: {event_id}")
             return None
-        if not required and (not self.keep(row) or row.partial):
+        if not (required or marker) and (not self.keep(row) or row.partial):
             return None
         return self.got.add(row)
 
@@ -402,15 +470,18 @@ class _Run:
                 for r in await self.q(self.r._calls, (*self.pk, ids[start : start + _IN_CHUNK]))]  # fmt: skip
         await self._fetch_at([(r.call_ts, r.call_event_id) for r in rows if r.call_event_id and r.call_ts])
 
-    async def _fetch_at(self, positions: Sequence[tuple[datetime, str]]) -> None:
-        """The visible, complete events at ``positions`` (one ``IN`` query per chunk), added."""
+    async def _fetch_at(self, positions: Sequence[tuple[datetime, str]], *, tail: bool = False) -> None:
+        """The visible, complete events at ``positions`` (one ``IN`` query per chunk), added (``tail``: as
+        events after the boundary)."""
         wanted = list(dict.fromkeys(p for p in positions if p[1] not in self.got.events))
         chunks = [wanted[i : i + _IN_CHUNK] for i in range(0, len(wanted), _IN_CHUNK)]
         for rows in await asyncio.gather(*(self.q(self.r._at_many, (*self.pk, chunk)) for chunk in chunks)):
             for row in rows:
                 self.rows += 1
                 if self.keep(row) and not row.partial:
-                    self.got.add(row)
+                    event = self.got.add(row)
+                    if tail:
+                        self.tail_ids.append(event.event_id)
 
     async def _turn_index(self, invocation_id: str, request_id: str | None = None) -> list[Any]:
         if request_id is None:
@@ -432,22 +503,29 @@ class _Run:
         rows = await self._turn_index(current.invocation_id)
         await self._fetch_rows(r for r in rows if r.role in ("assistant", "tool"))
 
-    async def anchors(self, cut: Cut, applied: AppliedSummary | None) -> None:
+    async def anchors(self, cut: Cut) -> None:
         """The covered user messages of each collected turn that may need its question brought back."""
-        assert applied is not None
-        surely_after = max(to_millis(applied.boundary.cutoff_at), cut.anchor_ts or EPOCH)
         first: dict[tuple[str, str], SessionEvent] = {}
         first_pos: dict[tuple[str, str], _Pos] = {}
         for pos, event in sorted(self.got.events.values(), key=lambda pe: pe[0]):
             turn = (event.invocation_id, event.request_id)
-            if turn != ("", "") and turn not in first:
+            if turn != ("", "") and turn not in first and self.shown(event):
                 first[turn], first_pos[turn] = event, pos
         needed = [
             turn for turn, event in first.items()
-            if not (is_prompt_user_turn(event) and first_pos[turn].ts > surely_after)
+            if not (is_prompt_user_turn(event) and _surely_after(cut, first_pos[turn]))
         ]  # fmt: skip
         indexes = await asyncio.gather(*(self._turn_index(inv, req) for inv, req in needed))
         await self._fetch_rows(r for rows in indexes for r in rows if r.role == "user")
+
+
+def _surely_after(cut: Cut, pos: _Pos) -> bool:
+    """Whether an event at ``pos`` is after the boundary whatever else the read holds: logged after an
+    exact boundary's event, else stamped after the cutoff (strictly: an event in the cutoff's millisecond
+    may be a microsecond before it)."""
+    if cut.anchor_seq is not None:
+        return pos.seq > cut.anchor_seq
+    return pos.ts > cut.cutoff_at
 
 
 __all__ = [

@@ -138,6 +138,10 @@ class EventWindows(SummaryReads):
             f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk} AND ts >= ?"
         )
         self._events_all = self._prep(f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk}")
+        self._events_at = self._prep(
+            f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) IN ?"
+        )
+        self._late_after = self._prep(f"SELECT ts, event_id FROM {ks}.late_events WHERE {pk} AND seq > ?")
         self._before = self._prep(
             f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) < (?, ?) "
             "ORDER BY ts DESC, event_id DESC LIMIT ?"
@@ -173,7 +177,9 @@ class EventWindows(SummaryReads):
         ``skip_summarization`` events are included like any other (visible
         while after the boundary; hidden, yet searchable, once it passes them).
         A branch key takes its subtree plus the events without a key.
-        Chronological (timestamp, then arrival order).
+        With an event-id boundary the log decides: the events logged after
+        the boundary event, late ones too (stamped before it:
+        ``projections.late_events``). In log order (``seq``).
         """
         if summary is None and use_latest:
             summary = await self.latest_summary(key, filter_key)
@@ -183,6 +189,12 @@ class EventWindows(SummaryReads):
         else:
             cut = await self.resolve_cut(key, summary.cutoff_at, summary.last_event_id)
             rows = await afetch_all(self._s, self._events_from, (*key, cut.scan_from))
+            if cut.anchor_seq is not None:
+                late = await afetch_all(self._s, self._late_after, (*key, cut.anchor_seq))
+                known = {r.event_id for r in rows}
+                wanted = list(dict.fromkeys((r.ts, r.event_id) for r in late if r.event_id not in known))
+                for start in range(0, len(wanted), 100):
+                    rows += await afetch_all(self._s, self._events_at, (*key, wanted[start : start + 100]))
         out = []
         for row in rows:
             ev = _event(row)
@@ -191,7 +203,7 @@ class EventWindows(SummaryReads):
             if cut is not None and not cut.is_after(ev.ts, ev.seq):
                 continue
             out.append(ev)
-        return sorted(out, key=lambda e: (e.ts, e.seq))
+        return sorted(out, key=lambda e: e.seq)
 
     async def session_stats(self, key: SessionKey) -> dict[str, Any]:
         """Counts over the stored events of the session (events, tokens, bytes, first/last timestamp)."""

@@ -1,11 +1,12 @@
 """The projector: Kafka records in, the rows the next prompt needs out, offsets stored after the rows.
 
 This is the critical path: events, event ids, turns, tool calls and results,
-session sources, summaries and the hidden-history windows (``summaries_history``),
-deletions. The recall index of ``session_search`` is *not* written here: the
-indexer (``projections.indexer``) builds it from the same events topic under
-its own consumer group, so tokenizing and the SAI token index (the dominant
-cost per event) never hold up what a prompt reads.
+late events (``projections.late_events``), session sources, summaries and the
+hidden-history windows (``summaries_history``), deletions. The recall index
+of ``session_search`` is *not* written here: the indexer
+(``projections.indexer``) builds it from the same events topic under its own
+consumer group, so tokenizing and the SAI token index (the dominant cost per
+event) never hold up what a prompt reads.
 
 Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
 
@@ -64,11 +65,14 @@ from pydantic import ValidationError
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
+from projections.cassandra_session import aexecute_many
 from projections.errors import StoreRefused, StoreUnavailable
+from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, first_seq
 from projections.rows import (
     TokenCounter,
     estimate_tokens,
     event_rows,
+    late_row,
     summary_history_row,
     summary_history_target,
     summary_latest_values,
@@ -171,13 +175,17 @@ class Projector(CassandraStage):
         batch_statements: int = 128,
         batch_bytes: int = 512 * 1024,
         pipeline_events: int = 2000,
+        remembered_sessions: int = DEFAULT_REMEMBERED_SESSIONS,
     ) -> None:
+        """``remembered_sessions``: sessions whose latest timestamp is kept in memory
+        (``projections.late_events.LatestStamps``); a session not remembered costs one row read."""
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
                          pipeline_events=pipeline_events)  # fmt: skip
         self.events_topic = events_topic
         self.summaries_topic = summaries_topic
         self._count = count_tokens or estimate_tokens
+        self._stamps = LatestStamps(remembered_sessions)
         self._p = self._prepare()
 
     @property
@@ -193,11 +201,12 @@ class Projector(CassandraStage):
             "serve_epoch": q.SERVE_EPOCH, "latest_put": q.PUT_SUMMARY_LATEST,
             "latest_delete": q.DELETE_SUMMARY_LATEST, "adoption": q.INSERT_ADOPTION,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED, "turn": q.INSERT_TURN,
-            "session_source": q.UPSERT_SESSION_SOURCE,
+            "session_source": q.UPSERT_SESSION_SOURCE, "late": q.INSERT_LATE_EVENT, "latest_ts": q.SELECT_LATEST_TS,
+            "event_position": q.SELECT_EVENT_POSITION,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
         self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
-                                                               "session_source")}  # fmt: skip
+                                                               "session_source", "late")}  # fmt: skip
         for table in q.SESSION_TABLES:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
         for table in q.RECALL_TABLES:
@@ -225,6 +234,8 @@ class Projector(CassandraStage):
         for record in records:
             key = (record.topic, record.partition)
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
+            if record.topic == self.events_topic:
+                self._stamps.follow(key, record.offset)
             try:
                 item = self._parse(record)
             except (RecordDecodeError, ValidationError) as exc:
@@ -309,29 +320,80 @@ class Projector(CassandraStage):
         statement by statement to dead-letter exactly the events at fault
         (``_write_pipelined``).
         """
-        rejected = await self._write_pipelined(len(items), lambda a, b: self._batches(items, a, b))
+        placements = await self._place(items)
+        rejected = await self._write_pipelined(len(items), lambda a, b: self._batches(items, placements, a, b))
         for index, exc in sorted(rejected.items()):
             outcome.dead_letters.append(
                 dead_letter(items[index].record, exc, f"cassandra rejected the event: {exc}", stage=STAGE)
             )
         outcome.events += len(items) - len(rejected)
 
-    def _batches(self, items: list[_Event], start: int, stop: int) -> list[Batch]:
+    async def _place(self, items: list[_Event]) -> dict[int, Placement]:
+        """The events of ``items`` (in log order) not written plainly at their record's offset — late, or
+        published again —, by index (most events have no entry).
+
+        See ``projections.late_events``: sessions not remembered are read first
+        (their newest timestamp, one row each, concurrently); a late event's
+        first record is looked up (one row each, concurrently: late events are
+        few), so an event published again keeps its place and is not late again.
+        """
+        stamps = self._stamps
+        keys = [((i.record.topic, i.record.partition), _pk(i.event)) for i in items]
+        cold = [key for key in dict.fromkeys(keys) if not stamps.knows(*key)]
+        for (tp, pk), rows in zip(cold, await self._read_many(self._p["latest_ts"], [pk for _, pk in cold]),
+                                  strict=True):  # fmt: skip
+            newest = next(iter(rows), None)
+            stamps.learn(tp, pk, None if newest is None else newest.ts)
+        late = [n for n, ((tp, pk), item) in enumerate(zip(keys, items, strict=True))
+                if stamps.place(tp, pk, item.event.timestamp)]  # fmt: skip
+        if not late:
+            return {}
+        found = await self._read_many(self._p["event_position"], [(*keys[n][1], items[n].event.event_id) for n in late])
+        stored = {n: (row.ts, row.seq) for n, rows in zip(late, found, strict=True)
+                  for row in rows if row.ts is not None and row.seq is not None}  # fmt: skip
+        late_at = set(late)
+        placed: dict[int, Placement] = {}
+        seen: dict[tuple[tuple[str, str, str], str], tuple[datetime, int]] = {}  # this batch's first records
+        for n in range(late[-1] + 1):
+            ev, offset = items[n].event, items[n].record.offset
+            ident = (keys[n][1], ev.event_id)
+            if n in late_at:
+                again = first_seq(ev.timestamp, offset, stored.get(n) or seen.get(ident))
+                placed[n] = Placement(offset, late=True) if again is None else Placement(again)
+            seen.setdefault(ident, (ev.timestamp, placed[n].seq if n in placed else offset))
+        return placed
+
+    async def _read_many(self, statement: PreparedStatement, params: list[Any]) -> list[Any]:
+        """The rows of ``statement`` for each of ``params``, read concurrently (``StoreUnavailable`` on a failure)."""
+        if not params:
+            return []
+        results = await aexecute_many(self._session, [(statement, p) for p in params], self._concurrency)
+        for ok, value in results:
+            if not ok:
+                raise StoreUnavailable(f"cassandra read failed: {type(value).__name__}: {value}") from value
+        return [value for _, value in results]
+
+    def _batches(self, items: list[_Event], placements: dict[int, Placement], start: int, stop: int) -> list[Batch]:
         """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""
         groups: dict[tuple[str, str, str], list[Row]] = {}
         p = self._bind
         stmt_event, stmt_event_id, stmt_turn = p["event"], p["event_id"], p["turn"]
         stmt_call, stmt_result, stmt_source = p["tool_call"], p["tool_result"], p["session_source"]
+        stmt_late = p["late"]
         for index in range(start, stop):
             item = items[index]
             ev = item.event
-            rows = event_rows(ev, item.record.offset, self._count, item.data)
+            placed = placements.get(index)
+            seq = item.record.offset if placed is None else placed.seq
+            rows = event_rows(ev, seq, self._count, item.data)
             pk = (ev.app_name, ev.user_id, ev.session_id)
             group = groups.get(pk)
             if group is None:
                 group = groups[pk] = []
                 group.append((stmt_source, (*pk, item.record.topic, item.record.partition), index, 64))
             group.append((stmt_event, rows.event, index, rows.size))
+            if placed is not None and placed.late:
+                group.append((stmt_late, late_row(ev, seq), index, 96))
             if rows.turn is not None:
                 group.append((stmt_turn, rows.turn, index, 96))
             group.append((stmt_event_id, rows.event_id, index, 64))
@@ -500,6 +562,7 @@ class Projector(CassandraStage):
         deleted_at = datetime.fromtimestamp(item.record.timestamp_ms / 1000, UTC) if item.record.timestamp_ms else now
         stamp_us = int(deleted_at.timestamp() * 1_000_000)
         await self._run(self._p["insert_deleted"], (*pk, deleted_at, item.record.partition, item.record.offset))
+        self._stamps.forget((item.record.topic, item.record.partition), pk)
         work: list[tuple[Any, Any]] = [(self._p[f"delete_{t}"], pk) for t in q.SESSION_TABLES]
         work.extend((self._p[f"delete_{t}"], (stamp_us, *pk)) for t in q.RECALL_TABLES)
         failed = await self._run_concurrent(work)
@@ -507,3 +570,7 @@ class Projector(CassandraStage):
             raise StoreRefused(f"cassandra refused the delete: {failed[0][1]}")
         if failed:
             raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+
+
+def _pk(event: SessionEvent) -> tuple[str, str, str]:
+    return event.app_name, event.user_id, event.session_id

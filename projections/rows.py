@@ -163,6 +163,14 @@ def event_rows(
     )
 
 
+def late_row(event: SessionEvent, seq: int) -> tuple[object, ...]:
+    """The ``late_events`` row of ``event`` at log position ``seq`` (``projections.late_events``)."""
+    return (
+        event.app_name, event.user_id, event.session_id, seq, event.timestamp, event.event_id, event.filter_key,
+        event.message.role, event.partial,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RecallRows:
     """The recall index rows of one event (written by the indexer, ``projections.indexer``)."""

@@ -11,6 +11,18 @@ INSERT_EVENT = (
 INSERT_EVENT_ID = (
     "INSERT INTO {ks}.event_ids (app_name, user_id, session_id, event_id, ts, seq) VALUES (?, ?, ?, ?, ?, ?)"
 )
+INSERT_LATE_EVENT = (
+    "INSERT INTO {ks}.late_events (app_name, user_id, session_id, seq, ts, event_id, filter_key, role, partial) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SELECT_LATEST_TS = (
+    "SELECT ts FROM {ks}.events_by_session WHERE app_name = ? AND user_id = ? AND session_id = ? "
+    "ORDER BY ts DESC, event_id DESC LIMIT 1"
+)
+"""The session's newest timestamp (``projections.late_events``: what a new event is compared with)."""
+SELECT_EVENT_POSITION = (
+    "SELECT ts, seq FROM {ks}.event_ids WHERE app_name = ? AND user_id = ? AND session_id = ? AND event_id = ?"
+)
 UPSERT_TOOL_CALL = (
     "UPDATE {ks}.tool_calls SET tool_name = ?, call_event_id = ?, call_ts = ? "
     "WHERE app_name = ? AND user_id = ? AND session_id = ? AND tool_call_id = ?"
@@ -92,7 +104,7 @@ DELETE_RECALL_EVENT = (
 )
 SESSION_TABLES = (
     "events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history", "session_turns",
-    "session_sources", "summaries_epoch_history", "summary_adoptions",
+    "session_sources", "summaries_epoch_history", "summary_adoptions", "late_events",
 )  # fmt: skip
 DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 SAVE_OFFSET = (

@@ -2,7 +2,7 @@
 
 A :class:`ContextRead` is everything ``streams.context.assemble`` needs for one
 (session, filter key): the summary that applies to the key, and the stored
-events it must see, in stored order — so that assembling from it gives the
+events it must see, in log order — so that assembling from it gives the
 request the full history would give. ``projection_lag`` says how far the
 projection is behind the events topic, so an agent can wait or warn;
 ``index_lag`` says the same of the recall index (``session_search`` may not
@@ -73,12 +73,18 @@ class ReadStats(ContractModel):
 class ContextRead(ContractModel):
     """The result of the one read call: pass it to ``streams.context.assemble_from_read``.
 
-    ``events`` are in stored order (timestamp, then Kafka offset): every event
+    ``events`` are in log order (the Kafka offset: every record of a session
+    shares one partition), the order the summarizer reads them in: every event
     after the summary's boundary visible to ``filter_key`` (ancestor keys
-    included), the current user message and the covered events of its
-    invocation (the resume tail), the covered calls of late tool results and
-    the covered user messages of the turns those events belong to. Partial
-    events are left out.
+    included) — logged after the boundary event, whatever its timestamp, when
+    that event is stored; else stamped at or after the cutoff —, the current
+    user message and the covered events of its invocation (the resume tail),
+    the covered calls of late tool results and the covered user messages of
+    the turns those events belong to. Partial events are left out, except the
+    boundary event itself, which is there whenever it is stored, even when
+    ``filter_key`` does not see it (another branch's event under an ancestor's
+    summary, or a streaming chunk): it marks where the summary ends, and the
+    assembly shows nothing of it.
     """
 
     app_name: str

@@ -262,7 +262,8 @@ class SessionBackend:
             if not old and not stale and await self._delete_projected(key, deleted):
                 del self._deleted[key]
         if projected:
-            self._newest[key] = max(self._newest.get(key, projected[-1].timestamp), projected[-1].timestamp)
+            newest = max(e.timestamp for e in projected)  # log order: the last event need not be the newest
+            self._newest[key] = max(self._newest.get(key, newest), newest)
         seen = {e.event_id for e in projected}
         pending = self._pending.get(key)
         extra: list[SessionEvent] = []
@@ -270,7 +271,8 @@ class SessionBackend:
             pending.events = [e for e in pending.events if e.event_id not in seen]
             extra = [e for e in pending.events if visible(e.filter_key, filter_key)]
         merged = _stable_merge(projected, extra)
-        order = [e.event_id for e in merged]
+        order = [e.event_id for e in merged]  # with the boundary event, which the key may not show
+        merged = [e for e in merged if not e.partial and visible(e.filter_key, filter_key)]
         after = {e.event_id for e in merged if not covered_by(summary, e, order)}
         answered = {e.message.tool_call_id for e in merged if e.event_id in after and e.message.tool_call_id}
         kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]

@@ -102,9 +102,11 @@ class Clock:
     def seen(self, events: Sequence[SessionEvent], summary: Bounded | None = None) -> None:
         """Never go back before events already stored, nor to ``summary``'s cutoff.
 
-        The cutoff counts even when the read holds no event (a summary covering all of them): an
-        event stamped before it — another producer's clock ran ahead — is cut from the next request
-        by the read side, which orders by time.
+        The cutoff counts even when the read holds no event (a summary covering all of them): the
+        read side places an event logged after the boundary event by the log, whatever its stamp,
+        but a summary whose boundary event is not stored (an older build's, by timestamp only) cuts
+        by time, and an event stamped before its cutoff — another producer's clock ran ahead — would
+        be cut from the next request.
         """
         stamps = [event.timestamp for event in events]
         if summary is not None:

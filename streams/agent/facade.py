@@ -49,9 +49,11 @@ from streams.client import SummaryTimeoutError, SummaryUnavailableError
 from streams.context.assembly import AssemblyOptions, AssemblyReport
 from streams.context.fitting import Fitted, fit
 from streams.context.from_read import assemble_from_read, needs_full_history
+from streams.context.history import covered_mask
 from streams.context.injection import SummaryFormatter
 from streams.context.recall_tools import RecallExecutor
 from streams.errors import DistillError
+from streams.rules.filter_keys import related
 
 log = logging.getLogger("distill.agent")
 MAX_FORCED_REFRESHES = 3
@@ -383,7 +385,12 @@ class DistillAgent:
 
     def _after_boundary(self, read: ContextRead) -> bool:
         """Whether ``read`` holds events its summary's boundary does not cover (what a forced summary takes)."""
-        return any(not _covered(read.summary, e.event_id, e.timestamp) for e in read.events)
+        covered = covered_mask(read.events, read.summary.boundary if read.summary is not None else None)
+        return any(not c and self._shows(e) for e, c in zip(read.events, covered, strict=True))
+
+    def _shows(self, event: SessionEvent) -> bool:
+        """Whether a request of this facade's key shows ``event`` (not another branch's, not a chunk)."""
+        return not event.partial and related(event.filter_key, self.filter_key)
 
     async def _refresh(self, *, force: bool) -> SessionSummary | None:
         """:meth:`summarize`, a failure logged instead of raised: the request is then built without it."""
@@ -426,7 +433,8 @@ class DistillAgent:
             rid = f"req-{uuid.uuid4().hex[:12]}"
             self._run = _Run(request_id=rid, invocation_id=rid)
         else:
-            after = [e for e in read.events if e.timestamp > current.timestamp and e.message.role == "assistant"]
+            later = read.events[read.events.index(current) + 1 :]  # log order
+            after = [e for e in later if e.message.role == "assistant" and self._shows(e)]
             self._run = _Run(current.request_id, current.invocation_id, current.event_id, model_calls=len(after))
         return self._run
 

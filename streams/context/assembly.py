@@ -190,9 +190,13 @@ def assemble(
 ) -> AssembledRequest:
     """Build the request for the next model call.
 
-    ``events`` are the session's stored events in order; events after the
-    summary boundary are enough, and events before it may be included (they
-    are cut, and used only to restore calls, the resume tail and turn anchors).
+    ``events`` are the session's stored events in log order (the order they
+    were published in, which the summarizer reads: what follows the boundary
+    event is after the boundary, whatever its timestamp); events after the
+    summary boundary and the boundary event itself are enough, and events
+    before it may be included (they are cut, and used only to restore calls,
+    the resume tail and turn anchors). Events of other filter keys are left
+    out, the boundary event's place among them still counts.
     ``current_user_message`` is the turn being answered: a stored event (kept
     in place, even when the boundary covers it), a new message not yet stored
     (appended), or ``None`` for the latest user event. The result always
@@ -208,7 +212,7 @@ def assemble(
     block = summary_block(summary, opts)
     use_summary = bool(block)
     boundary = summary.boundary if use_summary and summary is not None else None
-    projection = project_history(visible, boundary, current_index)
+    projection = project_history(visible, boundary, current_index, log=events)
     items = projection.items + ([extra] if extra is not None else [])
     if not opts.add_session_summary:
         items = select_runs(items, opts.max_history_runs)

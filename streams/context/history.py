@@ -19,15 +19,28 @@ from streams.rules.boundaries import events_after
 from streams.rules.eligibility import is_user_turn_message
 
 
-def covered_mask(events: Sequence[SessionEvent], boundary: SummaryBoundary | None) -> list[bool]:
+def covered_mask(
+    events: Sequence[SessionEvent], boundary: SummaryBoundary | None, log: Sequence[SessionEvent] | None = None
+) -> list[bool]:
     """For each event, whether ``boundary`` covers it: the complement of the delta of ``streams.rules``.
 
     The summarizer and this module must agree on where a summary ends, so the
     rule is the shared one (``streams.rules.boundaries.events_after``): an
-    event-id boundary is exact; without a known id, events strictly older
-    than ``cutoff_at`` are covered and events at the cutoff stay.
+    event-id boundary is exact — what the list holds after the boundary
+    event is after it, whatever its timestamp (the list is the session's log
+    order, the order the summarizer reads) —; without a known id, events
+    strictly older than ``cutoff_at`` are covered and events at the cutoff stay.
+
+    ``log``: the events ``events`` were taken from (every filter key), when
+    ``events`` may leave the boundary event out (an ancestor's summary ending
+    at another branch's event): its place in ``log`` decides. An event of
+    ``events`` that ``log`` does not hold counts as logged after all of it.
     """
-    after = {id(event) for event in events_after(events, boundary)}
+    base: Sequence[SessionEvent] = events
+    if log is not None and log is not events:
+        logged = {id(event) for event in log}
+        base = [*log, *(event for event in events if id(event) not in logged)]
+    after = {id(event) for event in events_after(base, boundary)}
     return [id(event) not in after for event in events]
 
 
@@ -80,8 +93,11 @@ def project_history(
     events: Sequence[SessionEvent],
     boundary: SummaryBoundary | None,
     current_index: int | None = None,
+    log: Sequence[SessionEvent] | None = None,
 ) -> Projection:
-    """Apply the summary cutoff to ``events`` (already filtered to the agent's key).
+    """Apply the summary cutoff to ``events`` (already filtered to the agent's key, in log order).
+
+    ``log``: the unfiltered events they come from (see :func:`covered_mask`).
 
     Kept: events after the boundary and the current user message (always).
     Brought back from the covered part, at their original positions:
@@ -92,7 +108,7 @@ def project_history(
       assistant or tool message, so the turn keeps its question.
     """
     messages = [event_message(e) for e in events]
-    covered = covered_mask(events, boundary)
+    covered = covered_mask(events, boundary, log)
     chosen: dict[int, HistoryItem] = {}
     for i, (event, msg) in enumerate(zip(events, messages, strict=True)):
         if msg is None:

@@ -129,22 +129,26 @@ class Timeline:
 
 
 def build_timeline(events: Sequence[StoredEvent], boundaries: Sequence[KeyBoundary]) -> Timeline:
-    """The events in stored order with each summary's boundary drawn after the last event it covers.
+    """The events in log order with each summary's boundary drawn after the last event it covers.
 
-    Events are ordered by ``(ts, seq)``, the order ``Cut`` compares in, so the
-    covered events of a boundary are a prefix of the timeline and its marker
-    sits right after that prefix (after the boundary event itself when
-    ``last_event_id`` resolved). Each event's state per key: ``outside`` when
-    the key's summary does not take it (another branch, or a partial event:
-    stored, never summarized nor carried), else ``hidden`` or ``visible``.
+    Events are ordered by ``seq`` (the session's log order, which ``Cut``
+    follows for a boundary whose event is stored), so the covered events of
+    such a boundary are a prefix of the timeline and its marker sits right
+    after the boundary event. A timestamp-only boundary covers by time: its
+    marker sits after the last event it covers, and with producers' clocks
+    apart an event it does not cover may come before that. Each event's state
+    per key: ``outside`` when the key's summary does not take it (another
+    branch, or a partial event: stored, never summarized nor carried), else
+    ``hidden`` or ``visible``.
     """
-    ordered = sorted(events, key=lambda e: (e.ts, e.seq, e.event_id))
+    ordered = sorted(events, key=lambda e: (e.seq, e.ts, e.event_id))
     keys = sorted(boundaries, key=lambda b: b.filter_key)
-    covered = {b.filter_key: sum(1 for e in ordered if b.cut.is_hidden(e.ts, e.seq)) for b in keys}
+    hidden = {b.filter_key: [b.cut.is_hidden(e.ts, e.seq) for e in ordered] for b in keys}
+    last = {k: max((i for i, h in enumerate(flags) if h), default=-1) for k, flags in hidden.items()}
     timeline = Timeline(keys, [], {b.filter_key: [] for b in keys}, {b.filter_key: [] for b in keys})
 
     def markers_after(position: int) -> None:
-        here = tuple(b for b in keys if covered[b.filter_key] == position + 1)
+        here = tuple(b for b in keys if last[b.filter_key] == position)
         if here:
             event_id = ordered[position].event_id if position >= 0 else None
             timeline.rows.append(MarkerRow(position, event_id, here))
@@ -155,7 +159,7 @@ def build_timeline(events: Sequence[StoredEvent], boundaries: Sequence[KeyBounda
         for b in keys:
             if ev.partial or not in_summary_input(ev.filter_key, b.filter_key):
                 states.append("outside")
-            elif i < covered[b.filter_key]:
+            elif hidden[b.filter_key][i]:
                 states.append("hidden")
                 timeline.hidden[b.filter_key].append(ev)
             else:
@@ -264,7 +268,7 @@ def covered_window(events: Sequence[StoredEvent], filter_key: str, cut: Cut, pre
     """The events of ``filter_key``'s input in the window a version summarized: after ``previous``, up to ``cut``."""
     return [
         e
-        for e in sorted(events, key=lambda e: (e.ts, e.seq, e.event_id))
+        for e in sorted(events, key=lambda e: (e.seq, e.ts, e.event_id))
         if not e.partial
         and in_summary_input(e.filter_key, filter_key)
         and cut.is_hidden(e.ts, e.seq)

@@ -1,11 +1,12 @@
 """A seeded generator of agent sessions for the context-read equivalence test, and its in-memory oracle.
 
-A session is a list of steps: events (runs of a user message, tool rounds with
-parallel calls, late results delivered runs later, partial chunks, sub-agent
-events on child keys, skip_summarization flags, same-timestamp ties, CJK text)
-and summaries of random keys landing at random points with a boundary inside
-that key's summary input (by event id, or by timestamp only). Check points say
-where an agent builds its next request.
+A session is a list of steps in log order: events (runs of a user message,
+tool rounds with parallel calls, late results delivered runs later, partial
+chunks, sub-agent events on child keys, skip_summarization flags,
+same-timestamp ties, late events stamped before events logged before them,
+CJK text) and summaries of random keys landing at random points with a
+boundary inside that key's summary input (by event id, or by timestamp only).
+Check points say where an agent builds its next request.
 """
 
 from __future__ import annotations
@@ -64,8 +65,13 @@ class _Builder:
         self.calls = 0
 
     def _ts(self) -> datetime:
-        if self.events and self.rng.random() < 0.12:
+        draw = self.rng.random()
+        if self.events and draw < 0.12:
             return self.events[-1].timestamp  # a same-timestamp sibling
+        if self.events and draw < 0.2:
+            # A late event: stamped before events logged before it (a producer's clock behind, a sub-agent
+            # flushing late), sometimes before a summary's cutoff; the clock does not move back.
+            return T0 + timedelta(microseconds=max(0, self.micros - self.rng.choice((1, 1000, 2500, 40_000, 200_000))))
         self.micros += self.rng.choice((1, 999, 1000, 1500, 40_000))
         return T0 + timedelta(microseconds=self.micros)
 

@@ -87,7 +87,11 @@ def test_slice_content_snaps_back_to_character_start() -> None:
 def test_cut_exact_and_timestamp_only() -> None:
     exact = Cut.of(T, (T, 5))
     assert not exact.is_after(T, 5) and exact.is_after(T, 6) and exact.is_hidden(T, 4)
-    assert exact.is_after(T + timedelta(milliseconds=1), 0)
+    # The log decides for an exact boundary: logged after the boundary event (a late event, stamped an hour
+    # before it) is after; logged before it (a producer's clock ahead) is covered, whatever the stamps.
+    assert exact.is_after(T - timedelta(hours=1), 6) and not exact.is_hidden(T - timedelta(hours=1), 6)
+    assert exact.is_hidden(T + timedelta(milliseconds=1), 0) and not exact.is_after(T + timedelta(milliseconds=1), 0)
+    assert exact.scan_from == T
     legacy = Cut.of(T)
     assert legacy.is_after(T, 1) and legacy.is_hidden(T, 1) and not legacy.is_after(T - timedelta(seconds=1), 9)
     # Microseconds are truncated to Cassandra's millisecond precision on both sides.

@@ -52,7 +52,7 @@ def rows_around_markers(timeline: views.Timeline) -> dict[str, tuple[str | None,
 def test_each_marker_sits_right_after_its_boundary_event() -> None:
     events = [ev(1), ev(2, "app/research"), ev(3, "app/research"), ev(4, "app/plan"), ev(5), ev(6)]
     timeline = views.build_timeline(
-        list(reversed(events)),  # stored order is restored by (ts, seq)
+        list(reversed(events)),  # log order is restored by seq
         [boundary("", events[4]), boundary("app/research", events[2]), boundary("app/plan", events[3])],
     )
     assert rows_around_markers(timeline) == {
@@ -99,6 +99,19 @@ def test_a_timestamp_only_boundary_covers_every_event_at_the_cutoff() -> None:
     same = [ev(1), ev(2, at=5), ev(3, at=5), ev(4, at=9)]
     timeline = views.build_timeline(same, [boundary("", None, cutoff=T0 + timedelta(seconds=5))])
     assert rows_around_markers(timeline) == {"": ("ev-003", "ev-004")}
+
+
+def test_a_late_event_sits_where_it_was_logged_and_is_visible_after_an_exact_boundary() -> None:
+    """Logged after the boundary event, stamped before it (a producer's clock behind): the next pass
+    summarizes it, so it is visible; a timestamp-only boundary still covers it by its stamp."""
+    events = [ev(1), ev(2), ev(3), ev(4, at=1.5), ev(5)]
+    timeline = views.build_timeline(events, [boundary("", events[2])])
+    assert [r.event.event_id for r in timeline.rows if isinstance(r, views.EventRow)] == [e.event_id for e in events]
+    assert rows_around_markers(timeline) == {"": ("ev-003", "ev-004")}
+    assert [e.event_id for e in timeline.visible[""]] == ["ev-004", "ev-005"]
+    by_time = views.build_timeline(events, [boundary("", None, cutoff=events[2].ts)])
+    assert [e.event_id for e in by_time.hidden[""]] == ["ev-001", "ev-002", "ev-003", "ev-004"]
+    assert rows_around_markers(by_time) == {"": ("ev-004", "ev-005")}
 
 
 def test_a_boundary_before_every_event_is_drawn_first_and_one_after_all_last() -> None:

@@ -1,0 +1,133 @@
+"""Late events: logged after an event of their session that is stamped later (pure).
+
+A producer's clock behind, or a sub-agent flushing its events late, puts an
+event in the log after events stamped later than it. The summarizer goes by
+the log (``streams.rules.boundaries``): such an event, logged after a
+summary's boundary event, is in the next pass. The read side scans a
+session's events in timestamp order from the boundary's timestamp
+(``projections.boundary.Cut.scan_from``), which a late event lies before, so
+the projector also writes every late event to ``late_events`` (clustered by
+``seq``, the log order), and the read adds those logged after the boundary
+event. Every other event after the boundary is stamped at or after the
+boundary event, so the scan finds it.
+
+*Late* means: stamped (to the millisecond Cassandra keeps) before the latest
+timestamp among the session's events written before it. The projector knows
+that timestamp from :class:`LatestStamps`, its memory of the latest
+timestamp per session; a session it does not remember costs one read of one
+row (the session's newest event), once.
+
+An event *published again* (the same event id and timestamp, a producer's
+retry) stays where the log first had it: its rows keep the first record's
+``seq`` and it is not late again. That is the summarizer's rule too (an
+early record the log already held at the boundary was summarized), so a
+summarized event sent again never comes back into the prompt.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+DEFAULT_REMEMBERED_SESSIONS = 100_000
+"""Sessions whose latest timestamp a projector process remembers (about 330 bytes each; least recently
+projected forgotten first)."""
+
+Partition = tuple[str, int]
+"""An events-topic partition ``(topic, partition)``."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the projector writes one event record."""
+
+    seq: int
+    """The event's log position: the record's offset, or the first record's for an event published again."""
+    late: bool = False
+    """Stamped before an event logged before it: also written to ``late_events``."""
+
+
+class LatestStamps:
+    """The latest timestamp written per session of each events partition (bounded, least recent out).
+
+    What it remembers is never *older* than what Cassandra holds for the
+    session's events logged before the record being placed, or a late event
+    would be taken for an ordinary one: it is remembered only while this
+    process projects the partition's records one after the other. A jump in
+    a partition's offsets (a restart seeking to the stored offset, the
+    partition handed back after another projector advanced it) forgets the
+    partition; its sessions are read again. Remembering a *newer* timestamp
+    (a batch delivered again after a crash) only files ordinary events as
+    late too, which the read takes just as well.
+    """
+
+    def __init__(self, capacity: int = DEFAULT_REMEMBERED_SESSIONS) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._next: dict[Partition, int] = {}
+        self._run: dict[Partition, int] = {}
+        """Per partition, which unbroken run of its offsets is being projected (a jump starts the next)."""
+        self._latest: OrderedDict[tuple[Partition, Hashable], tuple[int, int | None]] = OrderedDict()
+        """``(partition, session)`` → (the run it was learnt in, its latest timestamp in ms; ``None``: no event)."""
+
+    def follow(self, partition: Partition, offset: int) -> None:
+        """Record that ``offset`` of ``partition`` is projected now (every record of it, in order)."""
+        if self._next.get(partition) != offset:
+            self._run[partition] = self._run.get(partition, 0) + 1  # what was learnt before is stale
+        self._next[partition] = offset + 1
+
+    def knows(self, partition: Partition, session: Hashable) -> bool:
+        """Whether the latest timestamp of ``session`` is remembered (``None`` counts: no event)."""
+        found = self._latest.get((partition, session))
+        return found is not None and found[0] == self._run.get(partition, 0)
+
+    def learn(self, partition: Partition, session: Hashable, latest: datetime | None) -> None:
+        """Remember ``latest`` (read from Cassandra; ``None``: the session has no event) for ``session``."""
+        self._set((partition, session), None if latest is None else millis(latest))
+
+    def forget(self, partition: Partition, session: Hashable) -> None:
+        """``session`` was deleted: it has no event (later events of it start afresh)."""
+        self.learn(partition, session, None)
+
+    def place(self, partition: Partition, session: Hashable, ts: datetime) -> bool:
+        """Whether an event of ``session`` stamped ``ts`` is late; remembers ``ts`` when it is the latest.
+
+        The session must be known (:meth:`knows`; else :meth:`learn` it first).
+        """
+        key = (partition, session)
+        latest = self._latest[key][1]
+        ms = millis(ts)
+        late = latest is not None and ms < latest
+        self._set(key, latest if late else ms)
+        return late
+
+    def _set(self, key: tuple[Partition, Hashable], ms: int | None) -> None:
+        latest = self._latest
+        latest[key] = (self._run.get(key[0], 0), ms)
+        latest.move_to_end(key)
+        if len(latest) > self.capacity:
+            latest.popitem(last=False)
+
+
+def millis(ts: datetime) -> int:
+    """Whole milliseconds since the epoch (Cassandra's precision; naive values are UTC, as the driver's)."""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    return (ts - _EPOCH) // _MS
+
+
+def first_seq(ts: datetime, offset: int, first: tuple[datetime, int] | None) -> int | None:
+    """The position of the record that first logged this event, when ``first`` (the ``(ts, seq)`` stored or
+    seen for its event id) is an earlier record of it with the same timestamp; else ``None``."""
+    if first is None or millis(first[0]) != millis(ts) or first[1] >= offset:
+        return None
+    return first[1]
+
+
+__all__ = ["DEFAULT_REMEMBERED_SESSIONS", "LatestStamps", "Partition", "Placement", "first_seq", "millis"]

@@ -1,0 +1,82 @@
+"""The projector's memory of each session's latest timestamp, which tells a late event (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from projections.late_events import LatestStamps, first_seq
+
+T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+P = ("events", 0)
+S = ("app", "u", "s")
+
+
+def at(ms: float) -> datetime:
+    return T + timedelta(milliseconds=ms)
+
+
+def test_an_event_stamped_before_one_logged_earlier_is_late() -> None:
+    stamps = LatestStamps()
+    stamps.follow(P, 10)
+    stamps.learn(P, S, None)  # a new session: Cassandra holds none of its events
+    assert [stamps.place(P, S, at(ms)) for ms in (5, 9, 7, 9, 12, 11.5)] == [False, False, True, False, False, True]
+    # Cassandra keeps milliseconds: a stamp in the same millisecond as the latest is not late (the scan
+    # from the boundary's millisecond reaches it).
+    assert not stamps.place(P, S, at(12.3))
+
+
+def test_what_cassandra_holds_is_the_start() -> None:
+    stamps = LatestStamps()
+    stamps.follow(P, 0)
+    assert not stamps.knows(P, S)
+    stamps.learn(P, S, at(100).replace(tzinfo=None))  # the driver's naive UTC
+    assert stamps.knows(P, S) and stamps.place(P, S, at(50)) and not stamps.place(P, S, at(100))
+
+
+def test_a_jump_in_the_partitions_offsets_forgets_it() -> None:
+    """Another projector may have written the partition's sessions meanwhile: they are read again."""
+    stamps = LatestStamps()
+    for offset in (0, 1, 2):
+        stamps.follow(P, offset)
+    stamps.learn(P, S, at(1))
+    stamps.follow(P, 3)
+    assert stamps.knows(P, S)
+    stamps.follow(P, 40)  # handed back after another projector advanced it
+    assert not stamps.knows(P, S)
+    stamps.learn(P, S, at(1))
+    stamps.follow(P, 41)
+    stamps.follow(("events", 1), 7)  # another partition's records do not break this one's run
+    stamps.follow(P, 42)
+    assert stamps.knows(P, S)
+    stamps.follow(P, 30)  # a seek back (a batch delivered again)
+    assert not stamps.knows(P, S)
+
+
+def test_a_deleted_session_starts_afresh() -> None:
+    stamps = LatestStamps()
+    stamps.follow(P, 0)
+    stamps.learn(P, S, at(100))
+    stamps.forget(P, S)
+    assert stamps.knows(P, S) and not stamps.place(P, S, at(1))
+
+
+def test_the_memory_is_bounded_least_recent_out() -> None:
+    stamps = LatestStamps(capacity=2)
+    stamps.follow(P, 0)
+    for n in range(3):
+        stamps.learn(P, ("app", "u", f"s{n}"), at(n))
+    stamps.place(P, ("app", "u", "s1"), at(5))
+    stamps.learn(P, ("app", "u", "s3"), at(3))
+    assert [stamps.knows(P, ("app", "u", f"s{n}")) for n in range(4)] == [False, True, False, True]
+    with pytest.raises(ValueError):
+        LatestStamps(0)
+
+
+def test_an_event_published_again_keeps_its_first_place() -> None:
+    assert first_seq(at(5), 30, (at(5), 12)) == 12  # the same event, sent again: where the log first had it
+    assert first_seq(at(5.4), 30, (at(5).replace(tzinfo=None), 12)) == 12  # to Cassandra's millisecond
+    assert first_seq(at(5), 30, (at(5), 30)) is None  # this very record, delivered again
+    assert first_seq(at(5), 30, (at(6), 12)) is None  # another stamp: not the same record sent again
+    assert first_seq(at(5), 30, None) is None
