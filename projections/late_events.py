@@ -27,7 +27,7 @@ summarized event sent again never comes back into the prompt.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -130,4 +130,33 @@ def first_seq(ts: datetime, offset: int, first: tuple[datetime, int] | None) -> 
     return first[1]
 
 
-__all__ = ["DEFAULT_REMEMBERED_SESSIONS", "LatestStamps", "Partition", "Placement", "first_seq", "millis"]
+def place_late(
+    records: Sequence[tuple[Hashable, datetime, int]], late: Sequence[int], stored: Mapping[int, tuple[datetime, int]]
+) -> dict[int, Placement]:
+    """Where the late ones among ``records`` go, by index.
+
+    ``records``: ``(event identity, stamp, offset)`` of a batch's events in log
+    order; ``late``: the indices :meth:`LatestStamps.place` found late;
+    ``stored``: by index of a late record, the stored ``(ts, seq)`` of its event
+    id. A late record of an event the log already had with the same stamp
+    (stored, or earlier in the batch) is that event published again: it keeps
+    the first record's place and is not late again. The others are late at
+    their own offset.
+    """
+    if not late:
+        return {}
+    late_at = set(late)
+    placed: dict[int, Placement] = {}
+    first: dict[Hashable, tuple[datetime, int]] = {}
+    for n in range(max(late) + 1):
+        ident, ts, offset = records[n]
+        if n in late_at:
+            again = first_seq(ts, offset, stored.get(n) or first.get(ident))
+            placed[n] = Placement(offset, late=True) if again is None else Placement(again)
+        first.setdefault(ident, (ts, placed[n].seq if n in placed else offset))
+    return placed
+
+
+__all__ = [
+    "DEFAULT_REMEMBERED_SESSIONS", "LatestStamps", "Partition", "Placement", "first_seq", "millis", "place_late",
+]  # fmt: skip

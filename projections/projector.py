@@ -67,7 +67,7 @@ from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
 from projections.cassandra_session import aexecute_many
 from projections.errors import StoreRefused, StoreUnavailable
-from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, first_seq
+from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
     TokenCounter,
     estimate_tokens,
@@ -351,17 +351,8 @@ class Projector(CassandraStage):
         found = await self._read_many(self._p["event_position"], [(*keys[n][1], items[n].event.event_id) for n in late])
         stored = {n: (row.ts, row.seq) for n, rows in zip(late, found, strict=True)
                   for row in rows if row.ts is not None and row.seq is not None}  # fmt: skip
-        late_at = set(late)
-        placed: dict[int, Placement] = {}
-        seen: dict[tuple[tuple[str, str, str], str], tuple[datetime, int]] = {}  # this batch's first records
-        for n in range(late[-1] + 1):
-            ev, offset = items[n].event, items[n].record.offset
-            ident = (keys[n][1], ev.event_id)
-            if n in late_at:
-                again = first_seq(ev.timestamp, offset, stored.get(n) or seen.get(ident))
-                placed[n] = Placement(offset, late=True) if again is None else Placement(again)
-            seen.setdefault(ident, (ev.timestamp, placed[n].seq if n in placed else offset))
-        return placed
+        records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
+        return place_late(records, late, stored)
 
     async def _read_many(self, statement: PreparedStatement, params: list[Any]) -> list[Any]:
         """The rows of ``statement`` for each of ``params``, read concurrently (``StoreUnavailable`` on a failure)."""

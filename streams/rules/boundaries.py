@@ -10,6 +10,8 @@
   late): :func:`delta_in_log_order` drops only what was summarized already (the
   boundary event, or an earlier event, published again). The timestamp rule
   would drop a late event for good: every later pass reads from the boundary on.
+  The request goes by the log too (``streams.context.history.covered_mask`` over
+  events in log order; the read side finds late events in ``late_events``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ of a random filter key reads with ``ContextReader.read`` and assembles with
 the full in-memory history with the oracle's summary (the key's own, else the
 nearest ancestor's), and be valid. The turn answered is a new message, a
 stored user event named by id (``current_event_id``, as the facade reads), or
-the latest one. ``DISTILL_CONTEXT_READ_SESSIONS`` sessions
-(2000 unless set), seed ``DISTILL_CONTEXT_READ_SEED``.
+the latest one. The sessions hold late events (stamped before events logged
+before them): the full history is in log order, so one logged after a
+boundary event is in the expected request, and the read must find it.
+``DISTILL_CONTEXT_READ_SESSIONS`` sessions (2000 unless set), seed
+``DISTILL_CONTEXT_READ_SEED``.
 """
 
 from __future__ import annotations

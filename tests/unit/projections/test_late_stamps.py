@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from projections.late_events import LatestStamps, first_seq
+from projections.late_events import LatestStamps, Placement, first_seq, place_late
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 P = ("events", 0)
@@ -80,3 +80,11 @@ def test_an_event_published_again_keeps_its_first_place() -> None:
     assert first_seq(at(5), 30, (at(5), 30)) is None  # this very record, delivered again
     assert first_seq(at(5), 30, (at(6), 12)) is None  # another stamp: not the same record sent again
     assert first_seq(at(5), 30, None) is None
+
+
+def test_a_late_record_is_late_at_its_offset_unless_its_event_was_logged_before() -> None:
+    records = [("e1", at(5), 10), ("e2", at(9), 11), ("e3", at(6), 12), ("e1", at(5), 13), ("e0", at(1), 14)]
+    # e3 is new and late; e1 was logged at offset 10 of this batch; e0 was stored at offset 3 by an earlier batch.
+    placed = place_late(records, [2, 3, 4], {4: (at(1).replace(tzinfo=None), 3)})
+    assert placed == {2: Placement(12, late=True), 3: Placement(10), 4: Placement(3)}
+    assert place_late(records, [], {}) == {}
