@@ -56,3 +56,19 @@ async def test_a_session_key_over_the_limit_is_dead_lettered_before_any_write(st
     assert outcome.deletes == 0 and outcome.events == 1
     assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1"]
     assert await store.projector.load_offsets() == {(EVENTS, 0): 32, (SUMMARIES, 0): 12}
+
+
+async def test_a_late_event_whose_id_is_refused_is_dead_lettered_and_the_batch_goes_on(
+    store: Store, key: SessionKey
+) -> None:
+    """A late event is looked up by its id (was it published before?): with an id over the key limit the
+    lookup finds nothing, the event's own write is refused and dead-lettered, the rest is written."""
+    outcome = await store.apply(
+        record(EVENTS, event(key, "e1", at=5, content="先到的"), offset=40),
+        record(EVENTS, event(key, HUGE, at=1, content="迟到的，id 过长"), offset=41),
+        record(EVENTS, event(key, "e3", at=2, content="迟到的"), offset=42),
+    )
+    # (The recall indexer, which ran too, dead-letters it as well.)
+    assert [(d.source_offset, d.error_class) for d in store.dead if d.stage == "project"] == [(41, "InvalidRequest")]
+    assert outcome.events == 2
+    assert await store.projector.load_offsets() == {(EVENTS, 0): 43}
