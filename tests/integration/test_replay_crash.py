@@ -146,8 +146,9 @@ def test_a_replay_killed_mid_run_and_resumed_builds_what_a_clean_run_builds(serv
 def test_a_replay_on_two_workers_survives_one_of_them_killed(service_settings: Settings) -> None:
     """``--workers 2``: the partitions are shared; one worker SIGKILLed mid-run, the other takes its
     partitions over (rebalance, changelog recovery) and the run ends as a clean one-worker run."""
-    # A slower model than above: the second worker's first assignment comes a few seconds in.
-    with OpenAIServer(default=delayed(marker_echo, 1.0)) as llm:
+    # A slower model than above: the second worker's first assignment comes a few seconds in (tens of
+    # seconds on a loaded machine: at 1 s per call one worker once published all 24 summaries first).
+    with OpenAIServer(default=delayed(marker_echo, 2.0)) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
         book, builders = publish_sessions(settings)
         total = SESSIONS * 4
@@ -158,7 +159,7 @@ def test_a_replay_on_two_workers_survives_one_of_them_killed(service_settings: S
         # The kill comes once both workers have published (the run is shared, not done by one while
         # the other idles) and some summaries are out.
         logs = [ROOT / ".distill" / "replay" / name for name in (f"{run_id}.log", f"{run_id}.w2.log")]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         published = [0, 0]
         while time.monotonic() < deadline:
             published = [p.read_text(errors="replace").count('"summary published"') for p in logs]
