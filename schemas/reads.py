@@ -100,6 +100,10 @@ class ContextRead(ContractModel):
     """``events`` hold every visible event of the key, before the summary's boundary too (up to
     ``stats.truncated``): read so for a request that will not show the summary. ``False`` with a summary:
     the events before its boundary are missing, except the covered ones listed above."""
+    boundary_seq: int | None = None
+    """The log position (events-topic offset) of the summary's boundary event when the projection holds
+    it: an event logged after it is the request's, one logged up to it the summary's, whatever their
+    timestamps. ``None``: no summary, or its boundary event is not stored (the cut goes by time)."""
     current_event_id: str | None = None
     """The current user message (the latest visible user turn, or the one asked for)."""
     projection_lag: ProjectionLag = Field(default_factory=ProjectionLag)

@@ -104,11 +104,14 @@ class DistillClient:
 
     async def publish_many(self, records: Iterable[EventTopicRecord]) -> int:
         """Send many records (pipelined, in order per session); returns how many were acknowledged."""
+        return len(await self.publish_logged(records))
+
+    async def publish_logged(self, records: Iterable[EventTopicRecord]) -> list[int]:
+        """:meth:`publish_many`, returning each record's offset in the events topic, in order: its place in
+        its session's log (every record of a session shares one partition)."""
         encoded = [(_value(r), _key(r)) for r in records]  # a record that cannot be sent stops all before any is sent
         futures = [await self.producer.send(self.settings.topics.events, value, key=key) for value, key in encoded]
-        for future in futures:
-            await future
-        return len(futures)
+        return [(await future).offset for future in futures]
 
     async def publish_raw(self, key: bytes | None, value: bytes) -> tuple[int, int]:
         """Send bytes as they are (tests, ``distill publish`` of pre-validated lines)."""

@@ -154,7 +154,8 @@ class DistillAgent:
         self._clock = Clock()
         self._seeded = False
         self._run: _Run | None = None
-        self._unconfirmed: list[tuple[str, datetime]] = []
+        self._unconfirmed: list[tuple[str, datetime, int | None]] = []
+        """Published events a read has not shown yet: id, timestamp, log position (offset)."""
         self._summary_floor: tuple[int, int] | None = None
         """``(epoch, version)`` of the newest summary of the key this facade was answered with: reads wait for it."""
         self._recall: RecallExecutor | None = None
@@ -354,11 +355,11 @@ class DistillAgent:
     def _not_shown(self, read: ContextRead | None) -> list[str]:
         """The ids of published events ``read`` neither holds nor covers by its summary's boundary."""
         if read is None:
-            return [event_id for event_id, _ in self._unconfirmed]
+            return [event_id for event_id, _, _ in self._unconfirmed]
         ids = {e.event_id for e in read.events}
         missing = [
-            event_id for event_id, ts in self._unconfirmed
-            if event_id not in ids and not _covered(read.summary, event_id, ts)
+            event_id for event_id, ts, seq in self._unconfirmed
+            if event_id not in ids and not _covered(read, event_id, ts, seq)
         ]  # fmt: skip
         floor = self._summary_floor
         if floor is not None and read.served_epoch == floor[0] and _own_version(read, self.filter_key) < floor[1]:
@@ -413,8 +414,8 @@ class DistillAgent:
         )  # fmt: skip
 
     async def _publish(self, events: Sequence[SessionEvent]) -> None:
-        await self.backend.client.publish_many(events)
-        self._unconfirmed.extend((e.event_id, e.timestamp) for e in events)
+        offsets = await self.backend.client.publish_logged(events)
+        self._unconfirmed.extend((e.event_id, e.timestamp, seq) for e, seq in zip(events, offsets, strict=True))
 
     async def _seed(self) -> None:
         """Read once before the first event: timestamps go after what the session already holds."""
@@ -451,9 +452,16 @@ def _newer(summary: SessionSummary, read: ContextRead, filter_key: str) -> bool:
     return summary.epoch != read.served_epoch or summary.version > _own_version(read, filter_key)
 
 
-def _covered(summary: AppliedSummary | None, event_id: str, ts: datetime) -> bool:
-    """Whether ``summary``'s boundary covers the event: it is the boundary event, or strictly before the cutoff."""
-    if summary is None:
+def _covered(read: ContextRead, event_id: str, ts: datetime, seq: int | None) -> bool:
+    """Whether ``read``'s summary covers the event: it is the boundary event, or logged up to it (log order,
+    as the read side cuts: an event logged after it is the request's whatever its stamp, a producer's clock
+    ahead may have stamped the boundary after it); without the boundary's log position, stamped strictly
+    before the cutoff."""
+    if read.summary is None:
         return False
-    boundary = summary.boundary
-    return boundary.last_event_id == event_id or ts < boundary.cutoff_at
+    boundary = read.summary.boundary
+    if boundary.last_event_id == event_id:
+        return True
+    if read.boundary_seq is not None and seq is not None:
+        return seq <= read.boundary_seq
+    return ts < boundary.cutoff_at

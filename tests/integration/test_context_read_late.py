@@ -98,6 +98,8 @@ async def test_a_late_event_logged_after_the_boundary_is_in_the_request(
     assert sorted(_markers(got.messages, system=True)) == sorted(_m(n) for n in (1, 2, 3, 4))
     # In log order: the late event comes last, where it was logged, not at its stamp's place.
     assert _log_order(read, [*values, late]) and read.events[-1].event_id == "late"
+    # The boundary event's log position, for a caller that knows its own events' positions (the facade).
+    assert read.boundary_seq is not None
     assert got.messages[-1]["content"].endswith(_m(7))
     # The request the full history in log order gives (the pure rules the read matches).
     history = [SessionEvent.model_validate(v) for v in (*values, late)]

@@ -113,14 +113,14 @@ class Spy:
     published: list[tuple[int, SessionEvent]] = field(default_factory=list)
 
     def attach(self, backend: SessionBackend) -> None:
-        publish = backend.client.publish_many
+        publish = backend.client.publish_logged  # what publish_many and the facade both send through
 
-        async def spy(records: Any) -> int:
+        async def spy(records: Any) -> list[int]:
             records = list(records)
             self.published.extend((len(self.model.requests), r) for r in records if isinstance(r, SessionEvent))
             return await publish(records)
 
-        backend.client.publish_many = spy  # type: ignore[method-assign]
+        backend.client.publish_logged = spy  # type: ignore[method-assign]
 
 
 def event_text(event: SessionEvent) -> str:

@@ -33,10 +33,10 @@ class LogAndCut:
         self.log = list(events)
         self.summary = summary
 
-    async def publish_many(self, records: Iterable[SessionEvent]) -> int:
-        records = list(records)
+    async def publish_logged(self, records: Iterable[SessionEvent]) -> list[int]:
+        start = len(self.log)
         self.log.extend(records)
-        return len(records)
+        return list(range(start, len(self.log)))
 
     async def read(
         self, key: SessionKey, filter_key: str = "", *, current_event_id: str | None = None, full_history: bool = False
