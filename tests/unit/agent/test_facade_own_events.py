@@ -10,7 +10,6 @@ projector that writes the newest records a read late.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from projections.boundary import Cut
@@ -20,6 +19,7 @@ from schemas.reads import ContextRead
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent.facade import DistillAgent
+from tests.unit.agent.test_facade_clock import LogAndCut
 from tests.unit.context.sessions import summary_at
 
 KEY = SessionKey("app", "u1", "s1")
@@ -33,20 +33,14 @@ def other(n: int, at: datetime, role: str = "user") -> SessionEvent:
                         invocation_id=f"o{n}")  # fmt: skip
 
 
-class LaggingProjection:
+class LaggingProjection(LogAndCut):
     """The client (a list for the log) and ``ContextReader.read`` (log order, cut after the boundary event);
     the records logged after ``hold_from`` are not projected until one read has missed them."""
 
     def __init__(self, events: list[SessionEvent], summary: SessionSummary) -> None:
-        self.log = list(events)
-        self.summary = summary
+        super().__init__(events, summary)
         self.hold_from: int | None = None
         self.reads = 0
-
-    async def publish_logged(self, records: Iterable[SessionEvent]) -> list[int]:
-        start = len(self.log)
-        self.log.extend(records)
-        return list(range(start, len(self.log)))
 
     async def read(
         self, key: SessionKey, filter_key: str = "", *, current_event_id: str | None = None, full_history: bool = False
@@ -68,13 +62,17 @@ class LaggingProjection:
         )  # fmt: skip
 
 
-async def test_a_message_logged_after_a_boundary_stamped_ahead_of_it_is_waited_for_and_shown() -> None:
-    now = datetime.now(UTC)
-    first = other(0, now - timedelta(seconds=30))
+def facade_over(first: SessionEvent) -> tuple[LaggingProjection, DistillAgent]:
+    """A facade over a session holding ``first`` and a summary up to it."""
     fake = LaggingProjection([first], summary_at(first, "早先的摘要"))
     backend = SessionBackend(Settings(), client=fake, reader=fake, context=fake)  # type: ignore[arg-type]
-    agent = DistillAgent(backend, app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id,
-                         projection_wait_s=5.0)  # fmt: skip
+    return fake, DistillAgent(backend, app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id,
+                              projection_wait_s=5.0)  # fmt: skip
+
+
+async def test_a_message_logged_after_a_boundary_stamped_ahead_of_it_is_waited_for_and_shown() -> None:
+    now = datetime.now(UTC)
+    fake, agent = facade_over(other(0, now - timedelta(seconds=30)))
     await agent.next_request("sys")  # the facade has seen the summary of o0
     # Meanwhile another producer, its clock 60 s ahead, logs o1; a summary up to o1 is made.
     ahead = other(1, now + timedelta(seconds=60), role="assistant")
@@ -90,12 +88,8 @@ async def test_a_message_logged_after_a_boundary_stamped_ahead_of_it_is_waited_f
 
 
 async def test_without_the_boundary_position_the_stamp_still_decides() -> None:
-    now = datetime.now(UTC)
-    first = other(0, now - timedelta(seconds=30))
-    fake = LaggingProjection([first], summary_at(first, "早先的摘要"))
-    backend = SessionBackend(Settings(), client=fake, reader=fake, context=fake)  # type: ignore[arg-type]
-    agent = DistillAgent(backend, app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id,
-                         projection_wait_s=5.0)  # fmt: skip
+    first = other(0, datetime.now(UTC) - timedelta(seconds=30))
+    _, agent = facade_over(first)
     mine = await agent.user("第一个问题 标记m1")
     request = await agent.next_request("sys")
     assert "标记m1" in str(request.messages) and mine.timestamp > first.timestamp
