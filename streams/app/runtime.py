@@ -247,12 +247,12 @@ class WorkerRuntime:
         waiting_since = loop.time()
         timer.reschedule(None)
         try:
+            await self._turn()  # before taking a slot: a job giving way holds none, and its clock stops
             await self.model_slots.acquire()
         finally:
             run.deadline += loop.time() - waiting_since
             timer.reschedule(run.deadline)
         try:
-            await self._turn()  # the request is built; the call (and its answer's parsing) follow
             yield
         finally:
             self.model_slots.release()
