@@ -18,7 +18,17 @@ holds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def millis(dt: datetime) -> int:
+    """Whole milliseconds since the epoch (Cassandra's precision; naive values are UTC, as the driver's)."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return (dt - _EPOCH) // _MS
 
 
 def to_millis(dt: datetime) -> datetime:

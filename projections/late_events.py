@@ -29,10 +29,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MS = timedelta(milliseconds=1)
+from projections.boundary import millis
 
 DEFAULT_REMEMBERED_SESSIONS = 100_000
 """Sessions whose latest timestamp a projector process remembers (about 330 bytes each; least recently
@@ -115,13 +114,6 @@ class LatestStamps:
             latest.popitem(last=False)
 
 
-def millis(ts: datetime) -> int:
-    """Whole milliseconds since the epoch (Cassandra's precision; naive values are UTC, as the driver's)."""
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return (ts - _EPOCH) // _MS
-
-
 def first_seq(ts: datetime, offset: int, first: tuple[datetime, int] | None) -> int | None:
     """The position of the record that first logged this event, when ``first`` (the ``(ts, seq)`` stored or
     seen for its event id) is an earlier record of it with the same timestamp; else ``None``."""
@@ -158,5 +150,5 @@ def place_late(
 
 
 __all__ = [
-    "DEFAULT_REMEMBERED_SESSIONS", "LatestStamps", "Partition", "Placement", "first_seq", "millis", "place_late",
+    "DEFAULT_REMEMBERED_SESSIONS", "LatestStamps", "Partition", "Placement", "first_seq", "place_late",
 ]  # fmt: skip

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -257,8 +256,3 @@ def summary_latest_values(summary: SessionSummary) -> tuple[object, ...]:
         summary.version, summary.summary, summary.boundary.cutoff_at, summary.boundary.last_event_id,
         summary.created_at, summary.model_dump_json(), summary.epoch,
     )  # fmt: skip
-
-
-def millis(dt: datetime) -> int:
-    """Milliseconds since the epoch (Cassandra ``timestamp`` precision)."""
-    return int(dt.timestamp() * 1000)
