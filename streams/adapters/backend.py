@@ -36,6 +36,7 @@ from schemas.reads import AppliedSummary
 from schemas.settings import Settings
 from streams.client import DistillClient
 from streams.clients.recall_reader import CassandraRecallReader
+from streams.context.history import covered_mask
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.errors import DistillError
 
@@ -89,22 +90,6 @@ class _Deleted:
 
     def hides(self, event: SessionEvent) -> bool:
         return event.timestamp <= self.at and event.event_id not in self.after
-
-
-def covered_by(summary: SessionSummary | None, event: SessionEvent, order: Sequence[str]) -> bool:
-    """Whether ``summary``'s boundary covers ``event`` (``order``: event ids in publish order).
-
-    An event-id boundary covers that event and everything published before it;
-    a timestamp-only boundary covers what lies strictly before the cutoff.
-    """
-    if summary is None:
-        return False
-    boundary = summary.boundary
-    if boundary.last_event_id and boundary.last_event_id in order and event.event_id in order:
-        return order.index(event.event_id) <= order.index(boundary.last_event_id)
-    if boundary.last_event_id == event.event_id:
-        return True
-    return event.timestamp < boundary.cutoff_at
 
 
 class SessionBackend:
@@ -270,10 +255,10 @@ class SessionBackend:
         if pending is not None:
             pending.events = [e for e in pending.events if e.event_id not in seen]
             extra = [e for e in pending.events if visible(e.filter_key, filter_key)]
-        merged = _stable_merge(projected, extra)
-        order = [e.event_id for e in merged]  # with the boundary event, which the key may not show
-        merged = [e for e in merged if not e.partial and visible(e.filter_key, filter_key)]
-        after = {e.event_id for e in merged if not covered_by(summary, e, order)}
+        log = _stable_merge(projected, extra)  # with the boundary event, which the key may not show
+        merged = [e for e in log if not e.partial and visible(e.filter_key, filter_key)]
+        covered = covered_mask(merged, summary.boundary if summary is not None else None, log=log)
+        after = {e.event_id for e, c in zip(merged, covered, strict=True) if not c}
         answered = {e.message.tool_call_id for e in merged if e.event_id in after and e.message.tool_call_id}
         kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]
         total = int(stats.get("events") or 0) + len(extra)
