@@ -53,6 +53,7 @@ from streams.context.history import covered_mask
 from streams.context.injection import SummaryFormatter
 from streams.context.recall_tools import RecallExecutor
 from streams.errors import DistillError
+from streams.rules.boundaries import covers
 from streams.rules.filter_keys import related
 
 log = logging.getLogger("distill.agent")
@@ -359,7 +360,8 @@ class DistillAgent:
         ids = {e.event_id for e in read.events}
         missing = [
             event_id for event_id, ts, seq in self._unconfirmed
-            if event_id not in ids and not _covered(read, event_id, ts, seq)
+            if event_id not in ids
+            and (read.summary is None or not covers(read.summary.boundary, event_id, ts, seq, read.boundary_seq))
         ]  # fmt: skip
         floor = self._summary_floor
         if floor is not None and read.served_epoch == floor[0] and _own_version(read, self.filter_key) < floor[1]:
@@ -450,18 +452,3 @@ def _newer(summary: SessionSummary, read: ContextRead, filter_key: str) -> bool:
     """Whether ``summary`` (an answer of ``summarize_sync``) is news to ``read``: a newer version of the
     key's own summary, or one of another epoch than the read's (versions of two lines do not compare)."""
     return summary.epoch != read.served_epoch or summary.version > _own_version(read, filter_key)
-
-
-def _covered(read: ContextRead, event_id: str, ts: datetime, seq: int | None) -> bool:
-    """Whether ``read``'s summary covers the event: it is the boundary event, or logged up to it (log order,
-    as the read side cuts: an event logged after it is the request's whatever its stamp, a producer's clock
-    ahead may have stamped the boundary after it); without the boundary's log position, stamped strictly
-    before the cutoff."""
-    if read.summary is None:
-        return False
-    boundary = read.summary.boundary
-    if boundary.last_event_id == event_id:
-        return True
-    if read.boundary_seq is not None and seq is not None:
-        return seq <= read.boundary_seq
-    return ts < boundary.cutoff_at

@@ -79,6 +79,18 @@ def delta_after(
     return [item for item in items if micros_of(item) >= limit]
 
 
+def covers(boundary: SummaryBoundary, event_id: str, ts: datetime, seq: int | None, boundary_seq: int | None) -> bool:
+    """Whether ``boundary`` covers one event known by id, stamp and log position (``seq``, its offset;
+    ``boundary_seq``: the boundary event's): it is the boundary event, or logged up to it — log order, as
+    the delta and the read side go, whatever the stamps (a producer's clock ahead may have stamped the
+    boundary after it) —; without both positions, stamped strictly before the cutoff."""
+    if boundary.last_event_id == event_id:
+        return True
+    if boundary_seq is not None and seq is not None:
+        return seq <= boundary_seq
+    return ts < boundary.cutoff_at
+
+
 def events_after(events: Sequence[SessionEvent], boundary: SummaryBoundary | None) -> list[SessionEvent]:
     """The delta of stored events (in log order) after ``boundary`` (``None`` → all)."""
     if boundary is None:
