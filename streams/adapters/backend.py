@@ -238,10 +238,16 @@ class SessionBackend:
         key this process received (:meth:`remember`) and events it published
         that Cassandra does not show yet are merged in: those after every event
         the read holds (the log's order, whatever their stamps), unless the
-        read's summary covers them (by log position).
+        read's summary covers them (by log position). The key's own summary
+        received in place of the ancestor's the read applied reads the key's
+        whole history (its boundary may lie before the ancestor's).
         """
         read = await self.context.read(key, filter_key)
         summary = await self._applied_record(key, filter_key, read.summary, read.served_epoch)
+        if summary is not None and read.summary is not None and summary.filter_key != read.summary.filter_key:
+            # The key's own summary, received before the projector stored it, in place of the ancestor's the
+            # read was cut at: its boundary may lie before that cut, and the events between are in neither.
+            read = await self.context.read(key, filter_key, full_history=True)
         stats = await self.reader.session_stats(key)
         projected = list(read.events)
         deleted = self._deleted.get(key)

@@ -75,3 +75,29 @@ async def test_an_event_published_after_the_boundary_event_stays_in_the_view_wha
     store.project()
     assert unaccounted(await backend.view(KEY), events) == []
 
+
+async def test_a_branch_summary_received_before_it_is_projected_hides_no_event_of_its_ancestors_cut() -> None:
+    """The read cut a branch's events at its ancestor's summary; the view shows the branch's own newer one.
+
+    The branch's own summary (received by this process, not projected yet) ends before the session's
+    summary does: the events between the two boundaries are in the branch's next pass, and the view
+    must show them — the read, cut at the session's boundary, does not hold them.
+    """
+    s = Session()
+    s.turn("r1").user(f"研究杭州 {marker(1)}", filter_key="app/b")
+    own_end = s.answer(f"第一段结果 {marker(2)}", filter_key="app/b")
+    s.turn("r2").user(f"再研究西湖 {marker(3)}", filter_key="app/b")
+    root_end = s.answer(f"第二段结果 {marker(4)}", filter_key="app/b")
+    s.turn("r3").user(f"总结一下 {marker(5)}", filter_key="app/b")
+    events = s.events
+    store = LogStore()
+    backend = _backend(store)
+    await backend.publish(events)
+    root = echo_summary(events, root_end)
+    own = echo_summary(events, own_end).model_copy(update={"filter_key": "app/b"})
+    store.append(root)
+    store.project()
+    backend.remember(own)  # the worker's answer to this process, ahead of the projector
+    view = await backend.view(KEY, "app/b")
+    assert view.summary is not None and view.summary.filter_key == "app/b"
+    assert unaccounted(view, events) == [], "the events after the branch's boundary are in no summary it shows"
