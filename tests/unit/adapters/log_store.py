@@ -10,12 +10,25 @@ boundary event itself included), or every event without a summary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from projections.context_read import applicable_summary, visible
 from projections.summary_reads import StoredSummary
 from schemas import SessionEvent, SessionKey, SessionSummary
 from schemas.reads import ContextRead
+
+
+@dataclass(frozen=True)
+class _Row:
+    stored: SessionEvent
+
+    @property
+    def event_id(self) -> str:
+        return self.stored.event_id
+
+    def event(self) -> SessionEvent:
+        return self.stored
 
 
 class LogStore:
@@ -26,6 +39,12 @@ class LogStore:
         self.projected = 0
 
     # -- Kafka -----------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
 
     def append(self, *records: SessionEvent | SessionSummary) -> list[int]:
         """Log ``records`` (another producer, or the worker); their offsets."""
@@ -83,6 +102,12 @@ class LogStore:
         return StoredSummary(filter_key=s.filter_key, version=s.version, summary=s.summary,
                              cutoff_at=s.boundary.cutoff_at, last_event_id=s.boundary.last_event_id,
                              created_at=s.created_at, record=s)  # fmt: skip
+
+    async def events_after_boundary(
+        self, key: SessionKey, filter_key: str = "", *, summary: StoredSummary, use_latest: bool = True
+    ) -> list[_Row]:
+        """The stored events stamped at or after ``summary``'s cutoff (what ``boundary_event`` looks in)."""
+        return [_Row(r) for _, r in self._shown() if isinstance(r, SessionEvent) and r.timestamp >= summary.cutoff_at]
 
     async def session_stats(self, key: SessionKey) -> dict[str, Any]:
         return {"events": sum(1 for _, r in self._shown() if isinstance(r, SessionEvent) and not r.partial)}
