@@ -229,7 +229,8 @@ def assemble(
     in_user_turn = use_summary and opts.injection_mode == "user"
     if use_summary and not in_user_turn:
         head = merge_into_system(head, block)
-    head = merge_into_system(head, left_out_note(pairing.left_out, session_load=session_load))
+    left_out = list(dict.fromkeys([*projection.left_out, *pairing.left_out]))
+    head = merge_into_system(head, left_out_note(left_out, session_load=session_load))
     offered = RecallCapabilities(
         search=opts.recall.search and SESSION_SEARCH in names, load=opts.recall.load and session_load
     )

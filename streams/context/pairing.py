@@ -141,11 +141,11 @@ def _note_left_out(report: PairingReport, event_id: str | None) -> None:
 
 
 def left_out_note(event_ids: Sequence[str], *, session_load: bool) -> str:
-    """The request's note naming the events :func:`repair_pairing` left a call or a result of out of it.
+    """The request's note naming the events a call or a result of which the request leaves out.
 
-    A call without its result (a tool cancelled mid-reply, one still pending) and a result without its
-    call are refused by the API; they lie after the boundary, so no summary holds them yet: the note
-    names their events, which stay stored.
+    A call without its result (a tool cancelled mid-reply, one still pending), a result without its
+    call, a call without a function name and a result without a call id are refused by the API; after
+    the boundary no summary holds them yet: the note names their events, which stay stored.
     """
     if not event_ids:
         return ""

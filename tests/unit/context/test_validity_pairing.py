@@ -149,9 +149,10 @@ def test_a_call_without_result_and_a_result_without_call_are_named_in_the_reques
     ])  # fmt: skip
     s.result("c1", f"两个车次 {marker(4)}", name="search")  # c2 was cancelled: no result
     s.add("assistant", content=None, tool_calls=[
-        {"id": "c3", "type": "function", "function": {"name": "", "arguments": "{}"}},
+        {"id": "c3", "type": "function", "function": {"name": "", "arguments": f'{{"city": "{marker(5)}"}}'}},
     ])  # fmt: skip
     s.result("c3", f"天气晴 {marker(6)}")  # its call has no name: the request cannot show it
+    s.add("tool", content=f"没有调用编号的结果 {marker(9)}")  # no tool_call_id: the request cannot show it
     s.answer(f"好的 {marker(7)}")
     s.turn("r2").user(f"然后呢？ {marker(8)}")
     req = assemble("sys", None, s.events, None)
