@@ -32,13 +32,14 @@ from projections.context_read import ContextReader, visible
 from projections.read_api import SessionReader, StoredSummary
 from projections.statements import SELECT_DELETED
 from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
-from schemas.reads import AppliedSummary
+from schemas.reads import AppliedSummary, ContextRead
 from schemas.settings import Settings
 from streams.client import DistillClient
 from streams.clients.recall_reader import CassandraRecallReader
 from streams.context.history import covered_mask
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.errors import DistillError
+from streams.rules.boundaries import covers
 
 FULL_RECALL = RecallCapabilities(search=True, load=True)
 
@@ -71,6 +72,8 @@ class SessionView:
 @dataclass
 class _Pending:
     events: list[SessionEvent] = field(default_factory=list)
+    seqs: dict[str, int] = field(default_factory=dict)
+    """Each event's log position (its events-topic offset)."""
 
 
 @dataclass
@@ -185,13 +188,15 @@ class SessionBackend:
         """Publish ``events`` in order; they show in :meth:`view` at once (pending until projected)."""
         if not events:
             return
-        await self.client.publish_many(events)
-        for event in events:
+        offsets = await self.client.publish_logged(events)
+        for event, seq in zip(events, offsets, strict=True):
             deleted = self._deleted.get(event.session_key)
             if deleted is not None:
                 deleted.after.add(event.event_id)
             if not event.partial:
-                self._pending.setdefault(event.session_key, _Pending()).events.append(event)
+                pending = self._pending.setdefault(event.session_key, _Pending())
+                pending.events.append(event)
+                pending.seqs[event.event_id] = seq
 
     async def delete(self, key: SessionKey) -> None:
         """Publish the ``delete_session`` tombstone; the session is gone from :meth:`view` and
@@ -231,10 +236,18 @@ class SessionBackend:
         replays its history verbatim, and a result without its call is an
         invalid request); the rest the summary holds. A newer summary of the
         key this process received (:meth:`remember`) and events it published
-        that Cassandra does not show yet are merged in.
+        that Cassandra does not show yet are merged in: those after every event
+        the read holds (the log's order, whatever their stamps), unless the
+        read's summary covers them (by log position). The key's own summary
+        received in place of the ancestor's the read applied reads the key's
+        whole history (its boundary may lie before the ancestor's).
         """
         read = await self.context.read(key, filter_key)
         summary = await self._applied_record(key, filter_key, read.summary, read.served_epoch)
+        if summary is not None and read.summary is not None and summary.filter_key != read.summary.filter_key:
+            # The key's own summary, received before the projector stored it, in place of the ancestor's the
+            # read was cut at: its boundary may lie before that cut, and the events between are in neither.
+            read = await self.context.read(key, filter_key, full_history=True)
         stats = await self.reader.session_stats(key)
         projected = list(read.events)
         deleted = self._deleted.get(key)
@@ -254,8 +267,10 @@ class SessionBackend:
         extra: list[SessionEvent] = []
         if pending is not None:
             pending.events = [e for e in pending.events if e.event_id not in seen]
-            extra = [e for e in pending.events if visible(e.filter_key, filter_key)]
-        log = _stable_merge(projected, extra)  # with the boundary event, which the key may not show
+            extra = [e for e in pending.events if visible(e.filter_key, filter_key) and not _cut_by(read, pending, e)]
+        # The projector writes the log in order: an event the read does not hold and its cut did not leave
+        # out is logged after every event it holds, whatever the stamps (another producer's clock ahead).
+        log = [*projected, *extra]  # with the boundary event, which the key may not show
         merged = [e for e in log if not e.partial and visible(e.filter_key, filter_key)]
         covered = covered_mask(merged, summary.boundary if summary is not None else None, log=log)
         after = {e.event_id for e, c in zip(merged, covered, strict=True) if not c}
@@ -389,17 +404,10 @@ def newer_on_line(summary: SessionSummary, epoch: int, version: int) -> bool:
     return summary.epoch == epoch and summary.version > version
 
 
-def _stable_merge(projected: Sequence[SessionEvent], pending: Sequence[SessionEvent]) -> list[SessionEvent]:
-    """Projected events (already in stored order) merged with pending ones (publish order) by timestamp."""
-    out: list[SessionEvent] = []
-    i = j = 0
-    while i < len(projected) and j < len(pending):
-        if pending[j].timestamp < projected[i].timestamp:
-            out.append(pending[j])
-            j += 1
-        else:
-            out.append(projected[i])
-            i += 1
-    out.extend(projected[i:])
-    out.extend(pending[j:])
-    return out
+def _cut_by(read: ContextRead, pending: _Pending, event: SessionEvent) -> bool:
+    """Whether ``read`` leaves out ``event`` (one this process published) as covered by its summary: the
+    boundary event or logged up to it (``covers``; by its stamp only when a log position is unknown)."""
+    if read.summary is None or read.full_history:
+        return False
+    seq = pending.seqs.get(event.event_id)
+    return covers(read.summary.boundary, event.event_id, event.timestamp, seq, read.boundary_seq)

@@ -66,6 +66,20 @@ def summary_event(summary: SessionSummary) -> Event:
     return event
 
 
+def _take_summary(session: Session) -> Event | None:
+    """distill's summary event, taken out of ``session.events`` (where :meth:`DistillSessionService._fill`
+    put it first) while trpc trims the events after it."""
+    if session.events and session.events[0].is_summary_event():
+        summary: Event = session.events.pop(0)
+        return summary
+    return None
+
+
+def _put_summary(session: Session, summary: Event | None) -> None:
+    if summary is not None:
+        session.events.insert(0, summary)
+
+
 class DistillSummarizerManager(CompactSummarizerManagerABC):  # type: ignore[misc]  # optional extra, untyped
     """The guide's summarizer manager, answered by distill's worker.
 
@@ -205,6 +219,20 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         await self._fill(session, view)
         return self.filter_events(session)
 
+    def filter_events(self, session: Session, need_copy: bool = False) -> Session:
+        """trpc's trim (``num_recent_events``, ``event_ttl_seconds``) of the events after distill's summary.
+
+        The summary event stays in front: it is the only copy of what lies before its boundary, and its
+        stamp (the cutoff) makes it the oldest event, the first any window would drop.
+        """
+        target = session.model_copy(deep=True) if need_copy else session
+        summary = _take_summary(target)
+        try:
+            super().filter_events(target, need_copy=False)
+        finally:
+            _put_summary(target, summary)
+        return target
+
     async def refresh(self, session: Session) -> None:
         """Replace ``session.events`` (and state) with distill's current view of it."""
         await self._fill(session, await self.view_of(self.key_of(session)))
@@ -252,7 +280,11 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         """
         if event.partial:
             return event
-        event, _ = self._append_event_to_session(session, event)
+        summary = _take_summary(session)
+        try:
+            event, _ = self._append_event_to_session(session, event)  # trims to ``max_events``
+        finally:
+            _put_summary(session, summary)
         if not event.is_summary_event():
             backend = await self.ready()
             key = self.key_of(session)

@@ -31,7 +31,7 @@ from streams.context.injection import (
     place_in_user_turn,
 )
 from streams.context.items import HistoryItem, to_chat_message
-from streams.context.pairing import PairingReport, repair_pairing
+from streams.context.pairing import PairingReport, left_out_note, repair_pairing
 from streams.context.recall_tools import (
     SESSION_LOAD,
     SESSION_SEARCH,
@@ -229,6 +229,8 @@ def assemble(
     in_user_turn = use_summary and opts.injection_mode == "user"
     if use_summary and not in_user_turn:
         head = merge_into_system(head, block)
+    left_out = list(dict.fromkeys([*projection.left_out, *pairing.left_out]))
+    head = merge_into_system(head, left_out_note(left_out, session_load=session_load))
     offered = RecallCapabilities(
         search=opts.recall.search and SESSION_SEARCH in names, load=opts.recall.load and session_load
     )

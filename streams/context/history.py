@@ -83,6 +83,9 @@ class Projection:
     covered_events: int = 0
     restored_events: int = 0
     resume_events: int = 0
+    left_out: tuple[str, ...] = ()
+    """Events after the boundary whose payload :func:`event_message` could not show (a tool result without
+    a call id, a call without a function name): the request names them."""
 
 
 def _item(event: SessionEvent, message: Message, origin: Origin) -> HistoryItem:
@@ -118,8 +121,9 @@ def project_history(
         elif not covered[i]:
             chosen[i] = _item(event, msg, "history")
     n_covered = sum(1 for i, c in enumerate(covered) if c and messages[i] is not None and i != current_index)
+    left_out = tuple(e.event_id for e, c in zip(events, covered, strict=True) if not c and _unshowable(e))
     if not n_covered:
-        return Projection([chosen[i] for i in sorted(chosen)])
+        return Projection([chosen[i] for i in sorted(chosen)], left_out=left_out)
 
     needed_calls = _calls_for_retained_results(messages, covered, chosen)
     resume = latest_complete_round(events, messages, covered, current_index)
@@ -145,7 +149,18 @@ def project_history(
         covered_events=n_covered,
         restored_events=restored,
         resume_events=len(resume_indices),
+        left_out=left_out,
     )
+
+
+def _unshowable(event: SessionEvent) -> bool:
+    """Whether :func:`event_message` leaves out a payload of ``event`` the API could not take."""
+    msg = event.message
+    if event.partial or msg.role == "system":
+        return False
+    if msg.role == "tool":
+        return not msg.tool_call_id and bool(msg.content)
+    return any(not call.function.name for call in msg.tool_calls)
 
 
 def _result_indices(resume: ResumeRound | None) -> tuple[int, ...]:

@@ -20,6 +20,8 @@ from streams.context.items import HistoryItem
 
 REPLACED_MARK = "[distill: replaces earlier result"
 """Starts the note appended to a result that replaced an earlier one of its call."""
+LEFT_OUT_MARK = "[distill: left out to keep every tool call answered"
+"""Starts the note naming the events whose calls or results the repair left out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,8 @@ class PairingReport:
     orphan_results: int = 0
     replaced_results: list[ReplacedResult] = field(default_factory=list)
     emptied_assistant_turns: int = 0
+    left_out: list[str] = field(default_factory=list)
+    """Ids of the events a call or a result of which was left out (in no summary when after the boundary)."""
 
 
 @dataclass(slots=True)
@@ -102,6 +106,7 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
                 report.replaced_results.append(answered[call_id].replace(call_id, item))
             else:
                 report.orphan_results += 1
+                _note_left_out(report, item.event_id)
         else:
             order.append(item)
     out: list[HistoryItem] = []
@@ -113,6 +118,8 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
         report.unanswered_calls += len(entry.call_ids) - len(answered_ids)
         msg = entry.item.message
         if len(answered_ids) != len(msg.tool_calls):
+            if len(answered_ids) < len(entry.call_ids):
+                _note_left_out(report, entry.item.event_id)
             seen: set[str] = set()
             calls = []
             for call in msg.tool_calls:
@@ -126,3 +133,24 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
         out.append(entry.item.with_message(msg))
         out.extend(entry.result(cid) for cid in answered_ids)
     return out, report
+
+
+def _note_left_out(report: PairingReport, event_id: str | None) -> None:
+    if event_id and event_id not in report.left_out:
+        report.left_out.append(event_id)
+
+
+def left_out_note(event_ids: Sequence[str], *, session_load: bool) -> str:
+    """The request's note naming the events a call or a result of which the request leaves out.
+
+    A call without its result (a tool cancelled mid-reply, one still pending), a result without its
+    call, a call without a function name and a result without a call id are refused by the API; after
+    the boundary no summary holds them yet: the note names their events, which stay stored.
+    """
+    if not event_ids:
+        return ""
+    where = "session_load(event_id=...) returns them" if session_load else "they stay stored in the session"
+    return (
+        f"{LEFT_OUT_MARK} (a call without its result, or a result without its call): "
+        f"event_id={', '.join(event_ids)}; {where}]"
+    )

@@ -132,3 +132,32 @@ def test_final_result_of_a_long_running_call_is_in_the_request() -> None:
     assert marker(5) in str(req.messages)
     assert unaccounted(req.messages, s.events) == []
     assert req.report.pairing.replaced_results == [ReplacedResult("c1", "e3", "e5")]
+
+
+def test_a_call_without_result_and_a_result_without_call_are_named_in_the_request() -> None:
+    """The pairing repair leaves them out (the API refuses them); the request names their events.
+
+    Neither is in a summary (both lie after the boundary): without a note naming their events the
+    model would never learn the call was made (a tool cancelled mid-reply: its call's arguments) or
+    what the result said (its call published under a name the request cannot show).
+    """
+    s = Session()
+    s.turn("r1").user(f"订两张去杭州的票 {marker(1)}")
+    s.add("assistant", content=None, tool_calls=[
+        {"id": "c1", "type": "function", "function": {"name": "search", "arguments": f'{{"q": "{marker(2)}"}}'}},
+        {"id": "c2", "type": "function", "function": {"name": "book", "arguments": f'{{"seat": "{marker(3)}"}}'}},
+    ])  # fmt: skip
+    s.result("c1", f"两个车次 {marker(4)}", name="search")  # c2 was cancelled: no result
+    s.add("assistant", content=None, tool_calls=[
+        {"id": "c3", "type": "function", "function": {"name": "", "arguments": f'{{"city": "{marker(5)}"}}'}},
+    ])  # fmt: skip
+    s.result("c3", f"天气晴 {marker(6)}")  # its call has no name: the request cannot show it
+    s.add("tool", content=f"没有调用编号的结果 {marker(9)}")  # no tool_call_id: the request cannot show it
+    s.answer(f"好的 {marker(7)}")
+    s.turn("r2").user(f"然后呢？ {marker(8)}")
+    req = assemble("sys", None, s.events, None)
+    assert find_violations(req.messages) == []
+    assert unaccounted(req.messages, s.events) == []
+    cancelled = s.events[1].model_copy(update={"message": s.events[1].message.model_copy(
+        update={"tool_calls": s.events[1].message.tool_calls[1:]})})  # fmt: skip
+    assert unaccounted(req.messages, [cancelled]) == [], "the cancelled call's arguments are shown or named"
