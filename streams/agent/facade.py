@@ -81,8 +81,10 @@ class AgentRequest:
 
     ``summary``: the summary injected (``None``: none applies, or injection is off).
     ``summary_refreshed``: a summary was asked for before this request and the request built on it.
-    ``cut_tokens``: tool-result payloads above this many tokens were cut to fit the budget.
-    ``dropped_messages``: messages tailoring still had to leave out (history in no summary: logged).
+    ``cut_tokens``: tool-result payloads above this many tokens were cut to fit the budget (and
+    ``report.payload_cuts``: the tool-call arguments and message texts cut after them).
+    ``dropped_messages``: messages tailoring still had to leave out (logged; the request's system message
+    names their events, ``report.tailored_event_ids``).
     """
 
     messages: list[dict[str, Any]]
@@ -246,7 +248,8 @@ class DistillAgent:
            the whole history, not only the events after the boundary, when the
            request will not show the summary: ``read_truncated`` says when its
            event cap left the oldest out) and the assembly, fitted into the
-           budget (payload cuts before dropped rounds, :func:`streams.context.fitting.fit`).
+           budget (tool results, then tool-call arguments, then message texts
+           cut before dropped rounds, :func:`streams.context.fitting.fit`).
         3. A summary is asked for, and the request rebuilt on it, when the
            request reaches the refresh threshold (compaction and summaries on;
            ``force=False``, once, as Go's pre-call refresh) or while it would
@@ -291,8 +294,8 @@ class DistillAgent:
         request = fitted.request
         if fitted.dropped_messages:
             log.warning(
-                "request over the budget: tailoring left out %d messages no summary holds",
-                fitted.dropped_messages,
+                "request over the budget: tailoring left out %d messages no summary holds (events %s)",
+                fitted.dropped_messages, ", ".join(request.report.tailored_event_ids),
                 extra={"session_id": self.key.session_id, "filter_key": self.filter_key,
                        "budget": assembly.token_budget, "prompt_tokens": request.report.prompt_tokens},
             )  # fmt: skip

@@ -8,9 +8,10 @@ Order of the steps (each in its own module):
    resume tail, or the last ``max_history_runs`` runs without summaries;
 3. compaction of tool results (:mod:`.compaction`), off by default;
 4. pairing repair (:mod:`.pairing`): every call answered right after it;
-5. summary injection (:mod:`.injection`) and the recall usage note;
-6. token tailoring (:mod:`.tailoring`) as the last guard;
-7. a final validity check (:mod:`.validity`).
+5. cuts of tool-call arguments and message texts (:mod:`.payload_cuts`), set by fitting;
+6. summary injection (:mod:`.injection`) and the recall usage note;
+7. token tailoring (:mod:`.tailoring`) as the last guard, the dropped events named in the system message;
+8. a final validity check (:mod:`.validity`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from streams.context.injection import (
 )
 from streams.context.items import HistoryItem, to_chat_message
 from streams.context.pairing import PairingReport, left_out_note, repair_pairing
+from streams.context.payload_cuts import PayloadCuts, PayloadCutStats, cut_payloads
 from streams.context.recall_tools import (
     SESSION_LOAD,
     SESSION_SEARCH,
@@ -40,7 +42,7 @@ from streams.context.recall_tools import (
     recall_tools,
     usage_note,
 )
-from streams.context.tailoring import tailor
+from streams.context.tailoring import TailoringResult, dropped_note, tailor
 from streams.context.validity import assert_valid
 from streams.errors import DistillError
 from streams.rules.eligibility import is_user_turn_message
@@ -74,6 +76,8 @@ class AssemblyOptions:
     recall: RecallCapabilities = field(default_factory=RecallCapabilities)
     prefix_messages: tuple[Message, ...] = ()
     include_reasoning: bool = False
+    payload_cuts: PayloadCuts = field(default_factory=PayloadCuts)
+    """Arguments and message texts cut above these thresholds (fitting sets them; off by default)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class AssemblyReport:
     prompt_tokens: int
     over_budget: bool
     summary_injected: bool
+    payload_cuts: PayloadCutStats = field(default_factory=PayloadCutStats)
+    tailored_event_ids: tuple[str, ...] = ()
+    """The events whose messages tailoring dropped (named in the request's system message)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +231,13 @@ def assemble(
     stats.arguments_elided += resume_stats.arguments_elided
     stats.tokens_saved += resume_stats.tokens_saved
     items, pairing = repair_pairing(items)
+    if not opts.include_reasoning:
+        # Count what is sent: reasoning stays out of the request unless asked for.
+        items = [i.with_message(i.message.model_copy(update={"reasoning_content": None}))
+                 if i.message.reasoning_content else i for i in items]  # fmt: skip
+    current_id = visible[current_index].event_id if current_index is not None else None
+    items, cut_stats = cut_payloads(items, opts.payload_cuts, counter, current_event_id=current_id,
+                                    session_load=session_load)  # fmt: skip
 
     head, prefix = _head(system_prompt, opts.prefix_messages)
     in_user_turn = use_summary and opts.injection_mode == "user"
@@ -240,13 +254,12 @@ def assemble(
 
     overhead = sum(counter.count_text(json.dumps(t, separators=(",", ":"))) for t in tool_list)
     body = [item.message for item in items]
-    if not opts.include_reasoning:
-        # Count what is sent: reasoning stays out of the request unless asked for.
-        body = [m.model_copy(update={"reasoning_content": None}) if m.reasoning_content else m for m in body]
     # A summary in a user turn is placed after tailoring (in what is kept), its tokens counted
     # beside the fixed head's: the oldest round may go, the summary never with it.
     pinned = counter.count_text(block) if in_user_turn else 0
-    tailored = tailor([*head, *prefix], body, opts.token_budget, counter, overhead=overhead + pinned)
+    head, tailored, dropped_ids = _tailor_naming_dropped(
+        head, prefix, items, opts.token_budget, counter, overhead + pinned, session_load
+    )
     sent = tailored.messages
     tokens = tailored.tokens
     if in_user_turn:
@@ -269,5 +282,32 @@ def assemble(
         prompt_tokens=tokens,
         over_budget=opts.token_budget is not None and tokens > opts.token_budget,
         summary_injected=use_summary,
+        payload_cuts=cut_stats,
+        tailored_event_ids=tuple(dropped_ids),
     )
     return AssembledRequest(messages, tool_list, report)
+
+
+def _tailor_naming_dropped(
+    head: list[Message],
+    prefix: Sequence[Message],
+    items: Sequence[HistoryItem],
+    budget: int | None,
+    counter: TokenCounter,
+    overhead: int,
+    session_load: bool,
+) -> tuple[list[Message], TailoringResult, list[str]]:
+    """Tailor, with the system message naming the events of the messages dropped (:func:`dropped_note`).
+
+    The note takes room too: tailoring runs again with it until the note names
+    exactly what is dropped (a longer head only ever drops more, so this ends).
+    """
+    body = [item.message for item in items]
+    named: list[str] = []
+    while True:
+        noted = merge_into_system(head, dropped_note(named, session_load=session_load))
+        tailored = tailor([*noted, *prefix], body, budget, counter, overhead=overhead)
+        ids = list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
+        if set(ids) <= set(named):
+            return noted, tailored, named
+        named = list(dict.fromkeys([*named, *ids]))

@@ -1,13 +1,16 @@
 """Fitting a request into the model's window: payloads are cut before whole rounds are dropped.
 
 Token tailoring (:mod:`.tailoring`) drops the oldest rounds, and what it drops
-is in no summary: history the model never sees again. Before that, the request
-is built again with the middle of large tool results cut out (Pass 2 of
-:mod:`.compaction`: head and tail kept, the marker naming the event id, so
-``session_load`` reads it back), at thresholds halving from a quarter of the
-budget. What still does not fit needs a summary (:attr:`Fitted.needs_summary`):
-the caller forces one and fits again; only then may tailoring drop rounds, and
-the report says how many messages went.
+after the boundary is in no summary. Before that, the request is built again
+with payloads cut in the middle (head and tail kept, the marker naming the
+event id, so ``session_load`` reads it back), at thresholds halving from a
+quarter of the budget, in this order: tool results (Pass 2 of
+:mod:`.compaction`), then tool-call arguments, then user and assistant message
+texts (:mod:`.payload_cuts`), each stage keeping the previous one at its
+smallest threshold. What still does not fit needs a summary
+(:attr:`Fitted.needs_summary`): the caller forces one and fits again; only then
+may tailoring drop rounds, and the request's system message names the events
+it dropped (:func:`.tailoring.dropped_note`).
 
 Also here: the model's window and the request budget, and Go's pre-call summary
 refresh threshold. Pure: no I/O.
@@ -17,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from streams.context.assembly import AssembledRequest, AssemblyOptions
 from streams.context.compaction import CompactionConfig
+from streams.context.payload_cuts import PayloadCuts
 from streams.rules.context_windows import DEFAULT_FALLBACK_WINDOW, lookup_context_window
 
 MIN_CUT_TOKENS = 64
@@ -82,6 +86,8 @@ class Fitted:
     request: AssembledRequest
     cut_tokens: int | None = None
     """The Pass 2 threshold applied to fit (``None``: no payload was cut for the budget)."""
+    cuts: PayloadCuts = field(default_factory=PayloadCuts)
+    """The thresholds of the argument and message cuts applied to fit (0: not cut)."""
 
     @property
     def dropped_messages(self) -> int:
@@ -106,14 +112,29 @@ def fit(build: Build, options: AssemblyOptions) -> Fitted:
     if budget is None or not Fitted(first).needs_summary:
         return Fitted(first)
     best = Fitted(first)
-    for tokens in cut_thresholds(budget):
-        attempt = Fitted(build(dataclasses.replace(options, compaction=with_payload_cuts(options.compaction, tokens))),
-                         tokens)  # fmt: skip
+    for tokens, cuts in cut_plan(budget):
+        compaction = with_payload_cuts(options.compaction, tokens)
+        attempt = Fitted(build(dataclasses.replace(options, compaction=compaction, payload_cuts=cuts)), tokens, cuts)
         if _better(attempt, best):
             best = attempt
         if not attempt.needs_summary:
             break
     return best
+
+
+def cut_plan(budget: int) -> list[tuple[int, PayloadCuts]]:
+    """The cuts to try, in order: tool results, then arguments too, then message texts too.
+
+    Each stage halves its threshold from a quarter of the budget while the
+    stages before it stay at their smallest threshold.
+    """
+    steps = cut_thresholds(budget)
+    least = steps[-1]
+    return [
+        *((t, PayloadCuts()) for t in steps),
+        *((least, PayloadCuts(arguments_max_tokens=t)) for t in steps),
+        *((least, PayloadCuts(arguments_max_tokens=least, message_max_tokens=t)) for t in steps),
+    ]
 
 
 def _better(a: Fitted, b: Fitted) -> bool:

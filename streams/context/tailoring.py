@@ -14,6 +14,9 @@ from schemas import Message
 from streams.rules.eligibility import is_user_turn_message
 from streams.rules.tokens import TokenCounter
 
+DROPPED_MARK = "[distill: left out to fit the model's window"
+"""Starts the system message's note naming the events of the rounds tailoring dropped."""
+
 
 @dataclass(frozen=True, slots=True)
 class TailoringResult:
@@ -23,6 +26,21 @@ class TailoringResult:
     dropped: int
     tokens: int
     over_budget: bool
+    dropped_indices: tuple[int, ...] = ()
+    """Indices into ``body`` of the dropped messages (what the request must then name)."""
+
+
+def dropped_note(event_ids: Sequence[str], *, session_load: bool) -> str:
+    """The request's note naming the events whose messages tailoring dropped (``""``: none).
+
+    Tailoring is the last resort, after every payload cut and a forced summary:
+    what it drops after the boundary is in no summary yet, so the request says
+    which events are missing and how to read them back.
+    """
+    if not event_ids:
+        return ""
+    where = "session_load(event_id=...) returns them" if session_load else "they stay stored in the session"
+    return f"{DROPPED_MARK} (the oldest rounds, after every payload cut): event_id={', '.join(event_ids)}; {where}]"
 
 
 def round_starts(body: Sequence[Message]) -> list[int]:
@@ -75,4 +93,5 @@ def tailor(
             total -= sum(costs[units[u] : end])
         kept = [i for i in kept if i not in drop]
     messages = [*head, *(body[i] for i in kept)]
-    return TailoringResult(messages, len(body) - len(kept), total, total > budget)
+    gone = tuple(sorted(set(range(len(body))) - set(kept)))
+    return TailoringResult(messages, len(gone), total, total > budget, gone)

@@ -18,11 +18,12 @@ from schemas.reads import ContextRead
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent.facade import DistillAgent
-from tests.unit.context.oracle import marker
+from tests.unit.context.oracle import marker, unaccounted
 from tests.unit.context.sessions import Session, summary_at
 
 KEY = SessionKey("app", "u1", "s1")
-LONG = "我们讨论了明天去杭州的行程安排，包括高铁车次、酒店预订和西湖附近的餐厅推荐。" * 30
+SHORT = "我们讨论了明天去杭州的行程安排，包括高铁车次。"
+"""Below every payload cut's threshold: only a summary, or dropped rounds, can make many such rounds fit."""
 
 
 class Fakes:
@@ -44,9 +45,9 @@ async def test_an_over_budget_request_of_late_events_forces_a_summary() -> None:
     s = Session()
     s.turn("r1").user(f"第一轮 {marker(1)}")
     boundary = s.answer(f"好的 {marker(2)}")
-    for r in range(2, 5):
-        s.turn(f"r{r}").user(f"{marker(2 * r - 1)} {LONG}")
-        s.answer(f"{marker(2 * r)} {LONG}")
+    for r in range(2, 90):
+        s.turn(f"r{r}").user(f"{marker(2 * r - 1)} {SHORT}")
+        s.answer(f"{marker(2 * r)} {SHORT}")
     # Stamped before the cutoff (a producer's clock behind), logged after the boundary event.
     late = [e.model_copy(update={"timestamp": e.timestamp - timedelta(hours=1)}) for e in s.events[2:]]
     summary = summary_at(boundary, f"摘要 {marker(1)} {marker(2)}")
@@ -61,3 +62,4 @@ async def test_an_over_budget_request_of_late_events_forces_a_summary() -> None:
     request = await agent.next_request("你是旅行助手。")
     assert fakes.asked == [True], "the late rounds are after the boundary: a summary is asked for before dropping"
     assert request.report.tailored_messages > 0  # none came (the fake summarizes nothing): then rounds go
+    assert unaccounted(request.messages, late) == []  # and the request names them

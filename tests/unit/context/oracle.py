@@ -1,7 +1,7 @@
 """The marker oracle for assembled requests: every event after the boundary is accounted for.
 
-Each event carries a unique marker in its payload. An event is accounted for when its
-marker is in the request, or when a ``[distill: …]`` note in the request names its event
+Each event carries unique markers in its payload. An event is accounted for when all its
+markers are in the request, or when a ``[distill: …]`` note in the request names its event
 id (a payload replaced or cut, recallable with ``session_load``).
 """
 
@@ -30,14 +30,14 @@ def _named(text: str, event_id: str) -> bool:
 
 
 def unaccounted(messages: Iterable[dict[str, Any]], events: Iterable[SessionEvent]) -> list[str]:
-    """Ids of ``events`` whose marker is not in ``messages`` and which no recall note names."""
+    """Ids of ``events`` with a marker not in ``messages`` and which no recall note names."""
     text = _text(messages)
     missing = []
     for event in events:
         found = re.findall(r"标记\d{4}号", str(event.message.model_dump()))
         if not found:
             continue
-        if any(m in text for m in found) or _named(text, event.event_id):
+        if all(m in text for m in found) or _named(text, event.event_id):
             continue
         missing.append(event.event_id)
     return missing
