@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from agents.tool_context import ToolContext
 
 RETRACTS_FIELD = "retracts"
-"""Set on the marker event ``pop_item`` publishes: the id of the event taken back."""
+"""Set on the marker event ``pop_item`` publishes: the id of the event an item is taken back from."""
+RETRACTS_ITEM_FIELD = "retracts_item"
+"""Beside it: the index of the item taken back among the event's items (absent: the whole event)."""
 DEFAULT_COMPACTION = CompactionConfig(enabled=True, tool_result_max_tokens=256)
 
 
@@ -119,12 +121,18 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
         await self.backend.publish(events)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Take back the newest visible item: it leaves the view (a summary that already covers it keeps it)."""
+        """Take back the newest visible item, and only it: it leaves the view (a summary that already covers it
+        keeps it).
+
+        An event another producer published may stand for several items (an assistant message with
+        text and tool calls); popping takes back its last visible item and leaves the others in the view,
+        as ``SQLiteSession.pop_item`` does with its rows. The item is returned as stored (not compacted).
+        """
         view = await self._view()
-        events = self._visible(view)
-        if not events:
+        shown = self._shown_items(view)
+        if not shown:
             return None
-        last = events[-1]
+        last, index, item = shown[-1]
         marker = SessionEvent.model_validate(
             {
                 "app_name": self.key.app_name, "user_id": self.key.user_id, "session_id": self.key.session_id,
@@ -132,12 +140,11 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
                 "request_id": last.request_id, "invocation_id": last.invocation_id, "author": "distill",
                 "filter_key": self.filter_key,
                 "message": {"role": "system", "content": None}, "skip_summarization": True,
-                RETRACTS_FIELD: last.event_id,
+                RETRACTS_FIELD: last.event_id, RETRACTS_ITEM_FIELD: index,
             }
         )  # fmt: skip
         await self.backend.publish([marker])
-        items = event_to_items(last)
-        return items[-1] if items else None
+        return item  # a Responses-API input item, as it was added
 
     async def clear_session(self) -> None:
         """Delete the session in distill (events, summaries and state: the ``delete_session`` tombstone)."""
@@ -176,17 +183,47 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
         """The items of ``view``'s events, tool outputs of earlier requests compacted."""
         events = self._visible(view)
         texts = self._compacted_texts(events)
-        out: list[dict[str, Any]] = []
-        for event in events:
-            out.extend(event_to_items(event, texts.get(event.event_id)))
-        return out
+        return [item for _, _, item in self._shown_items(view, texts)]
 
     @staticmethod
-    def _visible(view: SessionView) -> list[SessionEvent]:
-        """The events of ``view`` that stand for items: ``pop_item``'s markers and what they took back left out."""
-        markers = {e.event_id: (e.model_extra or {}).get(RETRACTS_FIELD) for e in view.events}
-        retracted = {str(target) for target in markers.values() if target}
-        return [e for e in view.events if not markers[e.event_id] and e.event_id not in retracted]
+    def _taken_back(view: SessionView) -> dict[str, set[int] | None]:
+        """What ``pop_item``'s markers in ``view`` took back: event id -> item indices (``None``: all of it)."""
+        taken: dict[str, set[int] | None] = {}
+        for event in view.events:
+            extra = event.model_extra or {}
+            target = extra.get(RETRACTS_FIELD)
+            if not target:
+                continue
+            index = extra.get(RETRACTS_ITEM_FIELD)
+            known = taken.get(str(target), set())
+            if index is None or known is None:
+                taken[str(target)] = None  # a marker of an older build: the whole event
+            else:
+                known.add(int(index))
+                taken[str(target)] = known
+        return taken
+
+    def _shown_items(
+        self, view: SessionView, texts: dict[str, str] | None = None
+    ) -> list[tuple[SessionEvent, int, dict[str, Any]]]:
+        """The items ``view`` shows, each with its event and its index among the event's items."""
+        taken = self._taken_back(view)
+        out: list[tuple[SessionEvent, int, dict[str, Any]]] = []
+        for event in self._visible(view):
+            gone = taken.get(event.event_id, set()) or set()
+            items = event_to_items(event, (texts or {}).get(event.event_id))
+            out.extend((event, i, item) for i, item in enumerate(items) if i not in gone)
+        return out
+
+    @classmethod
+    def _visible(cls, view: SessionView) -> list[SessionEvent]:
+        """The events of ``view`` that stand for items: ``pop_item``'s markers and the events it took back
+        whole left out (an event some items of which were taken back stays, see :meth:`_shown_items`)."""
+        taken = cls._taken_back(view)
+        return [
+            e for e in view.events
+            if not (e.model_extra or {}).get(RETRACTS_FIELD) and not (e.event_id in taken and taken[e.event_id] is None)
+        ]  # fmt: skip
 
     def _compacted_texts(self, events: list[SessionEvent]) -> dict[str, str]:
         """New texts of the tool results compaction shortened, by event id."""
