@@ -20,6 +20,7 @@ holds that projection lag.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from streams.errors import DistillError
 from streams.rules.boundaries import covers
 
 FULL_RECALL = RecallCapabilities(search=True, load=True)
+logger = logging.getLogger("distill.adapters")
 
 
 class BackendNotStartedError(DistillError):
@@ -60,6 +62,9 @@ class SessionView:
     ``events`` are the events after its boundary, chronological, partial
     chunks left out; ``stored_events`` counts every non-partial event of the
     session known so far (projected or pending), covered ones included.
+    ``truncated``: the read stopped at its event cap (``ContextReader.max_events``),
+    so the oldest events after the boundary (the oldest of the whole history
+    without a summary) are missing from ``events`` (also logged as a warning).
     """
 
     key: SessionKey
@@ -67,6 +72,7 @@ class SessionView:
     summary: SessionSummary | None
     events: tuple[SessionEvent, ...]
     stored_events: int
+    truncated: bool = False
 
 
 @dataclass
@@ -277,7 +283,14 @@ class SessionBackend:
         answered = {e.message.tool_call_id for e in merged if e.event_id in after and e.message.tool_call_id}
         kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]
         total = int(stats.get("events") or 0) + len(extra)
-        return SessionView(key, filter_key, summary, tuple(kept), total)
+        if read.stats.truncated:
+            logger.warning(
+                "session view: the read stopped at its event cap, the oldest events of %s are missing from it",
+                "the history" if summary is None else f"the events after summary v{summary.version}",
+                extra={"session_id": key.session_id, "app_name": key.app_name, "filter_key": filter_key,
+                       "event_rows": read.stats.event_rows},
+            )  # fmt: skip
+        return SessionView(key, filter_key, summary, tuple(kept), total, truncated=read.stats.truncated)
 
     async def _delete_projected(self, key: SessionKey, deleted: _Deleted) -> bool:
         """Whether the projector has applied this process's tombstone of ``key`` (``deleted_sessions``)."""

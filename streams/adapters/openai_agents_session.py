@@ -11,6 +11,9 @@ next request needs — the key's summary as a system item, then the items after
 its boundary, older tool outputs compacted (with the event id ``session_load``
 reads them back by). ``recall_tools()`` are ``session_search`` / ``session_load``
 as function tools. ``clear_session`` publishes the ``delete_session`` tombstone.
+The SDK's session has no place for read metadata: ``last_view`` is the view the
+last call read (``last_view.truncated``: its read stopped at the event cap, the
+oldest events are missing; logged as a warning too).
 """
 
 from __future__ import annotations

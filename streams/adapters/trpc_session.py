@@ -51,6 +51,9 @@ from streams.adapters.trpc_events import (
 from streams.adapters.trpc_settings import summary_overrides, with_app_overrides
 from streams.context.recall_tools import recall_tools
 
+TRUNCATED_STATE_KEY = "temp:distill_view_truncated"
+"""Set (``True``) in a session's state when its view stopped at the read's event cap (``SessionView.truncated``):
+the oldest events are missing. A ``temp:`` key: never stored, gone from the next view that is whole."""
 SUMMARY_PREFIX = "Previous conversation summary: "
 """The guide's summary event text (``DefaultSessionSummarizer``), kept so agents see the same anchor."""
 
@@ -249,7 +252,10 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         if state is None:
             state = self._stored.get(view.key)  # what this process recorded last (e.g. created, nothing since)
         session.state = dict(state) if state is not None else dict(session.state)
+        session.state.pop(TRUNCATED_STATE_KEY, None)
         self._stored[self.key_of(session)] = dict(session.state)
+        if view.truncated:
+            session.state[TRUNCATED_STATE_KEY] = True
         session.conversation_count = sum(1 for e in view.events if e.author == "user" and e.message.role == "user")
         if session.events:
             session.last_update_time = max(e.timestamp for e in session.events)
