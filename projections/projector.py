@@ -66,7 +66,6 @@ from pydantic import ValidationError
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
-from projections.cassandra_session import aexecute_many
 from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
@@ -355,16 +354,6 @@ class Projector(CassandraStage):
                   for row in rows if row.ts is not None and row.seq is not None}  # fmt: skip
         records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
         return place_late(records, late, stored)
-
-    async def _read_many(self, statement: PreparedStatement, params: list[Any]) -> list[Any]:
-        """The rows of ``statement`` for each of ``params``, read concurrently (``StoreUnavailable`` on a failure)."""
-        if not params:
-            return []
-        results = await aexecute_many(self._session, [(statement, p) for p in params], self._concurrency)
-        for ok, value in results:
-            if not ok:
-                raise StoreUnavailable(f"cassandra read failed: {type(value).__name__}: {value}") from value
-        return [value for _, value in results]
 
     def _batches(self, items: list[_Event], placements: dict[int, Placement], start: int, stop: int) -> list[Batch]:
         """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""
