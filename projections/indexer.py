@@ -259,9 +259,10 @@ class RecallIndexer(CassandraStage):
         """Where the events of ``items`` (in log order) that are published again go, by index: where the log
         first had them, as the projector places them (``Projector._place``; see ``projections.late_events``).
 
-        Every event moves its session's latest timestamp; the late ones that the index
-        would write are looked up in the index's own rows (one row each, concurrently:
-        late events are few). Sessions not remembered are read first (their newest line).
+        Every event moves its session's latest timestamp; the late ones (or stamped in the
+        latest's millisecond) that the index would write are looked up in the index's own
+        rows (one row each, concurrently: such events are few). Sessions not remembered are
+        read first (their newest line).
         """
         stamps = self._stamps
         keys = [((i.record.topic, i.record.partition), _session(i.event)) for i in items]
@@ -270,17 +271,18 @@ class RecallIndexer(CassandraStage):
                                   strict=True):  # fmt: skip
             newest = next(iter(rows), None)
             stamps.learn(tp, pk, None if newest is None else newest.ts)
-        late = [n for n, ((tp, pk), item) in enumerate(zip(keys, items, strict=True))
-                if stamps.place(tp, pk, item.event.timestamp)]  # fmt: skip
-        if not late:
+        orders = [stamps.order(tp, pk, item.event.timestamp) for (tp, pk), item in zip(keys, items, strict=True)]
+        late = [n for n, o in enumerate(orders) if o < 0]
+        ties = [n for n, o in enumerate(orders) if o == 0]
+        if not late and not ties:
             return {}
-        indexed = [n for n in late if recall_eligible(items[n].event)]
+        indexed = [n for n in (*late, *ties) if recall_eligible(items[n].event)]
         found = await self._read_many(self._p["seq"], [(*keys[n][1], items[n].event.timestamp, items[n].event.event_id)
                                                        for n in indexed])  # fmt: skip
         stored = {n: (items[n].event.timestamp, row.seq) for n, rows in zip(indexed, found, strict=True)
                   for row in rows if row.seq is not None}  # fmt: skip
         records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
-        return place_late(records, late, stored)
+        return place_late(records, late, stored, ties)
 
     def _batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
         """The rows of ``built[start:stop]`` grouped by partition, cut into size-capped batches.

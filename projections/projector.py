@@ -334,9 +334,10 @@ class Projector(CassandraStage):
         published again —, by index (most events have no entry).
 
         See ``projections.late_events``: sessions not remembered are read first
-        (their newest timestamp, one row each, concurrently); a late event's
-        first record is looked up (one row each, concurrently: late events are
-        few), so an event published again keeps its place and is not late again.
+        (their newest timestamp, one row each, concurrently); the first record of
+        a late event, or of one stamped in the millisecond of its session's latest,
+        is looked up (one row each, concurrently: such events are few), so an event
+        published again keeps its place and is not late again.
         """
         stamps = self._stamps
         keys = [((i.record.topic, i.record.partition), _pk(i.event)) for i in items]
@@ -345,15 +346,18 @@ class Projector(CassandraStage):
                                   strict=True):  # fmt: skip
             newest = next(iter(rows), None)
             stamps.learn(tp, pk, None if newest is None else newest.ts)
-        late = [n for n, ((tp, pk), item) in enumerate(zip(keys, items, strict=True))
-                if stamps.place(tp, pk, item.event.timestamp)]  # fmt: skip
-        if not late:
+        orders = [stamps.order(tp, pk, item.event.timestamp) for (tp, pk), item in zip(keys, items, strict=True)]
+        late = [n for n, o in enumerate(orders) if o < 0]
+        ties = [n for n, o in enumerate(orders) if o == 0]
+        if not late and not ties:
             return {}
-        found = await self._read_many(self._p["event_position"], [(*keys[n][1], items[n].event.event_id) for n in late])
-        stored = {n: (row.ts, row.seq) for n, rows in zip(late, found, strict=True)
+        looked = [*late, *ties]
+        found = await self._read_many(self._p["event_position"], [(*keys[n][1], items[n].event.event_id)
+                                                                  for n in looked])  # fmt: skip
+        stored = {n: (row.ts, row.seq) for n, rows in zip(looked, found, strict=True)
                   for row in rows if row.ts is not None and row.seq is not None}  # fmt: skip
         records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
-        return place_late(records, late, stored)
+        return place_late(records, late, stored, ties)
 
     def _batches(self, items: list[_Event], placements: dict[int, Placement], start: int, stop: int) -> list[Batch]:
         """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""

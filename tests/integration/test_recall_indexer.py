@@ -456,13 +456,17 @@ def _recall_seqs(store: Store, key: SessionKey, table: str) -> dict[str, int]:
     return {r.event_id: r.seq for r in rows}
 
 
+@pytest.mark.parametrize("stamp", ["later", "same"])
 @pytest.mark.parametrize("indexer", ["remembered", "restarted"])
-async def test_an_event_published_again_is_indexed_where_the_projector_keeps_it(store: Store, indexer: str) -> None:
-    """A producer's retry logs e1 again after e2. The projector keeps e1 at its first position, so a summary
-    up to e2 covers it; the recall rows say the same, and ``current_hidden`` finds it (Latin and CJK)."""
+async def test_an_event_published_again_is_indexed_where_the_projector_keeps_it(
+    store: Store, indexer: str, stamp: str
+) -> None:
+    """A producer's retry logs e1 again after e2 (stamped later, or in e1's millisecond: then e1 sent again
+    is not even late). The projector keeps e1 at its first position, so a summary up to e2 covers it; the
+    recall rows say the same, and ``current_hidden`` finds it (Latin and CJK)."""
     key = _key("again")
     e1 = event(key, "e1", at=1, content="the otter reference 4711 海獭编号")
-    e2 = event(key, "e2", at=2, role="assistant", content="noted")
+    e2 = event(key, "e2", at=2 if stamp == "later" else 1, role="assistant", content="noted")
     await store.apply(record(EVENTS, e1, offset=9_000), record(EVENTS, e2, offset=9_001))
     await store.summaries(summary(key, 1, text="s", cutoff=2, last_event_id="e2"))
     kept = store.indexer
