@@ -7,6 +7,7 @@ Errors meant for the agent (unknown anchors) carry the guide's texts
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,8 +22,8 @@ from projections.filter_keys import in_summary_input
 from projections.rows import RECALL_ROLES, restore_event_json
 from projections.summary_reads import SESSION_PK, StoredSummary, SummaryReads, _utc
 from projections.summary_selection import SelectedSummary
-from projections.windows import normalize_content, normalize_window, slice_content
-from schemas import SessionEvent, SessionKey
+from projections.windows import ContentSlice, normalize_content, normalize_window, slice_payload
+from schemas import SessionEvent, SessionKey, ToolCall
 
 LOAD_NOTE = (
     "Loaded events are historical context from the session, returned on request. "
@@ -111,6 +112,10 @@ class LoadedMessage:
     content_truncated: bool = False
     tool_calls: tuple[LoadedToolCall, ...] = ()
     """The anchor's tool calls (neighbours never have any: the Go window rule skips such events)."""
+    payload_bytes: int = 0
+    """The anchor's text and every call's arguments together: the byte stream its pages cut."""
+    next_content_offset: int | None = None
+    """The anchor: the ``content_offset`` of its next page (``None``: this page reaches the end)."""
 
 
 @dataclass(frozen=True)
@@ -281,11 +286,14 @@ class EventWindows(SummaryReads):
         capped at 4 (the larger side shrinks, ``after`` first on ties); the
         neighbours follow the Go window rule (:attr:`StoredEvent.recall_eligible`:
         tool-call events are skipped), so a window counts the same events as Go's.
-        Content: the anchor's text is the byte slice ``[content_offset,
-        content_offset + content_limit)`` (limit default 16 KiB, max 64 KiB)
-        snapped to UTF-8 boundaries, and so are the arguments of each of its
-        tool calls (``tool_calls``: id, name, the slice and where it sits);
-        neighbours are cut at the limit; a tool
+        Content: the anchor's payload — its text, then the arguments of each
+        of its tool calls, as one byte stream — is paged: a page is the bytes
+        ``[content_offset, content_offset + content_limit)`` of the stream
+        (limit default 16 KiB, max 64 KiB) snapped to UTF-8 boundaries, capped
+        as a whole however many calls there are (``windows.slice_payload``;
+        each part says which slice of it the page holds, ``tool_calls``: id,
+        name, the slice and where it sits), and ``next_content_offset`` names
+        the next page; neighbours are cut at the limit; a tool
         result returned whole is prefixed ``"<tool_name>: "`` (unless
         ``tool_name_prefix=False``: callers that show ``tool_name`` beside the
         text, such as the recall executor, want the text as it was).
@@ -316,7 +324,9 @@ class EventWindows(SummaryReads):
         messages = []
         for ev, name in zip(window, names, strict=True):
             is_anchor = ev.event_id == anchor.event_id
-            part = slice_content(ev.text, offset if is_anchor else 0, limit)
+            calls = _calls_of(ev) if is_anchor else ()
+            page = slice_payload([ev.text, *(c.function.arguments for c in calls)], offset if is_anchor else 0, limit)
+            part = page.parts[0]
             text = part.text
             if tool_name_prefix and ev.role == "tool" and name and not part.truncated:
                 text = f"{name}: {text}"
@@ -334,31 +344,35 @@ class EventWindows(SummaryReads):
                     content_offset=part.content_offset,
                     returned_bytes=part.returned_bytes,
                     content_truncated=part.truncated,
-                    tool_calls=_loaded_calls(ev, offset, limit) if is_anchor else (),
+                    tool_calls=_loaded_calls(calls, page.parts[1:]),
+                    payload_bytes=page.payload_bytes,
+                    next_content_offset=page.next_offset if is_anchor else None,
                 )
             )
         return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages))
 
 
-def _loaded_calls(ev: StoredEvent, offset: int, limit: int) -> tuple[LoadedToolCall, ...]:
-    """The tool calls of ``ev`` (read from its stored JSON), each call's arguments sliced at ``[offset, +limit)``."""
+def _calls_of(ev: StoredEvent) -> tuple[ToolCall, ...]:
+    """The tool calls of ``ev``, read from its stored JSON."""
     if not ev.has_tool_calls or ev.event_json is None:
         return ()
-    out = []
-    for call in ev.event().message.tool_calls:
-        part = slice_content(call.function.arguments, offset, limit)
-        out.append(
-            LoadedToolCall(
-                id=call.id,
-                name=call.function.name,
-                arguments=part.text,
-                arguments_bytes=part.content_bytes,
-                arguments_offset=part.content_offset,
-                returned_bytes=part.returned_bytes,
-                arguments_truncated=part.truncated,
-            )
+    return tuple(ev.event().message.tool_calls)
+
+
+def _loaded_calls(calls: Sequence[ToolCall], parts: Sequence[ContentSlice]) -> tuple[LoadedToolCall, ...]:
+    """``calls`` with the slice of each one's arguments a page holds."""
+    return tuple(
+        LoadedToolCall(
+            id=call.id,
+            name=call.function.name,
+            arguments=part.text,
+            arguments_bytes=part.content_bytes,
+            arguments_offset=part.content_offset,
+            returned_bytes=part.returned_bytes,
+            arguments_truncated=part.truncated,
         )
-    return tuple(out)
+        for call, part in zip(calls, parts, strict=True)
+    )
 
 
 def _event(row: Any) -> StoredEvent:

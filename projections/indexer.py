@@ -21,6 +21,15 @@ their own pace:
   projector's deletion landed in between, the rows just written for events
   before it are removed again. Only the indexer reaching the command itself
   is the final word; the checks keep the window closed meanwhile.
+
+An event *published again* (the same id and timestamp at a later offset, a
+producer's retry) is indexed where the log first had it, as the projector
+places it (``projections.late_events``): its recall rows keep the first
+record's ``seq``, so a search scoped by a summary's boundary (``current_hidden``)
+sees it on the same side as the prompt does. The indexer keeps its own
+:class:`~projections.late_events.LatestStamps` (a session not remembered: one
+read of its newest ``recall_lines`` row) and looks up the index's own row of
+such an event, since it may run ahead of the projector.
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ from projections.binding import RowBinder
 from projections.critical_gate import CriticalPathGate
 from projections.embedding import MAX_EMBED_CHARS, Embedder
 from projections.errors import StoreUnavailable
-from projections.rows import RecallRows, recall_rows
+from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
+from projections.rows import RecallRows, recall_eligible, recall_rows
 from projections.stage import (
     INDEX_STAGE,
     Batch,
@@ -119,11 +129,13 @@ class RecallIndexer(CassandraStage):
         batch_statements: int = 128,
         batch_bytes: int = 128 * 1024,
         pipeline_events: int = 500,
+        remembered_sessions: int = DEFAULT_REMEMBERED_SESSIONS,
     ) -> None:
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
                          pipeline_events=pipeline_events)  # fmt: skip
         self.events_topic = events_topic
+        self._stamps = LatestStamps(remembered_sessions)
         self._embedder = embedder
         self._gate = gate
         self.indexed_tokens = 0
@@ -141,6 +153,8 @@ class RecallIndexer(CassandraStage):
             "recall_chunk": self._session.prepare(q.INSERT_RECALL_CHUNK.format(ks=ks)),
             "recall_line": self._session.prepare(q.INSERT_RECALL_LINE.format(ks=ks)),
             "markers": self._session.prepare(q.SELECT_DELETED_OFFSETS.format(ks=ks)),
+            "latest_ts": self._session.prepare(q.SELECT_LATEST_LINE_TS.format(ks=ks)),
+            "seq": self._session.prepare(q.SELECT_RECALL_SEQ.format(ks=ks)),
         }
         self._bind_doc, self._bind_chunk = RowBinder(out["recall"]), RowBinder(out["recall_chunk"])
         self._bind_line = RowBinder(out["recall_line"])
@@ -181,6 +195,8 @@ class RecallIndexer(CassandraStage):
         for record in records:
             key = (record.topic, record.partition)
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
+            if record.topic == self.events_topic:
+                self._stamps.follow(key, record.offset)
             if record.topic != self.events_topic or record.value is None:
                 outcome.ignored += 1
                 continue
@@ -195,6 +211,7 @@ class RecallIndexer(CassandraStage):
                 await self._index(segment, outcome)
                 segment = []
                 await self._delete(parsed)
+                self._stamps.forget(key, (parsed.app_name, parsed.user_id, parsed.session_id))
                 outcome.deletes += 1
             elif isinstance(parsed, SessionEvent):
                 segment.append(_Item(record, parsed))
@@ -211,12 +228,14 @@ class RecallIndexer(CassandraStage):
     async def _index(self, items: list[_Item], outcome: BatchOutcome) -> None:
         if not items:
             return
-        markers = await self._markers({_session(i.event) for i in items})
+        markers, placements = await asyncio.gather(self._markers({_session(i.event) for i in items}),
+                                                   self._place(items))  # fmt: skip
+        seqs = {id(item): placements[n].seq for n, item in enumerate(items) if n in placements}
         live = [i for i in items if not _covered(markers, i)]
         outcome.skipped_deleted += len(items) - len(live)
         built: list[tuple[_Item, RecallRows]] = []
         for n, item in enumerate(live, start=1):
-            rows = recall_rows(item.event, item.record.offset)
+            rows = recall_rows(item.event, seqs.get(id(item), item.record.offset))
             if rows is not None:
                 built.append((item, rows))
             if n % _YIELD_EVERY == 0:
@@ -235,6 +254,35 @@ class RecallIndexer(CassandraStage):
         if self._embedder is not None and written:
             await self._write_vectors(written)
         await self._recheck(written)
+
+    async def _place(self, items: list[_Item]) -> dict[int, Placement]:
+        """Where the events of ``items`` (in log order) that are published again go, by index: where the log
+        first had them, as the projector places them (``Projector._place``; see ``projections.late_events``).
+
+        Every event moves its session's latest timestamp; the late ones (or stamped in the
+        latest's millisecond) that the index would write are looked up in the index's own
+        rows (one row each, concurrently: such events are few). Sessions not remembered are
+        read first (their newest line).
+        """
+        stamps = self._stamps
+        keys = [((i.record.topic, i.record.partition), _session(i.event)) for i in items]
+        cold = [key for key in dict.fromkeys(keys) if not stamps.knows(*key)]
+        for (tp, pk), rows in zip(cold, await self._read_many(self._p["latest_ts"], [pk for _, pk in cold]),
+                                  strict=True):  # fmt: skip
+            newest = next(iter(rows), None)
+            stamps.learn(tp, pk, None if newest is None else newest.ts)
+        orders = [stamps.order(tp, pk, item.event.timestamp) for (tp, pk), item in zip(keys, items, strict=True)]
+        late = [n for n, o in enumerate(orders) if o < 0]
+        ties = [n for n, o in enumerate(orders) if o == 0]
+        if not late and not ties:
+            return {}
+        indexed = [n for n in (*late, *ties) if recall_eligible(items[n].event)]
+        found = await self._read_many(self._p["seq"], [(*keys[n][1], items[n].event.timestamp, items[n].event.event_id)
+                                                       for n in indexed])  # fmt: skip
+        stored = {n: (items[n].event.timestamp, row.seq) for n, rows in zip(indexed, found, strict=True)
+                  for row in rows if row.seq is not None}  # fmt: skip
+        records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
+        return place_late(records, late, stored, ties)
 
     def _batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
         """The rows of ``built[start:stop]`` grouped by partition, cut into size-capped batches.

@@ -21,7 +21,10 @@ An event *published again* (the same event id and timestamp, a producer's
 retry) stays where the log first had it: its rows keep the first record's
 ``seq`` and it is not late again. That is the summarizer's rule too (an
 early record the log already held at the boundary was summarized), so a
-summarized event sent again never comes back into the prompt.
+summarized event sent again never comes back into the prompt. Such a record
+is late, or stamped in the millisecond of the latest timestamp (nothing
+stamped later was logged in between): both are looked up; a record stamped
+later than the latest is new.
 """
 
 from __future__ import annotations
@@ -99,12 +102,21 @@ class LatestStamps:
 
         The session must be known (:meth:`knows`; else :meth:`learn` it first).
         """
+        return self.order(partition, session, ts) < 0
+
+    def order(self, partition: Partition, session: Hashable, ts: datetime) -> int:
+        """Where ``ts`` falls against the session's latest timestamp: -1 before it (late), 0 in its
+        millisecond (a record published again may be), 1 after it or the session's first; remembers
+        ``ts`` when it is the latest. The session must be known (as for :meth:`place`)."""
         key = (partition, session)
         latest = self._latest[key][1]
         ms = millis(ts)
-        late = latest is not None and ms < latest
-        self._set(key, latest if late else ms)
-        return late
+        if latest is not None and ms <= latest:
+            if ms < latest:
+                return -1
+            return 0
+        self._set(key, ms)
+        return 1
 
     def _set(self, key: tuple[Partition, Hashable], ms: int | None) -> None:
         latest = self._latest
@@ -123,28 +135,36 @@ def first_seq(ts: datetime, offset: int, first: tuple[datetime, int] | None) -> 
 
 
 def place_late(
-    records: Sequence[tuple[Hashable, datetime, int]], late: Sequence[int], stored: Mapping[int, tuple[datetime, int]]
+    records: Sequence[tuple[Hashable, datetime, int]],
+    late: Sequence[int],
+    stored: Mapping[int, tuple[datetime, int]],
+    ties: Sequence[int] = (),
 ) -> dict[int, Placement]:
-    """Where the late ones among ``records`` go, by index.
+    """Where the late ones among ``records``, and those published again, go, by index.
 
     ``records``: ``(event identity, stamp, offset)`` of a batch's events in log
-    order; ``late``: the indices :meth:`LatestStamps.place` found late;
-    ``stored``: by index of a late record, the stored ``(ts, seq)`` of its event
-    id. A late record of an event the log already had with the same stamp
-    (stored, or earlier in the batch) is that event published again: it keeps
-    the first record's place and is not late again. The others are late at
-    their own offset.
+    order; ``late``: the indices :meth:`LatestStamps.order` found late (-1);
+    ``ties``: those it found in the latest timestamp's millisecond (0);
+    ``stored``: by index of either, the stored ``(ts, seq)`` of its event id.
+    A record of an event the log already had with the same stamp (stored, or
+    earlier in the batch) is that event published again: it keeps the first
+    record's place and is not late again. The other late ones are late at
+    their own offset; the other ties, and every other record, are placed
+    plainly (no entry).
     """
-    if not late:
+    if not late and not ties:
         return {}
-    late_at = set(late)
+    late_at, tie_at = set(late), set(ties)
     placed: dict[int, Placement] = {}
     first: dict[Hashable, tuple[datetime, int]] = {}
-    for n in range(max(late) + 1):
+    for n in range(max(late_at | tie_at) + 1):
         ident, ts, offset = records[n]
-        if n in late_at:
+        if n in late_at or n in tie_at:
             again = first_seq(ts, offset, stored.get(n) or first.get(ident))
-            placed[n] = Placement(offset, late=True) if again is None else Placement(again)
+            if again is not None:
+                placed[n] = Placement(again)
+            elif n in late_at:
+                placed[n] = Placement(offset, late=True)
         first.setdefault(ident, (ts, placed[n].seq if n in placed else offset))
     return placed
 

@@ -15,6 +15,8 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+from projections.textcut import head_end
+
 MIN_SCORE = 0.45
 MAX_DOC_TOKENS = 1000
 MAX_FALLBACKS = 4
@@ -444,7 +446,10 @@ def compact(text: str, limit: int = 280) -> str:
 
     Flattens a prefix first: the flattened prefix of a text is a prefix of the flattened
     text, so when it already runs past ``limit`` the cut is the same (a hit's document
-    may be a 50 KB tool result; its snippet needs the first few hundred characters).
+    may be a 50 KB tool result; its snippet needs the first few hundred characters). The
+    cut falls on a character boundary (:mod:`projections.textcut`: never inside an emoji
+    sequence, after a base before its combining marks, inside a flag or jamo syllable);
+    the prefix ends at least 64 characters past it, farther than a cut moves back.
     """
     head = text[: 4 * limit + 64]
     flat = " ".join(head.split())
@@ -452,4 +457,4 @@ def compact(text: str, limit: int = 280) -> str:
         flat = " ".join(text.split())
     if not flat:
         return "<empty>"
-    return flat if len(flat) <= limit else flat[: max(limit - 3, 0)] + "..."
+    return flat if len(flat) <= limit else flat[: head_end(flat, max(limit - 3, 0))] + "..."

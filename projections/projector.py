@@ -44,8 +44,9 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
 * **A refused record does not stall its partition.** A summary, delete or
   epoch switch Cassandra refuses as invalid (``StoreRefused``: a key over
   64 KiB) goes to the dead letters with the reason, and the batch goes on;
-  an event the same way (``_write_events``). Only an unavailable store holds
-  the batch for a retry.
+  an event the same way (``_write_events``); one refused head of a switch
+  the same way, the session switching with the others (``_adopt``). Only an
+  unavailable store holds the batch for a retry.
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ from pydantic import ValidationError
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
-from projections.cassandra_session import aexecute_many
 from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
@@ -89,7 +89,7 @@ from projections.stage import (
     dead_letter,
     refuse_unstorable,
 )
-from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionSummary
+from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
 from schemas.headers import EVENTS_OFFSET, header_int
 from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
 
@@ -252,7 +252,8 @@ class Projector(CassandraStage):
             elif isinstance(item, _Adopt):
                 await self._flush(segment, outcome)
                 segment = []
-                outcome.adoptions += await self._refusable(item.record, self._adopt(item), "epoch switch", outcome)
+                what = f"epoch switch of session {_named(item.adoption.session_key)}"
+                outcome.adoptions += await self._refusable(item.record, self._adopt(item, outcome), what, outcome)
             else:
                 segment.append(item)
         await self._flush(segment, outcome)
@@ -333,9 +334,10 @@ class Projector(CassandraStage):
         published again —, by index (most events have no entry).
 
         See ``projections.late_events``: sessions not remembered are read first
-        (their newest timestamp, one row each, concurrently); a late event's
-        first record is looked up (one row each, concurrently: late events are
-        few), so an event published again keeps its place and is not late again.
+        (their newest timestamp, one row each, concurrently); the first record of
+        a late event, or of one stamped in the millisecond of its session's latest,
+        is looked up (one row each, concurrently: such events are few), so an event
+        published again keeps its place and is not late again.
         """
         stamps = self._stamps
         keys = [((i.record.topic, i.record.partition), _pk(i.event)) for i in items]
@@ -344,25 +346,18 @@ class Projector(CassandraStage):
                                   strict=True):  # fmt: skip
             newest = next(iter(rows), None)
             stamps.learn(tp, pk, None if newest is None else newest.ts)
-        late = [n for n, ((tp, pk), item) in enumerate(zip(keys, items, strict=True))
-                if stamps.place(tp, pk, item.event.timestamp)]  # fmt: skip
-        if not late:
+        orders = [stamps.order(tp, pk, item.event.timestamp) for (tp, pk), item in zip(keys, items, strict=True)]
+        late = [n for n, o in enumerate(orders) if o < 0]
+        ties = [n for n, o in enumerate(orders) if o == 0]
+        if not late and not ties:
             return {}
-        found = await self._read_many(self._p["event_position"], [(*keys[n][1], items[n].event.event_id) for n in late])
-        stored = {n: (row.ts, row.seq) for n, rows in zip(late, found, strict=True)
+        looked = [*late, *ties]
+        found = await self._read_many(self._p["event_position"], [(*keys[n][1], items[n].event.event_id)
+                                                                  for n in looked])  # fmt: skip
+        stored = {n: (row.ts, row.seq) for n, rows in zip(looked, found, strict=True)
                   for row in rows if row.ts is not None and row.seq is not None}  # fmt: skip
         records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
-        return place_late(records, late, stored)
-
-    async def _read_many(self, statement: PreparedStatement, params: list[Any]) -> list[Any]:
-        """The rows of ``statement`` for each of ``params``, read concurrently (``StoreUnavailable`` on a failure)."""
-        if not params:
-            return []
-        results = await aexecute_many(self._session, [(statement, p) for p in params], self._concurrency)
-        for ok, value in results:
-            if not ok:
-                raise StoreUnavailable(f"cassandra read failed: {type(value).__name__}: {value}") from value
-        return [value for _, value in results]
+        return place_late(records, late, stored, ties)
 
     def _batches(self, items: list[_Event], placements: dict[int, Placement], start: int, stop: int) -> list[Batch]:
         """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""
@@ -448,7 +443,7 @@ class Projector(CassandraStage):
             return 0, None
         return (row.served_epoch or 0), row.served_since
 
-    async def _adopt(self, item: _Adopt) -> int:
+    async def _adopt(self, item: _Adopt, outcome: BatchOutcome) -> int:
         """Serve the session from the switch's epoch: one conditional single-partition batch.
 
         The batch replaces every ``summaries_latest`` row of the session (the
@@ -459,15 +454,33 @@ class Projector(CassandraStage):
         skipped, a concurrent one is read again. The heads also get their
         history rows, and the switch its ``summary_adoptions`` row. Returns 1
         when applied.
+
+        A head Cassandra refuses (``StoreRefused``: a filter key over the key
+        limit; its history row is written first and tells) is dead-lettered on
+        ``outcome`` with the session and the key it names, and the session
+        switches without it (its key then has no summary in the epoch): one
+        refused head neither holds back the others nor leaves the session on
+        the line it left, where its next summaries would no longer be served.
         """
         a = item.adoption
         pk = (a.app_name, a.user_id, a.session_id)
         offset = item.record.offset
         if await self._deleted_at_or_after(pk, a.created_at):
             return 0
+        heads = []
         for head in a.heads:
             s = head.summary
-            await self._run(self._p[summary_history_target(s)], summary_history_row(s))
+            try:
+                await self._run(self._p[summary_history_target(s)], summary_history_row(s))
+            except StoreRefused as exc:
+                reason = (
+                    f"cassandra refused the head of filter key {_clipped(s.filter_key)} (version {s.version}) in "
+                    f"the switch of session {_named(a.session_key)} to epoch {a.epoch}; the session switched "
+                    f"without it: {exc}"
+                )
+                outcome.dead_letters.append(dead_letter(item.record, exc, reason, stage=STAGE))
+                continue
+            heads.append(head)
         applied = 0
         for _ in range(8):
             rows = list(await self._run(self._p["served"], pk))
@@ -477,7 +490,7 @@ class Projector(CassandraStage):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             batch.add(self._p["serve_epoch"], (a.epoch, offset, *pk, since))
             kept = set()
-            for head in a.heads:
+            for head in heads:
                 s = head.summary
                 kept.add(s.filter_key)
                 batch.add(self._p["latest_put"], (*pk, s.filter_key, *summary_latest_values(s)))
@@ -565,3 +578,13 @@ class Projector(CassandraStage):
 
 def _pk(event: SessionEvent) -> tuple[str, str, str]:
     return event.app_name, event.user_id, event.session_id
+
+
+def _clipped(text: str, most: int = 80) -> str:
+    """``text`` quoted, cut to ``most`` characters with its length named (a dead letter's reason stays short)."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}… ({len(text)} characters)"
+
+
+def _named(key: SessionKey) -> str:
+    """``app/user/session`` for a reason, each part clipped."""
+    return "/".join(part if len(part) <= 80 else _clipped(part) for part in key)

@@ -427,6 +427,16 @@ class CassandraStage:
         except DriverException as exc:
             raise StoreUnavailable(f"cassandra driver error: {type(exc).__name__}: {exc}") from exc
 
+    async def _read_many(self, statement: Any, params: list[Any]) -> list[Any]:
+        """The rows of ``statement`` for each of ``params``, read concurrently (``StoreUnavailable`` on a failure)."""
+        if not params:
+            return []
+        results = await aexecute_many(self._session, [(statement, p) for p in params], self._concurrency)
+        for ok, value in results:
+            if not ok:
+                raise StoreUnavailable(f"cassandra read failed: {type(value).__name__}: {value}") from value
+        return [value for _, value in results]
+
     async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
         """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``.
 

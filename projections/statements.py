@@ -99,6 +99,15 @@ user_id)``, clustering from ``session_id``) and ``recall_lines`` (a partition pe
 keyed by ``session_id`` after the tenant, so one statement shape deletes a session's rows from each."""
 DELETE_RECALL = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 DELETE_RECALL_AT = "DELETE FROM {ks}.{table} USING TIMESTAMP ? WHERE app_name = ? AND user_id = ? AND session_id = ?"
+SELECT_LATEST_LINE_TS = (
+    "SELECT ts FROM {ks}.recall_lines WHERE app_name = ? AND user_id = ? AND session_id = ? "
+    "ORDER BY ts DESC, event_id DESC LIMIT 1"
+)
+"""The newest timestamp the recall index holds for a session (the indexer's ``LatestStamps``)."""
+SELECT_RECALL_SEQ = (
+    "SELECT seq FROM {ks}.recall_docs WHERE app_name = ? AND user_id = ? AND session_id = ? AND ts = ? AND event_id = ?"
+)
+"""Where the index placed an event (``seq``): an event published again keeps that place."""
 DELETE_RECALL_EVENT = (
     "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ? AND ts = ? AND event_id = ?"
 )

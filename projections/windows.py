@@ -3,10 +3,15 @@
 Follows the Go recall tool: negative sides become 0, both 0 means 1/1, the
 span (before + after) is capped at 4 by shrinking the larger side (``after``
 first on ties); content offsets are byte offsets snapped to UTF-8 boundaries.
+An anchor's payload (its text, then each tool call's arguments) is paged as
+one byte stream (:func:`slice_payload`): an answer holds at most the content
+limit of it however many calls there are, and the next page's offset says
+where to go on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_BEFORE = 1
@@ -82,3 +87,63 @@ def slice_content(text: str, offset: int, limit: int) -> ContentSlice:
         returned_bytes=len(chunk),
         truncated=start > 0 or end < len(data),
     )
+
+
+@dataclass(frozen=True)
+class PayloadPage:
+    """One page of a payload: its parts (an event's text, then each tool call's arguments) as one byte stream."""
+
+    parts: tuple[ContentSlice, ...]
+    """Each part's slice in this page (empty for a part the page does not reach or has passed), in order;
+    ``content_offset`` is within the part."""
+    payload_bytes: int
+    """Bytes of every part together."""
+    next_offset: int | None
+    """Where the next page starts in the stream (``None``: this page reaches the end)."""
+
+
+def slice_payload(parts: Sequence[str], offset: int, limit: int) -> PayloadPage:
+    """Bytes ``[offset, offset + limit)`` of ``parts``' UTF-8 bytes laid end to end: one page, capped as a whole.
+
+    Each part's slice is snapped to its character starts as :func:`slice_content`
+    snaps (so pages stepped by ``limit`` meet, and the pages ``next_offset`` leads
+    through hold every byte once). A page holds at most ``limit`` bytes from the
+    offset asked for, the bytes of a character it falls inside aside; when the limit
+    is smaller than the character at the offset that one character is returned, so
+    paging always moves on.
+    """
+    datas = [p.encode("utf-8") for p in parts]
+    total = sum(len(d) for d in datas)
+    pos = max(0, offset)
+    stop = pos + limit
+    slices: list[ContentSlice] = []
+    base = 0
+    end_at: int | None = None
+    ended = False
+    for data in datas:
+        n = len(data)
+        if n == 0:
+            slices.append(ContentSlice("", 0, 0, 0, False))
+            continue
+        if base + n <= pos:  # passed: the page starts after it
+            slices.append(ContentSlice("", n, n, 0, True))
+        elif ended or base >= stop:  # not reached
+            slices.append(ContentSlice("", n, 0, 0, True))
+        else:
+            start = _snap_back(data, pos - base)
+            end = _snap_back(data, min(stop - base, n))
+            if end <= start and end_at is None:  # the page's first character: returned even past the limit
+                end = start + 1
+                while end < n and (data[end] & 0xC0) == 0x80:
+                    end += 1
+            if end <= start:  # the next character does not fit in what is left of the page
+                ended = True
+                slices.append(ContentSlice("", n, start, 0, True))
+            else:
+                chunk = data[start:end]
+                slices.append(ContentSlice(chunk.decode("utf-8"), n, start, len(chunk), start > 0 or end < n))
+                end_at = base + end
+                ended = end < n
+        base += n
+    next_offset = end_at if end_at is not None and end_at < total else None
+    return PayloadPage(tuple(slices), total, next_offset)

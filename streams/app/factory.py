@@ -37,7 +37,7 @@ import faust
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
-from schemas import AdoptEpoch, SessionEvent, SessionKey
+from schemas import AdoptEpoch, DeleteSession, SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain
@@ -62,7 +62,7 @@ from streams.app.slow_wait import warn_if_slow
 from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
-from streams.app.tracked import table_key
+from streams.app.tracked import TrackedKey, table_key
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
 from streams.summarizer.deferred_model import DeferredModel
@@ -377,6 +377,7 @@ def create_app(
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
         last_of: dict[int, Any] = {}  # partition -> an event of it (its records are this partition's)
         kinds: dict[str, int] = {}
+        deleted: list[SessionKey] = []
         partition = -1
         for msg in messages:
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
@@ -402,6 +403,8 @@ def create_app(
                 )
             kind = type(record).__name__
             kinds[kind] = kinds.get(kind, 0) + 1
+            if isinstance(record, DeleteSession):
+                deleted.append(record.session_key)
             runtime.track_logged(out, coords)
             for job in out.jobs:
                 outgoing.append((topics.jobs, key, job.model_dump_json().encode(), msg.partition))
@@ -412,6 +415,8 @@ def create_app(
             if out.dead_letter is not None:
                 outgoing.append((topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition))
         write_table(stream, batch, last_of, outgoing)
+        if deleted:  # the table says so now: their jobs in progress end before their model call
+            runtime.sessions_deleted(deleted)
         for kind, n in kinds.items():
             metrics.EVENTS.labels(kind).inc(n)
         await send_all(outgoing)
@@ -420,6 +425,10 @@ def create_app(
         """What a batch reads the table through: its store, as ``write_table`` writes it (Faust's
         ``Table.get`` adds a monitor call and a raised-and-caught ``KeyError`` per missing key)."""
         return cast(Any, table).data
+
+    # A job reads its session's entry (in its task, the current event is its record: the partition
+    # a RocksDB store reads is the session's, the jobs topic being co-partitioned with the events).
+    runtime.tracked = lambda key: cast(TrackedKey | None, table_reader().get(key))
 
     def write_table(
         stream: Any, batch: TableBatch, last_of: dict[int, Any], outgoing: list[tuple[str, bytes, bytes | None, int]]

@@ -7,11 +7,11 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from aiokafka.errors import KafkaError
 
@@ -20,6 +20,7 @@ from schemas import (
     CallReport,
     DeadLetter,
     EpochAdopted,
+    SessionKey,
     SessionSummary,
     SummaryFailure,
     SummaryJob,
@@ -37,10 +38,11 @@ from streams.app.heads import session_id_of
 from streams.app.ingest_first import IngestFirst
 from streams.app.ledger import SummaryLedger, summary_key
 from streams.app.pool import JobPool
-from streams.app.summarize import JobResult, SummarizeHandler, is_permanent
+from streams.app.summarize import JobResult, SummarizeHandler, deleted_since, is_permanent
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
-from streams.app.tracked import KEY_SEPARATOR, table_key
+from streams.app.tracked import KEY_SEPARATOR, TrackedKey, table_key
 from streams.errors import PermanentError, RetryableError
+from streams.rules.filter_keys import FULL_SESSION
 from streams.summarizer import SummarizerLike
 from streams.summarizer.model import ContextLengthError
 from streams.summarizer.report import report_of
@@ -68,6 +70,10 @@ class Backoff:
         delay = base * (0.5 + random.random() / 2)
         return max(delay, retry_after or 0.0)
 
+
+Published = Literal["published", "switched", "deleted"]
+"""How a job's publish ended: done, not published because the session switched epochs (run it
+again), or not published because the session was deleted after the job was decided."""
 
 JOBS_PER_MODEL_SLOT = 8
 """Jobs a worker runs at once per model-call slot (``async_summary_num`` slots)."""
@@ -102,6 +108,11 @@ class WorkerRuntime:
     cache_ready: asyncio.Event = field(default_factory=asyncio.Event)
     give_way: IngestFirst | None = None
     """Between its steps a job gives way to events waiting for the track agent (``None``: never)."""
+    tracked: Callable[[str], TrackedKey | None] | None = None
+    """Reads the track table (``None``: not wired): before its model call and its publish a job checks
+    that its session was not deleted since it was decided (:func:`~streams.app.summarize.deleted_since`)."""
+    _runs: dict[str, set[_Run]] = field(default_factory=dict, init=False, repr=False)
+    """Session → its jobs running now (a deletion of the session cancels their attempts)."""
     _head_locks: dict[str, list[Any]] = field(default_factory=dict, init=False, repr=False)
     _given_up: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     """Key → loop time its last job was given up (re-emissions of it are not run again)."""
@@ -162,7 +173,9 @@ class WorkerRuntime:
         context-length refusal naming a smaller window, which is tried once more budgeted with
         that window. A job given up
         publishes a ``SummaryFailure`` (``gave_up``, the calls' report, the learned window)
-        and a dead letter; the boundary stays where it was.
+        and a dead letter; the boundary stays where it was. A job whose session was deleted
+        after it was decided is abandoned (``_abandon``): its events reach no model from the
+        moment the deletion is in the track table, and no summary of them is published.
         """
         fields = {**coords.log_fields(), "session_id": job.session_id, "filter_key": job.filter_key,
                   "job_id": job.job_id}  # fmt: skip
@@ -183,15 +196,42 @@ class WorkerRuntime:
             metrics.JOBS_DONE.labels("stale").inc()
             return
         run = _Run(job, deadline=loop.time() + policy.job_timeout_s)
+        session = session_id_of(*job.session_key)
+        self._runs.setdefault(session, set()).add(run)
+        try:
+            await self._attempts(run, coords, key, fields)
+        finally:
+            runs = self._runs.get(session)
+            if runs is not None:
+                runs.discard(run)
+                if not runs:
+                    del self._runs[session]
+        if produced_at is not None:
+            metrics.JOB_AGE.observe(max(0.0, time.time() - produced_at))
+
+    async def _attempts(self, run: _Run, coords: Coordinates, key: bytes, fields: dict[str, Any]) -> None:
+        """``run_job``'s attempts, until the job is published, given up or abandoned (its session deleted)."""
+        job = run.job
+        policy = self.track.policies.for_app(job.app_name)
+        loop = asyncio.get_running_loop()
         while True:
             await self._turn()
+            if self.session_deleted(run.job):
+                await self._abandon(run, coords, key, fields)
+                break
             try:
                 async with asyncio.timeout_at(run.deadline) as timer:
-                    result = await self.summarize.handle(
-                        run.job, coords.partition, partial(self._model_slot, timer, run)
-                    )
+                    result = await self._attempt(run, coords.partition, timer)
             except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if run.deleted and task is not None and not task.cancelling():
+                    # Only the attempt was cancelled (``sessions_deleted``): the job ends here.
+                    await self._abandon(run, coords, key, fields)
+                    break
                 raise
+            except SessionDeletedError:
+                await self._abandon(run, coords, key, fields)
+                break
             except TimeoutError as exc:
                 run.note(exc)
                 run.attempts += 1
@@ -234,11 +274,58 @@ class WorkerRuntime:
                 await asyncio.sleep(delay)
                 continue
             await self._turn()
-            if await self._publish_checked(result, coords.partition, key, fields):
+            published = await self._publish_checked(result, coords.partition, key, fields, run.job)
+            if published == "deleted":
+                await self._abandon(run, coords, key, fields)
+            if published != "switched":
                 break
             # The session switched epochs while the job ran: run it again on the adopted line's head.
-        if produced_at is not None:
-            metrics.JOB_AGE.observe(max(0.0, time.time() - produced_at))
+
+    async def _attempt(self, run: _Run, partition: int, timer: asyncio.Timeout) -> JobResult:
+        """One attempt of ``run``'s job, in a task of its own that a deletion of its session cancels."""
+        attempt = run.attempt = asyncio.ensure_future(
+            self.summarize.handle(run.job, partition, partial(self._model_slot, timer, run))
+        )
+        try:
+            return await attempt
+        finally:
+            run.attempt = None
+
+    def session_deleted(self, job: SummaryJob) -> bool:
+        """Whether ``job``'s session was deleted since the job was decided (as the track table says now)."""
+        if self.tracked is None:
+            return False
+        return deleted_since(job, self.tracked(table_key(job.app_name, job.user_id, job.session_id, FULL_SESSION)))
+
+    def sessions_deleted(self, sessions: Iterable[SessionKey]) -> int:
+        """The track agent folded a ``delete_session`` of each of ``sessions`` into the table.
+
+        The running attempts of their jobs decided before it are cancelled: a job waiting for a
+        model slot (or anything before its call) never sends its request, a call in progress is
+        dropped, and the job ends without a summary (``_abandon``). Returns how many were cancelled.
+        """
+        cancelled = 0
+        for sk in sessions:
+            for run in self._runs.get(session_id_of(*sk), ()):
+                attempt = run.attempt
+                if attempt is not None and not attempt.done() and self.session_deleted(run.job):
+                    run.deleted = True
+                    attempt.cancel()
+                    cancelled += 1
+        return cancelled
+
+    async def _abandon(self, run: _Run, coords: Coordinates, key: bytes, fields: dict[str, Any]) -> None:
+        """End a job whose session was deleted after it was decided: its events (deleted history) reach
+        no model and no summary. A request waiting for it is answered (``SessionDeletedError``); the
+        track side dropped the key's queue at the deletion, so nothing else is published."""
+        job = run.job
+        metrics.JOBS_DONE.labels("deleted").inc()
+        log.info("summary job abandoned: its session was deleted", extra={**fields, "attempts": run.attempts})
+        if job.reply_to is None:
+            return
+        reason = f"the session was deleted after summary job {job.job_id} was decided: its events are not summarized"
+        answer = self.summarize.failure(job, SessionDeletedError(reason))
+        await self._send_retrying(self.topics.summaries, key, answer.model_dump_json().encode(), coords, fields)
 
     @contextlib.asynccontextmanager
     async def _model_slot(self, timer: asyncio.Timeout, run: _Run) -> AsyncIterator[None]:
@@ -253,6 +340,8 @@ class WorkerRuntime:
             run.deadline += loop.time() - waiting_since
             timer.reschedule(run.deadline)
         try:
+            if self.session_deleted(run.job):  # deleted while the job waited: its request is never sent
+                raise SessionDeletedError(f"the session of summary job {run.job.job_id} was deleted")
             yield
         finally:
             self.model_slots.release()
@@ -261,43 +350,50 @@ class WorkerRuntime:
         if self.give_way is not None:
             await self.give_way.turn()
 
-    async def _publish_checked(self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any]) -> bool:
-        """Publish ``result``, retried while Kafka fails; a send that failed re-reads the ledger first.
+    async def _publish_checked(
+        self, result: JobResult, partition: int, key: bytes, fields: dict[str, Any], job: SummaryJob | None = None
+    ) -> Published:
+        """Publish ``result`` of ``job``, retried while Kafka fails; a send that failed re-reads the ledger first.
 
         A send that timed out may still have landed: the next try reads the summaries
-        partition again, and the compare-and-set then finds the version taken. ``False``:
-        not published because the session now follows another epoch (run the job again).
+        partition again, and the compare-and-set then finds the version taken. ``switched``:
+        not published because the session now follows another epoch (run the job again);
+        ``deleted``: not published because the session was deleted since ``job`` was decided.
         """
         attempt = 0
         while True:
             try:
-                return await self._publish(result, partition, key)
+                return await self._publish(result, partition, key, job)
             except (RetryableError, KafkaError) as exc:
                 self.ledger.forget({partition})
                 await self._back_off(exc, attempt, "summary publish failed, retrying", fields)
                 attempt += 1
 
-    async def _publish(self, result: JobResult, partition: int, key: bytes) -> bool:
+    async def _publish(self, result: JobResult, partition: int, key: bytes, job: SummaryJob | None = None) -> Published:
         record = result.record
+        if job is not None and self.session_deleted(job):
+            return "deleted"
         if not isinstance(record, SessionSummary):
             if record is not None and result.served_epoch is not None:
-                return await self._publish_answer(result, record, partition, key)
+                return await self._publish_answer(result, record, partition, key, job)
             metrics.JOBS_DONE.labels(result.outcome).inc()
             if record is not None:
                 assert self.send is not None
                 await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, [])
-            return True
+            return "published"
         # Compare-and-set on the key's head, epoch and version: a version of a line is published
         # once whatever ran at once, and never on a line the session has left.
         async with self._head_lock(summary_key(record)):
             await self.ledger.ready(partition)
             head = self.ledger.head(partition, summary_key(record))
             served = self.ledger.epoch_of(partition, session_id_of(*record.session_key))
+            if job is not None and self.session_deleted(job):  # checked again after the last wait before the send
+                return "deleted"
             if record.epoch != served:
                 log.info("summary dropped: the session switched epochs, the job runs again", extra={
                     "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
                     "epoch": record.epoch, "served_epoch": served, "job_id": record.job_id})  # fmt: skip
-                return False
+                return "switched"
             built_on = record.version - 1
             if (head.version if head is not None else 0) != built_on:
                 metrics.JOBS_DONE.labels("stale").inc()
@@ -305,7 +401,7 @@ class WorkerRuntime:
                     "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
                     "version": record.version, "head": head.version if head else 0,
                     "job_id": record.job_id})  # fmt: skip
-                return True
+                return "published"
             assert self.send is not None
             headers = summary_headers(result.events_offset, result.input_hash)
             sent = await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, headers)
@@ -324,13 +420,15 @@ class WorkerRuntime:
                    "job_id": record.job_id, "model": record.model, "prompt_version": record.prompt_version,
                    "outcome": result.outcome, "events": result.events},
         )  # fmt: skip
-        return True
+        return "published"
 
     async def _publish_answer(
-        self, result: JobResult, record: SummaryFailure | SummaryReply, partition: int, key: bytes
-    ) -> bool:
+        self, result: JobResult, record: SummaryFailure | SummaryReply, partition: int, key: bytes,
+        job: SummaryJob | None = None,
+    ) -> Published:  # fmt: skip
         """Publish a reply or a join's answer, under the key's head lock, if the session is still served
-        from the epoch it was decided on (``False``: a switch landed meanwhile, decide it again).
+        from the epoch it was decided on (``switched``: a switch landed meanwhile, decide it again) and
+        was not deleted since ``job`` was decided (``deleted``).
 
         A switch takes the head locks of the session's keys, so a reply naming a summary of the
         line the session left can never follow the switch on the topic.
@@ -340,15 +438,17 @@ class WorkerRuntime:
             await self.ledger.ready(partition)
             served = self.ledger.epoch_of(partition, session_id_of(record.app_name, record.user_id,
                                                                    record.session_id))  # fmt: skip
+            if job is not None and self.session_deleted(job):
+                return "deleted"
             if served != result.served_epoch:
                 log.info("answer dropped: the session switched epochs, the job runs again", extra={
                     "partition": partition, "session_id": record.session_id, "filter_key": record.filter_key,
                     "epoch": result.served_epoch, "served_epoch": served, "job_id": record.job_id})  # fmt: skip
-                return False
+                return "switched"
             assert self.send is not None
             await self.send(self.topics.summaries, key, record.model_dump_json().encode(), partition, [])
         metrics.JOBS_DONE.labels(result.outcome).inc()
-        return True
+        return "published"
 
     async def run_adoption(self, command: AdoptEpoch, coords: Coordinates, key: bytes) -> None:
         """Switch the command's session to its epoch, or answer why not (``streams.app.epochs``).
@@ -434,8 +534,15 @@ class WorkerRuntime:
         self, run: _Run, exc: BaseException, coords: Coordinates, key: bytes, fields: dict[str, Any],
         *, retryable: bool,
     ) -> None:  # fmt: skip
-        """Answer the job with a failure and dead-letter it; each send retried like a transient failure."""
+        """Answer the job with a failure and dead-letter it; each send retried like a transient failure.
+
+        A job whose session was deleted meanwhile is abandoned instead: its record (a sync
+        request's carries the caller's messages) is not kept on the dead-letter topic.
+        """
         job = run.job
+        if run.deleted or self.session_deleted(job):
+            await self._abandon(run, coords, key, fields)
+            return
         self._note_given_up(job, asyncio.get_running_loop().time())
         reason = f"given up after {run.attempts} attempt(s): {type(exc).__name__}: {exc}"
         failure: SummaryFailure = self.summarize.failure(job, exc).model_copy(
@@ -487,6 +594,10 @@ class JobSupersededError(PermanentError):
     """A re-emitted job whose key's job was just given up (answered, not run, no cooldown)."""
 
 
+class SessionDeletedError(PermanentError):
+    """The job's session was deleted after the job was decided: its events are not summarized."""
+
+
 def learned_window(exc: BaseException) -> int | None:
     """The window a context-length refusal named (on ``exc`` or an error it was raised from)."""
     seen = 0
@@ -498,7 +609,7 @@ def learned_window(exc: BaseException) -> int | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Run:
     """One job's attempts: the calls they made, the window a refusal taught."""
 
@@ -509,6 +620,10 @@ class _Run:
     unexpected: int = 0
     window: int | None = None
     calls: list[CallReport] = field(default_factory=list)
+    attempt: asyncio.Task[JobResult] | None = None
+    """The attempt running now (``sessions_deleted`` cancels it)."""
+    deleted: bool = False
+    """The attempt was cancelled because the job's session was deleted."""
 
     def __post_init__(self) -> None:
         self.window = self.job.summary_context_window

@@ -50,7 +50,7 @@ from streams.app.cache import SummaryCache, input_hash
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
 from streams.app.heads import Head, session_id_of
-from streams.app.tracked import table_key
+from streams.app.tracked import TrackedKey, table_key
 from streams.errors import DistillError, PermanentError
 from streams.rules.boundaries import delta_in_log_order, early_ids, events_after
 from streams.rules.filter_keys import in_summary_input
@@ -373,6 +373,22 @@ def before_session_start(head: Head, job: SummaryJob) -> bool:
     )
 
 
+def deleted_since(job: SummaryJob, session: TrackedKey | None) -> bool:
+    """A ``delete_session`` of ``job``'s session was folded after ``job`` was decided.
+
+    ``session``: the session's full-session entry of the track table as it is now. A
+    job carries the session's first offset as it was when decided
+    (``events_from_offset``); a deletion resets it (``None`` until the next event, then
+    that event's offset: past every record the job reads). The job's events are then
+    deleted history, which must neither reach the model nor come back in a summary.
+    Not known (no entry, a job without the offset, a ``join`` reading no events) is no
+    deletion.
+    """
+    if session is None or job.events_from_offset is None or job.origin == "join":
+        return False
+    return session.first_offset is None or session.first_offset > job.events_from_offset
+
+
 def covers(head: Head, job: SummaryJob) -> bool:
     """Whether the head summary already reaches the job's target (the job would add nothing)."""
     if head.boundary.last_event_id is not None and head.boundary.last_event_id == job.upto.last_event_id:
@@ -389,4 +405,4 @@ def is_permanent(exc: BaseException) -> bool:
     return isinstance(exc, DistillError) and not isinstance(exc, RetryableError)
 
 
-__all__ = ["JobResult", "SummarizeHandler", "SummaryBoundary", "is_permanent"]
+__all__ = ["JobResult", "SummarizeHandler", "SummaryBoundary", "deleted_since", "is_permanent"]

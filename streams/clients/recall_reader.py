@@ -89,6 +89,8 @@ class CassandraRecallReader:
                         )
                         for c in m.tool_calls
                     ),
+                    payload_bytes=m.payload_bytes,
+                    next_content_offset=m.next_content_offset,
                 )
                 for m in result.messages
             ],

@@ -110,9 +110,10 @@ _LOAD_SCHEMA: dict[str, Any] = {
         "name": SESSION_LOAD,
         "description": (
             "Load the raw events around one earlier event (by event_id, or by the tool_call_id of a "
-            "tool result), e.g. to read an elided tool output or tool-call arguments exactly. Large "
-            "outputs and arguments are returned in byte slices: use content_offset and content_limit "
-            "to page through them."
+            "tool result), e.g. to read an elided tool output or tool-call arguments exactly. The "
+            "anchor's content, then its tool calls' arguments, are returned in pages of at most "
+            "content_limit bytes together: when the anchor has next_content_offset, call again with "
+            "content_offset set to it to read on."
         ),
         "parameters": {
             "type": "object",
@@ -127,7 +128,10 @@ _LOAD_SCHEMA: dict[str, Any] = {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": MAX_CONTENT_LIMIT,
-                    "description": "Bytes of the anchor's content to return (default 16384; at most 65536).",
+                    "description": (
+                        "Bytes of the anchor's content and tool-call arguments together per answer "
+                        "(default 16384; at most 65536)."
+                    ),
                 },
             },
             "additionalProperties": False,
@@ -217,8 +221,10 @@ class WindowQuery:
     newest tool result answering ``tool_call_id`` (a stale event id falls back
     to the tool call id when both are given). ``before``/``after`` eligible
     events around it (the Go window rule: no tool-call events). Content: the
-    anchor's text and each of its calls' arguments are the UTF-8 byte slice
-    ``[content_offset, content_offset + content_limit)``, the neighbours' the
+    anchor's text and then each of its calls' arguments, as one byte stream,
+    are paged: a page is its UTF-8 bytes ``[content_offset, content_offset +
+    content_limit)``, however many calls there are
+    (:func:`projections.windows.slice_payload`); the neighbours' text is their
     first ``content_limit`` bytes. Slicing happens once, in the reader, so a
     store can return a slice of a large tool result without shipping all of it.
     """
@@ -252,8 +258,10 @@ class WindowEvent:
     """One event of a window: its content already sliced, and where the slice sits in the whole text.
 
     ``tool_calls``: the anchor's tool calls (an assistant event named by its
-    event id, e.g. by a cut marker), each call's arguments sliced at the same
-    ``[content_offset, content_offset + content_limit)`` as the content.
+    event id, e.g. by a cut marker), each with the slice of its arguments the
+    page holds: the anchor's text and its calls' arguments are paged together
+    (see :class:`WindowQuery`); ``next_content_offset`` is where the next page
+    starts (``None``: this one reaches the end).
     """
 
     event_id: str
@@ -268,6 +276,9 @@ class WindowEvent:
     returned_bytes: int = 0
     content_truncated: bool = False
     tool_calls: tuple[WindowCall, ...] = ()
+    payload_bytes: int = 0
+    """The text and every call's arguments together (``0``: not known, the text's bytes stand in)."""
+    next_content_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,4 +509,8 @@ class RecallExecutor:
                 }
                 for call in event.tool_calls
             ]
+        if event.anchor:
+            out["payload_bytes"] = event.payload_bytes or event.content_bytes
+            if event.next_content_offset is not None:
+                out["next_content_offset"] = event.next_content_offset
         return out

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from projections.context_read import ContextReader
+from projections.indexer import RecallIndexer
 from projections.projector import Projector
 from schemas import SessionEvent, SessionKey, SessionSummary
 from streams.context import AssemblyOptions, assemble, assemble_from_read
@@ -140,6 +141,41 @@ async def test_an_event_published_again_after_the_boundary_stays_covered(store: 
         "WHERE app_name = %s AND user_id = %s AND session_id = %s", tuple(key),
     )  # fmt: skip
     assert [r.event_id for r in rows] == ["late"]  # e2 is where the log first had it, and not late again
+
+
+@pytest.mark.parametrize("memory", ["remembered", "restarted"])
+async def test_an_event_published_again_in_its_own_millisecond_keeps_its_place(
+    store: Store, key: SessionKey, memory: str
+) -> None:
+    """e4 and e5 share a stamp; the summary ends at e4 (e5 is logged after it: not in the summary). A retry
+    sends e4 again right after e5: nothing stamped later lies between, so it is not late, yet it stays where
+    the log first had it: e5 is still in the request (the summary does not hold it) and e4 is not repeated.
+    Search finds e4 as covered."""
+    values = _session(key)
+    values[4].update(
+        role="assistant",
+        author="agent",
+        request_id="inv1",
+        invocation_id="inv1",
+        timestamp=values[3]["timestamp"],
+        message={"role": "assistant", "content": f"补充 {_m(5)}"},
+    )
+    await store.events(*values[:5])
+    await store.summaries(_summary(key))
+    if memory == "restarted":  # the projector and the indexer no longer remember the session's latest stamp
+        ks = store.settings.cassandra.keyspace
+        store.projector = Projector(store.session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES,
+                                    consumer_group="g")  # fmt: skip
+        store.indexer = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group="g-index")
+    nxt = event(key, "e7", at=7, content=f"好的 {_m(7)}")
+    nxt["invocation_id"] = nxt["request_id"] = "inv3"
+    await store.events(values[3], nxt)
+    _, got = await _request(store, key)
+    # e3: the question of the request the boundary cuts (its resume tail); e4 is not repeated.
+    assert _markers(got.messages, system=False) == [_m(3), _m(5), _m(7)]
+    assert sorted(_markers(got.messages, system=True)) == sorted(_m(n) for n in range(1, 5))
+    hits = await store.reader.session_search(key, "航班", "current_hidden")
+    assert "e4" in [h.event_id for h in hits]
 
 
 async def test_a_branch_under_an_ancestors_summary_sees_the_late_event(store: Store, key: SessionKey) -> None:

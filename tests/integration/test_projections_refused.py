@@ -7,6 +7,9 @@ retried forever, stalling its partition.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 import pytest
 
 from schemas import SessionKey
@@ -72,3 +75,45 @@ async def test_a_late_event_whose_id_is_refused_is_dead_lettered_and_the_batch_g
     assert [(d.source_offset, d.error_class) for d in store.dead if d.stage == "project"] == [(41, "InvalidRequest")]
     assert outcome.events == 2
     assert await store.projector.load_offsets() == {(EVENTS, 0): 43}
+
+
+def switch_to(k: SessionKey, epoch: int, heads: list[dict[str, Any]], cid: str) -> dict[str, Any]:
+    return {
+        "type": "epoch_adopted", "app_name": k.app_name, "user_id": k.user_id, "session_id": k.session_id,
+        "epoch": epoch, "previous_epoch": 0, "heads": [{"summary": {**h, "epoch": epoch}} for h in heads],
+        "replaced": [], "command_id": cid, "created_at": datetime.now(UTC).isoformat(),
+    }  # fmt: skip
+
+
+async def served(store: Store, k: SessionKey) -> dict[str, tuple[int, int, str]]:
+    return {s.filter_key: (s.epoch, s.version, s.summary) for s in await store.reader.list_summaries(k)}
+
+
+async def test_a_refused_head_of_an_epoch_switch_is_dead_lettered_and_the_switch_applies(store: Store) -> None:
+    key = SessionKey("app", "u1", "s-switched")
+    other = SessionKey("app", "u1", "s-other")
+    await store.apply(
+        record(SUMMARIES, summary(key, 1, text="旧摘要", cutoff=1, last_event_id="e1"), offset=50),
+        record(SUMMARIES, summary(key, 1, text="旧分支", cutoff=1, last_event_id="e1", filter_key="app/b"), offset=51),
+        record(SUMMARIES, summary(other, 1, text="other old", cutoff=1, last_event_id="o1"), offset=52),
+    )
+    heads = [summary(key, 1, text="新摘要", cutoff=2, last_event_id="e2"),
+             summary(key, 1, text="refused", cutoff=2, last_event_id="e2", filter_key=HUGE),
+             summary(key, 1, text="新分支", cutoff=2, last_event_id="e2", filter_key="app/b")]  # fmt: skip
+    others = [summary(other, 1, text="other new", cutoff=2, last_event_id="o2")]
+    outcome = await store.apply(
+        record(SUMMARIES, switch_to(key, 1, heads, "c-refused"), offset=60),
+        record(SUMMARIES, switch_to(other, 1, others, "c-other"), offset=61),
+    )
+    # The refused head alone is dead-lettered, naming its session and key; the session switched without it.
+    [letter] = store.dead
+    assert (letter.source_topic, letter.source_offset, letter.error_class) == (SUMMARIES, 60, "StoreRefused")
+    assert "Key length" in letter.reason and "app/u1/s-switched" in letter.reason and "'kkkk" in letter.reason
+    assert len(letter.reason) <= 2000
+    assert outcome.adoptions == 2
+    assert await served(store, key) == {"": (1, 1, "新摘要"), "app/b": (1, 1, "新分支")}
+    assert await served(store, other) == {"": (1, 1, "other new")}
+    # The session follows the adopted line: its next summary is served.
+    nxt = {**summary(key, 2, text="新摘要二", cutoff=3, last_event_id="e3"), "epoch": 1}
+    await store.apply(record(SUMMARIES, nxt, offset=62))
+    assert (await served(store, key))[""] == (1, 2, "新摘要二")

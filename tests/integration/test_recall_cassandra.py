@@ -135,3 +135,50 @@ async def test_load_errors_come_back_as_tool_answers(store: Store) -> None:
     assert await _call(executor, "session_load", event_id="b1", session_id="s9") == {
         "error": "anchor event not found: b1"
     }
+
+
+@pytest.mark.parametrize("limit", [1000, None, 65536])
+async def test_load_pages_huge_tool_call_arguments_within_the_limit_and_reaches_every_byte(
+    store: Store, limit: int | None
+) -> None:
+    """An assistant event with a long text and calls with huge arguments (ASCII, CJK): each answer holds at most
+    ``content_limit`` bytes of its text and arguments together; following ``next_content_offset`` from the first
+    answer gives back the text and every call's arguments exactly."""
+    key = SessionKey("shop", "alice", "s-args")
+    text = "先查库存，再下单；stock first, then the order. " * 100
+    arguments = {
+        "c1": json.dumps({"rows": [f"row {i:05d} sku-{i}" for i in range(4000)]}),
+        "c2": json.dumps({"备注": "订单编号一二三四五六七八九十" * 1800}, ensure_ascii=False),
+        "c3": "{}",
+    }
+    calls = [{"id": c, "type": "function", "function": {"name": f"tool_{c}", "arguments": a}}
+             for c, a in arguments.items()]  # fmt: skip
+    await store.events(
+        event(key, "u1", at=1, content="下单"),
+        event(key, "a1", at=2, role="assistant", content=text, tool_calls=calls),
+        event(key, "t1", at=3, role="tool", content="ok", tool_call_id="c3", name="tool_c3"),
+    )
+    cap = limit or 16 * 1024
+    executor = _executor(store, key)
+    got_text, got_args = "", dict.fromkeys(arguments, "")
+    offset: int | None = 0
+    pages = 0
+    while offset is not None:
+        args: dict[str, Any] = {"event_id": "a1", "content_offset": offset}
+        if limit is not None:
+            args["content_limit"] = limit
+        call = ToolCall(id="t", function=FunctionCall(name="session_load", arguments=json.dumps(args)))
+        message = await executor.execute(call)
+        body = json.loads(message.content or "")
+        anchor = next(m for m in body["messages"] if m["anchor"])
+        page = anchor["returned_bytes"] + sum(c["returned_bytes"] for c in anchor["tool_calls"])
+        assert 0 < page <= cap, (offset, page)
+        assert len((message.content or "").encode()) <= cap * 1.25 + 4096
+        assert anchor["payload_bytes"] == len(text.encode()) + sum(len(a.encode()) for a in arguments.values())
+        got_text += anchor["content"]
+        for part in anchor["tool_calls"]:
+            got_args[part["id"]] += part["arguments"]
+        offset, pages = anchor.get("next_content_offset"), pages + 1
+        assert pages < 1000
+    assert got_text == text and got_args == arguments
+    assert pages >= anchor["payload_bytes"] // cap

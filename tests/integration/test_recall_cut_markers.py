@@ -10,7 +10,7 @@ side's (``streams.context.compaction``: Pass 1 placeholders, Pass 2 middle
 cuts, the resume tail's placeholders) — over ASCII and Chinese payloads. Then
 each marker is followed the way an agent follows it: the event (and call) it
 names is loaded through the recall executor and ``SessionReader.session_load``,
-paging with ``content_offset`` until nothing is left, and what comes back must
+following ``next_content_offset`` until nothing is left, and what comes back must
 be the original payload. The oracle: unique markers at the start, the middle
 and the end of every payload (the middle one is always in the cut part).
 """
@@ -136,27 +136,24 @@ async def _answer(executor: RecallExecutor, **args: Any) -> Any:
 
 
 async def _load_whole(executor: RecallExecutor, cut: Cut) -> str:
-    """What the agent reads by following ``cut``: every page of the named payload, joined."""
+    """What the agent reads by following ``cut``: every page of the named event (its text, then its calls'
+    arguments, paged together), following ``next_content_offset``; the named payload's slices, joined."""
     pieces: list[str] = []
-    offset = 0
-    while True:
+    offset: int | None = 0
+    while offset is not None:
         answer = await _answer(executor, event_id=cut.event_id, before=0, after=1, content_offset=offset)
         assert "error" not in answer, (cut, answer)
         [anchor] = [m for m in answer["messages"] if m["anchor"]]
         assert anchor["event_id"] == cut.event_id
         if cut.arguments:
             [part] = [c for c in anchor.get("tool_calls", []) if c["id"] == cut.tool_call_id]
-            text, start, size, total = (part["arguments"], part["arguments_offset"], part["returned_bytes"],
-                                        part["arguments_bytes"])  # fmt: skip
+            text, size = part["arguments"], part["returned_bytes"]
         else:
-            text, start, size, total = (anchor["content"], anchor["content_offset"], anchor["returned_bytes"],
-                                        anchor["content_bytes"])  # fmt: skip
-        assert start == offset and size == len(text.encode())
+            text, size = anchor["content"], anchor["returned_bytes"]
+        assert size == len(text.encode())
         pieces.append(text)
-        offset += size
-        if offset >= total:
-            return "".join(pieces)
-        assert size > 0
+        offset = anchor.get("next_content_offset")
+    return "".join(pieces)
 
 
 def _original(cut: Cut) -> str:

@@ -446,3 +446,39 @@ async def test_a_session_search_sends_only_the_statements_its_answer_needs(
     assert searched and all(lexical.session_token(key.session_id) in params for params in searched)
     fetched = [params for cql, params in sent if "tokens CONTAINS" in cql and "LIMIT 1" not in cql]
     assert [p for p in fetched if "kafka" in p] == []  # the second clause was never needed
+
+
+def _recall_seqs(store: Store, key: SessionKey, table: str) -> dict[str, int]:
+    ks = store.settings.cassandra.keyspace
+    rows = store.session.execute(
+        f"SELECT event_id, seq FROM {ks}.{table} WHERE app_name = %s AND user_id = %s AND session_id = %s", tuple(key)
+    )
+    return {r.event_id: r.seq for r in rows}
+
+
+@pytest.mark.parametrize("stamp", ["later", "same"])
+@pytest.mark.parametrize("indexer", ["remembered", "restarted"])
+async def test_an_event_published_again_is_indexed_where_the_projector_keeps_it(
+    store: Store, indexer: str, stamp: str
+) -> None:
+    """A producer's retry logs e1 again after e2 (stamped later, or in e1's millisecond: then e1 sent again
+    is not even late). The projector keeps e1 at its first position, so a summary up to e2 covers it; the
+    recall rows say the same, and ``current_hidden`` finds it (Latin and CJK)."""
+    key = _key("again")
+    e1 = event(key, "e1", at=1, content="the otter reference 4711 海獭编号")
+    e2 = event(key, "e2", at=2 if stamp == "later" else 1, role="assistant", content="noted")
+    await store.apply(record(EVENTS, e1, offset=9_000), record(EVENTS, e2, offset=9_001))
+    await store.summaries(summary(key, 1, text="s", cutoff=2, last_event_id="e2"))
+    kept = store.indexer
+    if indexer == "restarted":  # its memory of the session's latest timestamp is gone
+        store.indexer = RecallIndexer(store.session, store.settings.cassandra.keyspace, events_topic=EVENTS,
+                                      consumer_group="g-index")  # fmt: skip
+    try:
+        await store.apply(record(EVENTS, e1, offset=9_002), record(EVENTS, event(key, "e3", at=3), offset=9_003))
+    finally:
+        store.indexer = kept
+    assert _recall_seqs(store, key, "events_by_session")["e1"] == 9_000  # the projector: where the log first had it
+    assert _recall_seqs(store, key, "recall_docs")["e1"] == 9_000
+    for query in ("otter 4711", "海獭编号"):
+        hits = await store.reader.session_search(key, query, "current_hidden")
+        assert [h.event_id for h in hits] == ["e1"], query

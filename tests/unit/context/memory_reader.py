@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from projections.windows import slice_content
+from projections.windows import slice_payload
 from schemas import SessionEvent, SessionSummary
 from streams.context.history import covered_mask
 from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowCall, WindowEvent, WindowQuery
@@ -105,21 +105,22 @@ class InMemoryReadAPI:
     @staticmethod
     def _sliced(event: SessionEvent, anchor: bool, query: WindowQuery) -> WindowEvent:
         full = _text(event)
-        size = len(full.encode())
-        piece = slice_content(full, query.content_offset if anchor else 0, query.content_limit)
-        text, start, returned = piece.text, piece.content_offset, piece.returned_bytes
+        calls = event.message.tool_calls if anchor else ()
+        page = slice_payload([full, *(c.function.arguments for c in calls)], query.content_offset if anchor else 0,
+                             query.content_limit)  # fmt: skip
+        piece = page.parts[0]
         return WindowEvent(
             event_id=event.event_id,
             role=event.message.role,
-            content=text,
+            content=piece.text,
             created_at=event.timestamp,
             tool_call_id=event.message.tool_call_id,
             tool_name=event.message.name,
             anchor=anchor,
-            content_bytes=size,
-            content_offset=start,
-            returned_bytes=returned,
-            content_truncated=start > 0 or start + returned < size,
+            content_bytes=piece.content_bytes,
+            content_offset=piece.content_offset,
+            returned_bytes=piece.returned_bytes,
+            content_truncated=piece.truncated,
             tool_calls=tuple(
                 WindowCall(
                     call.id,
@@ -130,9 +131,10 @@ class InMemoryReadAPI:
                     part.returned_bytes,
                     part.truncated,
                 )
-                for call in (event.message.tool_calls if anchor else ())
-                for part in [slice_content(call.function.arguments, query.content_offset, query.content_limit)]
+                for call, part in zip(calls, page.parts[1:], strict=True)
             ),
+            payload_bytes=page.payload_bytes,
+            next_content_offset=page.next_offset if anchor else None,
         )
 
     def _find_tool_result(self, app_name: str, user_id: str, session_id: str, tool_call_id: str) -> str | None:

@@ -256,7 +256,8 @@ async def test_load_by_event_id_returns_a_window() -> None:
 
 
 async def test_load_of_a_tool_call_event_pages_each_calls_arguments() -> None:
-    """A cut marker may name an assistant event with tool calls: the load returns every call's arguments."""
+    """A cut marker may name an assistant event with tool calls: the load pages through every call's arguments,
+    the anchor's text and arguments together at most the content limit per answer."""
     s = Session()
     s.user("查一下订单")
     arguments = json.dumps({"note": "订单" * 40 + "END"}, ensure_ascii=False)
@@ -267,19 +268,22 @@ async def test_load_of_a_tool_call_event_pages_each_calls_arguments() -> None:
     assert [m["event_id"] for m in out["messages"]] == ["e1", "e2", "e3"]
     [anchor] = [m for m in out["messages"] if m["anchor"]]
     assert [(c["id"], c["name"]) for c in anchor["tool_calls"]] == [("c1", "lookup"), ("c2", "查询")]
-    first = anchor["tool_calls"][0]
+    first, second = anchor["tool_calls"]
     assert first["arguments_bytes"] == len(arguments.encode()) and first["arguments_truncated"]
     assert first["returned_bytes"] == len(first["arguments"].encode()) <= 100
-    assert anchor["tool_calls"][1]["arguments"] == "{}" and not anchor["tool_calls"][1]["arguments_truncated"]
+    assert (second["arguments"], second["arguments_bytes"], second["arguments_truncated"]) == ("", 2, True)
+    assert anchor["payload_bytes"] == len(arguments.encode()) + 2 and anchor["next_content_offset"] > 0
     assert all("tool_calls" not in m for m in out["messages"] if not m["anchor"])
-    pieces, offset = [], 0
-    while offset < len(arguments.encode()):
+    pieces, rest, offset = [], [], 0
+    while offset is not None:
         page = await _call(executor, "session_load", event_id="e2", content_offset=offset, content_limit=100)
-        call = next(m for m in page["messages"] if m["anchor"])["tool_calls"][0]
-        assert call["arguments_offset"] == offset and call["returned_bytes"] > 0
-        pieces.append(call["arguments"])
-        offset += call["returned_bytes"]
-    assert "".join(pieces) == arguments
+        anchor = next(m for m in page["messages"] if m["anchor"])
+        calls = anchor["tool_calls"]
+        assert anchor["returned_bytes"] + sum(c["returned_bytes"] for c in calls) <= 100
+        pieces.append(calls[0]["arguments"])
+        rest.append(calls[1]["arguments"])
+        offset = anchor.get("next_content_offset")
+    assert "".join(pieces) == arguments and "".join(rest) == "{}"
 
 
 async def test_load_by_tool_call_id_slices_the_anchor() -> None:

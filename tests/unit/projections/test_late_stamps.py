@@ -88,3 +88,19 @@ def test_a_late_record_is_late_at_its_offset_unless_its_event_was_logged_before(
     placed = place_late(records, [2, 3, 4], {4: (at(1).replace(tzinfo=None), 3)})
     assert placed == {2: Placement(12, late=True), 3: Placement(10), 4: Placement(3)}
     assert place_late(records, [], {}) == {}
+
+
+def test_a_stamp_in_the_latests_millisecond_is_a_tie_neither_late_nor_new() -> None:
+    stamps = LatestStamps()
+    stamps.follow(P, 0)
+    stamps.learn(P, S, at(10))
+    assert [stamps.order(P, S, at(ms)) for ms in (10, 10.7, 9, 11, 11)] == [0, 0, -1, 1, 0]
+
+
+def test_a_record_in_the_latests_millisecond_published_again_keeps_its_first_place() -> None:
+    """e1 and e2 share a millisecond; e1 sent again right after them is not late, yet it is e1 published again:
+    where the log first had it, or a summary up to e1 would hide e2, which it never held."""
+    records = [("e1", at(5), 10), ("e2", at(5), 11), ("e1", at(5.2), 12), ("e3", at(5), 13), ("e0", at(5), 14)]
+    placed = place_late(records, [], {4: (at(5), 2)}, ties=[1, 2, 3, 4])
+    assert placed == {2: Placement(10), 4: Placement(2)}  # e2 and e3 are new: written plainly at their offsets
+    assert place_late(records, [], {}, ties=[2]) == {2: Placement(10)}
