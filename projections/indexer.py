@@ -264,14 +264,8 @@ class RecallIndexer(CassandraStage):
         rows (one row each, concurrently: such events are few). Sessions not remembered are
         read first (their newest line).
         """
-        stamps = self._stamps
         keys = [((i.record.topic, i.record.partition), _session(i.event)) for i in items]
-        cold = [key for key in dict.fromkeys(keys) if not stamps.knows(*key)]
-        for (tp, pk), rows in zip(cold, await self._read_many(self._p["latest_ts"], [pk for _, pk in cold]),
-                                  strict=True):  # fmt: skip
-            newest = next(iter(rows), None)
-            stamps.learn(tp, pk, None if newest is None else newest.ts)
-        orders = [stamps.order(tp, pk, item.event.timestamp) for (tp, pk), item in zip(keys, items, strict=True)]
+        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items])
         late = [n for n, o in enumerate(orders) if o < 0]
         ties = [n for n, o in enumerate(orders) if o == 0]
         if not late and not ties:

@@ -31,6 +31,7 @@ from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
 from projections.errors import StoreRefused, StoreUnavailable
+from projections.late_events import LatestStamps, Partition
 from schemas import DeadLetter
 from schemas.records import RecordDecodeError, json_object
 
@@ -436,6 +437,19 @@ class CassandraStage:
             if not ok:
                 raise StoreUnavailable(f"cassandra read failed: {type(value).__name__}: {value}") from value
         return [value for _, value in results]
+
+    async def _stamp_orders(
+        self, stamps: LatestStamps, latest_ts: Any, keys: Sequence[tuple[Partition, Any]], stamped: Sequence[datetime]
+    ) -> list[int]:
+        """Each event's order against its session's latest timestamp (``LatestStamps.order``: < 0 late,
+        0 in the latest's millisecond), in log order; ``keys``: each event's (partition, session key),
+        ``stamped``: its timestamp. Sessions ``stamps`` does not remember are read first with
+        ``latest_ts`` (their newest row, one query each, concurrently)."""
+        cold = [key for key in dict.fromkeys(keys) if not stamps.knows(*key)]
+        for (tp, pk), rows in zip(cold, await self._read_many(latest_ts, [pk for _, pk in cold]), strict=True):
+            newest = next(iter(rows), None)
+            stamps.learn(tp, pk, None if newest is None else newest.ts)
+        return [stamps.order(tp, pk, ts) for (tp, pk), ts in zip(keys, stamped, strict=True)]
 
     async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
         """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``.
