@@ -25,7 +25,8 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   partition, and the driver, whose cost is mostly per message, sends a
   batch of up to ``batch_statements`` (128) rows in one.
 * **Order where it matters.** ``delete_session`` is a barrier: the writes
-  before it complete, then the session is deleted, then later writes run.
+  before it complete, then the session is deleted (but for the epoch it is
+  served from, which the worker keeps), then later writes run.
   The deletion marker records where the command sits in the events topic
   (partition, offset), which is the indexer's barrier: it never indexes an
   event of a session that a later deletion already removed. The projector
@@ -208,7 +209,9 @@ class Projector(CassandraStage):
         self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
                                                                "session_source", "late")}  # fmt: skip
         for table in q.SESSION_TABLES:
-            out[f"delete_{table}"] = self._session.prepare(q.DELETE_SESSION_PARTITION.format(ks=self._ks, table=table))
+            # The served epoch outlives a deletion: the worker keeps serving the session from it.
+            cql = q.DELETE_SESSION_ROWS if table == "summaries_latest" else q.DELETE_SESSION_PARTITION
+            out[f"delete_{table}"] = self._session.prepare(cql.format(ks=self._ks, table=table))
         for table in q.RECALL_TABLES:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_RECALL_AT.format(ks=self._ks, table=table))
         return out
@@ -449,6 +452,13 @@ class Projector(CassandraStage):
         history rows, and the switch its ``summary_adoptions`` row. Returns 1
         when applied.
 
+        A deletion does not stop a switch: the worker switched the session (it
+        decides switches and deletions in log order, and keeps serving the
+        epoch across a deletion), and the projector reads the two topics side
+        by side. A head the deletion outlives (it covers events before it,
+        ``outlived_by_deletion``: a replay's head or one the session left on
+        the epoch) is left out, like a live summary of the deleted history.
+
         A head Cassandra refuses (``StoreRefused``: a filter key over the key
         limit; its history row is written first and tells) is dead-lettered on
         ``outcome`` with the session and the key it names, and the session
@@ -459,10 +469,11 @@ class Projector(CassandraStage):
         a = item.adoption
         pk = (a.app_name, a.user_id, a.session_id)
         offset = item.record.offset
-        if await self._deleted_at_or_after(pk, a.created_at):
-            return 0
+        deletion = await self._deleted_at(pk)
         heads = []
         for head in a.heads:
+            if outlived_by_deletion(head.summary.created_at, head.events_offset, deletion):
+                continue
             s = head.summary
             try:
                 await self._run(self._p[summary_history_target(s)], summary_history_row(s))
@@ -499,13 +510,8 @@ class Projector(CassandraStage):
             raise StoreUnavailable(f"summaries_latest of {pk} kept switching under the projector")
         await self._run(self._p["adoption"], (
             *pk, offset, item.record.topic, item.record.partition, a.epoch, a.previous_epoch, a.command_id,
-            a.caught_up, len(a.heads), a.source, a.created_at))  # fmt: skip
+            a.caught_up, len(heads), a.source, a.created_at))  # fmt: skip
         return applied
-
-    async def _deleted_at_or_after(self, pk: tuple[str, str, str], created_at: datetime) -> bool:
-        rows = await self._run(self._p["select_deleted"], pk)
-        row = next(iter(rows), None)
-        return row is not None and row.deleted_at is not None and created_at <= row.deleted_at.replace(tzinfo=UTC)
 
     async def _deleted_at(self, pk: tuple[str, str, str]) -> Deletion | None:
         """The session's last deletion (``None``: never); see ``outlived_by_deletion``."""

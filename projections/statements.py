@@ -116,6 +116,10 @@ SESSION_TABLES = (
     "session_sources", "summaries_epoch_history", "summary_adoptions", "late_events",
 )  # fmt: skip
 DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
+DELETE_SESSION_ROWS = (
+    "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ? AND filter_key >= ''"
+)
+"""A deletion of ``summaries_latest``: every summary row, not the static columns (the served epoch)."""
 SAVE_OFFSET = (
     "INSERT INTO {ks}.projector_offsets (consumer_group, topic, partition, next_offset, updated_at) "
     "VALUES (?, ?, ?, ?, toTimestamp(now()))"

@@ -60,8 +60,28 @@ def run_epoch(run_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def new_run_id(epoch: int) -> str:
-    return f"e{epoch}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}"
+TAIL_RUN_SUFFIX = "-tail"
+"""Ends the id of a ``distill replay --from-latest`` run (see :func:`is_tail_run`)."""
+
+
+class PartialEpochError(DistillError):
+    """The epoch was built by a ``--from-latest`` run: it lacks the history before the run's start."""
+
+
+def new_run_id(epoch: int, *, from_latest: bool = False) -> str:
+    """A run id naming its epoch (and, for a ``--from-latest`` run, saying so: :func:`is_tail_run`)."""
+    return f"e{epoch}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}{TAIL_RUN_SUFFIX if from_latest else ''}"
+
+
+def is_tail_run(run_id: str) -> bool:
+    """Whether the run read only the records that arrived after it started (``--from-latest``).
+
+    Its summaries of a session that already had events roll forward nothing of what came before
+    (the run's first pass of the session starts at its first record *after* the start), so its
+    epoch is never switched to: it would serve a chain without that history and cut it from the
+    request at the chain's boundary.
+    """
+    return run_id.endswith(TAIL_RUN_SUFFIX)
 
 
 async def _topic_names(settings: Settings) -> list[str]:
@@ -228,9 +248,20 @@ async def read_topic(settings: Settings, topic: str) -> list[RawRecord]:
 async def epoch_heads(
     settings: Settings, epoch: int, accept: Callable[[SessionKey], bool] | None = None
 ) -> dict[SessionKey, SessionHeads]:
-    """The heads of ``epoch`` as its replay runs left them (epoch 0: the sessions of every run, no heads)."""
+    """The heads of ``epoch`` as its replay runs left them (epoch 0: the sessions of every run, no heads).
+
+    Raises :class:`PartialEpochError` for an epoch a ``--from-latest`` run built (:func:`is_tail_run`).
+    """
     topics = await replay_epochs(settings)
     names = [n for e, found in topics.items() for n in found] if epoch == 0 else topics.get(epoch, [])
+    prefix = f"{settings.topics.summaries}.replay-"
+    tails = [n for n in names if is_tail_run(n[len(prefix) :])] if epoch != 0 else []
+    if tails:
+        raise PartialEpochError(
+            f"epoch {epoch} was built by 'distill replay --from-latest' ({', '.join(tails)}): its summaries "
+            f"hold only what arrived after the run started, so serving them would hide the history before; "
+            f"replay from the beginning to build an epoch sessions can switch to"
+        )
     records = [r for name in names for r in await read_topic(settings, name)]
     found = collect_heads(records, accept)
     if epoch == 0:  # a switch back: the worker holds the heads the session left on epoch 0
@@ -300,9 +331,9 @@ def _answer(value: bytes | None) -> Answer | None:
 
 
 __all__ = [
-    "EpochClaimError", "SessionHeads", "adopted_sessions", "claim_epoch", "claim_first_free", "claim_topic",
-    "collect_heads", "epoch_heads", "epoch_numbers", "new_run_id", "next_epoch", "read_excluded",
-    "replay_epochs", "request_adoptions", "run_epoch", "sessions_adopting", "write_excluded",
+    "EpochClaimError", "PartialEpochError", "SessionHeads", "adopted_sessions", "claim_epoch", "claim_first_free",
+    "claim_topic", "collect_heads", "epoch_heads", "epoch_numbers", "is_tail_run", "new_run_id", "next_epoch",
+    "read_excluded", "replay_epochs", "request_adoptions", "run_epoch", "sessions_adopting", "write_excluded",
 ]  # fmt: skip
 
 

@@ -95,10 +95,15 @@ def adopt(epoch: int, sessions: tuple[str, ...], apps: tuple[str, ...], force: b
     switches all its keys at once and records it on the summaries topic; the
     read side follows.
     """
+    from streams.cli.epochs_admin import PartialEpochError
+
     settings = load_settings()
     specs = {*sessions, *(f"{app}/*/*" for app in apps)}
-    counts = adopt_sessions(settings, epoch, specs, require_caught_up=epoch != 0 and not force, source="cli",
-                            timeout=timeout)  # fmt: skip
+    try:
+        counts = adopt_sessions(settings, epoch, specs, require_caught_up=epoch != 0 and not force, source="cli",
+                                timeout=timeout)  # fmt: skip
+    except PartialEpochError as exc:
+        raise click.ClickException(str(exc)) from exc
     if counts["unanswered"] or counts["refused"]:
         raise SystemExit(1)
 

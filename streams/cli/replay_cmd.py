@@ -77,6 +77,7 @@ def command(
     from streams.cli.epochs_admin import (
         adopted_sessions,
         claim_epoch,
+        is_tail_run,
         new_run_id,
         run_epoch,
         start_group_at_end,
@@ -96,7 +97,7 @@ def command(
         return
     # A new run claims its epoch (only one run gets each number); a resumed run keeps its own.
     epoch = run_epoch(resume_run) if resume_run else asyncio.run(claim_epoch(settings))
-    run_id = resume_run or new_run_id(epoch or 0)
+    run_id = resume_run or new_run_id(epoch or 0, from_latest=not from_beginning)
     excluded: set[SessionKey] = set()
     if resume_run and epoch:
         accept = session_filter(set(specs)) if specs else None
@@ -140,7 +141,10 @@ def command(
         _stop(procs)
     outcomes = _outcomes(log_paths)
     click.echo("")
-    if adopt and epoch:
+    if adopt and epoch and is_tail_run(run_id):
+        click.echo(f"no session switched to epoch {epoch}: a --from-latest run's summaries lack the history "
+                   f"before its start (it stays listed: 'distill show --epochs')")  # fmt: skip
+    elif adopt and epoch:
         from streams.cli.epochs_cmd import adopt_sessions
 
         adopt_sessions(settings, epoch, set(specs), require_caught_up=True, source=run_id, timeout=adopt_timeout,

@@ -18,6 +18,7 @@ import pytest_asyncio
 from projections.context_read import ContextReader
 from projections.epoch_reads import EpochReader
 from schemas import SessionKey
+from schemas.headers import EVENTS_OFFSET
 from schemas.settings import Settings
 from tests.integration.test_projections_support import (
     EVENTS,
@@ -30,6 +31,7 @@ from tests.integration.test_projections_support import (
     summary,
 )
 from tests.support.keyspaces import KeyspacePool
+from tests.support.markers import MarkerBook
 
 pytestmark = pytest.mark.integration
 REPLAY = f"{SUMMARIES}.replay-e1-20260101000000-abcd"
@@ -149,3 +151,131 @@ async def test_a_summary_of_the_adopted_epoch_from_before_the_switch_does_not_mo
     await store.apply(record(SUMMARIES, switch(k, 1, [head]), offset=9))
     await store.apply(record(SUMMARIES, before, offset=4))
     assert await served(store, k) == {"": (1, 1, "the head the switch names")}
+
+
+# -- A deletion and the epoch a session is served from ---------------------------------------------------------
+# The worker keeps serving a session from the epoch it switched to across a ``delete_session`` (its head
+# book and trigger state keep the epoch; only the events before the deletion stop counting), and it decides
+# a switch without looking at deletions: the heads an ``epoch_adopted`` record carries may be summaries of
+# the history a deletion removed (a replay's heads, or the heads a session left on epoch 0). The projector
+# reads the events and summaries topics side by side, so a switch may reach it before or after the
+# deletion whatever their order in the worker. Oracle: one marker per event; after the deletion no served
+# summary and no listed epoch holds a deleted marker, and every marker of the events after it is in the
+# served summary or in the read.
+
+
+def marked(k: SessionKey, book: MarkerBook, event_id: str, at: float) -> dict[str, Any]:
+    return event(k, event_id, at=at, content=f"第{event_id}条{book.mint(f'{k.session_id}/{event_id}')}：记住它")
+
+
+def marks(book: MarkerBook, k: SessionKey, *ids: str) -> list[str]:
+    return [m for i in ids for m in book.markers_of(f"{k.session_id}/{i}")]
+
+
+def echo(book: MarkerBook, k: SessionKey, *ids: str) -> str:
+    """What the scripted model answers for a pass over ``ids``: their markers."""
+    return "摘要：" + " ".join(marks(book, k, *ids))
+
+
+def summary_record(topic: str, value: dict[str, Any], *, offset: int, events_offset: int) -> Any:
+    return record(topic, value, offset=offset, headers=((EVENTS_OFFSET, str(events_offset).encode()),))
+
+
+def switch_at(k: SessionKey, epoch: int, heads: list[tuple[dict[str, Any], int]], *, previous: int, cid: str,
+              replaced: list[tuple[dict[str, Any], int]] | None = None) -> dict[str, Any]:  # fmt: skip
+    return {**switch(k, epoch, [], previous=previous, cid=cid),
+            "heads": [{"summary": h, "events_offset": o} for h, o in heads],
+            "replaced": [{"summary": h, "events_offset": o} for h, o in replaced or ()]}  # fmt: skip
+
+
+def deletion(k: SessionKey, offset: int, at_ms: int) -> Any:
+    value = {"type": "delete_session", "app_name": k.app_name, "user_id": k.user_id, "session_id": k.session_id,
+             "command_id": f"d-{offset}"}  # fmt: skip
+    return record(EVENTS, value, offset=offset, timestamp_ms=at_ms)
+
+
+def now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+async def leaked(store: Store, k: SessionKey, deleted: list[str]) -> list[str]:
+    """The deleted markers still shown: in the served summaries, the epochs listed, the read."""
+    texts = [s.summary for s in await store.reader.list_summaries(k)]
+    epochs = await EpochReader(store.session, store.settings.cassandra.keyspace, store.reader).epochs(k)
+    texts += [h.summary for e in epochs for h in e.heads]
+    read = await ContextReader(store.session, store.settings.cassandra.keyspace).read(k)
+    texts += [read.summary.summary] if read.summary is not None else []
+    texts += [e.message.content or "" for e in read.events]
+    return [m for m in deleted if any(m in t for t in texts)]
+
+
+async def unaccounted(store: Store, k: SessionKey, kept: list[str]) -> list[str]:
+    """The markers of ``kept`` neither in the served summary nor among the read's events."""
+    read = await ContextReader(store.session, store.settings.cassandra.keyspace).read(k)
+    texts = [read.summary.summary] if read.summary is not None else []
+    texts += [e.message.content or "" for e in read.events]
+    return [m for m in kept if not any(m in t for t in texts)]
+
+
+@pytest.mark.parametrize("switch_first", [False, True], ids=["deleted-then-switched", "switched-then-deleted"])
+async def test_a_switch_decided_after_a_deletion_brings_none_of_the_deleted_history_back(
+    store: Store, switch_first: bool
+) -> None:
+    # e1, e2 summarized on the live line and by a replay; the session is deleted; the replay's switch is
+    # decided after the deletion (its command is on the events topic behind the delete) with the replay's
+    # heads, which cover the deleted e1, e2. The session starts again with e3 (stamped after the old
+    # cutoff) and e4 (a client clock behind: stamped before it).
+    k, book = key(), MarkerBook()
+    await store.apply(*(record(EVENTS, marked(k, book, e, at), offset=o)
+                        for e, at, o in (("e1", 1, 1001), ("e2", 2, 1002))))  # fmt: skip
+    live = summary(k, 1, text=echo(book, k, "e1", "e2"), cutoff=2, last_event_id="e2")
+    replayed = of_epoch(summary(k, 1, text="[新] " + echo(book, k, "e1", "e2"), cutoff=2, last_event_id="e2"), 1)
+    await store.apply(summary_record(SUMMARIES, live, offset=40, events_offset=1002),
+                      summary_record(REPLAY, replayed, offset=0, events_offset=1002))  # fmt: skip
+    deleted_ms = now_ms()
+    adopted = {**switch_at(k, 1, [(replayed, 1002)], previous=0, cid="c-del", replaced=[(live, 1002)]),
+               "created_at": datetime.fromtimestamp(deleted_ms / 1000 + 1, UTC).isoformat()}  # fmt: skip
+    restart = [record(EVENTS, marked(k, book, "e3", 3), offset=1004),
+               record(EVENTS, marked(k, book, "e4", 0.5), offset=1005)]  # fmt: skip
+    if switch_first:  # the projector's summaries consumer ran ahead of its events consumer
+        await store.apply(record(SUMMARIES, adopted, offset=41))
+        await store.apply(deletion(k, 1003, deleted_ms), *restart)
+    else:
+        await store.apply(deletion(k, 1003, deleted_ms), *restart)
+        await store.apply(record(SUMMARIES, adopted, offset=41))
+    assert await leaked(store, k, marks(book, k, "e1", "e2")) == []
+    assert await unaccounted(store, k, marks(book, k, "e3", "e4")) == []
+
+
+@pytest.mark.parametrize("order", ["switch-delete-summary", "delete-switch-summary"])
+async def test_the_summaries_of_a_session_started_again_after_a_deletion_are_served_on_its_epoch(
+    store: Store, order: str
+) -> None:
+    # The session was switched to epoch 1 (before its deletion, as the worker ordered them), then deleted
+    # and started again; the live worker, still serving it from epoch 1, summarizes the new events e3..e5
+    # as epoch 1 v2. That summary is what the worker rolls forward from now on: it must be the one served
+    # (else the read shows a summary the worker no longer builds on, or none, and the events of every later
+    # pass are covered by summaries no request ever shows). The switch precedes the summary on the summaries
+    # topic; the deletion reaches the projector before or after the switch.
+    k, book = key(), MarkerBook()
+    await store.apply(*(record(EVENTS, marked(k, book, e, at), offset=o)
+                        for e, at, o in (("e1", 1, 2001), ("e2", 2, 2002))))  # fmt: skip
+    replayed = of_epoch(summary(k, 1, text=echo(book, k, "e1", "e2"), cutoff=2, last_event_id="e2"), 1)
+    adopted = switch_at(k, 1, [(replayed, 2002)], previous=0, cid="c-keep")
+    adopted["created_at"] = datetime.fromtimestamp(now_ms() / 1000 - 5, UTC).isoformat()
+    deleted = [deletion(k, 2003, now_ms())]
+    restart = [record(EVENTS, marked(k, book, e, at), offset=o) for e, at, o in (("e3", 3, 2004), ("e4", 4, 2005),
+                                                                                 ("e5", 5, 2006))]  # fmt: skip
+    after = of_epoch(summary(k, 2, text=echo(book, k, "e3", "e4"), cutoff=4, last_event_id="e4"), 1)
+    steps = {
+        "switch": [record(SUMMARIES, adopted, offset=50)],
+        "delete": [*deleted, *restart],
+        "summary": [summary_record(SUMMARIES, after, offset=51, events_offset=2005)],
+    }
+    for step in order.split("-"):
+        await store.apply(*steps[step])
+    read = await ContextReader(store.session, store.settings.cassandra.keyspace).read(k)
+    assert read.served_epoch == 1
+    assert read.summary is not None and (read.summary.epoch, read.summary.version) == (1, 2), read.summary
+    assert await leaked(store, k, marks(book, k, "e1", "e2")) == []
+    assert await unaccounted(store, k, marks(book, k, "e3", "e4", "e5")) == []
