@@ -20,8 +20,9 @@ topic, so re-reading that topic rebuilds it:
   holds what a later switch back starts from. The projector applies it to the
   read side in one single-partition write (every key of the session at once).
 
-A refused adoption (the epoch is not caught up with the live line, or the
-session is already served from it) is answered with a ``SummaryFailure``
+A refused adoption (the epoch is not caught up with the live line, its
+summaries lack history the live line holds, or the session is already served
+from it) is answered with a ``SummaryFailure``
 whose ``error_class`` is one of :data:`ADOPTION_REFUSED`.
 """
 
@@ -37,10 +38,14 @@ from schemas.summaries import SessionSummary
 
 EPOCH_NOT_CAUGHT_UP = "EpochNotCaughtUp"
 """The epoch's heads do not reach the live line's boundaries (adopting it would serve less)."""
+EPOCH_MISSING_HISTORY = "EpochMissingHistory"
+"""A head of the epoch rolls forward a chain that starts after the session's first record: serving
+it would leave the events before that start in no served summary, cut from the request at its
+boundary. Refused even when ``require_caught_up`` is off (``--force``): no later pass reads them."""
 EPOCH_ALREADY_SERVED = "EpochAlreadyServed"
 EPOCH_UNKNOWN = "EpochUnknown"
 """Neither the command nor the worker's log holds heads of the epoch for the session."""
-ADOPTION_REFUSED = frozenset({EPOCH_NOT_CAUGHT_UP, EPOCH_ALREADY_SERVED, EPOCH_UNKNOWN})
+ADOPTION_REFUSED = frozenset({EPOCH_NOT_CAUGHT_UP, EPOCH_MISSING_HISTORY, EPOCH_ALREADY_SERVED, EPOCH_UNKNOWN})
 
 
 class AdoptedHead(ContractModel):
@@ -75,7 +80,10 @@ class AdoptEpoch(SessionRecord):
     head's boundary. Off (a manual switch, or back to an older epoch): the
     worker adopts whatever the epoch holds, and its next pass of each key rolls
     that head forward over every event after it — nothing is lost, only the
-    first prompts after the switch carry more unsummarized events.
+    first prompts after the switch carry more unsummarized events. Either way
+    a head whose chain starts after the session's first record (its
+    ``chain_from_offset``) is refused (:data:`EPOCH_MISSING_HISTORY`): no pass
+    would ever read the events before that start again.
     """
 
     type: Literal["adopt_epoch"] = "adopt_epoch"

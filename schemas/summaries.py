@@ -136,6 +136,16 @@ class SessionSummary(ContractModel):
     0 the live line, and every record written before epochs existed; N the line
     the N-th ``distill replay`` built, which the live worker continues once a
     session adopted it. Versions order by ``(epoch, version)``.
+
+    ``chain_from_offset`` is where the input of the summary's *chain* began in
+    the events topic (the session's partition): the offset the first summary of
+    the chain read its events from (the session's first record as the worker
+    that built it knew it; a ``delete_session`` resets it), carried unchanged by
+    every summary that rolls that one forward. A chain that starts after the
+    session's first record holds none of the history before it (a replay that
+    Kafka's retention had already dropped it from, or a ``--from-latest`` run):
+    an epoch switch refuses to serve it (``schemas.epochs.EPOCH_MISSING_HISTORY``).
+    ``None``: not known (a summary of an older build).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -158,6 +168,7 @@ class SessionSummary(ContractModel):
     job_id: str
     reply_to: str | None = None
     caught_up: bool = True
+    chain_from_offset: int | None = Field(default=None, ge=0)
 
     @property
     def session_key(self) -> SessionKey:

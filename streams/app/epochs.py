@@ -11,6 +11,16 @@ The heads of the requested epoch are, per key, the newer of the command's
 worker before the session switched away from it). With ``require_caught_up``
 the epoch must reach the live line: for every key the live line has a head
 for, the epoch's head covers that head's boundary (:func:`reaches`).
+
+Whatever ``require_caught_up`` says, every head the switch would serve must
+roll forward the session's whole history: its chain must start at or before
+the session's first record as the live worker knows it (``first_offset``, the
+full-session key's ``TrackedKey.first_offset``), else the events before the
+chain's start would be in no served summary while the request is cut at the
+head's boundary (:func:`missing_history`; a replay Kafka's retention had dropped
+the session's first records from, or a ``--from-latest`` run). A head whose
+chain start is not known (a summary of an older build), or a session whose
+first offset is not known (deleted, no event since), is judged as before.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from schemas import AdoptedHead, AdoptEpoch, EpochAdopted, SummaryFailure
-from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_NOT_CAUGHT_UP, EPOCH_UNKNOWN
+from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_MISSING_HISTORY, EPOCH_NOT_CAUGHT_UP, EPOCH_UNKNOWN
 from streams.app.heads import Head, head_of
 
 
@@ -59,16 +69,35 @@ def lagging(target: Mapping[str, Head], live: Mapping[str, Head]) -> list[str]:
     return out
 
 
+def starts_late(head: Head, first_offset: int | None) -> bool:
+    """Whether ``head``'s chain starts after the session's first record (it lacks history before it)."""
+    start = head.chain_from_offset
+    return start is not None and first_offset is not None and start > first_offset
+
+
+def missing_history(target: Mapping[str, Head], first_offset: int | None) -> list[str]:
+    """``key: vN's chain starts at X, the session at Y`` per head of ``target`` starting late (:func:`starts_late`)."""
+    out = []
+    for key, head in sorted(target.items()):
+        if starts_late(head, first_offset):
+            out.append(f"{key or '(session)'}: v{head.version}'s chain starts at events offset "
+                       f"{head.chain_from_offset}, the session at {first_offset}")  # fmt: skip
+    return out
+
+
 def decide_adoption(
     command: AdoptEpoch,
     served_epoch: int,
     live: Mapping[str, Head],
     parked: Mapping[str, Head] | None,
     now: datetime,
+    first_offset: int | None = None,
 ) -> EpochAdopted | SummaryFailure:
     """The switch of ``command``'s session to ``command.epoch``, or why not (see the module docstring).
 
     ``parked``: the heads the session left on the epoch (``None``: never served from it).
+    ``first_offset``: the events-topic offset of the session's first record as the live
+    worker knows it (``None``: not known; no head is then judged by its chain's start).
     Epoch 0 is where every session started: switching back to it without heads
     (the session had none when it left) starts every key over.
     """
@@ -87,6 +116,14 @@ def decide_adoption(
     if not target and live and parked is None and command.epoch != 0:
         return refuse(EPOCH_UNKNOWN, f"epoch {command.epoch} holds no summary of session {session} "
                                      f"(neither the command nor an earlier switch brought any)")  # fmt: skip
+    lacking = missing_history(target, first_offset)
+    if lacking:
+        return refuse(EPOCH_MISSING_HISTORY, (
+            f"epoch {command.epoch} lacks the start of session {session}'s history (its summaries roll forward "
+            f"nothing of the events before their chain's start, no later pass reads them, and the request is cut "
+            f"at their boundary; not switched, even with --force: a replay cannot rebuild records Kafka no "
+            f"longer holds): " + "; ".join(lacking)
+        ))  # fmt: skip
     behind = lagging(target, live)
     if behind and command.require_caught_up:
         lead = f"epoch {command.epoch} has not caught up with the live line (epoch {served_epoch}) of session {session}"
@@ -111,4 +148,4 @@ def adopted(head: Head) -> AdoptedHead:
     return head.adopted()
 
 
-__all__ = ["decide_adoption", "lagging", "reaches", "target_heads"]
+__all__ = ["decide_adoption", "lagging", "missing_history", "reaches", "starts_late", "target_heads"]

@@ -64,6 +64,11 @@ class Head:
         return self.record.job_id
 
     @property
+    def chain_from_offset(self) -> int | None:
+        """Where the input of the head's chain began in the events topic (``None``: not known)."""
+        return self.record.chain_from_offset
+
+    @property
     def epoch(self) -> int:
         """The line the head belongs to (``schemas.epochs``)."""
         return self.record.epoch

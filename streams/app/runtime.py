@@ -110,7 +110,9 @@ class WorkerRuntime:
     """Between its steps a job gives way to events waiting for the track agent (``None``: never)."""
     tracked: Callable[[str], TrackedKey | None] | None = None
     """Reads the track table (``None``: not wired): before its model call and its publish a job checks
-    that its session was not deleted since it was decided (:func:`~streams.app.summarize.deleted_since`)."""
+    that its session was not deleted since it was decided (:func:`~streams.app.summarize.deleted_since`),
+    and an epoch switch compares the epoch's chains with the session's first record
+    (:func:`~streams.app.epochs.missing_history`)."""
     _runs: dict[str, set[_Run]] = field(default_factory=dict, init=False, repr=False)
     """Session → its jobs running now (a deletion of the session cancels their attempts)."""
     _head_locks: dict[str, list[Any]] = field(default_factory=dict, init=False, repr=False)
@@ -490,7 +492,7 @@ class WorkerRuntime:
             served = book.epoch_of(partition, session)
             live = book.session_heads(partition, session)
             answer = decide_adoption(command, served, live, book.parked(partition, session, command.epoch),
-                                     now_utc())  # fmt: skip
+                                     now_utc(), self._first_offset(command))  # fmt: skip
             assert self.send is not None
             raw = answer.model_dump_json().encode()
             sent = await self.send(self.topics.summaries, key, raw, partition, [])
@@ -504,6 +506,13 @@ class WorkerRuntime:
             metrics.JOBS_DONE.labels("epoch_refused").inc()
             log.info("epoch switch refused", extra={**fields, "error_class": answer.error_class,
                                                     "reason": answer.reason[:300]})  # fmt: skip
+
+    def _first_offset(self, command: AdoptEpoch) -> int | None:
+        """The events-topic offset of the session's first record as the track table knows it (``None``: not known)."""
+        if self.tracked is None:
+            return None
+        found = self.tracked(table_key(*command.session_key, FULL_SESSION))
+        return found.first_offset if found is not None else None
 
     def _recently_given_up(self, job: SummaryJob, within_s: float, now: float) -> bool:
         at = self._given_up.get(job_pool_key(job))

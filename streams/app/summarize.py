@@ -212,6 +212,7 @@ class SummarizeHandler:
             job_id=job.job_id,
             reply_to=job.reply_to,
             caught_up=result.caught_up,
+            chain_from_offset=chain_start(previous, job),
         )
         events_offset = delta.offsets.get(boundary.last_event_id or "")
         if events_offset is None and previous is not None:
@@ -354,8 +355,21 @@ class SummarizeHandler:
                 "job_id": job.job_id,
                 "reply_to": job.reply_to,
                 "created_at": self.clock(),
+                "chain_from_offset": chain_start(previous, job),
             }
         )
+
+
+def chain_start(previous: Head | None, job: SummaryJob) -> int | None:
+    """Where the input of the chain that ``job``'s summary on ``previous`` extends began (its ``chain_from_offset``).
+
+    Rolling a previous summary forward keeps its chain's start (unknown stays unknown:
+    a summary of an older build); a first summary starts where its delta is read from,
+    the session's first offset as the job knows it (not known: ``None``).
+    """
+    if previous is not None:
+        return previous.record.chain_from_offset
+    return job.events_from_offset
 
 
 def before_session_start(head: Head, job: SummaryJob) -> bool:
@@ -405,4 +419,4 @@ def is_permanent(exc: BaseException) -> bool:
     return isinstance(exc, DistillError) and not isinstance(exc, RetryableError)
 
 
-__all__ = ["JobResult", "SummarizeHandler", "SummaryBoundary", "deleted_since", "is_permanent"]
+__all__ = ["JobResult", "SummarizeHandler", "SummaryBoundary", "chain_start", "deleted_since", "is_permanent"]

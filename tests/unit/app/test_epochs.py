@@ -24,7 +24,7 @@ from schemas import (
     SummaryReport,
     TriggerReport,
 )
-from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_NOT_CAUGHT_UP, EPOCH_UNKNOWN
+from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_MISSING_HISTORY, EPOCH_NOT_CAUGHT_UP, EPOCH_UNKNOWN
 from schemas.settings import KafkaSettings, Settings
 from streams.app.coordinates import Coordinates
 from streams.app.epochs import decide_adoption
@@ -33,7 +33,9 @@ from streams.app.ledger import SummaryLedger
 from streams.app.runtime import Backoff, Topics, WorkerRuntime
 from streams.app.summarize import JobResult, SummarizeHandler
 from streams.app.track import TrackHandler
+from streams.app.tracked import TrackedKey
 from streams.rules.policy import policies_from_settings
+from streams.rules.trigger_state import new_state
 from streams.summarizer import SummarizerLike, build_summarizer
 from streams.summarizer.request import ChatRequest
 from tests.unit.app.test_summarize_handler import EVENTS, MemoryEventLog, job
@@ -44,10 +46,12 @@ SESSION_ID = session_id_of(*SESSION)
 COORDS = Coordinates("jobs", 0, 7)
 
 
-def summary(version: int, upto: int, text: str, *, epoch: int = 0, key: str = "") -> SessionSummary:
+def summary(
+    version: int, upto: int, text: str, *, epoch: int = 0, key: str = "", chain_from: int | None = None
+) -> SessionSummary:
     return SessionSummary(
         app_name=SESSION.app_name, user_id=SESSION.user_id, session_id=SESSION.session_id, filter_key=key,
-        summary=text, version=version, epoch=epoch,
+        summary=text, version=version, epoch=epoch, chain_from_offset=chain_from,
         boundary=SummaryBoundary(cutoff_at=EVENTS[upto].timestamp, last_event_id=EVENTS[upto].event_id),
         model="m", prompt_version="p", created_at=NOW, report=SummaryReport(trigger=TriggerReport(name="manual")),
         job_id=f"j-e{epoch}-v{version}",
@@ -112,6 +116,45 @@ def test_a_switch_back_starts_from_the_parked_heads_the_newer_of_them_and_the_co
     answer = decide_adoption(command, 0, heads((summary(3, 6, "live"), 6)), parked, NOW)
     assert isinstance(answer, EpochAdopted)
     assert [(h.summary.version, h.summary.summary) for h in answer.heads] == [(4, "continued")]
+
+
+def test_an_epoch_whose_chain_starts_after_the_sessions_first_record_is_refused_even_when_forced() -> None:
+    # The replay read the session from offset 4 (Kafka's retention dropped 0..3): its heads reach
+    # the live boundary, yet they roll forward nothing of e0..e3, which the request cuts at e7.
+    live = heads((summary(2, 7, "live", chain_from=0), 7))
+    late = adopt(1, (summary(1, 7, "from e4 on", epoch=1, chain_from=4), 7))
+    for command in (late, late.model_copy(update={"require_caught_up": False})):
+        refused = decide_adoption(command, 0, live, None, NOW, first_offset=0)
+        assert isinstance(refused, SummaryFailure) and refused.error_class == EPOCH_MISSING_HISTORY
+        assert "(session): v1's chain starts at events offset 4, the session at 0" in refused.reason
+    # one late key among caught-up ones is enough
+    branch = adopt(1, (summary(1, 7, "whole", epoch=1, chain_from=0), 7),
+                   (summary(1, 5, "late branch", epoch=1, key="app/b", chain_from=2), 5))  # fmt: skip
+    refused = decide_adoption(branch, 0, live, None, NOW, first_offset=0)
+    assert isinstance(refused, SummaryFailure) and refused.error_class == EPOCH_MISSING_HISTORY
+    assert "app/b: v1's chain starts at events offset 2" in refused.reason and "(session)" not in refused.reason
+    # a parked head counts as much as the command's
+    parked = heads((summary(3, 7, "continued late", epoch=1, chain_from=4), 7))
+    refused = decide_adoption(adopt(1, caught_up=False), 0, live, parked, NOW, first_offset=0)
+    assert isinstance(refused, SummaryFailure) and refused.error_class == EPOCH_MISSING_HISTORY
+
+
+def test_a_chain_from_the_sessions_first_record_or_of_unknown_start_is_judged_as_before() -> None:
+    live = heads((summary(2, 7, "live", chain_from=3), 7))
+    # a chain from the session's first record (after a deletion: the first record since), or before it
+    for start in (3, 0):
+        answer = decide_adoption(adopt(1, (summary(1, 7, "x", epoch=1, chain_from=start), 7)), 0, live, None, NOW,
+                                 first_offset=3)  # fmt: skip
+        assert isinstance(answer, EpochAdopted) and answer.caught_up
+    # a summary of an older build (start unknown), or a session whose first record is not known
+    unknown = decide_adoption(adopt(1, (summary(1, 7, "old build", epoch=1), 7)), 0, live, None, NOW, first_offset=3)
+    assert isinstance(unknown, EpochAdopted)
+    not_known = decide_adoption(adopt(1, (summary(1, 7, "x", epoch=1, chain_from=5), 7)), 0, live, None, NOW)
+    assert isinstance(not_known, EpochAdopted)
+    # and a late chain that is also behind is refused for its missing history, not as merely behind
+    behind = decide_adoption(adopt(1, (summary(1, 5, "x", epoch=1, chain_from=5), 5)), 0, live, None, NOW,
+                             first_offset=3)  # fmt: skip
+    assert isinstance(behind, SummaryFailure) and behind.error_class == EPOCH_MISSING_HISTORY
 
 
 # -- the heads book --------------------------------------------------------------------------------------------
@@ -271,3 +314,21 @@ async def test_a_forced_switch_to_a_head_behind_the_live_line_loses_no_event() -
     assert not any(f"message {i} about topic {i}" in text for i in range(0, 4))
     last = sent.of("summary")[-1]
     assert (last["epoch"], last["version"], last["boundary"]["last_event_id"]) == (1, 2, EVENTS[7].event_id)
+
+
+async def test_the_worker_refuses_a_switch_to_a_chain_that_starts_after_the_sessions_first_record() -> None:
+    model = ScriptedModel("LIVE to e5", context_window=100_000)
+    rt, sent = runtime(model)
+    first: dict[str, int | None] = {"offset": 0}
+    rt.tracked = lambda key: TrackedKey(new_state(*SESSION, ""), first["offset"], 0)
+    await rt.run_job(job(5), COORDS, b"k", None)
+    assert sent.of("summary")[-1]["chain_from_offset"] == 0
+    late = adopt(1, (summary(1, 5, "from e2 on", epoch=1, chain_from=2), 5), caught_up=False)
+    await rt.run_adoption(late, COORDS, b"k")
+    [refusal] = sent.of("summary_failure")
+    assert refusal["error_class"] == EPOCH_MISSING_HISTORY and refusal["reply_to"] == "r-c1"
+    assert rt.ledger.epoch_of(0, SESSION_ID) == 0 and not sent.of("epoch_adopted")
+    # the session's first record is offset 2 (a deletion before it): the same chain is the whole session's
+    first["offset"] = 2
+    await rt.run_adoption(late.model_copy(update={"command_id": "c2", "reply_to": "r-c2"}), COORDS, b"k")
+    assert len(sent.of("epoch_adopted")) == 1 and rt.ledger.epoch_of(0, SESSION_ID) == 1

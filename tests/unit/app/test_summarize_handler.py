@@ -339,3 +339,32 @@ async def test_the_cache_address_is_what_is_sent_so_output_settings_miss_it() ->
         assert calls == 1, settings.summary
         addresses.add(address)
     assert len(addresses) == 1 + len(changed)
+
+
+async def test_a_summary_records_where_its_chain_began_and_every_summary_rolling_it_forward_keeps_it() -> None:
+    from streams.app.cache import SummaryCache
+
+    h, ledger, log_, _ = handler()
+    h.cache = SummaryCache()
+    first = await h.handle(job(3).model_copy(update={"events_from_offset": 2}), 0)  # the session starts at 2
+    assert isinstance(first.record, SessionSummary) and first.record.chain_from_offset == 2
+    assert log_.reads == [(2, 3)]
+    ledger.record(0, first.record, first.events_offset)
+    # the next pass reads after the boundary (from offset 4), but its chain still began at offset 2
+    after = {"previous_boundary": first.record.boundary, "events_from_offset": 0}
+    second = await h.handle(job(7, from_version=1).model_copy(update=after), 0)
+    assert isinstance(second.record, SessionSummary) and second.record.chain_from_offset == 2
+    assert log_.reads[-1] == (4, 7) and second.input_hash
+    # a cache hit built on a head whose chain began elsewhere takes that head's start, not the cached one's
+    h.cache.put(second.input_hash, second.record)
+    whole = first.record.model_copy(update={"chain_from_offset": 0})
+    ledger.heads = {(1, k[1]): head_of(whole, v.events_offset) for k, v in ledger.heads.items()}
+    cached = await h.handle(job(7, from_version=1).model_copy(update=after), 1)
+    assert cached.outcome == "cached" and isinstance(cached.record, SessionSummary)
+    assert cached.record.chain_from_offset == 0
+    # a head of an older build (start unknown) passes on "unknown"
+    ledger.heads = {k: head_of(whole.model_copy(update={"chain_from_offset": None}), v.events_offset)
+                    for k, v in ledger.heads.items()}  # fmt: skip
+    h.cache = None
+    unknown = await h.handle(job(7, from_version=1).model_copy(update=after), 1)
+    assert isinstance(unknown.record, SessionSummary) and unknown.record.chain_from_offset is None
