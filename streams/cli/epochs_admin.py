@@ -79,7 +79,9 @@ def is_tail_run(run_id: str) -> bool:
     Its summaries of a session that already had events roll forward nothing of what came before
     (the run's first pass of the session starts at its first record *after* the start), so its
     epoch is never switched to: it would serve a chain without that history and cut it from the
-    request at the chain's boundary.
+    request at the chain's boundary. The live worker refuses such a switch by itself too, from the
+    chains' starts (``streams.app.epochs.missing_history``); this check stays for the epochs whose
+    summaries were built before they recorded their chain's start (``chain_from_offset``).
     """
     return run_id.endswith(TAIL_RUN_SUFFIX)
 

@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from schemas import EpochAdopted, SessionKey
-from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_NOT_CAUGHT_UP
+from schemas.epochs import EPOCH_ALREADY_SERVED, EPOCH_MISSING_HISTORY, EPOCH_NOT_CAUGHT_UP
 from schemas.settings import Settings, load_settings
 
 
@@ -24,7 +24,7 @@ def adopt_sessions(
     sessions = asyncio.run(epoch_heads(settings, epoch, accept))
     answers = asyncio.run(request_adoptions(settings, epoch, sessions.values(), require_caught_up=require_caught_up,
                                             source=source, timeout=timeout))  # fmt: skip
-    counts = {"adopted": 0, "already": 0, "behind": 0, "refused": 0, "unanswered": 0}
+    counts = {"adopted": 0, "already": 0, "behind": 0, "missing": 0, "refused": 0, "unanswered": 0}
     behind: list[str] = []
     for key, answer in sorted(answers.items()):
         name = "/".join(key)
@@ -39,13 +39,15 @@ def adopt_sessions(
             counts["behind"] += 1
             behind.append(f"  {name}: {answer.reason}")
         else:
-            counts["refused"] += 1
+            counts["missing" if answer.error_class == EPOCH_MISSING_HISTORY else "refused"] += 1
             click.echo(f"  {name}: {answer.error_class}: {answer.reason}")
     for line in behind[:20]:
         click.echo(line)
+    missing = f", {counts['missing']} lacking earlier history (not switched, --force neither)"
     click.echo(
         f"epoch {epoch}: {counts['adopted']} sessions switched, {counts['already']} already on it, "
         f"{counts['behind']} not caught up, {counts['refused']} refused, {counts['unanswered']} unanswered"
+        f"{missing if counts['missing'] else ''}"
     )
     if counts["behind"] and resume_hint:
         click.echo(f"  the live line moved on meanwhile: '{resume_hint}' catches them up and switches them")
@@ -84,7 +86,8 @@ def list_epochs() -> None:
 @click.option("--force", is_flag=True,
               help="Switch even where the epoch has not caught up with the live line (the next passes roll "
                    "its heads forward over every later event: nothing is lost; prompts carry more events "
-                   "meanwhile).")  # fmt: skip
+                   "meanwhile). Never where the epoch's summaries start after the session's first record "
+                   "(EpochMissingHistory): nothing would roll the earlier events forward.")  # fmt: skip
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the workers' answers.")
 def adopt(epoch: int, sessions: tuple[str, ...], apps: tuple[str, ...], force: bool, timeout: float) -> None:
     """Serve the selected sessions (default: every session of the epoch) from EPOCH.
@@ -104,7 +107,7 @@ def adopt(epoch: int, sessions: tuple[str, ...], apps: tuple[str, ...], force: b
                                 timeout=timeout)  # fmt: skip
     except PartialEpochError as exc:
         raise click.ClickException(str(exc)) from exc
-    if counts["unanswered"] or counts["refused"]:
+    if counts["unanswered"] or counts["refused"] or counts["missing"]:
         raise SystemExit(1)
 
 
