@@ -119,10 +119,10 @@ def decide_adoption(
     lacking = missing_history(target, first_offset)
     if lacking:
         return refuse(EPOCH_MISSING_HISTORY, (
-            f"epoch {command.epoch} lacks the start of session {session}'s history (its summaries roll forward "
-            f"nothing of the events before their chain's start, no later pass reads them, and the request is cut "
-            f"at their boundary; not switched, even with --force: a replay cannot rebuild records Kafka no "
-            f"longer holds): " + "; ".join(lacking)
+            f"epoch {command.epoch} lacks the start of session {session}'s history: its summaries roll forward "
+            f"nothing of the events before their chain's start (a replay that began after the session's first "
+            f"record: --from-latest, or Kafka's retention had dropped it), no later pass reads them and the "
+            f"request is cut at their boundary; not switched, --force neither: " + "; ".join(lacking)
         ))  # fmt: skip
     behind = lagging(target, live)
     if behind and command.require_caught_up:
