@@ -299,15 +299,27 @@ def _tailor_naming_dropped(
 ) -> tuple[list[Message], TailoringResult, list[str]]:
     """Tailor, with the system message naming the events of the messages dropped (:func:`dropped_note`).
 
-    The note takes room too: tailoring runs again with it until the note names
-    exactly what is dropped (a longer head only ever drops more, so this ends).
+    The note takes room too: tailoring runs again with it until the note covers
+    what is dropped. The dropped messages are the oldest, so a longer note only
+    ever drops more (the dropped sets are nested) and this ends; when the last
+    note covers more than is dropped, one with exactly the dropped events is
+    tried and kept if it drops nothing else.
     """
     body = [item.message for item in items]
-    named: list[str] = []
-    while True:
+
+    def attempt(named: list[str]) -> tuple[list[Message], TailoringResult, list[str]]:
         noted = merge_into_system(head, dropped_note(named, session_load=session_load))
         tailored = tailor([*noted, *prefix], body, budget, counter, overhead=overhead)
-        ids = list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
+        return noted, tailored, list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
+
+    named: list[str] = []
+    while True:
+        noted, tailored, ids = attempt(named)
         if set(ids) <= set(named):
-            return noted, tailored, named
+            break
         named = list(dict.fromkeys([*named, *ids]))
+    if ids != named:
+        exact = attempt(ids)
+        if exact[2] == ids:
+            return exact[0], exact[1], ids
+    return noted, tailored, named

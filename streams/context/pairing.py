@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streams.context.items import HistoryItem
+from streams.context.notes import event_sample
 
 REPLACED_MARK = "[distill: replaces earlier result"
 """Starts the note appended to a result that replaced an earlier one of its call."""
@@ -145,12 +146,13 @@ def left_out_note(event_ids: Sequence[str], *, session_load: bool) -> str:
 
     A call without its result (a tool cancelled mid-reply, one still pending), a result without its
     call, a call without a function name and a result without a call id are refused by the API; after
-    the boundary no summary holds them yet: the note names their events, which stay stored.
+    the boundary no summary holds them yet: the note names their events, which stay stored (the first
+    few and a count: :func:`.notes.event_sample`; :attr:`PairingReport.left_out` lists them all).
     """
     if not event_ids:
         return ""
     where = "session_load(event_id=...) returns them" if session_load else "they stay stored in the session"
     return (
         f"{LEFT_OUT_MARK} (a call without its result, or a result without its call): "
-        f"event_id={', '.join(event_ids)}; {where}]"
+        f"{event_sample(event_ids)}; {where}]"
     )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas import Message
+from streams.context.notes import event_span
 from streams.rules.eligibility import is_user_turn_message
 from streams.rules.tokens import TokenCounter
 
@@ -35,12 +36,14 @@ def dropped_note(event_ids: Sequence[str], *, session_load: bool) -> str:
 
     Tailoring is the last resort, after every payload cut and a forced summary:
     what it drops after the boundary is in no summary yet, so the request says
-    which events are missing and how to read them back.
+    which events are missing and how to read them back. The dropped rounds are
+    the oldest, so the note names them as a range with a count
+    (:func:`.notes.event_span`): its size does not grow with the session.
     """
     if not event_ids:
         return ""
     where = "session_load(event_id=...) returns them" if session_load else "they stay stored in the session"
-    return f"{DROPPED_MARK} (the oldest rounds, after every payload cut): event_id={', '.join(event_ids)}; {where}]"
+    return f"{DROPPED_MARK} (the oldest rounds, after every payload cut): {event_span(event_ids)}; {where}]"
 
 
 def round_starts(body: Sequence[Message]) -> list[int]:

@@ -29,11 +29,28 @@ def _named(text: str, event_id: str) -> bool:
     return "[distill:" in text and re.search(pattern, text) is not None
 
 
+_SPAN = re.compile(r"event_id=([\w-]+)(?:, [\w-]+)* … ([\w-]+) \(\d+ events\)")
+
+
+def _spanned(text: str, order: list[str]) -> set[str]:
+    """Ids inside a note's range ``event_id=a, b … z (N events)``: from ``a`` to ``z`` in log order."""
+    position = {event_id: i for i, event_id in enumerate(order)}
+    out: set[str] = set()
+    for first, last in _SPAN.findall(text):
+        if "[distill:" in text and first in position and last in position:
+            out.update(order[position[first] : position[last] + 1])
+    return out
+
+
 def unaccounted(messages: Iterable[dict[str, Any]], events: Iterable[SessionEvent]) -> list[str]:
-    """Ids of ``events`` with a marker not in ``messages`` and which no recall note names."""
+    """Ids of ``events`` with a marker not in ``messages`` and which no recall note names (or spans)."""
     text = _text(messages)
+    events = list(events)
+    spanned = _spanned(text, [event.event_id for event in events])
     missing = []
     for event in events:
+        if event.event_id in spanned:
+            continue
         found = re.findall(r"标记\d{4}号", str(event.message.model_dump()))
         if not found:
             continue

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
+
 from schemas import Message
-from streams.context import AssemblyOptions, assemble
-from streams.context.tailoring import round_starts, tailor
+from streams.context import AssemblyOptions, RecallCapabilities, assemble
+from streams.context.notes import event_sample, event_span
+from streams.context.pairing import left_out_note
+from streams.context.tailoring import DROPPED_MARK, round_starts, tailor
 from streams.rules.tokens import SimpleTokenCounter
 from tests.unit.context.sessions import Session, summary_at
 
@@ -97,3 +103,39 @@ def test_the_summary_survives_tailoring_in_either_mode() -> None:
     assert len(with_summary) == 1 and with_summary[0]["role"] == "user"
     assert user_req.messages[-1]["content"].endswith("now")
     assert user_req.report.prompt_tokens <= 300
+
+
+def _uuid_session(rounds: int) -> Session:
+    """``rounds`` rounds of four events with UUID-long ids (a call, its result, CJK text)."""
+    s = Session()
+    for r in range(rounds):
+        ids = [str(uuid.UUID(int=4 * r + k)) for k in range(4)]
+        s.turn(f"r{r}").user(f"第{r}个问题：这个文件里有什么？", event_id=ids[0])
+        s.call((f"c{r}", "read_file", '{"n": 1}'), event_id=ids[1])
+        s.result(f"c{r}", "文件内容" * 40, event_id=ids[2])
+        s.answer(f"第{r}个文件是普通的文本。", event_id=ids[3])
+    return s
+
+
+@pytest.mark.parametrize("budget", [8_000, 32_000])
+def test_the_note_of_dropped_rounds_stays_small_and_within_the_budget(budget: int) -> None:
+    s = _uuid_session(800)
+    options = AssemblyOptions(token_budget=budget, token_counter=COUNTER, recall=RecallCapabilities(load=True))
+    request = assemble("你是助手。", None, s.events, options=options)
+    report = request.report
+    system = request.messages[0]["content"]
+    assert DROPPED_MARK in system and len(system) < 1_000  # a range and a count, not 3,000 ids
+    assert f"({report.tailored_messages} events)" in system
+    assert s.events[0].event_id in system and report.tailored_event_ids[-1] in system
+    assert not report.over_budget and report.prompt_tokens <= budget
+    kept = report.history_messages - report.tailored_messages
+    assert kept >= (budget - 200) // 60  # about 45 tokens a message: the room goes to the history
+
+
+def test_a_note_names_a_few_ids_and_a_count() -> None:
+    ids = [f"e{i}" for i in range(1, 101)]
+    assert event_span(ids[:3]) == "event_id=e1, e2, e3"
+    assert event_span(ids) == "event_id=e1, e2, e3 … e100 (100 events)"
+    assert event_sample(ids) == "event_id=e1, e2, e3, e4 and 96 more (100 events)"
+    note = left_out_note(ids, session_load=True)
+    assert "e5," not in note and "(100 events)" in note and len(note) < 300
