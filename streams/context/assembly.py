@@ -33,7 +33,7 @@ from streams.context.injection import (
 )
 from streams.context.items import HistoryItem, to_chat_message
 from streams.context.pairing import PairingReport, left_out_note, repair_pairing
-from streams.context.payload_cuts import PayloadCuts, PayloadCutStats, cut_payloads
+from streams.context.payload_cuts import PayloadCuts, PayloadCutStats, PayloadPeaks, cut_payloads, payload_peaks
 from streams.context.recall_tools import (
     SESSION_LOAD,
     SESSION_SEARCH,
@@ -97,6 +97,8 @@ class AssemblyReport:
     payload_cuts: PayloadCutStats = field(default_factory=PayloadCutStats)
     tailored_event_ids: tuple[str, ...] = ()
     """The events whose messages tailoring dropped (named in the request's system message)."""
+    payload_peaks: PayloadPeaks = field(default_factory=PayloadPeaks)
+    """The largest tool result, arguments and message text before tailoring (fitting skips lower cuts)."""
 
 
 @dataclass(frozen=True)
@@ -254,11 +256,12 @@ def assemble(
 
     overhead = sum(counter.count_text(json.dumps(t, separators=(",", ":"))) for t in tool_list)
     body = [item.message for item in items]
+    costs = [counter.count_message(m) for m in body]
     # A summary in a user turn is placed after tailoring (in what is kept), its tokens counted
     # beside the fixed head's: the oldest round may go, the summary never with it.
     pinned = counter.count_text(block) if in_user_turn else 0
     head, tailored, dropped_ids = _tailor_naming_dropped(
-        head, prefix, items, opts.token_budget, counter, overhead + pinned, session_load
+        head, prefix, items, costs, opts.token_budget, counter, overhead + pinned, session_load
     )
     sent = tailored.messages
     tokens = tailored.tokens
@@ -284,6 +287,7 @@ def assemble(
         summary_injected=use_summary,
         payload_cuts=cut_stats,
         tailored_event_ids=tuple(dropped_ids),
+        payload_peaks=payload_peaks(items, costs, counter) if opts.token_budget is not None else PayloadPeaks(),
     )
     return AssembledRequest(messages, tool_list, report)
 
@@ -292,6 +296,7 @@ def _tailor_naming_dropped(
     head: list[Message],
     prefix: Sequence[Message],
     items: Sequence[HistoryItem],
+    costs: Sequence[int],
     budget: int | None,
     counter: TokenCounter,
     overhead: int,
@@ -309,7 +314,7 @@ def _tailor_naming_dropped(
 
     def attempt(named: list[str]) -> tuple[list[Message], TailoringResult, list[str]]:
         noted = merge_into_system(head, dropped_note(named, session_load=session_load))
-        tailored = tailor([*noted, *prefix], body, budget, counter, overhead=overhead)
+        tailored = tailor([*noted, *prefix], body, budget, counter, overhead=overhead, costs=costs)
         return noted, tailored, list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
 
     named: list[str] = []

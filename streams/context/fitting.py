@@ -4,12 +4,13 @@ Token tailoring (:mod:`.tailoring`) drops the oldest rounds, and what it drops
 after the boundary is in no summary. Before that, the request is built again
 with payloads cut in the middle (head and tail kept, the marker naming the
 event id, so ``session_load`` reads it back), at thresholds halving from a
-quarter of the budget, in this order: tool results (Pass 2 of
-:mod:`.compaction`), then tool-call arguments, then user and assistant message
-texts (:mod:`.payload_cuts`), each stage keeping the previous one at its
-smallest threshold. What still does not fit needs a summary
-(:attr:`Fitted.needs_summary`): the caller forces one and fits again; only then
-may tailoring drop rounds, and the request's system message names the events
+quarter of the budget: at each, the tool results (Pass 2 of
+:mod:`.compaction`), tool-call arguments and user and assistant message texts
+(:mod:`.payload_cuts`) above it are cut together, so the largest payloads go
+first whatever their kind. A threshold no payload is over is not tried (the
+first build reports the largest of each kind). What still does not fit needs
+a summary (:attr:`Fitted.needs_summary`): the caller forces one and fits
+again; only then may tailoring drop rounds, and the request names the events
 it dropped (:func:`.tailoring.dropped_note`).
 
 Also here: the model's window and the request budget, and Go's pre-call summary
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from streams.context.assembly import AssembledRequest, AssemblyOptions
 from streams.context.compaction import CompactionConfig
-from streams.context.payload_cuts import PayloadCuts
+from streams.context.payload_cuts import PayloadCuts, PayloadPeaks
 from streams.rules.context_windows import DEFAULT_FALLBACK_WINDOW, lookup_context_window
 
 MIN_CUT_TOKENS = 64
@@ -105,14 +106,15 @@ def fit(build: Build, options: AssemblyOptions) -> Fitted:
     """Build with ``options``; when tailoring has to drop messages, cut payloads until it need not.
 
     ``build`` assembles the request for the options it is given (the same read
-    each time). Without a ``token_budget`` nothing is tailored or cut.
+    each time). Without a ``token_budget`` nothing is tailored or cut. At most
+    one build per threshold of :func:`cut_thresholds` follows the first.
     """
     first = build(options)
     budget = options.token_budget
     if budget is None or not Fitted(first).needs_summary:
         return Fitted(first)
     best = Fitted(first)
-    for tokens, cuts in cut_plan(budget):
+    for tokens, cuts in cut_plan(budget, first.report.payload_peaks):
         compaction = with_payload_cuts(options.compaction, tokens)
         attempt = Fitted(build(dataclasses.replace(options, compaction=compaction, payload_cuts=cuts)), tokens, cuts)
         if _better(attempt, best):
@@ -122,19 +124,25 @@ def fit(build: Build, options: AssemblyOptions) -> Fitted:
     return best
 
 
-def cut_plan(budget: int) -> list[tuple[int, PayloadCuts]]:
-    """The cuts to try, in order: tool results, then arguments too, then message texts too.
+def cut_plan(budget: int, peaks: PayloadPeaks | None = None) -> list[tuple[int, PayloadCuts]]:
+    """The cuts to try, in order: at each threshold, every kind of payload above it.
 
-    Each stage halves its threshold from a quarter of the budget while the
-    stages before it stay at their smallest threshold.
+    A threshold is left out when no payload of ``peaks`` is over it (the
+    request would not change), and a kind none of whose payloads is over it is
+    not cut there (no work). Without ``peaks`` every threshold cuts every kind.
     """
-    steps = cut_thresholds(budget)
-    least = steps[-1]
-    return [
-        *((t, PayloadCuts()) for t in steps),
-        *((least, PayloadCuts(arguments_max_tokens=t)) for t in steps),
-        *((least, PayloadCuts(arguments_max_tokens=least, message_max_tokens=t)) for t in steps),
-    ]
+    plan: list[tuple[int, PayloadCuts]] = []
+    for tokens in cut_thresholds(budget):
+        if peaks is None:
+            plan.append((tokens, PayloadCuts(arguments_max_tokens=tokens, message_max_tokens=tokens)))
+            continue
+        cuts = PayloadCuts(
+            arguments_max_tokens=tokens if peaks.arguments > tokens else 0,
+            message_max_tokens=tokens if peaks.message > tokens else 0,
+        )
+        if cuts.any or peaks.tool_result > tokens:
+            plan.append((tokens, cuts))
+    return plan
 
 
 def _better(a: Fitted, b: Fitted) -> bool:

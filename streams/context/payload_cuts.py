@@ -1,8 +1,8 @@
-"""Cutting tool-call arguments and message texts to fit a request: after tool results, before any round.
+"""Cutting tool-call arguments and message texts to fit a request: before any round is dropped.
 
-Fitting (:mod:`.fitting`) cuts tool results first (Pass 2 of :mod:`.compaction`),
-then, when that is not enough, the arguments of tool calls, then the texts of
-user and assistant messages, each above a token threshold. Every cut keeps the
+Fitting (:mod:`.fitting`) cuts, at each token threshold it tries, the tool
+results (Pass 2 of :mod:`.compaction`), the arguments of tool calls and the
+texts of user and assistant messages above it together. Every cut keeps the
 head and the tail (on character boundaries, :mod:`projections.textcut`) and puts
 a marker in the middle naming the event, whose payload stays stored whole:
 ``session_load(event_id=…)`` returns a message's text and a call's arguments,
@@ -64,6 +64,34 @@ class PayloadCutStats:
     messages: int = 0
     tokens_saved: int = 0
     event_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadPeaks:
+    """The largest payload of each kind a request holds before tailoring, in tokens (what fitting could cut).
+
+    Tool results count as their message; arguments one call's; message texts
+    their message (arguments included), of stored user and assistant messages.
+    """
+
+    tool_result: int = 0
+    arguments: int = 0
+    message: int = 0
+
+
+def payload_peaks(items: Sequence[HistoryItem], costs: Sequence[int], counter: TokenCounter) -> PayloadPeaks:
+    """The :class:`PayloadPeaks` of ``items``, whose messages count ``costs`` tokens."""
+    tool_result = arguments = message = 0
+    for item, cost in zip(items, costs, strict=True):
+        msg = item.message
+        if msg.role == "tool":
+            tool_result = max(tool_result, cost)
+        elif item.event_id is not None and msg.role in ("user", "assistant"):
+            if msg.content:
+                message = max(message, cost)
+            for call in msg.tool_calls:
+                arguments = max(arguments, counter.count_text(call.function.arguments))
+    return PayloadPeaks(tool_result, arguments, message)
 
 
 def _where(event_id: str, session_load: bool) -> str:

@@ -62,6 +62,7 @@ def tailor(
     counter: TokenCounter,
     *,
     overhead: int = 0,
+    costs: Sequence[int] | None = None,
 ) -> TailoringResult:
     """Keep ``head`` (the system message and fixed prefix) and as much of ``body`` as fits.
 
@@ -70,9 +71,11 @@ def tailor(
     If that is still too much, its oldest steps (an assistant message with its
     tool results) go, keeping the round's opening user message and its last
     step. What remains may still exceed the budget: ``over_budget`` says so.
+    ``costs`` are the body's token counts when the caller has them already
+    (it tailors the same body more than once).
     """
     head_tokens = overhead + sum(counter.count_message(m) for m in head)
-    costs = [counter.count_message(m) for m in body]
+    costs = list(costs) if costs is not None else [counter.count_message(m) for m in body]
     total = head_tokens + sum(costs)
     if budget is None or total <= budget:
         return TailoringResult([*head, *body], 0, total, False)

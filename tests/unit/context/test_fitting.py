@@ -13,6 +13,7 @@ from streams.context.assembly import AssembledRequest, AssemblyOptions, assemble
 from streams.context.compaction import CompactionConfig
 from streams.context.fitting import (
     MIN_CUT_TOKENS,
+    cut_plan,
     cut_thresholds,
     fit,
     model_window,
@@ -20,6 +21,7 @@ from streams.context.fitting import (
     request_budget,
     with_payload_cuts,
 )
+from streams.context.payload_cuts import PayloadPeaks
 from streams.context.recall_tools import RecallCapabilities
 from tests.support.markers import MarkerBook
 from tests.unit.context.sessions import Session
@@ -128,3 +130,45 @@ def test_configured_compaction_is_kept_while_cutting() -> None:
     assert fitted.request.report.compaction.placeholders > 0  # Pass 1 still ran
     assert not fitted.needs_summary
     assert dataclasses.replace(options).compaction.oversized_tool_result_max_tokens == 0  # options not mutated
+
+
+def _one_huge_argument(results: int) -> Session:
+    """One call with ~6,000 tokens of CJK arguments, then ``results`` rounds each with a ~300-token result."""
+    s = Session()
+    s.turn("big").user("把这份报告写进文件")
+    s.call(("w", "write_file", json.dumps({"text": "报告正文" * 6000}, ensure_ascii=False)))
+    s.result("w", "ok")
+    for r in range(results):
+        s.turn(f"r{r}").user(f"第{r}个文件里有什么？")
+        s.call((f"c{r}", "read_file", "{}"))
+        s.result(f"c{r}", "内容 " * 400)
+        s.answer("看完了")
+    return s
+
+
+def test_the_largest_payloads_are_cut_first_whatever_their_kind() -> None:
+    """One huge argument is cut before any ordinary tool result (README: "largest payloads first")."""
+    s = _one_huge_argument(results=20)
+    builds: list[AssemblyOptions] = []
+
+    def build(options: AssemblyOptions) -> AssembledRequest:
+        builds.append(options)
+        return assemble("sys", None, s.events, options=options)
+
+    options = AssemblyOptions(token_budget=10_000, recall=RecallCapabilities(load=True))
+    fitted = fit(build, options)
+    report = fitted.request.report
+    assert not fitted.needs_summary and report.payload_cuts.arguments == 1
+    assert report.compaction.truncated == 0  # every ~300-token result is whole
+    assert len(builds) <= 1 + len(cut_thresholds(10_000))
+
+
+@pytest.mark.parametrize("budget", [32_000, 1_000_000])
+def test_each_threshold_cuts_every_kind_above_it_in_one_build(budget: int) -> None:
+    plan = cut_plan(budget)
+    assert [tokens for tokens, _ in plan] == cut_thresholds(budget)
+    assert all(c.arguments_max_tokens == c.message_max_tokens == t for t, c in plan)
+    peaks = PayloadPeaks(tool_result=300, arguments=5000, message=0)
+    assert [(t, c.arguments_max_tokens, c.message_max_tokens) for t, c in cut_plan(budget, peaks)] == [
+        (t, t if t < 5000 else 0, 0) for t in cut_thresholds(budget) if t < 5000
+    ]
