@@ -81,10 +81,10 @@ class AgentRequest:
 
     ``summary``: the summary injected (``None``: none applies, or injection is off).
     ``summary_refreshed``: a summary was asked for before this request and the request built on it.
-    ``cut_tokens``: tool-result payloads above this many tokens were cut to fit the budget (and
-    ``report.payload_cuts``: the tool-call arguments and message texts cut after them).
-    ``dropped_messages``: messages tailoring still had to leave out (logged; the request's system message
-    names their events, ``report.tailored_event_ids``).
+    ``cut_tokens``: payloads above this many tokens were cut to fit the budget (tool results, and
+    ``report.payload_cuts``: the tool-call arguments and message texts cut with them).
+    ``dropped_messages``: messages tailoring still had to leave out (logged; a note in the request's latest
+    user turn names their events, ``report.tailored_event_ids``).
     """
 
     messages: list[dict[str, Any]]

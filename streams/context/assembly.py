@@ -10,7 +10,8 @@ Order of the steps (each in its own module):
 4. pairing repair (:mod:`.pairing`): every call answered right after it;
 5. cuts of tool-call arguments and message texts (:mod:`.payload_cuts`), set by fitting;
 6. summary injection (:mod:`.injection`) and the recall usage note;
-7. token tailoring (:mod:`.tailoring`) as the last guard, the dropped events named in the system message;
+7. token tailoring (:mod:`.tailoring`) as the last guard; the notes naming the events left out (pairing)
+   and dropped (tailoring) go into the latest user turn, after the prefix a provider caches;
 8. a final validity check (:mod:`.validity`).
 """
 
@@ -30,6 +31,7 @@ from streams.context.injection import (
     format_summary,
     merge_into_system,
     place_in_user_turn,
+    place_notes,
 )
 from streams.context.items import HistoryItem, to_chat_message
 from streams.context.pairing import PairingReport, left_out_note, repair_pairing
@@ -96,7 +98,7 @@ class AssemblyReport:
     summary_injected: bool
     payload_cuts: PayloadCutStats = field(default_factory=PayloadCutStats)
     tailored_event_ids: tuple[str, ...] = ()
-    """The events whose messages tailoring dropped (named in the request's system message)."""
+    """The events whose messages tailoring dropped (named in a note in the request's latest user turn)."""
     payload_peaks: PayloadPeaks = field(default_factory=PayloadPeaks)
     """The largest tool result, arguments and message text before tailoring (fitting skips lower cuts)."""
 
@@ -246,7 +248,7 @@ def assemble(
     if use_summary and not in_user_turn:
         head = merge_into_system(head, block)
     left_out = list(dict.fromkeys([*projection.left_out, *pairing.left_out]))
-    head = merge_into_system(head, left_out_note(left_out, session_load=session_load))
+    left_note = left_out_note(left_out, session_load=session_load)
     offered = RecallCapabilities(
         search=opts.recall.search and SESSION_SEARCH in names, load=opts.recall.load and session_load
     )
@@ -260,14 +262,16 @@ def assemble(
     # A summary in a user turn is placed after tailoring (in what is kept), its tokens counted
     # beside the fixed head's: the oldest round may go, the summary never with it.
     pinned = counter.count_text(block) if in_user_turn else 0
-    head, tailored, dropped_ids = _tailor_naming_dropped(
-        head, prefix, items, costs, opts.token_budget, counter, overhead + pinned, session_load
+    notes, tailored, dropped_ids = _tailor_naming_dropped(
+        [*head, *prefix], items, costs, opts.token_budget, counter, overhead + pinned, left_note, session_load
     )
     sent = tailored.messages
     tokens = tailored.tokens
-    if in_user_turn:
+    if in_user_turn or notes:
         fixed = len(head) + len(prefix)
-        placed_prefix, placed_body = place_in_user_turn(sent[len(head) : fixed], sent[fixed:], block)
+        noted = place_notes(sent[len(head) :], notes)
+        split = len(noted) - (len(sent) - fixed)  # a standalone note joins the prefix
+        placed_prefix, placed_body = place_in_user_turn(noted[:split], noted[split:], block if in_user_turn else "")
         sent = [*sent[: len(head)], *placed_prefix, *placed_body]
         tokens = overhead + sum(counter.count_message(m) for m in sent)
     messages = [to_chat_message(m, include_reasoning=opts.include_reasoning) for m in sent]
@@ -293,33 +297,36 @@ def assemble(
 
 
 def _tailor_naming_dropped(
-    head: list[Message],
-    prefix: Sequence[Message],
+    fixed: list[Message],
     items: Sequence[HistoryItem],
     costs: Sequence[int],
     budget: int | None,
     counter: TokenCounter,
     overhead: int,
+    left_note: str,
     session_load: bool,
-) -> tuple[list[Message], TailoringResult, list[str]]:
-    """Tailor, with the system message naming the events of the messages dropped (:func:`dropped_note`).
+) -> tuple[str, TailoringResult, list[str]]:
+    """Tailor, counting the request's notes: ``left_note`` and one naming the dropped events (:func:`dropped_note`).
 
-    The note takes room too: tailoring runs again with it until the note covers
-    what is dropped. The dropped messages are the oldest, so a longer note only
-    ever drops more (the dropped sets are nested) and this ends; when the last
-    note covers more than is dropped, one with exactly the dropped events is
-    tried and kept if it drops nothing else.
+    The notes are placed after tailoring (:func:`.injection.place_notes`), so
+    their tokens count beside ``fixed`` (the system message and the prefix).
+    The dropped note takes room too: tailoring runs again with it until it
+    covers what is dropped. The dropped messages are the oldest, so a longer
+    note only ever drops more (the dropped sets are nested) and this ends;
+    when the last note covers more than is dropped, one with exactly the
+    dropped events is tried and kept if it drops nothing else.
     """
     body = [item.message for item in items]
 
-    def attempt(named: list[str]) -> tuple[list[Message], TailoringResult, list[str]]:
-        noted = merge_into_system(head, dropped_note(named, session_load=session_load))
-        tailored = tailor([*noted, *prefix], body, budget, counter, overhead=overhead, costs=costs)
-        return noted, tailored, list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
+    def attempt(named: list[str]) -> tuple[str, TailoringResult, list[str]]:
+        notes = "\n\n".join(n for n in (left_note, dropped_note(named, session_load=session_load)) if n)
+        cost = counter.count_text(f"\n\n{notes}") if notes else 0
+        tailored = tailor(fixed, body, budget, counter, overhead=overhead + cost, costs=costs)
+        return notes, tailored, list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
 
     named: list[str] = []
     while True:
-        noted, tailored, ids = attempt(named)
+        notes, tailored, ids = attempt(named)
         if set(ids) <= set(named):
             break
         named = list(dict.fromkeys([*named, *ids]))
@@ -327,4 +334,4 @@ def _tailor_naming_dropped(
         exact = attempt(ids)
         if exact[2] == ids:
             return exact[0], exact[1], ids
-    return noted, tailored, named
+    return notes, tailored, named

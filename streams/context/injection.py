@@ -4,6 +4,11 @@ System mode merges it into the single leading system message (some models
 reject a second system message or one that is not first). User mode puts it
 next to the conversation (the system prefix stays stable for prompt caching),
 in the first user turn that tailoring kept: it is never dropped with a round.
+
+The request's notes on what it leaves out (:func:`place_notes`) change from
+call to call, so they go at the other end: into the latest user turn (before
+its text), after the tools, the system message, the prefix and the summary a
+provider caches.
 """
 
 from __future__ import annotations
@@ -86,3 +91,23 @@ def place_in_user_turn(
         new_prefix[-1] = last.model_copy(update={"content": text})
         return new_prefix, new_history
     return new_prefix, [Message(role="user", content=block), *new_history]
+
+
+def place_notes(messages: Sequence[Message], notes: str) -> list[Message]:
+    """``notes`` put in front of the last user message of ``messages`` (the prefix and history after tailoring).
+
+    In front, so the turn still ends with what the user asked. Else, when no
+    user message is left, a user message of their own in front. What comes
+    before the latest user turn (the cached prefix of the next call) is left
+    as it is, whatever the notes say. Place them before a user-mode summary
+    (:func:`place_in_user_turn`), which then goes in front of them.
+    """
+    out = list(messages)
+    if not notes:
+        return out
+    for i in range(len(out) - 1, -1, -1):
+        msg = out[i]
+        if msg.role == "user":
+            out[i] = msg.model_copy(update={"content": f"{notes}\n\n{msg.content}" if msg.content else notes})
+            return out
+    return [Message(role="user", content=notes), *out]

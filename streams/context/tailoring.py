@@ -16,7 +16,7 @@ from streams.rules.eligibility import is_user_turn_message
 from streams.rules.tokens import TokenCounter
 
 DROPPED_MARK = "[distill: left out to fit the model's window"
-"""Starts the system message's note naming the events of the rounds tailoring dropped."""
+"""Starts the request's note naming the events of the rounds tailoring dropped (in the latest user turn)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,12 +129,13 @@ async def test_huge_pasted_messages_are_cut_and_the_current_one_keeps_head_and_t
 
 
 @pytest.mark.parametrize("budget", [900, 1500])
-async def test_rounds_dropped_as_a_last_resort_are_named_in_the_system_message(budget: int) -> None:
+async def test_rounds_dropped_as_a_last_resort_are_named_in_the_latest_user_turn(budget: int) -> None:
     s = _many_rounds(rounds=12)
     messages, _ = await _check(s, budget=budget)
-    system = messages[0]["content"]
-    assert messages[0]["role"] == "system" and DROPPED_MARK in system
-    assert "e1," in system and "session_load(event_id=...)" in system
+    assert messages[0]["role"] == "system" and DROPPED_MARK not in messages[0]["content"]
+    note = [m for m in messages if m["role"] == "user"][-1]["content"]
+    assert note.startswith(DROPPED_MARK) and note.endswith(s.events[-4].message.content or "")
+    assert "e1," in note and "session_load(event_id=...)" in note
 
 
 def test_the_note_of_dropped_rounds_is_counted_in_the_budget() -> None:

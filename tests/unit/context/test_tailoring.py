@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from schemas import Message
-from streams.context import AssemblyOptions, RecallCapabilities, assemble
+from streams.context import AssemblyOptions, InjectionMode, RecallCapabilities, assemble
 from streams.context.notes import event_sample, event_span
-from streams.context.pairing import left_out_note
+from streams.context.pairing import LEFT_OUT_MARK, left_out_note
 from streams.context.tailoring import DROPPED_MARK, round_starts, tailor
 from streams.rules.tokens import SimpleTokenCounter
-from tests.unit.context.sessions import Session, summary_at
+from tests.unit.context.sessions import T0, Session, summary_at
 
 COUNTER = SimpleTokenCounter()
 
@@ -123,10 +124,11 @@ def test_the_note_of_dropped_rounds_stays_small_and_within_the_budget(budget: in
     options = AssemblyOptions(token_budget=budget, token_counter=COUNTER, recall=RecallCapabilities(load=True))
     request = assemble("你是助手。", None, s.events, options=options)
     report = request.report
-    system = request.messages[0]["content"]
-    assert DROPPED_MARK in system and len(system) < 1_000  # a range and a count, not 3,000 ids
-    assert f"({report.tailored_messages} events)" in system
-    assert s.events[0].event_id in system and report.tailored_event_ids[-1] in system
+    user = [m for m in request.messages if m["role"] == "user"][-1]["content"]
+    note = user[: user.index("]") + 1]
+    assert note.startswith(DROPPED_MARK) and len(note) < 1_000  # a range and a count, not 3,000 ids
+    assert f"({report.tailored_messages} events)" in note
+    assert s.events[0].event_id in note and report.tailored_event_ids[-1] in note
     assert not report.over_budget and report.prompt_tokens <= budget
     kept = report.history_messages - report.tailored_messages
     assert kept >= (budget - 200) // 60  # about 45 tokens a message: the room goes to the history
@@ -139,3 +141,32 @@ def test_a_note_names_a_few_ids_and_a_count() -> None:
     assert event_sample(ids) == "event_id=e1, e2, e3, e4 and 96 more (100 events)"
     note = left_out_note(ids, session_load=True)
     assert "e5," not in note and "(100 events)" in note and len(note) < 300
+
+
+@pytest.mark.parametrize("mode", ["system", "user"])
+def test_notes_leave_the_cached_prefix_alone(mode: InjectionMode) -> None:
+    """Requests differing only in their notes (a call pending, then answered; more rounds dropped)
+    share the system message and every message before the latest user turn."""
+    s = Session()
+    s.turn("r0").user("先看看这个文件")
+    s.answer("好的，" + "说明" * 200)
+    s.turn("r1").user("再查一下天气")
+    s.call(("c1", "weather", "{}"))
+    pending = [*s.events]
+    s.result("c1", "晴")
+    answered = [*s.events]
+    summary = summary_at(None, "之前聊过的内容", cutoff=T0)
+    options = AssemblyOptions(add_session_summary=True, injection_mode=mode, recall=RecallCapabilities(load=True))
+    requests = [
+        assemble("你是助手。", summary, pending, "今天呢？", options=options),
+        assemble("你是助手。", summary, answered, "今天呢？", options=options),
+        assemble("你是助手。", summary, answered, "今天呢？", options=replace(options, token_budget=500)),
+    ]
+    assert LEFT_OUT_MARK in str(requests[0].messages) and LEFT_OUT_MARK not in str(requests[1].messages)
+    assert requests[2].report.tailored_messages > 0 and DROPPED_MARK in str(requests[2].messages)
+    assert len({r.messages[0]["content"] for r in requests}) == 1
+    assert "之前聊过的内容" in str(requests[0].messages[:2])  # the summary is in the prefix
+    assert requests[0].messages[:2] == requests[1].messages[:2]
+    for request in requests:
+        assert request.messages[-1]["content"].endswith("今天呢？")
+    assert requests[2].report.prompt_tokens <= 500
