@@ -16,21 +16,23 @@ already shorter than the policy placeholder stays as it is).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 from projections.textcut import head_end, tail_start
 from schemas import Message, ToolCall
+from streams.context.cut_search import longest_fit
 from streams.context.items import HistoryItem
+from streams.context.notes import context_note_json, cut_marker, recall_hint
 from streams.rules.tokens import TokenCounter
 
 SESSION_LOAD = "session_load"
 PLACEHOLDER_MARK = "[distill:"
 """Every placeholder starts with this, so no pass rewrites another's output."""
 
-ARGUMENTS_PLACEHOLDER = '{"_distill_context_note":"arguments omitted; the call completed before the summary"}'
+_ARGUMENTS_OMITTED = "arguments omitted; the call completed before the summary"
+ARGUMENTS_PLACEHOLDER = context_note_json(_ARGUMENTS_OMITTED)
 """The resume tail's replacement of large tool-call arguments when the event cannot be loaded back."""
 
 _ELIDED_HISTORICAL = (
@@ -149,8 +151,7 @@ def arguments_placeholder(event_id: str | None, *, session_load: bool) -> str:
     """
     if not (session_load and event_id):
         return ARGUMENTS_PLACEHOLDER
-    note = f'arguments omitted; the call completed before the summary; session_load(event_id="{event_id}") returns them'
-    return json.dumps({"_distill_context_note": note}, ensure_ascii=False, separators=(",", ":"))
+    return context_note_json(f"{_ARGUMENTS_OMITTED}; {recall_hint(True, event_id, many=True)}")
 
 
 def policy_placeholder() -> str:
@@ -160,13 +161,10 @@ def policy_placeholder() -> str:
 
 def _marker(removed: int, hint: RecoveryHint | None, session_load: bool) -> str:
     if hint is None or not hint.has_ids:
-        return f"\n\n[distill: {removed} characters truncated from the middle]\n\n"
-    tail = "session_load can return the full text" if session_load else "re-run only read-only tools"
-    return (
-        f"\n\n[distill: {removed} characters truncated from the middle of this tool result; "
-        f"event_id={hint.event_id or ''}; tool_call_id={hint.tool_call_id or ''}; "
-        f"tool_name={hint.tool_name or ''}; {tail}]\n\n"
-    )
+        return f"\n\n{cut_marker(removed, 'this tool result')}\n\n"
+    recall = recall_hint(True, hint.event_id) if session_load else "re-run only read-only tools"
+    ids = f"event_id={hint.event_id or ''}; tool_call_id={hint.tool_call_id or ''}; tool_name={hint.tool_name or ''}"
+    return f"\n\n{cut_marker(removed, 'this tool result', ids, recall)}\n\n"
 
 
 def _compact_marker(hint: RecoveryHint, session_load: bool) -> str:
@@ -333,16 +331,10 @@ def _fit_truncation(
     text: str, max_tokens: int, size: Callable[[str], int], hint: RecoveryHint, session_load: bool
 ) -> str:
     """The longest head+tail truncation of ``text`` whose token count is at most ``max_tokens``."""
-    lo, hi = 0, len(text) - 1
-    best = truncate_middle(text, 0, hint, session_load=session_load)
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        candidate = truncate_middle(text, mid, hint, session_load=session_load)
-        if size(candidate) <= max_tokens:
-            best, lo = candidate, mid + 1
-        else:
-            hi = mid - 1
-    return best
+    return longest_fit(
+        0, len(text) - 1, lambda k: truncate_middle(text, k, hint, session_load=session_load),
+        lambda candidate: size(candidate) <= max_tokens,
+    )  # fmt: skip
 
 
 def compact_resume_tail(

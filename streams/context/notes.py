@@ -1,12 +1,16 @@
-"""Wording shared by the request's ``[distill: …]`` notes: how they name events.
+"""Wording shared by the request's ``[distill: …]`` notes and cut markers: how they name events.
 
-A note names at most ``NOTE_IDS_SHOWN`` event ids, whatever the number of events
-it concerns: a long session must not turn a note into a list of thousands of
-ids (it takes the room the history needed). Pure: no I/O.
+One marker format for every cut (:func:`cut_marker`), one way to say how the
+model reads a payload back (:func:`recall_hint`), one JSON key for arguments
+replaced by a note (:data:`CONTEXT_NOTE_KEY`). A note names at most
+``NOTE_IDS_SHOWN`` event ids, whatever the number of events it concerns: a
+long session must not turn a note into a list of thousands of ids (it takes
+the room the history needed). Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 NOTE_IDS_SHOWN = 4
@@ -31,3 +35,30 @@ def event_sample(event_ids: Sequence[str]) -> str:
     if len(ids) <= NOTE_IDS_SHOWN:
         return f"event_id={', '.join(ids)}"
     return f"event_id={', '.join(ids[:NOTE_IDS_SHOWN])} and {len(ids) - NOTE_IDS_SHOWN} more ({len(ids)} events)"
+
+
+CONTEXT_NOTE_KEY = "_distill_context_note"
+"""The key of the note in tool-call arguments the request replaces (still a JSON object for the API)."""
+
+
+def recall_hint(session_load: bool, event_id: str | None = None, *, many: bool = False) -> str:
+    """How the model gets back what a note names.
+
+    ``session_load(event_id="e3") returns it whole`` (``event_id=...`` and
+    ``them`` for ``many`` events) when that tool is offered, else that it
+    stays stored in the session.
+    """
+    if session_load:
+        target = f'event_id="{event_id}"' if event_id else "event_id=..."
+        return f"session_load({target}) returns {'them' if many else 'it whole'}"
+    return "they stay stored in the session" if many else "it stays stored in the session"
+
+
+def cut_marker(removed: int, what: str, *details: str) -> str:
+    """``[distill: N characters cut from the middle of <what>; <details>…]``: every cut's marker."""
+    return f"[distill: {removed} characters cut from the middle of {what}{''.join(f'; {d}' for d in details if d)}]"
+
+
+def context_note_json(note: str, **parts: str) -> str:
+    """Arguments replaced by a note: ``{"_distill_context_note": note, **parts}``, compact JSON."""
+    return json.dumps({CONTEXT_NOTE_KEY: note, **parts}, ensure_ascii=False, separators=(",", ":"))

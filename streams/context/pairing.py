@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streams.context.items import HistoryItem
-from streams.context.notes import event_sample
+from streams.context.notes import event_sample, recall_hint
 
 REPLACED_MARK = "[distill: replaces earlier result"
 """Starts the note appended to a result that replaced an earlier one of its call."""
@@ -151,7 +151,7 @@ def left_out_note(event_ids: Sequence[str], *, session_load: bool) -> str:
     """
     if not event_ids:
         return ""
-    where = "session_load(event_id=...) returns them" if session_load else "they stay stored in the session"
+    where = recall_hint(session_load, many=True)
     return (
         f"{LEFT_OUT_MARK} (a call without its result, or a result without its call): "
         f"{event_sample(event_ids)}; {where}]"

@@ -12,7 +12,8 @@ load back), and the current user message keeps at least
 
 Arguments stay a JSON object the API accepts: the longest string values inside
 them are cut (keys and structure kept); arguments whose bulk is not in strings
-(or that are not JSON) become ``{"_distill_cut": marker, "head": …, "tail": …}``.
+(or that are not JSON) become ``{"_distill_context_note": marker, "head": …, "tail": …}``
+(the key of every note that replaces arguments, :data:`.notes.CONTEXT_NOTE_KEY`).
 Pure: no I/O.
 """
 
@@ -26,15 +27,15 @@ from typing import Any
 from projections.textcut import head_and_tail
 from schemas import Message, ToolCall
 from streams.context.compaction import PLACEHOLDER_MARK
+from streams.context.cut_search import longest_fit
 from streams.context.items import HistoryItem
+from streams.context.notes import context_note_json, cut_marker, recall_hint
 from streams.rules.tokens import TokenCounter
 
 CURRENT_MESSAGE_MIN_TOKENS = 256
 """The current user message is never cut below this many tokens (what the model is asked to answer)."""
 CURRENT_MESSAGE_MIN_CHARS = 64
 """...and keeps at least this many characters of its text, whatever the counter says."""
-CUT_KEY = "_distill_cut"
-"""The key of the marker in arguments replaced whole (their bulk was not in string values)."""
 
 Marker = Callable[[int], str]
 """The marker for a cut that removed ``n`` characters."""
@@ -94,26 +95,16 @@ def payload_peaks(items: Sequence[HistoryItem], costs: Sequence[int], counter: T
     return PayloadPeaks(tool_result, arguments, message)
 
 
-def _where(event_id: str, session_load: bool) -> str:
-    if session_load:
-        return f'session_load(event_id="{event_id}") returns it whole'
-    return "it stays stored in the session"
-
-
 def message_marker(event_id: str, *, session_load: bool) -> Marker:
     """The marker of a message text cut in the middle."""
-    return lambda n: (
-        f"\n\n[distill: {n} characters cut from the middle of this message; event_id={event_id}; "
-        f"{_where(event_id, session_load)}]\n\n"
-    )
+    recall = recall_hint(session_load, event_id)
+    return lambda n: f"\n\n{cut_marker(n, 'this message', f'event_id={event_id}', recall)}\n\n"
 
 
 def arguments_marker(event_id: str, call_id: str, *, session_load: bool) -> Marker:
-    """The marker of tool-call arguments cut in the middle (inside a string value, or as ``_distill_cut``)."""
-    return lambda n: (
-        f" [distill: {n} characters cut from the middle of these tool-call arguments; event_id={event_id}; "
-        f"tool_call_id={call_id}; {_where(event_id, session_load)}] "
-    )
+    """The marker of tool-call arguments cut in the middle (inside a string value, or as the note)."""
+    ids, recall = f"event_id={event_id}; tool_call_id={call_id}", recall_hint(session_load, event_id)
+    return lambda n: f" {cut_marker(n, 'these tool-call arguments', ids, recall)} "
 
 
 def cut_middle(text: str, keep: int, marker: Marker) -> str:
@@ -124,23 +115,10 @@ def cut_middle(text: str, keep: int, marker: Marker) -> str:
     return head + marker(len(text) - len(head) - len(tail)) + tail
 
 
-def _longest_fit(lo: int, hi: int, render: Callable[[int], str], fits: Callable[[str], bool]) -> str:
-    """``render(k)`` for the largest ``k`` in ``[lo, hi]`` that fits (``render(lo)`` when none does)."""
-    best = render(lo)
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        candidate = render(mid)
-        if fits(candidate):
-            best, lo = candidate, mid + 1
-        else:
-            hi = mid - 1
-    return best
-
-
 def cut_text(text: str, fits: Callable[[str], bool], marker: Marker, *, min_keep: int = 0) -> str:
     """The longest head + tail cut of ``text`` that ``fits`` (keeping at least ``min_keep`` characters)."""
     floor = min(max(0, min_keep), len(text))
-    return _longest_fit(floor, len(text) - 1, lambda k: cut_middle(text, k, marker), fits)
+    return longest_fit(floor, len(text) - 1, lambda k: cut_middle(text, k, marker), fits)
 
 
 def _cap_strings(value: Any, keep: int, marker: Marker) -> Any:
@@ -175,15 +153,15 @@ def cut_arguments(arguments: str, fits: Callable[[str], bool], marker: Marker) -
         value = None
     if isinstance(value, dict | list):
         longest = _longest_string(value)
-        capped = _longest_fit(0, longest - 1, lambda k: _dumps(_cap_strings(value, k, marker)), fits)
+        capped = longest_fit(0, longest - 1, lambda k: _dumps(_cap_strings(value, k, marker)), fits)
         if fits(capped):
             return capped
 
     def wrapped(keep: int) -> str:
         head, tail = head_and_tail(arguments, keep)
-        return _dumps({CUT_KEY: marker(len(arguments) - len(head) - len(tail)).strip(), "head": head, "tail": tail})
+        return context_note_json(marker(len(arguments) - len(head) - len(tail)).strip(), head=head, tail=tail)
 
-    return _longest_fit(0, len(arguments) - 1, wrapped, fits)
+    return longest_fit(0, len(arguments) - 1, wrapped, fits)
 
 
 def cut_payloads(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas import Message
-from streams.context.notes import event_span
+from streams.context.notes import event_span, recall_hint
 from streams.rules.eligibility import is_user_turn_message
 from streams.rules.tokens import TokenCounter
 
@@ -42,7 +42,7 @@ def dropped_note(event_ids: Sequence[str], *, session_load: bool) -> str:
     """
     if not event_ids:
         return ""
-    where = "session_load(event_id=...) returns them" if session_load else "they stay stored in the session"
+    where = recall_hint(session_load, many=True)
     return f"{DROPPED_MARK} (the oldest rounds, after every payload cut): {event_span(event_ids)}; {where}]"
 
 

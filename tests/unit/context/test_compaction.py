@@ -126,8 +126,8 @@ def test_skip_recent_protects_pass1_but_not_pass2() -> None:
     config = CompactionConfig(enabled=True, keep_recent_requests=0, skip_recent=6, oversized_tool_result_max_tokens=500)
     first, second, current = _results(_run(s, config))
     assert first.startswith(PLACEHOLDER_MARK)
-    assert not second.startswith(PLACEHOLDER_MARK) and "characters truncated" in second
-    assert "characters truncated" in current
+    assert not second.startswith(PLACEHOLDER_MARK) and "characters cut from the middle" in second
+    assert "characters cut from the middle" in current
     assert COUNTER.count_text(second) <= 500
 
 
@@ -213,15 +213,15 @@ def test_pass2_marker_states_cut_characters_and_ids() -> None:
     assert current.startswith("y") and current.endswith("y")
     kept = current.count("y")
     removed = 8000 - kept
-    assert f"[distill: {removed} characters truncated from the middle of this tool result; event_id=e11;" in current
-    assert "tool_call_id=c2; tool_name=fetch; session_load can return the full text]" in current
+    assert f"[distill: {removed} characters cut from the middle of this tool result; event_id=e11;" in current
+    assert 'tool_call_id=c2; tool_name=fetch; session_load(event_id="e11") returns it whole]' in current
 
 
 def test_truncate_middle_examples() -> None:
     text = "".join(chr(ord("a") + i % 26) for i in range(500))
     cut = truncate_middle(text, 200)
     head = cut.split("\n\n")[0]
-    assert f"[distill: {500 - 2 * len(head)} characters truncated from the middle]" in cut
+    assert f"[distill: {500 - 2 * len(head)} characters cut from the middle of this tool result]" in cut
     assert len(cut) <= 200 and len(head) > 50
     assert cut.startswith(text[:10]) and cut.endswith(text[-10:])
     short = "0123456789abcdefghij"

@@ -96,7 +96,7 @@ def test_tailoring_alone_drops_rounds_fit_cuts_payloads_instead() -> None:
     for event_id, markers in book.by_event.items():
         for marker in markers:
             assert marker in text or event_id in named, (event_id, marker)
-    assert "session_load can return the full text" in text
+    assert "characters cut from the middle of this tool result" in text and ") returns it whole]" in text
 
 
 def test_fit_keeps_the_largest_threshold_that_fits() -> None:

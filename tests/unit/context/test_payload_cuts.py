@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 
 import pytest
 
 from projections.textcut import is_boundary
 from schemas import Message
+from streams.context.compaction import RecoveryHint, arguments_placeholder, truncate_middle
 from streams.context.items import HistoryItem
+from streams.context.notes import CONTEXT_NOTE_KEY
 from streams.context.payload_cuts import (
-    CUT_KEY,
     PayloadCuts,
     arguments_marker,
     cut_arguments,
@@ -58,7 +60,7 @@ def test_cut_arguments_cut_string_values_and_stay_json() -> None:
 def test_arguments_not_in_strings_are_wrapped_head_and_tail_as_json(args: str) -> None:
     cut = cut_arguments(args, lambda s: COUNTER.count_text(s) <= 300, arguments_marker("e3", "c1", session_load=False))
     value = json.loads(cut)
-    assert "event_id=e3" in value[CUT_KEY] and "stays stored" in value[CUT_KEY]
+    assert "event_id=e3" in value[CONTEXT_NOTE_KEY] and "stays stored" in value[CONTEXT_NOTE_KEY]
     assert args.startswith(value["head"]) and args.endswith(value["tail"]) and value["head"]
 
 
@@ -73,3 +75,23 @@ def test_only_stored_events_are_cut_and_the_current_message_keeps_its_floor() ->
     assert out[1] is items[1] and stats.event_ids == ["e1", "e3"]
     assert COUNTER.count_message(out[0].message) <= 64 < COUNTER.count_message(out[2].message) <= 256
     assert (out[2].message.content or "").startswith("很长的问题")
+
+
+def test_every_cut_has_one_marker_format_and_every_replaced_arguments_one_key() -> None:
+    """Tool results, arguments and messages: one marker, one way to name the load, one JSON key."""
+    text = "日志内容" * 500
+    hint = RecoveryHint("e7", "c7", "fetch", "oversized")
+    marks = [
+        truncate_middle(text, 600, hint, session_load=True),
+        cut_text(text, lambda s: len(s) <= 600, message_marker("e7", session_load=True)),
+        cut_text(text, lambda s: len(s) <= 600, arguments_marker("e7", "c7", session_load=True)),
+    ]
+    pattern = re.compile(
+        r"\[distill: \d+ characters cut from the middle of (this tool result|this message|these tool-call arguments); "
+        r"event_id=e7; (tool_call_id=c7; )?(tool_name=fetch; )?session_load\(event_id=\"e7\"\) returns it whole\]"
+    )
+    assert [bool(pattern.search(m)) for m in marks] == [True, True, True]
+    marker = arguments_marker("e7", "c7", session_load=True)
+    wrapped = cut_arguments("不是 JSON " * 400, lambda s: len(s) <= 500, marker)
+    assert set(json.loads(wrapped)) == {CONTEXT_NOTE_KEY, "head", "tail"}
+    assert set(json.loads(arguments_placeholder("e7", session_load=True))) == {CONTEXT_NOTE_KEY}
