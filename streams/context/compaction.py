@@ -51,8 +51,8 @@ _POLICY = (
     "the context. Do not call it again unless it is read-only."
 )
 _LOAD_HINT = (
-    "To read the original output, call session_load with this event_id; for a large output pass "
-    "content_offset and content_limit to read it in slices."
+    "To read the original output, call session_load with this event_id; a large output comes in pages: "
+    "while the answer has next_content_offset, call again with content_offset set to it."
 )
 _NO_LOAD_HINT = (
     "The original output cannot be fetched with the tools available here. Rely on the summary, and "

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from schemas import FunctionCall, ToolCall
 from streams.context import AssemblyOptions, assemble
+from streams.context.compaction import RecoveryHint, historical_placeholder
 from streams.context.recall_tools import (
     HISTORICAL_NOTE,
     USAGE_NOTE_MARK,
@@ -333,3 +334,21 @@ async def test_missing_window_sides_take_the_read_rule_defaults() -> None:
     # before omitted → the default 1, not 0; after=0 given explicitly → kept.
     body = await _call(executor, "session_load", event_id="e3", after=0)
     assert [m["event_id"] for m in body["messages"]] == ["e1", "e3"]  # e2 (a raw tool call) is never loaded
+
+
+def test_every_paging_hint_names_next_content_offset() -> None:
+    """The load pages the anchor's text and its calls' arguments as one stream: every hint the model
+    reads says to follow the answer's next_content_offset (not a slice of its own choosing)."""
+    hint = RecoveryHint("e3", "c1", "fetch", "historical_compaction")
+    [load] = recall_tools(RecallCapabilities(load=True))
+    offset = load["function"]["parameters"]["properties"]["content_offset"]
+    texts = {
+        "placeholder": historical_placeholder(hint, session_load=True),
+        "usage note": usage_note(RecallCapabilities(load=True)) or "",
+        "tool": load["function"]["description"],
+        "content_offset": offset.get("description", ""),
+    }
+    for where, text in texts.items():
+        assert "next_content_offset" in text, where
+        assert "in slices" not in text, where
+    assert "one stream" in texts["tool"] and "tool calls' arguments" in texts["content_offset"]
