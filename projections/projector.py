@@ -500,7 +500,8 @@ class Projector(CassandraStage):
                 kept.add(s.filter_key)
                 batch.add(self._p["latest_put"], (*pk, s.filter_key, *summary_latest_values(s)))
             for row in rows:
-                if row.filter_key not in kept:
+                # After a deletion's range delete only the static columns remain: one row, no filter key.
+                if row.filter_key is not None and row.filter_key not in kept:
                     batch.add(self._p["latest_delete"], (*pk, row.filter_key))
             result = next(iter(await self._run(batch, None)))
             if result.applied:
