@@ -338,12 +338,14 @@ class Projector(CassandraStage):
 
         See ``projections.late_events``: sessions not remembered are read first
         (their newest timestamp, one row each, concurrently); the first record of
-        a late event, or of one stamped in the millisecond of its session's latest,
-        is looked up (one row each, concurrently: such events are few), so an event
-        published again keeps its place and is not late again.
+        a late event, or of one stamped in the millisecond of its session's latest
+        that may be published again (``LatestStamps.order``), is looked up (one row
+        each, concurrently: such events are few), so an event published again keeps
+        its place and is not late again.
         """
         keys = [((i.record.topic, i.record.partition), _pk(i.event)) for i in items]
-        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items])
+        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items],
+                                          [i.event.event_id for i in items])  # fmt: skip
         late = [n for n, o in enumerate(orders) if o < 0]
         ties = [n for n, o in enumerate(orders) if o == 0]
         if not late and not ties:
