@@ -462,8 +462,9 @@ class Projector(CassandraStage):
         the epoch) is left out, like a live summary of the deleted history.
 
         A head Cassandra refuses (``StoreRefused``: a filter key over the key
-        limit; its history row is written first and tells) is dead-lettered on
-        ``outcome`` with the session and the key it names, and the session
+        limit; its history row is written first and tells) is left out: the
+        record is dead-lettered on ``outcome`` once, naming the session and every
+        refused key, and the session
         switches without it (its key then has no summary in the epoch): one
         refused head neither holds back the others nor leaves the session on
         the line it left, where its next summaries would no longer be served.
@@ -473,6 +474,7 @@ class Projector(CassandraStage):
         offset = item.record.offset
         deletion = await self._deleted_at(pk)
         heads = []
+        refused: list[tuple[SessionSummary, StoreRefused]] = []
         for head in a.heads:
             if outlived_by_deletion(head.summary.created_at, head.events_offset, deletion):
                 continue
@@ -480,14 +482,16 @@ class Projector(CassandraStage):
             try:
                 await self._run(self._p[summary_history_target(s)], summary_history_row(s))
             except StoreRefused as exc:
-                reason = (
-                    f"cassandra refused the head of filter key {_clipped(s.filter_key)} (version {s.version}) in "
-                    f"the switch of session {_named(a.session_key)} to epoch {a.epoch}; the session switched "
-                    f"without it: {exc}"
-                )
-                outcome.dead_letters.append(dead_letter(item.record, exc, reason, stage=STAGE))
+                refused.append((s, exc))
                 continue
             heads.append(head)
+        if refused:  # one dead letter for the record (it holds every head's text), naming every refused key
+            keys = ", ".join(f"{_clipped(s.filter_key)} (version {s.version})" for s, _ in refused)
+            reason = (
+                f"cassandra refused {len(refused)} head(s) in the switch of session {_named(a.session_key)} to "
+                f"epoch {a.epoch}, of filter key(s) {keys}; the session switched without them: {refused[0][1]}"
+            )
+            outcome.dead_letters.append(dead_letter(item.record, refused[0][1], reason, stage=STAGE))
         applied = 0
         for _ in range(8):
             rows = list(await self._run(self._p["served"], pk))
