@@ -67,6 +67,7 @@ from projections.rows import restore_event_json
 from projections.stage import INDEX_STAGE
 from schemas import SessionEvent, SessionKey, SessionSummary
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
+from schemas.summaries import stored_summary
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_PAGE = 500
@@ -326,7 +327,7 @@ class _Run:
         rows = await self.q(self.r._summaries, self.pk)
         # The static column: also on the one row a session whose switch left it no heads returns.
         self.served_epoch = next((r.served_epoch for r in rows if r.served_epoch is not None), 0)
-        records = [SessionSummary.model_validate_json(r.summary_json) for r in rows if r.summary and r.summary_json]
+        records = [stored_summary(r.summary_json) for r in rows if r.summary and r.summary_json]
         return applicable_summary(records, self.filter_key)
 
     async def cut(self, applied: AppliedSummary | None) -> Cut | None:

@@ -89,7 +89,9 @@ class LoadedToolCall:
     name: str
     arguments: str
     arguments_bytes: int
-    arguments_offset: int
+    arguments_offset: int | None
+    """Where the slice starts in the anchor's stream (text, then each call's arguments); ``None``: the
+    page holds nothing of these arguments."""
     returned_bytes: int
     arguments_truncated: bool
 
@@ -107,7 +109,9 @@ class LoadedMessage:
     tool_call_id: str | None = None
     tool_name: str | None = None
     content_bytes: int = 0
-    content_offset: int = 0
+    content_offset: int | None = 0
+    """Where the text's slice starts in the stream (the text comes first); ``None``: the page holds nothing
+    of the text."""
     returned_bytes: int = 0
     content_truncated: bool = False
     tool_calls: tuple[LoadedToolCall, ...] = ()

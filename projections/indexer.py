@@ -265,7 +265,8 @@ class RecallIndexer(CassandraStage):
         read first (their newest line).
         """
         keys = [((i.record.topic, i.record.partition), _session(i.event)) for i in items]
-        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items])
+        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items],
+                                          [i.event.event_id for i in items])  # fmt: skip
         late = [n for n, o in enumerate(orders) if o < 0]
         ties = [n for n, o in enumerate(orders) if o == 0]
         if not late and not ties:

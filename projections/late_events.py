@@ -24,7 +24,11 @@ early record the log already held at the boundary was summarized), so a
 summarized event sent again never comes back into the prompt. Such a record
 is late, or stamped in the millisecond of the latest timestamp (nothing
 stamped later was logged in between): both are looked up; a record stamped
-later than the latest is new.
+later than the latest is new. A tie costs no read when :class:`LatestStamps`
+knows every event id stamped in that millisecond (it saw the session reach it,
+and they were at most ``tied_ids``) and the record's id is not among them:
+producers whose clocks tick in seconds stamp most of a session's events in its
+latest millisecond.
 """
 
 from __future__ import annotations
@@ -37,11 +41,14 @@ from datetime import datetime
 from projections.boundary import millis
 
 DEFAULT_REMEMBERED_SESSIONS = 100_000
-"""Sessions whose latest timestamp a projector process remembers (about 330 bytes each; least recently
-projected forgotten first)."""
+"""Sessions whose latest timestamp a projector process remembers (about 330 bytes each, plus the event ids
+stamped in that millisecond; least recently projected forgotten first)."""
+DEFAULT_TIED_IDS = 16
+"""Event ids remembered per session in its latest millisecond; past them its ties are looked up again."""
 
 Partition = tuple[str, int]
 """An events-topic partition ``(topic, partition)``."""
+_Latest = tuple[int, int | None, tuple[Hashable, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -68,15 +75,19 @@ class LatestStamps:
     late too, which the read takes just as well.
     """
 
-    def __init__(self, capacity: int = DEFAULT_REMEMBERED_SESSIONS) -> None:
+    def __init__(self, capacity: int = DEFAULT_REMEMBERED_SESSIONS, tied_ids: int = DEFAULT_TIED_IDS) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if tied_ids < 0:
+            raise ValueError(f"tied_ids must be >= 0, got {tied_ids}")
         self.capacity = capacity
+        self.tied_ids = tied_ids
         self._next: dict[Partition, int] = {}
         self._run: dict[Partition, int] = {}
         """Per partition, which unbroken run of its offsets is being projected (a jump starts the next)."""
-        self._latest: OrderedDict[tuple[Partition, Hashable], tuple[int, int | None]] = OrderedDict()
-        """``(partition, session)`` → (the run it was learnt in, its latest timestamp in ms; ``None``: no event)."""
+        self._latest: OrderedDict[tuple[Partition, Hashable], _Latest] = OrderedDict()
+        """``(partition, session)`` → (the run it was learnt in, its latest timestamp in ms (``None``: no
+        event), the ids of the events stamped in that millisecond (``None``: not all known))."""
 
     def follow(self, partition: Partition, offset: int) -> None:
         """Record that ``offset`` of ``partition`` is projected now (every record of it, in order)."""
@@ -90,8 +101,15 @@ class LatestStamps:
         return found is not None and found[0] == self._run.get(partition, 0)
 
     def learn(self, partition: Partition, session: Hashable, latest: datetime | None) -> None:
-        """Remember ``latest`` (read from Cassandra; ``None``: the session has no event) for ``session``."""
-        self._set((partition, session), None if latest is None else millis(latest))
+        """Remember ``latest`` (read from Cassandra; ``None``: the session has no event) for ``session``.
+
+        Which events Cassandra holds in that millisecond is not known: its ties are looked up until
+        the session's latest timestamp moves on.
+        """
+        if latest is None:
+            self._set((partition, session), None, ())
+        else:
+            self._set((partition, session), millis(latest), None)
 
     def forget(self, partition: Partition, session: Hashable) -> None:
         """``session`` was deleted: it has no event (later events of it start afresh)."""
@@ -104,23 +122,32 @@ class LatestStamps:
         """
         return self.order(partition, session, ts) < 0
 
-    def order(self, partition: Partition, session: Hashable, ts: datetime) -> int:
-        """Where ``ts`` falls against the session's latest timestamp: -1 before it (late), 0 in its
-        millisecond (a record published again may be), 1 after it or the session's first; remembers
-        ``ts`` when it is the latest. The session must be known (as for :meth:`place`)."""
+    def order(self, partition: Partition, session: Hashable, ts: datetime, event_id: Hashable | None = None) -> int:
+        """Where an event ``event_id`` stamped ``ts`` falls against the session's latest timestamp: -1
+        before it (late), 0 in its millisecond when it may be a record published again (its id is among
+        those stamped there, or they are not all known: the session was read cold from Cassandra, more
+        than ``tied_ids`` of them, or no ``event_id`` given), 1 after it, the session's first, or a new
+        event in its millisecond; remembers ``ts`` and ``event_id`` when it is the latest. The session
+        must be known (as for :meth:`place`)."""
         key = (partition, session)
-        latest = self._latest[key][1]
+        _, latest, ids = self._latest[key]
         ms = millis(ts)
-        if latest is not None and ms <= latest:
-            if ms < latest:
-                return -1
+        if latest is not None and ms < latest:
+            return -1
+        if latest is None or ms > latest:
+            self._set(key, ms, None if event_id is None or self.tied_ids == 0 else (event_id,))
+            return 1
+        if event_id is None:  # it may be new, and is not remembered: the millisecond's ids are not all known
+            self._set(key, ms, None)
             return 0
-        self._set(key, ms)
+        if ids is None or event_id in ids:
+            return 0
+        self._set(key, ms, (*ids, event_id) if len(ids) < self.tied_ids else None)
         return 1
 
-    def _set(self, key: tuple[Partition, Hashable], ms: int | None) -> None:
+    def _set(self, key: tuple[Partition, Hashable], ms: int | None, ids: tuple[Hashable, ...] | None) -> None:
         latest = self._latest
-        latest[key] = (self._run.get(key[0], 0), ms)
+        latest[key] = (self._run.get(key[0], 0), ms, ids)
         latest.move_to_end(key)
         if len(latest) > self.capacity:
             latest.popitem(last=False)
@@ -170,5 +197,6 @@ def place_late(
 
 
 __all__ = [
-    "DEFAULT_REMEMBERED_SESSIONS", "LatestStamps", "Partition", "Placement", "first_seq", "place_late",
+    "DEFAULT_REMEMBERED_SESSIONS", "DEFAULT_TIED_IDS", "LatestStamps", "Partition", "Placement", "first_seq",
+    "place_late",
 ]  # fmt: skip

@@ -338,12 +338,14 @@ class Projector(CassandraStage):
 
         See ``projections.late_events``: sessions not remembered are read first
         (their newest timestamp, one row each, concurrently); the first record of
-        a late event, or of one stamped in the millisecond of its session's latest,
-        is looked up (one row each, concurrently: such events are few), so an event
-        published again keeps its place and is not late again.
+        a late event, or of one stamped in the millisecond of its session's latest
+        that may be published again (``LatestStamps.order``), is looked up (one row
+        each, concurrently: such events are few), so an event published again keeps
+        its place and is not late again.
         """
         keys = [((i.record.topic, i.record.partition), _pk(i.event)) for i in items]
-        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items])
+        orders = await self._stamp_orders(self._stamps, self._p["latest_ts"], keys, [i.event.timestamp for i in items],
+                                          [i.event.event_id for i in items])  # fmt: skip
         late = [n for n, o in enumerate(orders) if o < 0]
         ties = [n for n, o in enumerate(orders) if o == 0]
         if not late and not ties:
@@ -460,8 +462,9 @@ class Projector(CassandraStage):
         the epoch) is left out, like a live summary of the deleted history.
 
         A head Cassandra refuses (``StoreRefused``: a filter key over the key
-        limit; its history row is written first and tells) is dead-lettered on
-        ``outcome`` with the session and the key it names, and the session
+        limit; its history row is written first and tells) is left out: the
+        record is dead-lettered on ``outcome`` once, naming the session and every
+        refused key, and the session
         switches without it (its key then has no summary in the epoch): one
         refused head neither holds back the others nor leaves the session on
         the line it left, where its next summaries would no longer be served.
@@ -471,6 +474,7 @@ class Projector(CassandraStage):
         offset = item.record.offset
         deletion = await self._deleted_at(pk)
         heads = []
+        refused: list[tuple[SessionSummary, StoreRefused]] = []
         for head in a.heads:
             if outlived_by_deletion(head.summary.created_at, head.events_offset, deletion):
                 continue
@@ -478,14 +482,16 @@ class Projector(CassandraStage):
             try:
                 await self._run(self._p[summary_history_target(s)], summary_history_row(s))
             except StoreRefused as exc:
-                reason = (
-                    f"cassandra refused the head of filter key {_clipped(s.filter_key)} (version {s.version}) in "
-                    f"the switch of session {_named(a.session_key)} to epoch {a.epoch}; the session switched "
-                    f"without it: {exc}"
-                )
-                outcome.dead_letters.append(dead_letter(item.record, exc, reason, stage=STAGE))
+                refused.append((s, exc))
                 continue
             heads.append(head)
+        if refused:  # one dead letter for the record (it holds every head's text), naming every refused key
+            keys = ", ".join(f"{_clipped(s.filter_key)} (version {s.version})" for s, _ in refused)
+            reason = (
+                f"cassandra refused {len(refused)} head(s) in the switch of session {_named(a.session_key)} to "
+                f"epoch {a.epoch}, of filter key(s) {keys}; the session switched without them: {refused[0][1]}"
+            )
+            outcome.dead_letters.append(dead_letter(item.record, refused[0][1], reason, stage=STAGE))
         applied = 0
         for _ in range(8):
             rows = list(await self._run(self._p["served"], pk))
@@ -500,7 +506,8 @@ class Projector(CassandraStage):
                 kept.add(s.filter_key)
                 batch.add(self._p["latest_put"], (*pk, s.filter_key, *summary_latest_values(s)))
             for row in rows:
-                if row.filter_key not in kept:
+                # After a deletion's range delete only the static columns remain: one row, no filter key.
+                if row.filter_key is not None and row.filter_key not in kept:
                     batch.add(self._p["latest_delete"], (*pk, row.filter_key))
             result = next(iter(await self._run(batch, None)))
             if result.applied:

@@ -439,17 +439,19 @@ class CassandraStage:
         return [value for _, value in results]
 
     async def _stamp_orders(
-        self, stamps: LatestStamps, latest_ts: Any, keys: Sequence[tuple[Partition, Any]], stamped: Sequence[datetime]
-    ) -> list[int]:
+        self, stamps: LatestStamps, latest_ts: Any, keys: Sequence[tuple[Partition, Any]], stamped: Sequence[datetime],
+        ids: Sequence[str],
+    ) -> list[int]:  # fmt: skip
         """Each event's order against its session's latest timestamp (``LatestStamps.order``: < 0 late,
-        0 in the latest's millisecond), in log order; ``keys``: each event's (partition, session key),
-        ``stamped``: its timestamp. Sessions ``stamps`` does not remember are read first with
-        ``latest_ts`` (their newest row, one query each, concurrently)."""
+        0 in the latest's millisecond and maybe published again), in log order; ``keys``: each event's
+        (partition, session key), ``stamped``: its timestamp, ``ids``: its event id. Sessions ``stamps``
+        does not remember are read first with ``latest_ts`` (their newest row, one query each,
+        concurrently)."""
         cold = [key for key in dict.fromkeys(keys) if not stamps.knows(*key)]
         for (tp, pk), rows in zip(cold, await self._read_many(latest_ts, [pk for _, pk in cold]), strict=True):
             newest = next(iter(rows), None)
             stamps.learn(tp, pk, None if newest is None else newest.ts)
-        return [stamps.order(tp, pk, ts) for (tp, pk), ts in zip(keys, stamped, strict=True)]
+        return [stamps.order(tp, pk, ts, i) for (tp, pk), ts, i in zip(keys, stamped, ids, strict=True)]
 
     async def _run_concurrent(self, work: Iterable[tuple[Any, Any]]) -> list[tuple[int, BaseException]]:
         """Run ``work`` with bounded concurrency; returns the failures as ``(position, exception)``.

@@ -28,6 +28,7 @@ from projections.summary_selection import (
     select_for_prompt,
 )
 from schemas import SessionKey, SessionSummary
+from schemas.summaries import stored_summary
 
 
 def _utc(dt: datetime) -> datetime:
@@ -202,5 +203,5 @@ def _summary(row: Any) -> StoredSummary:
     return StoredSummary(
         filter_key=row.filter_key, version=row.version, summary=row.summary or "", cutoff_at=_utc(row.cutoff_at),
         last_event_id=row.last_event_id, created_at=_utc(row.created_at) if row.created_at else None,
-        record=SessionSummary.model_validate_json(row.summary_json),
+        record=stored_summary(row.summary_json),
     )  # fmt: skip

@@ -58,7 +58,9 @@ class ContentSlice:
 
     text: str
     content_bytes: int
-    content_offset: int
+    content_offset: int | None
+    """Where the slice starts: in the text (``slice_content``), in the stream (``slice_payload``: ``None``
+    for a part the page holds nothing of)."""
     returned_bytes: int
     truncated: bool
 
@@ -95,7 +97,8 @@ class PayloadPage:
 
     parts: tuple[ContentSlice, ...]
     """Each part's slice in this page (empty for a part the page does not reach or has passed), in order;
-    ``content_offset`` is within the part."""
+    ``content_offset`` is where the slice starts in the stream (what a request's ``content_offset`` names),
+    ``None`` for a part the page holds nothing of, so no part names a position the page did not reach."""
     payload_bytes: int
     """Bytes of every part together."""
     next_offset: int | None
@@ -122,13 +125,12 @@ def slice_payload(parts: Sequence[str], offset: int, limit: int) -> PayloadPage:
     ended = False
     for data in datas:
         n = len(data)
-        if n == 0:
-            slices.append(ContentSlice("", 0, 0, 0, False))
+        if n == 0:  # held by the page when the page reaches where it sits
+            reached = pos <= base < stop and not ended
+            slices.append(ContentSlice("", 0, base if reached else None, 0, False))
             continue
-        if base + n <= pos:  # passed: the page starts after it
-            slices.append(ContentSlice("", n, n, 0, True))
-        elif ended or base >= stop:  # not reached
-            slices.append(ContentSlice("", n, 0, 0, True))
+        if base + n <= pos or ended or base >= stop:  # passed: the page starts after it
+            slices.append(ContentSlice("", n, None, 0, True))
         else:
             start = _snap_back(data, pos - base)
             end = _snap_back(data, min(stop - base, n))
@@ -138,10 +140,10 @@ def slice_payload(parts: Sequence[str], offset: int, limit: int) -> PayloadPage:
                     end += 1
             if end <= start:  # the next character does not fit in what is left of the page
                 ended = True
-                slices.append(ContentSlice("", n, start, 0, True))
+                slices.append(ContentSlice("", n, None, 0, True))
             else:
                 chunk = data[start:end]
-                slices.append(ContentSlice(chunk.decode("utf-8"), n, start, len(chunk), start > 0 or end < n))
+                slices.append(ContentSlice(chunk.decode("utf-8"), n, base + start, len(chunk), start > 0 or end < n))
                 end_at = base + end
                 ended = end < n
         base += n

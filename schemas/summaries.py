@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Literal
 
@@ -173,6 +174,22 @@ class SessionSummary(ContractModel):
     @property
     def session_key(self) -> SessionKey:
         return SessionKey(self.app_name, self.user_id, self.session_id)
+
+
+def stored_summary(raw: str | bytes) -> SessionSummary:
+    """A summary read back from storage (a projection row's ``summary_json``), its unknown fields ignored.
+
+    Only for reads that show a stored summary (an agent's context read, the read API): a
+    row a newer projector wrote may carry a field this build does not know, and such a
+    reader neither writes the record back nor acts on the field, so refusing the row would
+    only take the session's summary away until the agent is upgraded. Stages that carry
+    a summary forward or write it (workers, projectors) keep validating strictly: a field
+    they dropped would be lost from every summary built on it. Top-level fields only.
+    """
+    data = json.loads(raw)
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k in SessionSummary.model_fields}
+    return SessionSummary.model_validate(data)
 
 
 class SummaryFailure(ContractModel):

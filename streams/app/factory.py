@@ -377,7 +377,7 @@ def create_app(
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
         last_of: dict[int, Any] = {}  # partition -> an event of it (its records are this partition's)
         kinds: dict[str, int] = {}
-        deleted: list[SessionKey] = []
+        deleted: list[tuple[SessionKey, int]] = []
         partition = -1
         for msg in messages:
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
@@ -404,7 +404,7 @@ def create_app(
             kind = type(record).__name__
             kinds[kind] = kinds.get(kind, 0) + 1
             if isinstance(record, DeleteSession):
-                deleted.append(record.session_key)
+                deleted.append((record.session_key, msg.offset))
             runtime.track_logged(out, coords)
             for job in out.jobs:
                 outgoing.append((topics.jobs, key, job.model_dump_json().encode(), msg.partition))
@@ -415,7 +415,7 @@ def create_app(
             if out.dead_letter is not None:
                 outgoing.append((topics.dead_letters, key, out.dead_letter.model_dump_json().encode(), msg.partition))
         write_table(stream, batch, last_of, outgoing)
-        if deleted:  # the table says so now: their jobs in progress end before their model call
+        if deleted:  # their jobs in progress end before their model call (judged by offsets, not the table)
             runtime.sessions_deleted(deleted)
         for kind, n in kinds.items():
             metrics.EVENTS.labels(kind).inc(n)

@@ -38,7 +38,7 @@ from streams.app.heads import session_id_of
 from streams.app.ingest_first import IngestFirst
 from streams.app.ledger import SummaryLedger, summary_key
 from streams.app.pool import JobPool
-from streams.app.summarize import JobResult, SummarizeHandler, deleted_since, is_permanent
+from streams.app.summarize import JobResult, SummarizeHandler, decided_before, deleted_since, is_permanent
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import KEY_SEPARATOR, TrackedKey, table_key
 from streams.errors import PermanentError, RetryableError
@@ -218,7 +218,7 @@ class WorkerRuntime:
         loop = asyncio.get_running_loop()
         while True:
             await self._turn()
-            if self.session_deleted(run.job):
+            if run.deleted or self.session_deleted(run.job):
                 await self._abandon(run, coords, key, fields)
                 break
             try:
@@ -276,7 +276,8 @@ class WorkerRuntime:
                 await asyncio.sleep(delay)
                 continue
             await self._turn()
-            published = await self._publish_checked(result, coords.partition, key, fields, run.job)
+            published = "deleted" if run.deleted else (
+                await self._publish_checked(result, coords.partition, key, fields, run.job))  # fmt: skip
             if published == "deleted":
                 await self._abandon(run, coords, key, fields)
             if published != "switched":
@@ -299,19 +300,23 @@ class WorkerRuntime:
             return False
         return deleted_since(job, self.tracked(table_key(job.app_name, job.user_id, job.session_id, FULL_SESSION)))
 
-    def sessions_deleted(self, sessions: Iterable[SessionKey]) -> int:
-        """The track agent folded a ``delete_session`` of each of ``sessions`` into the table.
+    def sessions_deleted(self, deletions: Iterable[tuple[SessionKey, int]]) -> int:
+        """The track agent folded a ``delete_session`` of each session at each offset into the table.
 
-        The running attempts of their jobs decided before it are cancelled: a job waiting for a
-        model slot (or anything before its call) never sends its request, a call in progress is
-        dropped, and the job ends without a summary (``_abandon``). Returns how many were cancelled.
+        The running jobs decided before it (:func:`~streams.app.summarize.decided_before`, judged
+        without reading the table: its store may answer only for the partition folded last) are
+        cancelled: a job waiting for a model slot (or anything before its call) never sends its
+        request, a call in progress is dropped, a job between attempts starts no other, and the
+        job ends without a summary (``_abandon``). Returns how many attempts were cancelled.
         """
         cancelled = 0
-        for sk in sessions:
+        for sk, offset in deletions:
             for run in self._runs.get(session_id_of(*sk), ()):
+                if not decided_before(run.job, offset):
+                    continue
+                run.deleted = True
                 attempt = run.attempt
-                if attempt is not None and not attempt.done() and self.session_deleted(run.job):
-                    run.deleted = True
+                if attempt is not None and not attempt.done():
                     attempt.cancel()
                     cancelled += 1
         return cancelled
@@ -632,7 +637,8 @@ class _Run:
     attempt: asyncio.Task[JobResult] | None = None
     """The attempt running now (``sessions_deleted`` cancels it)."""
     deleted: bool = False
-    """The attempt was cancelled because the job's session was deleted."""
+    """The job's session was deleted after it was decided: its attempt (if any) was cancelled, and it starts
+    no other."""
 
     def __post_init__(self) -> None:
         self.window = self.job.summary_context_window

@@ -403,6 +403,22 @@ def deleted_since(job: SummaryJob, session: TrackedKey | None) -> bool:
     return session.first_offset is None or session.first_offset > job.events_from_offset
 
 
+def decided_before(job: SummaryJob, deletion_offset: int) -> bool:
+    """``job`` reads events of its session from before a ``delete_session`` at ``deletion_offset``.
+
+    Decided on the log alone, not the track table (whose store may not answer for the
+    session where the deletion is folded): the job carries the session's first offset as
+    it was when decided (``events_from_offset``), and the session's events and commands
+    share one partition. A job decided after the deletion starts past it (a deletion
+    resets the first offset to the next event's), so a deletion delivered again cancels
+    nothing. Not known (a job without the offset, a ``join`` reading no events) is not
+    before, as in :func:`deleted_since`.
+    """
+    if job.events_from_offset is None or job.origin == "join":
+        return False
+    return job.events_from_offset < deletion_offset
+
+
 def covers(head: Head, job: SummaryJob) -> bool:
     """Whether the head summary already reaches the job's target (the job would add nothing)."""
     if head.boundary.last_event_id is not None and head.boundary.last_event_id == job.upto.last_event_id:

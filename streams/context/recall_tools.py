@@ -255,7 +255,8 @@ class WindowCall:
     name: str
     arguments: str
     arguments_bytes: int = 0
-    arguments_offset: int = 0
+    arguments_offset: int | None = 0
+    """Where the slice starts in the anchor's stream; ``None``: the page holds nothing of these arguments."""
     returned_bytes: int = 0
     arguments_truncated: bool = False
 
@@ -279,7 +280,9 @@ class WindowEvent:
     tool_name: str | None = None
     anchor: bool = False
     content_bytes: int = 0
-    content_offset: int = 0
+    content_offset: int | None = 0
+    """Where the text's slice starts in the stream (the anchor's text, then its calls' arguments);
+    ``None``: the page holds nothing of the text."""
     returned_bytes: int = 0
     content_truncated: bool = False
     tool_calls: tuple[WindowCall, ...] = ()

@@ -279,3 +279,27 @@ async def test_the_summaries_of_a_session_started_again_after_a_deletion_are_ser
     assert read.summary is not None and (read.summary.epoch, read.summary.version) == (1, 2), read.summary
     assert await leaked(store, k, marks(book, k, "e1", "e2")) == []
     assert await unaccounted(store, k, marks(book, k, "e3", "e4", "e5")) == []
+
+
+async def test_a_switch_after_a_deletion_of_a_switched_session_is_applied_and_served(store: Store) -> None:
+    # Switched once (served_epoch set), deleted (the range delete keeps the static columns, so Cassandra
+    # answers one row with a null filter key), then switched again: the second switch must be applied and
+    # served, not refused over that row and dead-lettered.
+    k = key()
+    await store.apply(record(EVENTS, event(k, "e1", at=1), offset=3001))
+    first = of_epoch(summary(k, 1, text="epoch one", cutoff=1, last_event_id="e1"), 1)
+    await store.apply(
+        summary_record(REPLAY, first, offset=0, events_offset=3001),
+        record(SUMMARIES, switch_at(k, 1, [(first, 3001)], previous=0, cid="c-first"), offset=60),
+    )
+    assert await served(store, k) == {"": (1, 1, "epoch one")}
+    await store.apply(deletion(k, 3002, now_ms()), record(EVENTS, event(k, "e2", at=2), offset=3003))
+    assert await served(store, k) == {}
+    second = of_epoch(summary(k, 1, text="epoch two", cutoff=2, last_event_id="e2"), 2)
+    await store.apply(summary_record(REPLAY, second, offset=1, events_offset=3003))
+    out = await store.apply(record(SUMMARIES, switch_at(k, 2, [(second, 3003)], previous=1, cid="c-again"), offset=61))
+    assert (out.adoptions, out.dead_letters) == (1, [])
+    assert await served(store, k) == {"": (2, 1, "epoch two")}
+    read = await ContextReader(store.session, store.settings.cassandra.keyspace).read(k)
+    assert read.served_epoch == 2
+    assert read.summary is not None and (read.summary.epoch, read.summary.summary) == (2, "epoch two")

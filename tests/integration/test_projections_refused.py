@@ -117,3 +117,18 @@ async def test_a_refused_head_of_an_epoch_switch_is_dead_lettered_and_the_switch
     nxt = {**summary(key, 2, text="新摘要二", cutoff=3, last_event_id="e3"), "epoch": 1}
     await store.apply(record(SUMMARIES, nxt, offset=62))
     assert (await served(store, key))[""] == (1, 2, "新摘要二")
+
+
+async def test_a_switch_with_several_refused_heads_is_dead_lettered_once_naming_every_key(store: Store) -> None:
+    # The record holds every head's text: kept once on the dead-letter topic, not once per refused head.
+    key = SessionKey("app", "u1", "s-refused-twice")
+    store.dead.clear()
+    heads = [summary(key, 1, text="新摘要", cutoff=2, last_event_id="e2"),
+             summary(key, 1, text="refused", cutoff=2, last_event_id="e2", filter_key=HUGE),
+             summary(key, 1, text="refused too", cutoff=2, last_event_id="e2", filter_key="j" * 70_000)]  # fmt: skip
+    outcome = await store.apply(record(SUMMARIES, switch_to(key, 1, heads, "c-twice"), offset=70))
+    [letter] = store.dead
+    assert (letter.source_offset, letter.error_class, outcome.adoptions) == (70, "StoreRefused", 1)
+    assert "'kkkk" in letter.reason and "'jjjj" in letter.reason and "app/u1/s-refused-twice" in letter.reason
+    assert len(letter.reason) <= 2000
+    assert await served(store, key) == {"": (1, 1, "新摘要")}

@@ -77,16 +77,16 @@ def _many_rounds(rounds: int) -> Session:
 
 async def _page(executor: RecallExecutor, event_id: str, call: int | None) -> str:
     """The event's text (``call`` ``None``) or one call's arguments, read back by paging ``session_load``."""
-    offset, text, field = 0, "", "content" if call is None else "arguments"
-    while True:
+    offset: int | None = 0
+    text, field = "", "content" if call is None else "arguments"
+    while offset is not None:  # the text and the calls' arguments are one stream: follow the anchor's pages
         args = json.dumps({"event_id": event_id, "content_offset": offset, "content_limit": 4096})
         msg = await executor.execute(ToolCall(id="load", function=FunctionCall(name="session_load", arguments=args)))
         anchor = next(m for m in json.loads(msg.content or "{}")["messages"] if m["anchor"])
         part: dict[str, Any] = anchor if call is None else anchor["tool_calls"][call]
         text += part[field]
-        offset = part[f"{field}_offset"] + part["returned_bytes"]
-        if offset >= part[f"{field}_bytes"]:
-            return text
+        offset = anchor.get("next_content_offset")
+    return text
 
 
 async def _check(s: Session, budget: int) -> tuple[list[dict[str, Any]], str]:

@@ -276,15 +276,25 @@ async def test_load_of_a_tool_call_event_pages_each_calls_arguments() -> None:
     assert anchor["payload_bytes"] == len(arguments.encode()) + 2 and anchor["next_content_offset"] > 0
     assert all("tool_calls" not in m for m in out["messages"] if not m["anchor"])
     pieces, rest, offset = [], [], 0
+    stream = (anchor["content"] + arguments + "{}").encode()  # the text (empty here), then each call's
+    seen = bytearray(len(stream))
     while offset is not None:
         page = await _call(executor, "session_load", event_id="e2", content_offset=offset, content_limit=100)
         anchor = next(m for m in page["messages"] if m["anchor"])
         calls = anchor["tool_calls"]
         assert anchor["returned_bytes"] + sum(c["returned_bytes"] for c in calls) <= 100
+        parts = [(anchor["content_offset"], anchor["content"], anchor["returned_bytes"])]
+        parts += [(c["arguments_offset"], c["arguments"], c["returned_bytes"]) for c in calls]
+        for at, piece, n in parts:
+            if n == 0:  # a part this page holds nothing of names no position (an empty text: where it sits)
+                assert at is None or (piece == "" and at == offset == 0), (at, offset)
+                continue
+            assert stream[at : at + n] == piece.encode() and not any(seen[at : at + n])  # a stream position
+            seen[at : at + n] = b"\x01" * n
         pieces.append(calls[0]["arguments"])
         rest.append(calls[1]["arguments"])
         offset = anchor.get("next_content_offset")
-    assert "".join(pieces) == arguments and "".join(rest) == "{}"
+    assert "".join(pieces) == arguments and "".join(rest) == "{}" and all(seen)
 
 
 async def test_load_by_tool_call_id_slices_the_anchor() -> None:

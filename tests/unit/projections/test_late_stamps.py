@@ -104,3 +104,41 @@ def test_a_record_in_the_latests_millisecond_published_again_keeps_its_first_pla
     placed = place_late(records, [], {4: (at(5), 2)}, ties=[1, 2, 3, 4])
     assert placed == {2: Placement(10), 4: Placement(2)}  # e2 and e3 are new: written plainly at their offsets
     assert place_late(records, [], {}, ties=[2]) == {2: Placement(10)}
+
+
+def test_a_tie_is_looked_up_only_when_its_id_was_stamped_there_or_the_millisecond_is_not_all_known() -> None:
+    # A producer whose clock ticks in seconds: every event of a burst in the same millisecond.
+    stamps = LatestStamps(tied_ids=3)
+    stamps.follow(P, 0)
+    stamps.learn(P, S, None)  # a new session: every id of its millisecond is seen here
+    assert [stamps.order(P, S, at(1000), e) for e in ("e1", "e2", "e3")] == [1, 1, 1]  # new: no read
+    assert stamps.order(P, S, at(1000.4), "e2") == 0  # e2 published again: looked up
+    assert stamps.order(P, S, at(1000), "e4") == 1  # the fourth id: new, but no longer all remembered
+    assert stamps.order(P, S, at(1000), "e5") == 0  # past the bound: looked up again
+    assert stamps.order(P, S, at(2000), "e6") == 1 and stamps.order(P, S, at(2000), "e7") == 1  # a new millisecond
+    assert stamps.order(P, S, at(1000), "e1") == -1  # late
+
+
+def test_a_session_read_cold_from_cassandra_has_its_ties_looked_up() -> None:
+    stamps = LatestStamps()
+    stamps.follow(P, 0)
+    stamps.learn(P, S, at(1000))  # which events Cassandra holds in that millisecond is not known
+    assert [stamps.order(P, S, at(1000), e) for e in ("e1", "e2")] == [0, 0]
+    assert stamps.order(P, S, at(1001), "e3") == 1 and stamps.order(P, S, at(1001), "e4") == 1
+    assert stamps.order(P, S, at(1001), "e3") == 0
+    stamps.follow(P, 40)  # a jump: read cold again
+    stamps.learn(P, S, at(1001))
+    assert stamps.order(P, S, at(1001), "e4") == 0
+    stamps.forget(P, S)  # deleted: no event, every id of its next millisecond is seen here
+    assert stamps.order(P, S, at(5), "e1") == 1 and stamps.order(P, S, at(5), "e2") == 1
+    with pytest.raises(ValueError):
+        LatestStamps(tied_ids=-1)
+
+
+def test_a_tie_without_its_id_is_looked_up_and_leaves_the_millisecond_not_all_known() -> None:
+    stamps = LatestStamps()
+    stamps.follow(P, 0)
+    stamps.learn(P, S, None)
+    assert stamps.order(P, S, at(7), "e1") == 1
+    assert stamps.order(P, S, at(7)) == 0
+    assert stamps.order(P, S, at(7), "e2") == 0
