@@ -199,6 +199,28 @@ def workers(settings: Settings, tmp: Path, count: int = 1) -> Iterator[list[Work
                 sys.stderr.write(p.log_text()[-5000:])
 
 
+@contextmanager
+def live_pipeline(settings: Settings, keyspace: str, tmp: Path) -> Iterator[Any]:
+    """A worker and a projector over ``settings`` (topics created, ``keyspace`` set): yields a CQL session on
+    it, and checks on the way out that neither process died meanwhile. The caller leases and releases the
+    keyspace."""
+    from projections.cassandra_session import connect
+
+    settings.cassandra.keyspace = keyspace
+    asyncio.run(create_topics(settings))
+    cluster, cql = connect(settings.cassandra)
+    projector = ProjectorProcess(settings, tmp / "projector.log")
+    try:
+        with workers(settings, tmp) as procs:
+            yield cql
+            for p in procs:
+                assert p.proc.poll() is None, p.log_text()[-4000:]
+        assert projector.proc.poll() is None, projector.log_text()[-4000:]
+    finally:
+        projector.stop()
+        cluster.shutdown()
+
+
 def isolated_worker_settings(settings: Settings, **summary: Any) -> Settings:
     data = settings.model_dump()
     data["worker"]["app_id"] = register_prefix(f"distill-test-{uuid.uuid4().hex[:8]}")

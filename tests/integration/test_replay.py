@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from projections.cassandra_session import connect
 from projections.epoch_reads import EpochReader
 from projections.read_api import SessionReader
 from schemas import SessionKey
@@ -37,14 +36,12 @@ from schemas.settings import Settings
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     DISTILL,
-    ProjectorProcess,
     SessionBuilder,
-    create_topics,
+    live_pipeline,
     read_topic,
     scripted_pipeline_settings,
     summaries_of,
     worker_env,
-    workers,
 )
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MarkerBook, find_markers
@@ -80,21 +77,12 @@ def pipeline(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Settings, Any]]:
     settings = scripted_pipeline_settings(service_settings, llm_server.base_url, partitions=2, event_threshold=3)
-    settings.cassandra.keyspace = keyspaces.lease()
-    asyncio.run(create_topics(settings))
-    cluster, cql = connect(settings.cassandra)
-    tmp = tmp_path_factory.mktemp("replay")
-    projector = ProjectorProcess(settings, tmp / "projector.log")
+    keyspace = keyspaces.lease()
     try:
-        with workers(settings, tmp) as procs:
+        with live_pipeline(settings, keyspace, tmp_path_factory.mktemp("replay")) as cql:
             yield settings, cql
-            for p in procs:
-                assert p.proc.poll() is None, p.log_text()[-4000:]
-        assert projector.proc.poll() is None, projector.log_text()[-4000:]
     finally:
-        projector.stop()
-        cluster.shutdown()
-        keyspaces.release(settings.cassandra.keyspace)
+        keyspaces.release(keyspace)
 
 
 def chains(summaries: list[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str | None, str]]]:

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from projections.cassandra_session import connect
 from projections.context_read import ContextReader
 from schemas import EpochAdopted, SessionKey, SessionSummary
 from schemas.reads import ContextRead
@@ -29,16 +28,14 @@ from streams.app.decoding import decode_summary_record
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     DISTILL,
-    ProjectorProcess,
     SessionBuilder,
-    create_topics,
+    live_pipeline,
     marker_echo,
     read_topic,
     replay_output,
     scripted_pipeline_settings,
     start_replay,
     worker_env,
-    workers,
 )
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MarkerBook
@@ -55,21 +52,12 @@ def pipeline(
 ) -> Iterator[tuple[Settings, Any]]:
     with OpenAIServer(default=marker_echo) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
-        settings.cassandra.keyspace = keyspaces.lease()
-        asyncio.run(create_topics(settings))
-        cluster, cql = connect(settings.cassandra)
-        tmp = tmp_path_factory.mktemp("replay-history")
-        projector = ProjectorProcess(settings, tmp / "projector.log")
+        keyspace = keyspaces.lease()
         try:
-            with workers(settings, tmp) as procs:
+            with live_pipeline(settings, keyspace, tmp_path_factory.mktemp("replay-history")) as cql:
                 yield settings, cql
-                for p in procs:
-                    assert p.proc.poll() is None, p.log_text()[-4000:]
-            assert projector.proc.poll() is None, projector.log_text()[-4000:]
         finally:
-            projector.stop()
-            cluster.shutdown()
-            keyspaces.release(settings.cassandra.keyspace)
+            keyspaces.release(keyspace)
 
 
 def round_of(book: MarkerBook, b: SessionBuilder, r: int) -> list[Any]:

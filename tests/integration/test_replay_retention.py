@@ -25,7 +25,6 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from projections.cassandra_session import connect
 from schemas import SessionKey
 from schemas.reads import ContextRead
 from schemas.settings import Settings
@@ -34,9 +33,8 @@ from streams.clients.kafka_config import common_kwargs
 from streams.context import AssemblyOptions, assemble_from_read
 from tests.integration.pipeline_support import (
     DISTILL,
-    ProjectorProcess,
     SessionBuilder,
-    create_topics,
+    live_pipeline,
     marker_echo,
     read_topic,
     replay_output,
@@ -44,7 +42,6 @@ from tests.integration.pipeline_support import (
     start_replay,
     summaries_of,
     worker_env,
-    workers,
 )
 from tests.integration.test_replay_history import round_of, served_per_topic, settled_read
 from tests.support.keyspaces import KeyspacePool
@@ -63,21 +60,12 @@ def pipeline(
 ) -> Iterator[tuple[Settings, Any]]:
     with OpenAIServer(default=marker_echo) as llm:
         settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=1, event_threshold=3)
-        settings.cassandra.keyspace = keyspaces.lease()
-        asyncio.run(create_topics(settings))
-        cluster, cql = connect(settings.cassandra)
-        tmp = tmp_path_factory.mktemp("replay-retention")
-        projector = ProjectorProcess(settings, tmp / "projector.log")
+        keyspace = keyspaces.lease()
         try:
-            with workers(settings, tmp) as procs:
+            with live_pipeline(settings, keyspace, tmp_path_factory.mktemp("replay-retention")) as cql:
                 yield settings, cql
-                for p in procs:
-                    assert p.proc.poll() is None, p.log_text()[-4000:]
-            assert projector.proc.poll() is None, projector.log_text()[-4000:]
         finally:
-            projector.stop()
-            cluster.shutdown()
-            keyspaces.release(settings.cassandra.keyspace)
+            keyspaces.release(keyspace)
 
 
 async def drop_first_records(settings: Settings, before: int) -> None:
