@@ -246,6 +246,7 @@ class ContextReader:
             app_name=key.app_name, user_id=key.user_id, session_id=key.session_id, filter_key=filter_key,
             summary=applied, served_epoch=run.served_epoch, events=tuple(run.got.ordered()), full_history=cut is None,
             boundary_seq=cut.anchor_seq if cut is not None else None,
+            event_seqs={event_id: pos.seq for event_id, (pos, _) in run.got.events.items()},
             current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
             stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=run.truncated),
         )  # fmt: skip

@@ -104,6 +104,10 @@ class ContextRead(ContractModel):
     """The log position (events-topic offset) of the summary's boundary event when the projection holds
     it: an event logged after it is the request's, one logged up to it the summary's, whatever their
     timestamps. ``None``: no summary, or its boundary event is not stored (the cut goes by time)."""
+    event_seqs: dict[str, int] = Field(default_factory=dict)
+    """Each of ``events``' log position (events-topic offset; one partition per session), by event id: where
+    an event the read does not hold yet goes among them (the projector writes a batch's rows concurrently,
+    so the rows stored need not be a prefix of the log)."""
     current_event_id: str | None = None
     """The current user message (the latest visible user turn, or the one asked for)."""
     projection_lag: ProjectionLag = Field(default_factory=ProjectionLag)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -274,9 +274,9 @@ class SessionBackend:
         if pending is not None:
             pending.events = [e for e in pending.events if e.event_id not in seen]
             extra = [e for e in pending.events if visible(e.filter_key, filter_key) and not _cut_by(read, pending, e)]
-        # The projector writes the log in order: an event the read does not hold and its cut did not leave
-        # out is logged after every event it holds, whatever the stamps (another producer's clock ahead).
-        log = [*projected, *extra]  # with the boundary event, which the key may not show
+        # By log position, whatever the stamps (another producer's clock ahead): the projector writes a batch's
+        # rows concurrently, so an event the read does not hold yet may lie before some it holds.
+        log = _in_log_order(projected, read.event_seqs, extra, pending.seqs if pending is not None else {})
         merged = [e for e in log if not e.partial and visible(e.filter_key, filter_key)]
         covered = covered_mask(merged, summary.boundary if summary is not None else None, log=log)
         after = {e.event_id for e, c in zip(merged, covered, strict=True) if not c}
@@ -415,6 +415,27 @@ def newer_on_line(summary: SessionSummary, epoch: int, version: int) -> bool:
     """Whether ``summary`` is newer than version ``version`` of ``epoch``: the same line, a higher version
     (``schemas.epochs``: a summary of another epoch is neither newer nor older; the read side's wins)."""
     return summary.epoch == epoch and summary.version > version
+
+
+def _in_log_order(
+    projected: Sequence[SessionEvent],
+    seqs: Mapping[str, int],
+    extra: Sequence[SessionEvent],
+    extra_seqs: Mapping[str, int],
+) -> list[SessionEvent]:
+    """``projected`` (in the read's order) and ``extra`` (published by this process, not read yet) merged by log
+    position; an event whose position is unknown keeps its place (projected) or goes last (extra)."""
+    out = list(projected)
+    for event in extra:
+        seq = extra_seqs.get(event.event_id)
+        at = len(out)
+        while seq is not None and at > 0:
+            before = seqs.get(out[at - 1].event_id, extra_seqs.get(out[at - 1].event_id))
+            if before is None or before < seq:
+                break
+            at -= 1
+        out.insert(at, event)
+    return out
 
 
 def _cut_by(read: ContextRead, pending: _Pending, event: SessionEvent) -> bool:

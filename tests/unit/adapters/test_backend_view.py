@@ -101,3 +101,26 @@ async def test_a_branch_summary_received_before_it_is_projected_hides_no_event_o
     view = await backend.view(KEY, "app/b")
     assert view.summary is not None and view.summary.filter_key == "app/b"
     assert unaccounted(view, events) == [], "the events after the branch's boundary are in no summary it shows"
+
+
+def test_events_published_here_go_among_the_read_ones_by_log_position() -> None:
+    """The projector writes a batch's rows concurrently: the read may hold e5 but not yet e3 and e4."""
+    from datetime import UTC, datetime, timedelta
+
+    from schemas import SessionEvent
+    from streams.adapters.backend import _in_log_order
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def ev(n: int) -> SessionEvent:
+        return SessionEvent.model_validate({
+            "app_name": "a", "user_id": "u", "session_id": "s", "event_id": f"e{n}",
+            "timestamp": t0 + timedelta(seconds=10 - n),  # stamps disagree with the log: the order must not use them
+            "author": "user", "message": {"role": "user", "content": f"标记 M{n}"},
+        })  # fmt: skip
+
+    projected = [ev(1), ev(2), ev(5)]
+    merged = _in_log_order(projected, {"e1": 0, "e2": 1, "e5": 4}, [ev(3), ev(4), ev(6)], {"e3": 2, "e4": 3, "e6": 5})
+    assert [e.event_id for e in merged] == ["e1", "e2", "e3", "e4", "e5", "e6"]
+    # positions unknown (an older projection): the read's order, then what this process published
+    assert [e.event_id for e in _in_log_order(projected, {}, [ev(3)], {"e3": 2})] == ["e1", "e2", "e5", "e3"]
