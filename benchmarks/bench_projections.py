@@ -169,7 +169,8 @@ async def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the keyspace (for --reuse); drop it yourself")
     ap.add_argument("--reuse", metavar="KEYSPACE", help="skip projecting: measure reads on a kept keyspace")
     ap.add_argument("--alter", action="append", default=[], metavar="CQL",
-                    help="run after the migrations, {ks} = the keyspace (e.g. table options to compare)")  # fmt: skip
+                    help="run after the migrations (the lag phase's too), {ks} = the keyspace (e.g. table "
+                         "options to compare)")  # fmt: skip
     ap.add_argument("--settle", action="store_true",
                     help="wait for the compaction backlog after projecting (its CPU counted), then read")  # fmt: skip
     ap.add_argument("--cassandra-pid", type=int, help="for CPU accounting (default: the local node on the port)")
@@ -220,10 +221,11 @@ async def main() -> None:
 
         for rate in (float(r) for r in str(args.lag_rate).split(",")):
             await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
-                              search=timed_search, search_rate=args.lag_search_rate)  # fmt: skip
+                              search=timed_search, search_rate=args.lag_search_rate,
+                              cassandra_pid=cassandra_pid, alter=args.alter)  # fmt: skip
             if args.lag_alone:
                 await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
-                                  with_indexer=False)  # fmt: skip
+                                  with_indexer=False, cassandra_pid=cassandra_pid, alter=args.alter)  # fmt: skip
 
 
 async def run_stage(

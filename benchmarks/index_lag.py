@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -57,14 +57,17 @@ def _env(settings: Settings) -> dict[str, str]:
 async def measure_lag(
     base: Settings, make_events: Callable[..., Any], *, rate: float, seconds: float, sessions: int,
     poll_s: float = 0.02, drain_timeout_s: float = 180.0, with_indexer: bool = True,
-    search: Search | None = None, search_rate: float = 0.0,
+    search: Search | None = None, search_rate: float = 0.0, cassandra_pid: int | None = None,
+    alter: Sequence[str] = (),
 ) -> None:  # fmt: skip
     """Produce ``rate * seconds`` events of the benchmark mix at ``rate``/s; print each stage's lag p50/p99/max.
 
     ``with_indexer=False``: the projector alone (what the indexer's load on Cassandra costs the critical path).
     ``search`` (with ``search_rate`` > 0): that many ``session_search`` calls a second, one at a time, while
     the events are produced, over the sessions written so far; their p50/p99 is printed (search under ingest,
-    against an index that compacts as it grows).
+    against an index that compacts as it grows). ``cassandra_pid``: Cassandra's CPU over the phase is printed
+    per event (both stages, the searches and whatever else that node serves meanwhile). ``alter``: CQL run
+    after the migrations (``{ks}`` = the phase's keyspace), as ``bench_projections --alter``.
     """
     run = uuid.uuid4().hex[:8]
     prefix = f"bench-{run}"
@@ -81,6 +84,8 @@ async def measure_lag(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         apply_migrations(session, settings.cassandra)
+        for cql in alter:
+            session.execute(cql.replace("{ks}", settings.cassandra.keyspace), timeout=60)
         await ensure_topics(settings)
         exe = [sys.executable, "-c", "from streams.cli.main import main; main()"]
         procs.append(subprocess.Popen([*exe, "projector", "--no-index", "--group", groups["critical path"]],
@@ -111,6 +116,7 @@ async def measure_lag(
         pending = {name: {} for name in groups}  # type: dict[str, dict[tuple[int, int], float]]
         next_seen = {name: {} for name in groups}  # type: dict[str, dict[int, int]]
         cpu0 = {p.pid: process_cpu_s(p.pid) for p in procs}
+        cassandra0 = process_cpu_s(cassandra_pid) if cassandra_pid else 0.0
 
         def delivered(at: float, future: asyncio.Future[Any]) -> None:
             if future.exception() is None:
@@ -172,6 +178,7 @@ async def measure_lag(
         if searching is not None:
             await searching
         wall = time.monotonic() - started
+        cassandra_cpu = process_cpu_s(cassandra_pid) - cassandra0 if cassandra_pid else None
         alone = "" if with_indexer else ", the projector alone"
         print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes{alone}, "
               f"offsets polled every {poll_s * 1000:.0f} ms):")  # fmt: skip
@@ -185,6 +192,8 @@ async def measure_lag(
             ms = [v for _, v in searched]
             print(f"  session_search meanwhile: p50 {_pct(ms, 50):.1f} ms  p99 {_pct(ms, 99):.1f} ms  "
                   f"max {max(ms):.1f} ms ({len(ms)} searches, one at a time, ~{search_rate:g}/s)")  # fmt: skip
+        if cassandra_cpu is not None:
+            print(f"  cassandra cpu {cassandra_cpu / total * 1e6:.0f} µs/event (pid {cassandra_pid}, the whole phase)")
         print(f"  wall {wall:.1f}s; load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         for proc in procs:
