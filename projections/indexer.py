@@ -112,6 +112,19 @@ class RecallIndexer(CassandraStage):
     (``concurrency``), so the projector's requests wait behind a handful of
     short ones at most; with a ``gate`` (``projections.critical_gate``) it
     also waits while a projector of the same partitions is behind.
+
+    Where a posting's cost goes (a profile of the local node on the
+    benchmark's mix): about 40% is SAI's memtable index (per term, a skip
+    list of primary keys, each insert comparing keys down its levels), about
+    20% that index's flush (each posting's key looked up again), about a
+    quarter garbage collection, the row itself the rest. The postings are near
+    their floor (``benchmarks/recall_postings.py``: posting each token once per
+    document rather than once per chunk saves 3%), so what takes cost off is
+    the node: the trie memtable, the local node's default, 13-20%. Measured
+    without a clear gain (issue 14): 512 KiB batches, token hashes in a
+    ``set<bigint>``, a one-column clustering key, off-heap memtables; costing
+    more: smaller batches, single-row writes, and an inverted-index table of
+    our own (a clustering row per posting: twice the CPU of an SAI posting).
     """
 
     STAGE = STAGE
