@@ -97,7 +97,7 @@ def test_how_a_started_process_ended_is_told(tmp_path: Path, script: str, ended:
 
 def test_a_service_that_dies_at_startup_is_named_with_how_it_ended(tmp_path: Path) -> None:
     services = LocalServices(Settings(services={"data_dir": tmp_path}))
-    pid = services.kafka.start(["sh", "-c", f"sleep 0.3; kill -KILL $$ # {services.kafka_dir}"],
+    pid = services.kafka.start(["sh", "-c", f"sleep 2; kill -KILL $$ # {services.kafka_dir}"],
                                services.kafka_dir / "kafka.out", tmp_path)  # fmt: skip
     assert services.kafka.pid() == pid
     with pytest.raises(
