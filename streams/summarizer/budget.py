@@ -10,7 +10,7 @@ summarized, the rest waiting for the next pass. The previous summary is cut
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from projections.textcut import head_and_tail, tail_start
 from schemas import SessionEvent
@@ -59,19 +59,6 @@ def truncate_middle(text: str, keep: int) -> str:
     if not head:
         head = text[: tail_start(text, 1)]
     return head + TRUNCATION_MARKER + tail
-
-
-def largest_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int | None:
-    """The largest ``n`` in ``[lo, hi]`` with ``fits(n)``, assuming ``fits`` is monotone."""
-    if hi < lo or not fits(lo):
-        return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def safe_prefix_ends(events: Sequence[SessionEvent], formatter: ConversationFormatter) -> list[int]:

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from schemas import PayloadCut, SessionEvent
 from streams.errors import PermanentError
+from streams.rules.fit_search import largest_fitting
 from streams.rules.tokens import TokenCounter
-from streams.summarizer.budget import largest_fitting, safe_prefix_ends, truncate_middle
+from streams.summarizer.budget import safe_prefix_ends, truncate_middle
 from streams.summarizer.conversation import ConversationFormatter
 from streams.summarizer.payloads import MIN_PAYLOAD_KEEP, PayloadForms
 from streams.summarizer.prompts import SOURCE_BOUNDARY, PromptSet

@@ -1,11 +1,11 @@
 import pytest
 
 from streams.rules.context_windows import register_model_context_window
+from streams.rules.fit_search import largest_fitting
 from streams.summarizer.budget import (
     TRUNCATION_MARKER,
     halve,
     input_budget,
-    largest_fitting,
     resolve_context_window,
     safe_prefix_ends,
     truncate_middle,
