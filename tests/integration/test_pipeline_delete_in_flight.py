@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.partitioner import murmur2
 
 from schemas import DeleteSession
 from schemas.settings import Settings
@@ -33,6 +34,7 @@ from tests.support.openai_server import OpenAIServer, Received, Reply, answer, e
 
 pytestmark = pytest.mark.integration
 
+PARTITIONS = 4
 BLOCKER_S = 8.0
 """How long the call holding the only model slot lasts."""
 FAILING_S = 5.0
@@ -55,6 +57,16 @@ async def wait_for(condition: Any, timeout: float, worker: WorkerProcess) -> Non
         await asyncio.sleep(0.05)
 
 
+def on_partitions(app: str, count: int) -> list[SessionBuilder]:
+    """``count`` sessions of ``app``, each on its own events partition (the client's key, Kafka's partitioner)."""
+    chosen: dict[int, SessionBuilder] = {}
+    while len(chosen) < count:
+        builder = SessionBuilder(app=app)
+        key = f"{app}/{builder.user_id}/{builder.session}".encode()
+        chosen.setdefault((murmur2(key) & 0x7FFFFFFF) % PARTITIONS, builder)
+    return list(chosen.values())
+
+
 def carrying(requests: list[Received], marker: str, since: float = 0.0) -> list[Received]:
     return [r for r in requests if marker in r.text() and r.at >= since]
 
@@ -64,14 +76,15 @@ async def test_a_deletion_stops_the_sessions_jobs_in_flight_before_their_model_c
     isolated_settings: Settings, tmp_path: Path, store: str
 ) -> None:
     # RocksDB: the track agent's store reads only the partition of the event folded last, so the
-    # cancellation must not depend on reading the table back (``WorkerRuntime.sessions_deleted``).
+    # cancellation must not depend on reading the table back (``WorkerRuntime.sessions_deleted``):
+    # the three sessions are on three partitions.
     with OpenAIServer(default=model) as llm:
         settings = scripted_pipeline_settings(
-            isolated_settings, llm.base_url, partitions=1, event_threshold=1, async_summary_num=1,
+            isolated_settings, llm.base_url, partitions=PARTITIONS, event_threshold=1, async_summary_num=1,
             job_timeout_s=120, job_max_attempts=5, worker={"store": store, "data_dir": str(tmp_path / "faust")},
         )  # fmt: skip
         await create_topics(settings)
-        blocker, waiting, failing = SessionBuilder(app="del"), SessionBuilder(app="del"), SessionBuilder(app="del")
+        blocker, waiting, failing = on_partitions("del", 3)
         with workers(settings, tmp_path) as procs:
             async with DistillClient(settings) as client:
                 # A job whose call fails late is in progress when its session is deleted.
