@@ -84,6 +84,12 @@ class AdoptEpoch(SessionRecord):
     a head whose chain starts after the session's first record (its
     ``chain_from_offset``) is refused (:data:`EPOCH_MISSING_HISTORY`): no pass
     would ever read the events before that start again.
+
+    ``require_known_start`` (what is sent for an epoch a ``distill replay
+    --from-latest`` run built): refused as well unless the worker knows where the
+    session's history starts and every head says where its chain starts. Such an
+    epoch serves only the sessions that began after the run started; one whose
+    start cannot be compared is not switched.
     """
 
     type: Literal["adopt_epoch"] = "adopt_epoch"
@@ -91,6 +97,7 @@ class AdoptEpoch(SessionRecord):
     epoch: WireInt = Field(ge=0)
     heads: tuple[AdoptedHead, ...] = ()
     require_caught_up: WireBool = True
+    require_known_start: WireBool = False
     reply_to: str | None = None
     source: str = ""
     """Where the heads come from (the replay run), for the record."""

@@ -85,6 +85,14 @@ def missing_history(target: Mapping[str, Head], first_offset: int | None) -> lis
     return out
 
 
+def unknown_starts(target: Mapping[str, Head], first_offset: int | None) -> list[str]:
+    """Why a head of ``target`` cannot be shown to start with the session (``require_known_start``)."""
+    if first_offset is None:
+        return ["the session's first record is not known to this worker (none folded since its state began)"]
+    return [f"{key or '(session)'}: v{head.version} does not say where its chain starts"
+            for key, head in sorted(target.items()) if head.chain_from_offset is None]  # fmt: skip
+
+
 def decide_adoption(
     command: AdoptEpoch,
     served_epoch: int,
@@ -117,6 +125,8 @@ def decide_adoption(
         return refuse(EPOCH_UNKNOWN, f"epoch {command.epoch} holds no summary of session {session} "
                                      f"(neither the command nor an earlier switch brought any)")  # fmt: skip
     lacking = missing_history(target, first_offset)
+    if command.require_known_start and not lacking:
+        lacking = unknown_starts(target, first_offset)
     if lacking:
         return refuse(EPOCH_MISSING_HISTORY, (
             f"epoch {command.epoch} lacks the start of session {session}'s history: its summaries roll forward "

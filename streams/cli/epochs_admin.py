@@ -64,10 +64,6 @@ TAIL_RUN_SUFFIX = "-tail"
 """Ends the id of a ``distill replay --from-latest`` run (see :func:`is_tail_run`)."""
 
 
-class PartialEpochError(DistillError):
-    """The epoch was built by a ``--from-latest`` run: it lacks the history before the run's start."""
-
-
 def new_run_id(epoch: int, *, from_latest: bool = False) -> str:
     """A run id naming its epoch (and, for a ``--from-latest`` run, saying so: :func:`is_tail_run`)."""
     return f"e{epoch}-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:4]}{TAIL_RUN_SUFFIX if from_latest else ''}"
@@ -250,20 +246,9 @@ async def read_topic(settings: Settings, topic: str) -> list[RawRecord]:
 async def epoch_heads(
     settings: Settings, epoch: int, accept: Callable[[SessionKey], bool] | None = None
 ) -> dict[SessionKey, SessionHeads]:
-    """The heads of ``epoch`` as its replay runs left them (epoch 0: the sessions of every run, no heads).
-
-    Raises :class:`PartialEpochError` for an epoch a ``--from-latest`` run built (:func:`is_tail_run`).
-    """
+    """The heads of ``epoch`` as its replay runs left them (epoch 0: the sessions of every run, no heads)."""
     topics = await replay_epochs(settings)
     names = [n for e, found in topics.items() for n in found] if epoch == 0 else topics.get(epoch, [])
-    prefix = f"{settings.topics.summaries}.replay-"
-    tails = [n for n in names if is_tail_run(n[len(prefix) :])] if epoch != 0 else []
-    if tails:
-        raise PartialEpochError(
-            f"epoch {epoch} was built by 'distill replay --from-latest' ({', '.join(tails)}): its summaries "
-            f"hold only what arrived after the run started, so serving them would hide the history before; "
-            f"replay from the beginning to build an epoch sessions can switch to"
-        )
     records = [r for name in names for r in await read_topic(settings, name)]
     found = collect_heads(records, accept)
     if epoch == 0:  # a switch back: the worker holds the heads the session left on epoch 0
@@ -272,12 +257,24 @@ async def epoch_heads(
     return found
 
 
+async def tail_runs(settings: Settings, epoch: int) -> list[str]:
+    """The output topics of ``epoch`` that a ``--from-latest`` run wrote (:func:`is_tail_run`).
+
+    Such an epoch holds only what arrived after its run started: a session is switched to it
+    only where its worker shows that the session began after that (``require_known_start``).
+    """
+    if epoch == 0:
+        return []
+    prefix = f"{settings.topics.summaries}.replay-"
+    return [n for n in (await replay_epochs(settings)).get(epoch, []) if is_tail_run(n[len(prefix) :])]
+
+
 Answer = EpochAdopted | SummaryFailure
 
 
 async def request_adoptions(
     settings: Settings, epoch: int, sessions: Iterable[SessionHeads], *, require_caught_up: bool, source: str = "",
-    timeout: float = 60.0,
+    timeout: float = 60.0, require_known_start: bool = False,
 ) -> dict[SessionKey, Answer | None]:  # fmt: skip
     """Ask each session's worker to switch to ``epoch``; the answers (``None``: none within ``timeout``)."""
     todo = list(sessions)
@@ -287,6 +284,7 @@ async def request_adoptions(
             app_name=s.key.app_name, user_id=s.key.user_id, session_id=s.key.session_id,
             command_id=f"adopt-{batch}-{i}", reply_to=f"adopt-{batch}-{i}", epoch=epoch,
             heads=tuple(h for _, h in sorted(s.heads.items())), require_caught_up=require_caught_up, source=source,
+            require_known_start=require_known_start,
         ))
         for i, s in enumerate(todo)
     }  # fmt: skip
@@ -333,9 +331,10 @@ def _answer(value: bytes | None) -> Answer | None:
 
 
 __all__ = [
-    "EpochClaimError", "PartialEpochError", "SessionHeads", "adopted_sessions", "claim_epoch", "claim_first_free",
+    "EpochClaimError", "SessionHeads", "adopted_sessions", "claim_epoch", "claim_first_free",
     "claim_topic", "collect_heads", "epoch_heads", "epoch_numbers", "is_tail_run", "new_run_id", "next_epoch",
-    "read_excluded", "replay_epochs", "request_adoptions", "run_epoch", "sessions_adopting", "write_excluded",
+    "read_excluded", "replay_epochs", "request_adoptions", "run_epoch", "sessions_adopting", "tail_runs",
+    "write_excluded",
 ]  # fmt: skip
 
 

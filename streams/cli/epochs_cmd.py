@@ -18,12 +18,18 @@ def adopt_sessions(
     """Switch the sessions ``specs`` selects (all when empty), but none of ``exclude``, to ``epoch``;
     prints and returns the outcome counts."""
     from streams.app.factory import replay_accept
-    from streams.cli.epochs_admin import epoch_heads, request_adoptions
+    from streams.cli.epochs_admin import epoch_heads, request_adoptions, tail_runs
 
     accept = replay_accept(specs, frozenset(exclude or ()))
     sessions = asyncio.run(epoch_heads(settings, epoch, accept))
-    answers = asyncio.run(request_adoptions(settings, epoch, sessions.values(), require_caught_up=require_caught_up,
-                                            source=source, timeout=timeout))  # fmt: skip
+    tails = asyncio.run(tail_runs(settings, epoch))
+    if tails:
+        click.echo(f"epoch {epoch} was built by 'distill replay --from-latest' ({', '.join(tails)}): it holds "
+                   f"only what arrived after the run began; only sessions that began after it can switch")  # fmt: skip
+    answers = asyncio.run(request_adoptions(
+        settings, epoch, sessions.values(), require_caught_up=require_caught_up, source=source, timeout=timeout,
+        require_known_start=bool(tails),
+    ))  # fmt: skip
     counts = {"adopted": 0, "already": 0, "behind": 0, "missing": 0, "refused": 0, "unanswered": 0}
     behind: list[str] = []
     for key, answer in sorted(answers.items()):
@@ -98,15 +104,10 @@ def adopt(epoch: int, sessions: tuple[str, ...], apps: tuple[str, ...], force: b
     switches all its keys at once and records it on the summaries topic; the
     read side follows.
     """
-    from streams.cli.epochs_admin import PartialEpochError
-
     settings = load_settings()
     specs = {*sessions, *(f"{app}/*/*" for app in apps)}
-    try:
-        counts = adopt_sessions(settings, epoch, specs, require_caught_up=epoch != 0 and not force, source="cli",
-                                timeout=timeout)  # fmt: skip
-    except PartialEpochError as exc:
-        raise click.ClickException(str(exc)) from exc
+    counts = adopt_sessions(settings, epoch, specs, require_caught_up=epoch != 0 and not force, source="cli",
+                            timeout=timeout)  # fmt: skip
     if counts["unanswered"] or counts["refused"] or counts["missing"]:
         raise SystemExit(1)
 

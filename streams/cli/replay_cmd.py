@@ -77,7 +77,6 @@ def command(
     from streams.cli.epochs_admin import (
         adopted_sessions,
         claim_epoch,
-        is_tail_run,
         new_run_id,
         run_epoch,
         start_group_at_end,
@@ -141,10 +140,7 @@ def command(
         _stop(procs)
     outcomes = _outcomes(log_paths)
     click.echo("")
-    if adopt and epoch and is_tail_run(run_id):
-        click.echo(f"no session switched to epoch {epoch}: a --from-latest run's summaries lack the history "
-                   f"before its start (it stays listed: 'distill show --epochs')")  # fmt: skip
-    elif adopt and epoch:
+    if adopt and epoch:
         from streams.cli.epochs_cmd import adopt_sessions
 
         adopt_sessions(settings, epoch, set(specs), require_caught_up=True, source=run_id, timeout=adopt_timeout,

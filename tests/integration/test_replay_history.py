@@ -3,9 +3,10 @@
 A live worker and a projector run; the scripted model echoes every marker of its
 request, so a summary holds exactly the markers of what its chain read. A session
 is summarized live, then ``distill replay --from-latest`` runs while the session
-keeps going (the replay reads only what arrives after its start) and switches the
-sessions it summarized (it must not: its chain lacks what came before its start, and neither must
-``distill epochs adopt``). Oracle: once the projector has applied everything the
+keeps going (the replay reads only what arrives after its start) and a second session
+begins. The run switches the sessions it summarized where their chains start with them:
+the new session, not the old one (its chain lacks what came before the run's start, and
+``distill epochs adopt --force`` must not switch it either). Oracle: once the projector has applied everything the
 summaries topic holds for the session, every marker of every event of it is in
 the served summary or among the events of the read the next request is built from.
 """
@@ -132,26 +133,39 @@ async def test_a_replay_from_latest_never_serves_a_session_a_summary_chain_witho
     await read_topic(settings, settings.topics.summaries, until=live_done, timeout=90)
     await settled_read(settings, cql, key)
 
-    # The replay reads only what arrives after its start; the session goes on meanwhile.
-    proc = start_replay(settings, "--adopt", "--from-latest", "--idle-exit", "8", "--session", b.session)
+    # The replay reads only what arrives after its start; the session goes on meanwhile, and another begins.
+    c = SessionBuilder(app="hist")
+    later = SessionKey(c.app_name, c.user_id, c.session)
+    proc = start_replay(settings, "--adopt", "--from-latest", "--idle-exit", "8", "--session", b.session,
+                        "--session", c.session)  # fmt: skip
     assert proc.stdout is not None
     first = await asyncio.to_thread(proc.stdout.readline)  # printed once the run's start offsets are committed
     assert "started" in first, first
     async with DistillClient(settings) as client:
         await client.publish_many([e for r in range(ROUNDS, ROUNDS + 2) for e in round_of(book, b, r)])
+        await client.publish_many([e for r in range(3) for e in round_of(book, c, r)])
     out = first + await asyncio.to_thread(replay_output, proc)
-    assert "done: 4 events" in out, out
-
-    read = await settled_read(settings, cql, key)
-    assert unaccounted(book, b.session, read) == {}, (out, read.served_epoch, read.summary)
-
-    # Nor can an operator switch the session to that epoch by hand, not even with --force.
+    assert "done: 10 events" in out, out
     epoch = re.search(r"\(epoch (\d+)\)", out)
     assert epoch is not None, out
+
+    # The session that began after the run started is served from its epoch, and loses nothing.
+    records = await read_topic(settings, settings.topics.summaries, timeout=10)
+    assert served_per_topic(records, later)[0] == int(epoch.group(1)), out
+    read = await settled_read(settings, cql, later)
+    assert read.served_epoch == int(epoch.group(1)) and unaccounted(book, c.session, read) == {}, (out, read.summary)
+
+    # The older one is not: its chain in the epoch starts at the run's start.
+    assert f"{'/'.join(key)}: EpochMissingHistory" in out, out
+    read = await settled_read(settings, cql, key)
+    assert read.served_epoch == 0, out
+    assert unaccounted(book, b.session, read) == {}, (out, read.served_epoch, read.summary)
+
+    # Nor can an operator switch it to that epoch by hand, not even with --force.
     refused = await asyncio.to_thread(
         subprocess.run, [DISTILL, "epochs", "adopt", epoch.group(1), "--force", "--session", "/".join(key)],
         env=worker_env(settings), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert refused.returncode != 0 and "--from-latest" in refused.stderr, refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "EpochMissingHistory" in refused.stdout, refused.stdout + refused.stderr
     read = await settled_read(settings, cql, key)
     assert unaccounted(book, b.session, read) == {}, (read.served_epoch, read.summary)

@@ -157,6 +157,25 @@ def test_a_chain_from_the_sessions_first_record_or_of_unknown_start_is_judged_as
     assert isinstance(behind, SummaryFailure) and behind.error_class == EPOCH_MISSING_HISTORY
 
 
+def test_an_epoch_of_a_from_latest_run_is_adopted_only_where_the_chain_is_shown_to_start_with_the_session() -> None:
+    live = heads((summary(2, 7, "live", chain_from=3), 7))
+
+    def tail(head: SessionSummary, first_offset: int | None) -> EpochAdopted | SummaryFailure:
+        command = adopt(1, (head, 7)).model_copy(update={"require_known_start": True})
+        return decide_adoption(command, 0, live, None, NOW, first_offset=first_offset)
+
+    # a session that began after the run started: its chain starts at its first record
+    assert isinstance(tail(summary(1, 7, "x", epoch=1, chain_from=3), 3), EpochAdopted)
+    # what a plain switch lets through (an unknown start) is refused, naming why
+    for head, first in ((summary(1, 7, "x", epoch=1, chain_from=3), None), (summary(1, 7, "old", epoch=1), 3)):
+        refused = tail(head, first)
+        assert isinstance(refused, SummaryFailure) and refused.error_class == EPOCH_MISSING_HISTORY
+        assert "not known" in refused.reason or "does not say" in refused.reason, refused.reason
+    # and a chain starting after the session's first record, as before
+    late = tail(summary(1, 7, "x", epoch=1, chain_from=5), 3)
+    assert isinstance(late, SummaryFailure) and "starts at events offset 5" in late.reason
+
+
 # -- the heads book --------------------------------------------------------------------------------------------
 
 
