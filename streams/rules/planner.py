@@ -56,9 +56,12 @@ _NO_SCOPES: Mapping[str, object] = {}
 Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """States to write back (by filter key), every decision taken, jobs to emit.
+
+    Not frozen, though nothing changes one once built: one is made per event, and a frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost five times as much.
 
     ``joins``: the ``join`` jobs of sync requests that decided no job of their own
     (see :func:`join_job`); emitted like jobs, they are not in any key's queue.
