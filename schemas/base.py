@@ -112,6 +112,9 @@ class SessionKey(NamedTuple):
         return f"{self.app_name}/{self.user_id}/{self.session_id}".encode()
 
 
+_new_tuple = tuple.__new__
+
+
 class SessionRecord(ProducerModel):
     """Fields every record of the events topic carries."""
 
@@ -122,4 +125,5 @@ class SessionRecord(ProducerModel):
 
     @property
     def session_key(self) -> SessionKey:
-        return SessionKey(self.app_name, self.user_id, self.session_id)
+        # ``SessionKey(...)`` is a Python-level ``__new__`` around this very call (taken several times per record).
+        return _new_tuple(SessionKey, (self.app_name, self.user_id, self.session_id))

@@ -37,7 +37,7 @@ from schemas import (
 from schemas.commands import KEY_COOLING_DOWN, NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected, SummaryRecord
-from streams.app.tracked import TrackedKey, table_key
+from streams.app.tracked import TrackedKey, table_key, tracked_key
 from streams.rules.boundaries import delta_after, from_micros, to_micros
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.planner import (
@@ -267,7 +267,7 @@ class TrackHandler:
             return out
         kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None
         if isinstance(record, SessionEvent):
-            return with_events_key(self._on_event(record, coords, store, kept, full), kept)
+            return with_events_key(self._on_event(record, sk, coords, store, kept, full), kept)
         if isinstance(record, DeleteSession):
             self._on_delete(record, store, coords.offset)
             return TrackOutput()
@@ -282,14 +282,14 @@ class TrackHandler:
     def _on_event(
         self,
         event: SessionEvent,
+        sk: SessionKey,
         coords: Coordinates,
         store: StateStore,
         record_key: bytes | None,
         full: TrackedKey | None,
     ) -> TrackOutput:
-        """``full``: the session's full-session entry, as :meth:`on_record` just loaded it."""
+        """``sk``: the event's session; ``full``: its full-session entry, as :meth:`on_record` just loaded it."""
         policy = self.policies.for_app(event.app_name)
-        sk = event.session_key
         states: dict[str, SessionTriggerState | None] = {FULL_SESSION: full.state if full else None}
         for k in affected_keys(event, policy, full.state if full else None):
             if k != FULL_SESSION:
@@ -372,14 +372,14 @@ class TrackHandler:
         if self.optimistic:
             outcome = assume_done(outcome)
         fired = {job.filter_key for job in outcome.jobs}
-        now = self.wall_clock()
+        now = self.wall_clock() if fired else None
         for key, state in outcome.states.items():
             tkey = table_key(state.app_name, state.user_id, state.session_id, key)
             wall = now if key in fired else None
             if wall is None and state.in_flight is not None:
                 before = store.get(tkey)
                 wall = before.emitted_wall if before is not None else None
-            store[tkey] = TrackedKey(state, first_offset if key == FULL_SESSION else None, partition, wall, record_key)
+            store[tkey] = tracked_key(state, first_offset if key == FULL_SESSION else None, partition, wall, record_key)
         jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
         # A join job reads no events and is nobody's retry or replay job: sent as decided.
         return TrackOutput(jobs=[*jobs, *outcome.joins])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import orjson
 
@@ -146,3 +146,27 @@ class TrackedKey:
         if not isinstance(raw, dict) or "s" not in raw:
             raise CorruptTriggerStateError("track-state value has no trigger state ('s')")
         return cls(from_dict(raw["s"]), raw.get("o"), raw.get("p"), raw.get("w"))
+
+
+_new_object = object.__new__
+_SET_TRACKED = tuple(TrackedKey.__dict__[f.name].__set__ for f in fields(TrackedKey))
+
+
+def tracked_key(
+    state: SessionTriggerState,
+    first_offset: int | None,
+    partition: int | None,
+    emitted_wall: float | None,
+    record_key: bytes | None,
+) -> TrackedKey:
+    """``TrackedKey(state, first_offset, partition, emitted_wall, record_key)``, built for the track
+    agent's hot path (one per written key per event): the frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``; this sets its slots directly, in about half the time."""
+    out: TrackedKey = _new_object(TrackedKey)
+    set_state, set_first, set_partition, set_wall, set_key = _SET_TRACKED
+    set_state(out, state)
+    set_first(out, first_offset)
+    set_partition(out, partition)
+    set_wall(out, emitted_wall)
+    set_key(out, record_key)
+    return out

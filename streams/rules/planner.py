@@ -17,7 +17,7 @@ All functions here are pure; job ids and timestamps come from the records.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -56,9 +56,12 @@ _NO_SCOPES: Mapping[str, object] = {}
 Origin = Literal["trigger", "command", "idle_sweep", "retry", "replay"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """States to write back (by filter key), every decision taken, jobs to emit.
+
+    Not frozen, though nothing changes one once built: one is made per event, and a frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field) cost five times as much.
 
     ``joins``: the ``join`` jobs of sync requests that decided no job of their own
     (see :func:`join_job`); emitted like jobs, they are not in any key's queue.
@@ -143,11 +146,17 @@ def apply_event(
     full = states.get(FULL_SESSION) or new_state(event.app_name, event.user_id, event.session_id)
     # Every state is looked up (new branches seeded from ``full``) before any is
     # evolved: evolving mutates, and a seed must not see the event already.
-    updated = {k: _state(states, k, full) for k in affected_keys(facts, policy, full)}
+    keys = affected_keys(facts, policy, full)
     # A record delivered again (a restart resumes from the last commit, which may trail the
     # changelog) decides nothing: its decision was taken when it first came, and taking one
     # now would judge the state of later events by this older one (a boundary moved).
-    delivered = {k for k, state in updated.items() if already_applied(state, facts.offset)}
+    delivered: Collection[str]
+    if keys is _FULL_ONLY:  # most events: the full session's state alone, no comprehension run
+        updated = {FULL_SESSION: full}
+        delivered = _FULL_ONLY if already_applied(full, facts.offset) else ()
+    else:
+        updated = {k: _state(states, k, full) for k in keys}
+        delivered = {k for k, state in updated.items() if already_applied(state, facts.offset)}
     for state in updated.values():
         evolve(state, facts)
     if not (facts.counted and facts.model_output):

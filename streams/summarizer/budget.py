@@ -25,10 +25,12 @@ TRUNCATION_MARKER = "\n[... part of the previous summary left out to fit the sum
 
 def resolve_context_window(configured: int | None, model: str | None, backend: int | None = None) -> int:
     """Settings first, then what the backend knows, then the registry, else 8192."""
-    for window in (configured, backend, lookup_context_window(model)):
+    for window in (configured, backend):
         if window is not None and window > 0:
             return window
-    return DEFAULT_CONTEXT_WINDOW
+    # Only now: a registry lookup scans every known name for a prefix (per job, for every model it lacks).
+    window = lookup_context_window(model)
+    return window if window is not None and window > 0 else DEFAULT_CONTEXT_WINDOW
 
 
 def input_budget(context_window: int, provider_budget: int | None = None) -> int:

@@ -32,7 +32,7 @@ from streams.summarizer.budget import safe_prefix_ends, truncate_middle
 from streams.summarizer.conversation import ConversationFormatter
 from streams.summarizer.payloads import MIN_PAYLOAD_KEEP, PayloadForms
 from streams.summarizer.prompts import SOURCE_BOUNDARY, PromptSet
-from streams.summarizer.request import ChatRequest, SummarySource, count_request, standalone_request
+from streams.summarizer.request import ChatRequest, SummarySource, count_request, fits_budget, standalone_request
 
 
 class SourceTooLargeError(PermanentError):
@@ -103,7 +103,7 @@ class RequestBuilder:
         :class:`PreviousSummaryTooLargeError` when no cut of ``previous`` fits beside it.
         """
         full = self.request(text, previous)
-        if count_request(full, self.counter) <= budget:
+        if fits_budget(full, self.counter, budget):
             return full, False
         source_only = self.tokens(text, "")
         if source_only > budget:
@@ -166,7 +166,7 @@ def plan_pass(
     whole = forms.form(n, None)
     whole_text = before + whole.text + after
     first = builder.request(whole_text, previous)
-    if count_request(first, builder.counter) <= budget:
+    if fits_budget(first, builder.counter, budget):
         return PassPlan(list(events), whole_text, first, False, False, whole.cuts)
     ends = [n] if whole_delta else [*safe_prefix_ends(events, formatter), n]
     best = largest_fitting(0, len(ends) - 1, lambda i: fits(ends[i], MIN_PAYLOAD_KEEP, previous))

@@ -99,3 +99,50 @@ async def test_an_in_process_replay_runs_with_the_tuned_collector_and_restores_i
     stats, _ = await replay(Settings.model_validate({"summary": {"event_threshold": 3}}), SummaryCache())
     assert stats.llm_calls > 0 and seen and set(seen) == {GC_THRESHOLDS}
     assert gc.get_threshold() == (700, 10, 10)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_settle_freezes_what_the_block_built_and_the_block_thaws_it() -> None:
+    from streams.app.gc_tuning import tuned_gc
+
+    gc.unfreeze()
+    with tuned_gc() as settle:
+        kept = [[i] for i in range(1_000)]  # what a replay keeps to its end (lists: tracked by the collector)
+        assert _collected(kept[0])
+        settle()
+        assert not _collected(kept[0])  # out of the collector's scans until the block ends
+    assert gc.get_freeze_count() == 0 and _collected(kept[0])
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_settle_freezes_nothing_more_inside_a_workers_freeze() -> None:
+    from streams.app.gc_tuning import tuned_gc
+
+    tune_gc()
+    with tuned_gc() as settle:
+        kept = [[i] for i in range(10)]
+        settle()
+        assert _collected(kept[0])  # the block did not freeze it: it would stay frozen after the block
+    assert _collected(kept[0])
+
+
+@pytest.mark.usefixtures("restore_gc")
+async def test_an_in_process_replay_settles_what_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas.settings import Settings
+    from streams.app import inprocess
+    from streams.app.cache import SummaryCache
+    from tests.unit.app.test_inprocess_replay import replay
+
+    gc.unfreeze()
+    freezes: list[int] = []
+    freeze = gc.freeze
+
+    def counting_freeze() -> None:
+        freezes.append(1)
+        freeze()
+
+    monkeypatch.setattr(inprocess, "SETTLE_EVERY", 5)
+    monkeypatch.setattr(gc, "freeze", counting_freeze)
+    stats, _ = await replay(Settings.model_validate({"summary": {"event_threshold": 3}}), SummaryCache())
+    assert stats.events >= 10 and len(freezes) > 1  # the block's own freeze, then one per 5 records
+    assert gc.get_freeze_count() == 0

@@ -93,3 +93,17 @@ def test_pending_events_are_written_as_json_writes_them_and_read_back() -> None:
     row = [2, 1, 0, None, state_to_row(state)]
     assert json.loads(data) == json.loads(json.dumps(row))
     assert TrackedKey.from_bytes(data) == value
+
+
+def test_the_hot_path_constructor_builds_the_same_frozen_value() -> None:
+    import dataclasses
+
+    from streams.app.tracked import tracked_key
+
+    state = SessionTriggerState("app", "u", "s", "app/branch")
+    fast = tracked_key(state, 7, 2, 1.5, b"k")
+    assert fast == TrackedKey(state, 7, 2, 1.5, b"k") and type(fast) is TrackedKey
+    assert [getattr(fast, f.name) for f in dataclasses.fields(TrackedKey)] == [state, 7, 2, 1.5, b"k"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.partition = 3  # type: ignore[misc]
+    assert TrackedKeyCodec().loads(TrackedKeyCodec().dumps(fast)) == fast

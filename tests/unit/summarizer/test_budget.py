@@ -33,6 +33,18 @@ def test_window_resolution_order() -> None:
     assert resolve_context_window(None, "never-heard-of-it") == 8192
 
 
+def test_a_known_window_skips_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lookup scans every registered name for a prefix: once per job, for nothing, when a window is known.
+    from streams.summarizer import budget
+
+    def lookup(model: str | None) -> int | None:
+        raise AssertionError("the registry was consulted")
+
+    monkeypatch.setattr(budget, "lookup_context_window", lookup)
+    assert resolve_context_window(4096, "echo", 2048) == 4096
+    assert resolve_context_window(None, "echo", 2048) == 2048
+
+
 @pytest.mark.parametrize("keep", [0, 1, 2, 7, 10, 50])
 def test_truncate_middle_keeps_head_and_tail(keep: int) -> None:
     text = "HEAD-" + "m" * 30 + "-TAIL"
