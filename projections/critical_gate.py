@@ -4,7 +4,7 @@ Both stages write to the same Cassandra, and an indexer catching up (each
 token an SAI posting) can keep it busy on its own: after an outage, or with
 a backlog, the projector's writes would wait behind the index's. The gate
 reads the projector's heartbeats (``projector_progress``, rows of any stage
-but the indexer's) for the partitions of a batch: while a fresh one says the
+but the indexer's two) for the partitions of a batch: while a fresh one says the
 projector is more than ``max_behind`` records behind on one of them, the
 indexer waits (rechecking every ``check_s``, at most ``max_wait_s`` per
 batch, so a projector stuck behind cannot stop the index for good). A
@@ -25,7 +25,7 @@ from typing import Any
 from cassandra.cluster import Session
 
 from projections.cassandra_session import aexecute
-from projections.stage import INDEX_STAGE
+from projections.stage import INDEX_STAGES
 
 DEFAULT_MAX_BEHIND = 2000
 """Records a projector may be behind before the indexer yields (about one of its batches)."""
@@ -34,7 +34,7 @@ DEFAULT_MAX_BEHIND = 2000
 def projector_behind(rows: Iterable[Any], now: datetime, max_behind: int, stale_s: float) -> bool:
     """Whether a fresh projector heartbeat among ``rows`` is more than ``max_behind`` records behind (pure)."""
     for r in rows:
-        if getattr(r, "stage", None) == INDEX_STAGE or r.updated_at is None:
+        if getattr(r, "stage", None) in INDEX_STAGES or r.updated_at is None:
             continue
         updated = r.updated_at if r.updated_at.tzinfo else r.updated_at.replace(tzinfo=UTC)
         if (now - updated).total_seconds() > stale_s:

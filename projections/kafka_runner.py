@@ -84,8 +84,9 @@ class ProjectorRunner:
         """``follow_epochs``: also consume the replays' outputs (``<summaries>.replay-*``, found as
         they are created), so the versions of epochs not served yet are listed too."""
         self.projector = projector
-        self._log = logging.getLogger("distill.indexer" if getattr(projector, "STAGE", "") == "index"
-                                      else "distill.projector")  # fmt: skip
+        stage = getattr(projector, "STAGE", "")
+        self._log = logging.getLogger({"index": "distill.indexer", "index-deep": "distill.indexer.deep"}
+                                      .get(stage, "distill.projector"))  # fmt: skip
         self.dead_letter_topic = dead_letter_topic
         self._consumer_kwargs = consumer_kwargs
         self._producer_kwargs = producer_kwargs

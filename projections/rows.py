@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -230,6 +230,40 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
     line = (app, user, sid, event.timestamp, event.event_id, msg.role, context_line(indexed))
     return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes,
                       line=line)  # fmt: skip
+
+
+DEFAULT_PRIMARY_CHUNKS = 0
+"""How many ``recall_chunks`` rows of a long document the primary indexing stage writes (``split_chunks``).
+
+0: the primary stage writes every first chunk, message and context line, the deep stage every later chunk.
+Measured at a sustained 1,000 events/s of the benchmark's mix (``benchmarks/index_lag.py``): the later
+chunks are 57% of the mix's SAI postings, so with any of them on the primary path its lag grows on a 2-core
+box; a document's first 8 Ki characters are what a search answers from in the common case anyway."""
+
+
+def split_chunks(rows: RecallRows, primary_chunks: int) -> tuple[RecallRows, RecallRows | None]:
+    """``rows`` cut between the two indexing stages: the primary's part and the deep stage's (``None``: nothing).
+
+    The primary stage writes the document row, the context line and the first
+    ``primary_chunks`` of ``recall_chunks`` (chunks 1..K); the deep stage writes the
+    chunks after those (K+1..), with the document row and line left to the primary.
+    The two parts together are ``rows``; a document without later chunks beyond K
+    leaves the deep stage nothing.
+    """
+    keep = max(0, primary_chunks)
+    primary = replace(rows, chunks=rows.chunks[:keep], chunk_sizes=rows.chunk_sizes[:keep])
+    if len(rows.chunks) <= keep:
+        return primary, None
+    return primary, replace(rows, chunks=rows.chunks[keep:], chunk_sizes=rows.chunk_sizes[keep:])
+
+
+def has_later_chunks(event: SessionEvent) -> bool:
+    """Whether ``recall_rows(event)`` has ``recall_chunks`` rows (the condition it cuts by), without building them:
+    the deep stage tokenizes only such documents."""
+    if not recall_eligible(event):
+        return False
+    text = message_text(event.message)
+    return len(text) > MAX_INDEXED_CHARS or len(doc_tokens(text)) >= MAX_DOC_TOKENS
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:
