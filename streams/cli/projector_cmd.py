@@ -99,6 +99,7 @@ def indexer_runner(settings: Settings, session: Session, group: str, max_batch: 
         embedder=_build_embedder(settings),
         gate=CriticalPathGate(session, settings.cassandra.keyspace),  # the critical path first
         scope="primary",
+        primary_chunks=settings.index.primary_chunks,
     )
     return _runner(settings, indexer, max_batch)
 
@@ -108,7 +109,8 @@ def deep_indexer_runner(settings: Settings, session: Session, group: str, max_ba
     from projections.indexer import RecallIndexer
 
     indexer = RecallIndexer(session, settings.cassandra.keyspace, events_topic=settings.topics.events,
-                            consumer_group=group, scope="deep")  # fmt: skip
+                            consumer_group=group, scope="deep",
+                            primary_chunks=settings.index.primary_chunks)  # fmt: skip
     return _runner(settings, indexer, max_batch)
 
 

@@ -74,3 +74,9 @@ def test_the_deep_stage_tokenizes_exactly_the_documents_with_later_chunks(text: 
 def test_nothing_unsearchable_goes_to_the_deep_stage() -> None:
     assert not has_later_chunks(_event(_LONG, partial=True))
     assert not has_later_chunks(_event(_LONG, role="system"))
+
+
+def test_the_settings_default_is_the_split_rules() -> None:
+    from schemas.settings import IndexSettings
+
+    assert IndexSettings().primary_chunks == DEFAULT_PRIMARY_CHUNKS
