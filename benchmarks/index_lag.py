@@ -30,7 +30,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from benchmarks.cpu_clock import process_cpu_s
-from projections.cassandra_session import connect
+from projections.cassandra_session import aexecute, connect
 from projections.migrations import apply_migrations
 from projections.read_api import SessionReader
 from schemas import SessionKey
@@ -168,13 +168,16 @@ async def measure_lag(
                     future.add_done_callback(functools.partial(delivered, at))
                     futures.append(future)
                 await asyncio.gather(*futures)
+                produced_s.append(time.monotonic() - start)
             finally:
                 await producer.stop()
 
-        def poll() -> None:
+        async def poll() -> None:
+            pages = await asyncio.gather(*(aexecute(session, offsets, (group, settings.topics.events))
+                                           for group in groups.values()))  # fmt: skip
             now = time.time()
-            for name, group in groups.items():
-                for row in session.execute(offsets, (group, settings.topics.events)):
+            for name, rows in zip(groups, pages, strict=True):
+                for row in rows:
                     next_seen[name][row.partition] = row.next_offset
                 done = [tp for tp in pending[name] if tp[1] < next_seen[name].get(tp[0], 0)]
                 for tp in done:
@@ -185,6 +188,7 @@ async def measure_lag(
                     last_done[name] = now
 
         searched: list[tuple[str, float]] = []
+        produced_s: list[float] = []
 
         async def search_loop() -> None:
             assert search is not None
@@ -202,7 +206,7 @@ async def measure_lag(
         searching = asyncio.ensure_future(search_loop()) if search is not None and search_rate > 0 else None
         started, started_at = time.monotonic(), time.time()
         while not producing.done() or any(pending.values()):
-            poll()
+            await poll()
             if producing.done() and time.monotonic() - started > seconds + drain_timeout_s:
                 break
             await asyncio.sleep(poll_s)
@@ -212,8 +216,9 @@ async def measure_lag(
         wall = time.monotonic() - started
         cassandra_cpu = process_cpu_s(cassandra_pid) - cassandra0 if cassandra_pid else None
         alone = "" if with_indexer else ", the projector alone"
+        sent_rate = total / produced_s[0]
         print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes{alone}, "
-              f"offsets polled every {poll_s * 1000:.0f} ms):")  # fmt: skip
+              f"offsets polled every {poll_s * 1000:.0f} ms; sent at {sent_rate:,.0f} events/s):")  # fmt: skip
         for (name, values), proc in zip(lags.items(), procs, strict=True):
             cpu = process_cpu_s(proc.pid) - cpu0[proc.pid]
             missing = len(pending[name])

@@ -31,10 +31,17 @@ DEFAULT_MAX_BEHIND = 2000
 """Records a projector may be behind before the indexer yields (about one of its batches)."""
 
 
-def projector_behind(rows: Iterable[Any], now: datetime, max_behind: int, stale_s: float) -> bool:
-    """Whether a fresh projector heartbeat among ``rows`` is more than ``max_behind`` records behind (pure)."""
+def projector_behind(
+    rows: Iterable[Any], now: datetime, max_behind: int, stale_s: float, stage: str | None = None
+) -> bool:
+    """Whether a fresh projector heartbeat among ``rows`` is more than ``max_behind`` records behind (pure).
+
+    ``stage``: the heartbeats of that stage instead of the projector's (the deep index stage yields to
+    the primary one: ``INDEX_STAGE``).
+    """
     for r in rows:
-        if getattr(r, "stage", None) in INDEX_STAGES or r.updated_at is None:
+        row_stage = getattr(r, "stage", None)
+        if (row_stage != stage if stage is not None else row_stage in INDEX_STAGES) or r.updated_at is None:
             continue
         updated = r.updated_at if r.updated_at.tzinfo else r.updated_at.replace(tzinfo=UTC)
         if (now - updated).total_seconds() > stale_s:
@@ -49,9 +56,11 @@ class CriticalPathGate:
 
     def __init__(
         self, session: Session, keyspace: str, *, max_behind: int = DEFAULT_MAX_BEHIND, stale_s: float = 5.0,
-        check_s: float = 0.25, max_wait_s: float = 30.0,
+        check_s: float = 0.25, max_wait_s: float = 30.0, stage: str | None = None,
     ) -> None:  # fmt: skip
+        """``stage``: wait for that stage's heartbeats instead of the projector's (see ``projector_behind``)."""
         self._session = session
+        self.stage = stage
         self._select = session.prepare(
             f"SELECT stage, next_offset, log_end_offset, updated_at FROM {keyspace}.projector_progress "
             "WHERE topic = ? AND partition = ?"
@@ -72,7 +81,7 @@ class CriticalPathGate:
             except Exception:  # advisory: a failed read never holds the index back
                 break
             now = datetime.now(UTC)
-            if not any(projector_behind(rows, now, self.max_behind, self.stale_s) for rows in pages):
+            if not any(projector_behind(rows, now, self.max_behind, self.stale_s, self.stage) for rows in pages):
                 break
             await asyncio.sleep(self.check_s)
         waited = time.monotonic() - started

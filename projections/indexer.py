@@ -46,6 +46,11 @@ stage that writes everything.
 The deep stage follows the primary and never passes it: a batch waits until
 the primary stage has stored offsets past it (``primary_group``), so the
 primary's rows of its events are there, and so is every deletion before them.
+It also yields to it: with a ``gate`` on the primary stage's heartbeats
+(``CriticalPathGate(stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND)``, what
+``distill indexer --deep`` runs with) it waits while the primary is behind
+(at most the gate's 30 s a batch), so at a rate the box cannot index whole it
+is the deep stage that falls behind, not what everything searchable needs.
 It writes the later chunks of an event only when the primary's document row
 of it is there (``recall_docs``), with that row's ``seq`` (an event published
 again keeps where the primary placed it), and not when a deletion marker
@@ -77,7 +82,7 @@ from projections import statements as q
 from projections.binding import RowBinder
 from projections.critical_gate import CriticalPathGate
 from projections.embedding import MAX_EMBED_CHARS, Embedder
-from projections.errors import StoreUnavailable
+from projections.errors import StageBehind, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
     DEFAULT_PRIMARY_CHUNKS,
@@ -114,8 +119,12 @@ IndexScope = Literal["all", "primary", "deep"]
 """What a ``RecallIndexer`` writes: everything, the primary stage's part, or the deep stage's (see the module)."""
 
 
-class PrimaryBehind(StoreUnavailable):
+class PrimaryBehind(StageBehind):
     """The deep stage's batch is past what the primary indexing stage has stored: retried (the consumer paused)."""
+
+
+DEEP_MAX_BEHIND = 500
+"""Records the primary stage may be behind on a partition before the deep stage yields to it."""
 
 
 def deep_group_of(index_group: str) -> str:
@@ -216,7 +225,6 @@ class RecallIndexer(CassandraStage):
         if scope == "deep":
             self.STAGE = DEEP_INDEX_STAGE
             embedder = None  # vectors are the primary stage's (one per document, from its whole text)
-            gate = None  # it follows the primary stage, which already yields to the critical path
         self.primary_group = primary_group or primary_group_of(consumer_group)
         self.primary_wait_s = primary_wait_s
         self.primary_check_s = primary_check_s

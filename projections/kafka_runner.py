@@ -32,7 +32,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
-from projections.errors import StoreUnavailable
+from projections.errors import StageBehind, StoreUnavailable
 from projections.projector import replay_topic_prefix
 from projections.stage import BatchOutcome, PartitionProgress, SourceRecord, Stage
 from schemas import DeadLetter
@@ -187,10 +187,14 @@ class ProjectorRunner:
                     if not paused:
                         self._consumer.pause(*self._consumer.assignment())
                         paused = True
-                    self._log.error(
-                        "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
-                        len(records), delay, exc,
-                    )  # fmt: skip
+                    if isinstance(exc, StageBehind):
+                        self._log.info("consumer paused, %d records held, retrying in %.1fs: %s", len(records),
+                                       delay, exc)  # fmt: skip
+                    else:
+                        self._log.error(
+                            "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
+                            len(records), delay, exc,
+                        )  # fmt: skip
                     await self._wait(delay)
                     delay = next_backoff(delay, self.backoff_max_s)
         finally:

@@ -105,12 +105,16 @@ def indexer_runner(settings: Settings, session: Session, group: str, max_batch: 
 
 
 def deep_indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
-    """The recall index's deep stage under ``group`` (``<index group>-deep``), following the index group."""
-    from projections.indexer import RecallIndexer
+    """The recall index's deep stage under ``group`` (``<index group>-deep``), following the index group and
+    yielding to it while it is behind."""
+    from projections.critical_gate import CriticalPathGate
+    from projections.indexer import DEEP_MAX_BEHIND, RecallIndexer
+    from projections.stage import INDEX_STAGE
 
-    indexer = RecallIndexer(session, settings.cassandra.keyspace, events_topic=settings.topics.events,
-                            consumer_group=group, scope="deep",
-                            primary_chunks=settings.index.primary_chunks)  # fmt: skip
+    ks = settings.cassandra.keyspace
+    gate = CriticalPathGate(session, ks, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND)  # the primary stage first
+    indexer = RecallIndexer(session, ks, events_topic=settings.topics.events, consumer_group=group, scope="deep",
+                            primary_chunks=settings.index.primary_chunks, gate=gate)  # fmt: skip
     return _runner(settings, indexer, max_batch)
 
 

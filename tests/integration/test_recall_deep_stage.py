@@ -16,10 +16,11 @@ import pytest
 import pytest_asyncio
 
 from projections.context_read import ContextReader
-from projections.indexer import PrimaryBehind, RecallIndexer, deep_group_of
+from projections.critical_gate import CriticalPathGate
+from projections.indexer import DEEP_MAX_BEHIND, PrimaryBehind, RecallIndexer, deep_group_of
 from projections.projector import SourceRecord
 from projections.rows import MAX_INDEXED_CHARS
-from projections.stage import PartitionProgress
+from projections.stage import INDEX_STAGE, PartitionProgress
 from schemas import SessionKey
 from schemas.settings import Settings
 from tests.integration.test_projections_support import EVENTS, Store, close_store, event, open_store, record
@@ -133,6 +134,24 @@ async def test_the_deep_stage_never_passes_the_primary_stage(store: Store, stage
     with pytest.raises(PrimaryBehind):
         await _run(stages.deep, later)
     assert (await stages.deep.load_offsets())[(EVENTS, 3)] == 501
+
+
+async def test_the_deep_stage_yields_while_the_primary_stage_is_behind(store: Store, stages: Stages) -> None:
+    key = _key("yield")
+    ks = store.settings.cassandra.keyspace
+    gate = CriticalPathGate(store.session, ks, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND, check_s=0.05,
+                            max_wait_s=20)  # fmt: skip
+    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=stages.deep.consumer_group,
+                         scope="deep", gate=gate)  # fmt: skip
+    big = record(EVENTS, _long_result(key, "t1", 1, "aardvark 6060", seed=8), partition=13, offset=700)
+    await _run(stages.primary, big)
+    await stages.primary.save_progress([PartitionProgress(EVENTS, 13, 701, 701 + 5000)])  # far behind the log
+    task = asyncio.ensure_future(_run(deep, big))
+    await asyncio.sleep(0.5)
+    assert not task.done() and _chunks(store, key) == []  # what everything searchable needs first
+    await stages.primary.save_progress([PartitionProgress(EVENTS, 13, 5701, 5701)])  # caught up
+    outcome = await asyncio.wait_for(task, 10)
+    assert outcome.events == 1 and await _found(store, key, "aardvark 6060") == ["t1"]
 
 
 async def test_a_deep_stage_behind_a_deletion_never_brings_the_session_back(store: Store, stages: Stages) -> None:
