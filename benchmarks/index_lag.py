@@ -169,6 +169,8 @@ async def measure_lag(
                     futures.append(future)
                 await asyncio.gather(*futures)
                 produced_s.append(time.monotonic() - start)
+                if cassandra_pid:
+                    produced_cpu.append(process_cpu_s(cassandra_pid) - cassandra0)
             finally:
                 await producer.stop()
 
@@ -189,6 +191,7 @@ async def measure_lag(
 
         searched: list[tuple[str, float]] = []
         produced_s: list[float] = []
+        produced_cpu: list[float] = []
 
         async def search_loop() -> None:
             assert search is not None
@@ -232,7 +235,8 @@ async def measure_lag(
             print(f"  session_search meanwhile: p50 {_pct(ms, 50):.1f} ms  p99 {_pct(ms, 99):.1f} ms  "
                   f"max {max(ms):.1f} ms ({len(ms)} searches, one at a time, ~{search_rate:g}/s)")  # fmt: skip
         if cassandra_cpu is not None:
-            print(f"  cassandra cpu {cassandra_cpu / total * 1e6:.0f} µs/event (pid {cassandra_pid}, the whole phase)")
+            print(f"  cassandra cpu {cassandra_cpu / total * 1e6:.0f} µs/event (pid {cassandra_pid}, the whole phase); "
+                  f"{produced_cpu[0] / produced_s[0]:.2f} cores while sending")  # fmt: skip
         print(f"  wall {wall:.1f}s; load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         for proc in procs:
