@@ -112,6 +112,8 @@ log = logging.getLogger("distill.indexer")
 STAGE = INDEX_STAGE
 _YIELD_EVERY = 100
 """Documents tokenized between two yields to the event loop (~10-30 ms of CPU)."""
+_YIELD_EVERY_LONG = 4
+"""Long documents (the deep stage's, ~1-5 ms of tokenizing each) between two yields to the event loop."""
 _Session = tuple[str, str, str]
 _LINE_BYTES = 256
 """About the bytes of a ``recall_lines`` row in a batch (a ~100-character line and the key)."""
@@ -336,9 +338,11 @@ class RecallIndexer(CassandraStage):
         outcome.skipped_deleted += len(items) - len(live)
         built: list[tuple[_Item, RecallRows]] = []
         for n, item in enumerate(live, start=1):
-            rows = recall_rows(item.event, seqs.get(id(item), item.record.offset))
+            # The primary stage does not cut the chunks it leaves to the deep stage.
+            rows = recall_rows(item.event, seqs.get(id(item), item.record.offset),
+                               None if self.scope == "all" else self.primary_chunks)  # fmt: skip
             if rows is not None:
-                built.append((item, rows if self.scope == "all" else split_chunks(rows, self.primary_chunks)[0]))
+                built.append((item, rows))
             if n % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # tokenizing is CPU: let a projector sharing the loop write meanwhile
         outcome.ignored += len(live) - len(built)  # not searchable: tool calls, partials, empty texts
@@ -471,7 +475,7 @@ class RecallIndexer(CassandraStage):
                 outcome.ignored += 1
             else:
                 built.append((item, deep))
-            if n % _YIELD_EVERY == 0:
+            if n % _YIELD_EVERY_LONG == 0:
                 await asyncio.sleep(0)
         if not built:
             return

@@ -197,12 +197,14 @@ class RecallRows:
         )
 
 
-def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
+def recall_rows(event: SessionEvent, seq: int, later_chunks: int | None = None) -> RecallRows | None:
     """The recall rows of ``event``, or ``None`` when it is not searchable (see ``recall_eligible``).
 
     Indexed whole: the first chunk in ``recall_docs``; a longer document, or
     one whose prefix holds more than ``MAX_DOC_TOKENS`` tokens (CJK text),
     continues in ``recall_chunks`` rows of up to ``lexical.LATER_CHUNK_CHARS``.
+    ``later_chunks``: at most that many of those (the primary index stage's part,
+    ``split_chunks(recall_rows(event, seq), k)[0]``; 0 does not cut the rest at all).
     """
     if not recall_eligible(event):
         return None
@@ -219,15 +221,16 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
     )  # fmt: skip
     chunks: tuple[tuple[object, ...], ...] = ()
     chunk_sizes: tuple[int, ...] = ()
-    if len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS:
+    if later_chunks != 0 and (len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS):
         spans = chunk_index(text, LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, first_chars=MAX_INDEXED_CHARS,
                             first_tokens=MAX_DOC_TOKENS)  # fmt: skip
+        later = spans[1:] if later_chunks is None else spans[1 : 1 + max(0, later_chunks)]
         chunks = tuple(
             (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
              msg.tool_call_id, msg.name, size, chunk_tokens | {own})
-            for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
+            for n, (a, b, chunk_tokens) in enumerate(later, start=1)
         )  # fmt: skip
-        chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
+        chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in later)
     line = (app, user, sid, event.timestamp, event.event_id, msg.role, context_line(indexed))
     return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes,
                       line=line)  # fmt: skip

@@ -44,6 +44,7 @@ def test_the_two_parts_are_the_whole_document_once(keep: int) -> None:
     assert all(int(c[5]) > max(0, keep) for c in later)  # type: ignore[call-overload]
     assert primary.tokens + (deep.tokens - len(rows.doc[12]) if deep is not None else 0) == rows.tokens  # type: ignore[arg-type]
     assert (deep is None) == (len(rows.chunks) <= max(0, keep))
+    assert recall_rows(_event(_LONG), 7, later_chunks=keep) == primary  # what the primary stage builds
 
 
 def test_a_short_document_leaves_the_deep_stage_nothing() -> None:
