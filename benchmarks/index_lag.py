@@ -6,9 +6,9 @@ and consumer groups, a ``bench_lag_<hex>`` keyspace), all deleted at the end.
 An event's lag in a stage is the time from its send to the first poll (every
 ``poll_s``) that finds the stage's stored offset (``projector_offsets``,
 written after the rows) past it: the time until its rows are readable. A
-stage's lag is *growing* when the events sent in the last third of the phase
-waited (median) more than twice, and over a second more than, those of the
-first third: it does not keep up with the rate; else *bounded*. Its events/s
+stage's lag is *growing* when it rises by more than 0.05 s per second sent
+(least squares over the phase: the stage does not keep up with the rate),
+else *bounded*; the slope is printed. Its events/s
 is how many events it had indexed by the time it caught up (or the phase's
 drain ended), over that time.
 """
@@ -62,15 +62,17 @@ def _env(settings: Settings) -> dict[str, str]:
 
 
 def trend(sent_lags: list[tuple[float, float]], missing: int) -> str:
-    """``growing`` or ``bounded`` (see the module) from ``(sent at, lag)`` pairs; events never caught up: growing."""
-    if missing:
-        return "growing"
-    ordered = [lag for _, lag in sorted(sent_lags)]
-    third = len(ordered) // 3
-    if third == 0:
-        return "bounded"
-    first, last = _pct(ordered[:third], 50), _pct(ordered[-third:], 50)
-    return "growing" if last > 2 * first and last - first > 1.0 else "bounded"
+    """``growing``/``bounded`` and the lag's slope over the phase (seconds of lag per second sent, least squares
+    over ``(sent at, lag)`` pairs): growing above 0.05 (the stage falls behind by 5% of the rate), or when events
+    never caught up."""
+    if len(sent_lags) < 2:
+        return "growing" if missing else "bounded"
+    n = len(sent_lags)
+    mx = sum(at for at, _ in sent_lags) / n
+    my = sum(lag for _, lag in sent_lags) / n
+    var = sum((at - mx) ** 2 for at, _ in sent_lags)
+    slope = sum((at - mx) * (lag - my) for at, lag in sent_lags) / var if var else 0.0
+    return f"{'growing' if missing or slope > 0.05 else 'bounded'} ({slope:+.2f} s/s)"
 
 
 async def measure_lag(
