@@ -9,21 +9,26 @@ Builds a fresh keyspace and, for ``--events`` realistic events:
    tool calls/results, sources, offsets: what the next prompt needs), timed,
    with its CPU and Cassandra's per event;
 2. **indexer**: ``RecallIndexer.project`` alone over the same records (the
-   ``session_search`` index: documents, chunks, SAI token postings), timed;
+   ``session_search`` index: documents, chunks, SAI token postings), timed:
+   its primary stage, then its deep stage (the later chunks of long documents
+   beyond ``--primary-chunks``), each with its CPU and Cassandra's per event;
 3. summaries, then ``session_search`` and ``session_load`` latency (p50/p99);
 4. **index lag at a sustained rate** (``--lag-seconds`` > 0): a per-run set of
-   topics on the local Kafka, ``distill projector --no-index`` and
-   ``distill indexer`` as processes, the same event mix produced at
-   ``--lag-rate`` events/s; the lag of an event is the time from its send to
-   the moment its stage's stored offset (``projector_offsets``, polled every
-   20 ms) passes it. p50/p99/max for both stages. Meanwhile ``session_search``
+   topics on the local Kafka, ``distill projector --no-index``,
+   ``distill indexer`` and ``distill indexer --deep`` as processes, the same
+   event mix produced at ``--lag-rate`` events/s; the lag of an event is the
+   time from its send to the moment its stage's stored offset
+   (``projector_offsets``, polled every 20 ms) passes it. p50/p99/max for
+   each stage, whether it grows, each stage's events/s and CPU per event. Meanwhile ``session_search``
    runs one call at a time at ``--lag-search-rate`` calls/s (default 10) over
    the growing keyspace: search latency under ingest. The topics and groups
    are deleted afterwards.
 
 Kafka is not in the measured path of 1-3 (the Cassandra write side); the
 keyspace is dropped at the end. ``--stages critical`` / ``index`` runs only
-that stage in step 1-2. Event mix: 45% user (40-400 chars), 35% assistant
+that stage in step 1-2. ``--no-deep``: no deep stage (its chunks are never
+indexed); ``--primary-chunks 1000 --no-deep``: one stage writing everything,
+the indexer as it was before the deep stage. Event mix: 45% user (40-400 chars), 35% assistant
 (200-2000 chars), 10% assistant tool calls, 10% tool results of which a
 quarter are 50 KB.
 """
@@ -174,8 +179,13 @@ async def main() -> None:
     ap.add_argument("--settle", action="store_true",
                     help="wait for the compaction backlog after projecting (its CPU counted), then read")  # fmt: skip
     ap.add_argument("--cassandra-pid", type=int, help="for CPU accounting (default: the local node on the port)")
+    ap.add_argument("--primary-chunks", type=int, default=None,
+                    help="later chunks per document on the indexer's primary stage (default: the setting)")  # fmt: skip
+    ap.add_argument("--no-deep", action="store_true", help="no deep index stage (steps 2 and 4)")
     args = ap.parse_args()
     settings = load_settings()
+    if args.primary_chunks is not None:
+        settings.index.primary_chunks = args.primary_chunks
     settings.cassandra.keyspace = args.reuse or f"bench_{uuid.uuid4().hex[:8]}"
     cluster, session = connect(settings.cassandra)
     ks = settings.cassandra.keyspace
@@ -194,14 +204,20 @@ async def main() -> None:
               f"load avg before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
         projector = Projector(session, ks, events_topic="events", summaries_topic="summaries", consumer_group="b",
                               concurrency=args.concurrency)  # fmt: skip
-        indexer = RecallIndexer(session, ks, events_topic="events", consumer_group="b-index",
-                                concurrency=args.concurrency)  # fmt: skip
+        indexer = RecallIndexer(session, ks, events_topic="events", consumer_group="b-index", scope="primary",
+                                concurrency=args.concurrency, primary_chunks=settings.index.primary_chunks)  # fmt: skip
+        deep = RecallIndexer(session, ks, events_topic="events", consumer_group="b-index-deep", scope="deep",
+                             concurrency=args.concurrency, primary_chunks=settings.index.primary_chunks)  # fmt: skip
         done = len(records)
         if args.stages in ("both", "critical"):
             done = await run_stage("critical path", projector, records, args, cassandra_pid, total_bytes)
         if args.stages in ("both", "index"):
+            print(f"indexer: primary stage with the first {settings.index.primary_chunks} later chunks of a document")
             done = await run_stage("indexer", indexer, records[:done], args, cassandra_pid, total_bytes)
             print(f"indexer: {indexer.indexed_tokens / max(1, done):.1f} index tokens (SAI postings) per event")
+            if not args.no_deep:
+                done = await run_stage("deep index", deep, records[:done], args, cassandra_pid, total_bytes)
+                print(f"deep index: {deep.indexed_tokens / max(1, done):.1f} index tokens (SAI postings) per event")
         print(f"keyspace {ks}") if args.keep else None
         if args.settle:
             meter = CpuMeter(cassandra_pid)
@@ -222,7 +238,7 @@ async def main() -> None:
         for rate in (float(r) for r in str(args.lag_rate).split(",")):
             await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
                               search=timed_search, search_rate=args.lag_search_rate,
-                              cassandra_pid=cassandra_pid, alter=args.alter)  # fmt: skip
+                              cassandra_pid=cassandra_pid, alter=args.alter, deep=not args.no_deep)  # fmt: skip
             if args.lag_alone:
                 await measure_lag(settings, make_events, rate=rate, seconds=args.lag_seconds, sessions=args.sessions,
                                   with_indexer=False, cassandra_pid=cassandra_pid, alter=args.alter)  # fmt: skip

@@ -1,10 +1,16 @@
-"""The lag of each stage at a sustained rate: ``distill projector --no-index`` and ``distill indexer`` as processes.
+"""The lag of each stage at a sustained rate: ``distill projector --no-index``, ``distill indexer`` and
+``distill indexer --deep`` (the later chunks of long documents) as processes.
 
 Used by ``bench_projections`` (step 4). Per-run names (``bench-<hex>`` topics
 and consumer groups, a ``bench_lag_<hex>`` keyspace), all deleted at the end.
 An event's lag in a stage is the time from its send to the first poll (every
 ``poll_s``) that finds the stage's stored offset (``projector_offsets``,
-written after the rows) past it: the time until its rows are readable.
+written after the rows) past it: the time until its rows are readable. A
+stage's lag is *growing* when it rises by more than 0.05 s per second sent
+(least squares over the phase: the stage does not keep up with the rate),
+else *bounded*; the slope is printed. Its events/s
+is how many events it had indexed by the time it caught up (or the phase's
+drain ended), over that time.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from benchmarks.cpu_clock import process_cpu_s
-from projections.cassandra_session import connect
+from projections.cassandra_session import aexecute, connect
 from projections.migrations import apply_migrations
 from projections.read_api import SessionReader
 from schemas import SessionKey
@@ -50,15 +56,30 @@ def _env(settings: Settings) -> dict[str, str]:
     env["DISTILL_TOPICS__PARTITIONS"] = str(settings.topics.partitions)
     env["DISTILL_WORKER__APP_ID"] = settings.worker.app_id
     env["DISTILL_WORKER__LOG_LEVEL"] = "WARNING"
+    env["DISTILL_INDEX__PRIMARY_CHUNKS"] = str(settings.index.primary_chunks)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     return env
+
+
+def trend(sent_lags: list[tuple[float, float]], missing: int) -> str:
+    """``growing``/``bounded`` and the lag's slope over the phase (seconds of lag per second sent, least squares
+    over ``(sent at, lag)`` pairs): growing above 0.05 (the stage falls behind by 5% of the rate), or when events
+    never caught up."""
+    if len(sent_lags) < 2:
+        return "growing" if missing else "bounded"
+    n = len(sent_lags)
+    mx = sum(at for at, _ in sent_lags) / n
+    my = sum(lag for _, lag in sent_lags) / n
+    var = sum((at - mx) ** 2 for at, _ in sent_lags)
+    slope = sum((at - mx) * (lag - my) for at, lag in sent_lags) / var if var else 0.0
+    return f"{'growing' if missing or slope > 0.05 else 'bounded'} ({slope:+.2f} s/s)"
 
 
 async def measure_lag(
     base: Settings, make_events: Callable[..., Any], *, rate: float, seconds: float, sessions: int,
     poll_s: float = 0.02, drain_timeout_s: float = 180.0, with_indexer: bool = True,
     search: Search | None = None, search_rate: float = 0.0, cassandra_pid: int | None = None,
-    alter: Sequence[str] = (),
+    alter: Sequence[str] = (), deep: bool = True,
 ) -> None:  # fmt: skip
     """Produce ``rate * seconds`` events of the benchmark mix at ``rate``/s; print each stage's lag p50/p99/max.
 
@@ -66,8 +87,9 @@ async def measure_lag(
     ``search`` (with ``search_rate`` > 0): that many ``session_search`` calls a second, one at a time, while
     the events are produced, over the sessions written so far; their p50/p99 is printed (search under ingest,
     against an index that compacts as it grows). ``cassandra_pid``: Cassandra's CPU over the phase is printed
-    per event (both stages, the searches and whatever else that node serves meanwhile). ``alter``: CQL run
-    after the migrations (``{ks}`` = the phase's keyspace), as ``bench_projections --alter``.
+    per event (every stage, the searches and whatever else that node serves meanwhile). ``alter``: CQL run
+    after the migrations (``{ks}`` = the phase's keyspace), as ``bench_projections --alter``. ``deep=False``:
+    no deep stage (the indexer's later chunks are then never written: the primary stage alone).
     """
     run = uuid.uuid4().hex[:8]
     prefix = f"bench-{run}"
@@ -77,9 +99,12 @@ async def measure_lag(
         data["topics"][name] = f"{prefix}.{name}"
     data["worker"]["app_id"] = prefix
     settings = Settings(**data)
-    groups = {"critical path": f"{prefix}-projector", "indexer": f"{prefix}-indexer"}
+    groups = {"critical path": f"{prefix}-projector", "indexer": f"{prefix}-indexer",
+              "deep index": f"{prefix}-indexer-deep"}  # fmt: skip
     if not with_indexer:
         del groups["indexer"]
+    if not (with_indexer and deep):
+        del groups["deep index"]
     cluster, session = connect(settings.cassandra)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -92,6 +117,9 @@ async def measure_lag(
                                       env=_env(settings)))  # fmt: skip
         if with_indexer:
             procs.append(subprocess.Popen([*exe, "indexer", "--group", groups["indexer"]], env=_env(settings)))
+        if "deep index" in groups:
+            procs.append(subprocess.Popen([*exe, "indexer", "--deep", "--group", groups["indexer"]],
+                                          env=_env(settings)))  # fmt: skip
         ks = settings.cassandra.keyspace
         progress = session.prepare(f"SELECT consumer_group FROM {ks}.projector_progress WHERE topic = ? "
                                    "AND partition = ?")  # fmt: skip
@@ -113,6 +141,8 @@ async def measure_lag(
         records, keys, _ = make_events(total, sessions, seed=11)
         sent: dict[tuple[int, int], float] = {}
         lags: dict[str, list[float]] = {name: [] for name in groups}
+        sent_lags: dict[str, list[tuple[float, float]]] = {name: [] for name in groups}
+        last_done: dict[str, float] = {}
         pending = {name: {} for name in groups}  # type: dict[str, dict[tuple[int, int], float]]
         next_seen = {name: {} for name in groups}  # type: dict[str, dict[int, int]]
         cpu0 = {p.pid: process_cpu_s(p.pid) for p in procs}
@@ -140,19 +170,30 @@ async def measure_lag(
                     future.add_done_callback(functools.partial(delivered, at))
                     futures.append(future)
                 await asyncio.gather(*futures)
+                produced_s.append(time.monotonic() - start)
+                if cassandra_pid:
+                    produced_cpu.append(process_cpu_s(cassandra_pid) - cassandra0)
             finally:
                 await producer.stop()
 
-        def poll() -> None:
+        async def poll() -> None:
+            pages = await asyncio.gather(*(aexecute(session, offsets, (group, settings.topics.events))
+                                           for group in groups.values()))  # fmt: skip
             now = time.time()
-            for name, group in groups.items():
-                for row in session.execute(offsets, (group, settings.topics.events)):
+            for name, rows in zip(groups, pages, strict=True):
+                for row in rows:
                     next_seen[name][row.partition] = row.next_offset
                 done = [tp for tp in pending[name] if tp[1] < next_seen[name].get(tp[0], 0)]
                 for tp in done:
-                    lags[name].append(now - pending[name].pop(tp))
+                    at = pending[name].pop(tp)
+                    lags[name].append(now - at)
+                    sent_lags[name].append((at, now - at))
+                if done:
+                    last_done[name] = now
 
         searched: list[tuple[str, float]] = []
+        produced_s: list[float] = []
+        produced_cpu: list[float] = []
 
         async def search_loop() -> None:
             assert search is not None
@@ -168,9 +209,9 @@ async def measure_lag(
 
         producing = asyncio.ensure_future(produce())
         searching = asyncio.ensure_future(search_loop()) if search is not None and search_rate > 0 else None
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         while not producing.done() or any(pending.values()):
-            poll()
+            await poll()
             if producing.done() and time.monotonic() - started > seconds + drain_timeout_s:
                 break
             await asyncio.sleep(poll_s)
@@ -180,20 +221,24 @@ async def measure_lag(
         wall = time.monotonic() - started
         cassandra_cpu = process_cpu_s(cassandra_pid) - cassandra0 if cassandra_pid else None
         alone = "" if with_indexer else ", the projector alone"
+        sent_rate = total / produced_s[0]
         print(f"sustained {rate:,.0f} events/s for {seconds:.0f}s ({total} events, Kafka + processes{alone}, "
-              f"offsets polled every {poll_s * 1000:.0f} ms):")  # fmt: skip
+              f"offsets polled every {poll_s * 1000:.0f} ms; sent at {sent_rate:,.0f} events/s):")  # fmt: skip
         for (name, values), proc in zip(lags.items(), procs, strict=True):
             cpu = process_cpu_s(proc.pid) - cpu0[proc.pid]
             missing = len(pending[name])
+            rate_done = len(values) / max(1e-9, last_done.get(name, started_at) - started_at)
             print(f"  {name:13s} lag p50 {_pct(values, 50) * 1000:7.0f} ms  p99 {_pct(values, 99) * 1000:7.0f} ms  "
-                  f"max {max(values, default=float('nan')) * 1000:7.0f} ms  cpu {cpu / total * 1e6:.0f} µs/event"
+                  f"max {max(values, default=float('nan')) * 1000:7.0f} ms  {trend(sent_lags[name], missing)}  "
+                  f"{rate_done:,.0f} events/s  cpu {cpu / total * 1e6:.0f} µs/event"
                   + (f"  ({missing} never caught up)" if missing else ""))  # fmt: skip
         if searched:
             ms = [v for _, v in searched]
             print(f"  session_search meanwhile: p50 {_pct(ms, 50):.1f} ms  p99 {_pct(ms, 99):.1f} ms  "
                   f"max {max(ms):.1f} ms ({len(ms)} searches, one at a time, ~{search_rate:g}/s)")  # fmt: skip
         if cassandra_cpu is not None:
-            print(f"  cassandra cpu {cassandra_cpu / total * 1e6:.0f} µs/event (pid {cassandra_pid}, the whole phase)")
+            print(f"  cassandra cpu {cassandra_cpu / total * 1e6:.0f} µs/event (pid {cassandra_pid}, the whole phase); "
+                  f"{produced_cpu[0] / produced_s[0]:.2f} cores while sending")  # fmt: skip
         print(f"  wall {wall:.1f}s; load avg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         for proc in procs:

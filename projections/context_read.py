@@ -27,8 +27,9 @@ checks it over thousands of generated sessions). It reads:
    call is not in the tail (``tool_calls`` → ``event_ids`` → the row);
 6. **turn anchors**: the covered user messages of every turn the events above
    belong to that does not surely start after the boundary (``session_turns``);
-7. the heartbeats of the session's partition: the projector's (``projection_lag``)
-   and the recall indexer's (``index_lag``), one small partition read.
+7. the heartbeats of the session's partition: the projector's (``projection_lag``),
+   the recall indexer's (``index_lag``) and its deep stage's (``deep_index_lag``:
+   the later chunks of long documents), one small partition read.
 
 The events come back in **log order** (``seq``, the Kafka offset: every record
 of a session shares one partition), the order the summarizer reads them in, and
@@ -64,7 +65,7 @@ from projections.cassandra_session import aexecute
 from projections.errors import AnchorNotFound
 from projections.filter_keys import FULL_SESSION, SEPARATOR, related
 from projections.rows import restore_event_json
-from projections.stage import INDEX_STAGE
+from projections.stage import DEEP_INDEX_STAGE, INDEX_STAGE, INDEX_STAGES
 from schemas import SessionEvent, SessionKey, SessionSummary
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
 from schemas.summaries import stored_summary
@@ -238,7 +239,7 @@ class ContextReader:
                 await run.late_calls()
                 await run.invocation(current)
                 await run.anchors(cut)
-            lag, index_lag = await lag_task
+            lag, index_lag, deep_index_lag = await lag_task
         finally:
             if not lag_task.done():
                 lag_task.cancel()
@@ -248,20 +249,24 @@ class ContextReader:
             boundary_seq=cut.anchor_seq if cut is not None else None,
             event_seqs={event_id: pos.seq for event_id, (pos, _) in run.got.events.items()},
             current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
+            deep_index_lag=deep_index_lag,
             stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=run.truncated),
         )  # fmt: skip
 
-    async def _lag(self, key: SessionKey, run: _Run) -> tuple[ProjectionLag, ProjectionLag]:
+    async def _lag(self, key: SessionKey, run: _Run) -> tuple[ProjectionLag, ProjectionLag, ProjectionLag]:
+        """The lags of the projector, the recall indexer and the indexer's deep stage on the session's partition."""
         source = next(iter(await run.q(self._source, tuple(key))), None)
         if source is None:
-            return ProjectionLag(), ProjectionLag()
+            return ProjectionLag(), ProjectionLag(), ProjectionLag()
         rows = list(await run.q(self._progress, (source.topic, source.partition)))
         now = datetime.now(UTC)
         index_rows = [r for r in rows if r.stage == INDEX_STAGE]
-        projector_rows = [r for r in rows if r.stage != INDEX_STAGE]
+        deep_rows = [r for r in rows if r.stage == DEEP_INDEX_STAGE]
+        projector_rows = [r for r in rows if r.stage not in INDEX_STAGES]
         return (
             projection_lag(source.topic, source.partition, projector_rows, now, self.heartbeat_stale_s),
             projection_lag(source.topic, source.partition, index_rows, now, self.heartbeat_stale_s),
+            projection_lag(source.topic, source.partition, deep_rows, now, self.heartbeat_stale_s),
         )
 
 

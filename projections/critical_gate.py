@@ -4,7 +4,7 @@ Both stages write to the same Cassandra, and an indexer catching up (each
 token an SAI posting) can keep it busy on its own: after an outage, or with
 a backlog, the projector's writes would wait behind the index's. The gate
 reads the projector's heartbeats (``projector_progress``, rows of any stage
-but the indexer's) for the partitions of a batch: while a fresh one says the
+but the indexer's two) for the partitions of a batch: while a fresh one says the
 projector is more than ``max_behind`` records behind on one of them, the
 indexer waits (rechecking every ``check_s``, at most ``max_wait_s`` per
 batch, so a projector stuck behind cannot stop the index for good). A
@@ -25,16 +25,23 @@ from typing import Any
 from cassandra.cluster import Session
 
 from projections.cassandra_session import aexecute
-from projections.stage import INDEX_STAGE
+from projections.stage import INDEX_STAGES
 
 DEFAULT_MAX_BEHIND = 2000
 """Records a projector may be behind before the indexer yields (about one of its batches)."""
 
 
-def projector_behind(rows: Iterable[Any], now: datetime, max_behind: int, stale_s: float) -> bool:
-    """Whether a fresh projector heartbeat among ``rows`` is more than ``max_behind`` records behind (pure)."""
+def projector_behind(
+    rows: Iterable[Any], now: datetime, max_behind: int, stale_s: float, stage: str | None = None
+) -> bool:
+    """Whether a fresh projector heartbeat among ``rows`` is more than ``max_behind`` records behind (pure).
+
+    ``stage``: the heartbeats of that stage instead of the projector's (the deep index stage yields to
+    the primary one: ``INDEX_STAGE``).
+    """
     for r in rows:
-        if getattr(r, "stage", None) == INDEX_STAGE or r.updated_at is None:
+        row_stage = getattr(r, "stage", None)
+        if (row_stage != stage if stage is not None else row_stage in INDEX_STAGES) or r.updated_at is None:
             continue
         updated = r.updated_at if r.updated_at.tzinfo else r.updated_at.replace(tzinfo=UTC)
         if (now - updated).total_seconds() > stale_s:
@@ -49,9 +56,11 @@ class CriticalPathGate:
 
     def __init__(
         self, session: Session, keyspace: str, *, max_behind: int = DEFAULT_MAX_BEHIND, stale_s: float = 5.0,
-        check_s: float = 0.25, max_wait_s: float = 30.0,
+        check_s: float = 0.25, max_wait_s: float = 30.0, stage: str | None = None,
     ) -> None:  # fmt: skip
+        """``stage``: wait for that stage's heartbeats instead of the projector's (see ``projector_behind``)."""
         self._session = session
+        self.stage = stage
         self._select = session.prepare(
             f"SELECT stage, next_offset, log_end_offset, updated_at FROM {keyspace}.projector_progress "
             "WHERE topic = ? AND partition = ?"
@@ -72,7 +81,7 @@ class CriticalPathGate:
             except Exception:  # advisory: a failed read never holds the index back
                 break
             now = datetime.now(UTC)
-            if not any(projector_behind(rows, now, self.max_behind, self.stale_s) for rows in pages):
+            if not any(projector_behind(rows, now, self.max_behind, self.stale_s, self.stage) for rows in pages):
                 break
             await asyncio.sleep(self.check_s)
         waited = time.monotonic() - started

@@ -16,6 +16,11 @@ class StoreRefused(StoreUnavailable):
     """
 
 
+class StageBehind(StoreUnavailable):
+    """A stage that follows another (the deep index stage) is ahead of it: the batch is retried later, as after an
+    outage, but this is no failure (the runner says so at info level)."""
+
+
 class AnchorNotFound(LookupError):
     """session_load could not resolve its anchor; the message is the guide's error text."""
 

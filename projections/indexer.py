@@ -30,16 +30,49 @@ sees it on the same side as the prompt does. The indexer keeps its own
 :class:`~projections.late_events.LatestStamps` (a session not remembered: one
 read of its newest ``recall_lines`` row) and looks up the index's own row of
 such an event, since it may run ahead of the projector.
+
+**Two stages of it** (``scope``): the later chunks of long documents are most
+of the index's cost (57% of the postings of the benchmark's mix, where a
+quarter of the tool results are 50 KB), and at a sustained 1,000 events/s a
+2-core box cannot index everything: with one stage, everything searchable
+waited behind them. So the *primary* stage (``scope="primary"``, group
+``<app>-indexer``) writes every document row, context line and vector and the
+first ``primary_chunks`` of ``recall_chunks`` (``rows.split_chunks``; 0 by
+default), and the *deep* stage (``scope="deep"``, group ``<app>-indexer-deep``,
+heartbeats ``index-deep``: ``ContextRead.deep_index_lag``) writes the rest,
+at its own pace, resuming from its own offsets. ``scope="all"`` is the one
+stage that writes everything.
+
+The deep stage follows the primary and never passes it: a batch waits until
+the primary stage has stored offsets past it (``primary_group``), so the
+primary's rows of its events are there, and so is every deletion before them.
+It also yields to it: with a ``gate`` on the primary stage's heartbeats
+(``CriticalPathGate(stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND)``, what
+``distill indexer --deep`` runs with) it waits while the primary is behind
+(at most the gate's 30 s a batch), so at a rate the box cannot index whole it
+is the deep stage that falls behind, not what everything searchable needs.
+It writes the later chunks of an event only when the primary's document row
+of it is there (``recall_docs``), with that row's ``seq`` (an event published
+again keeps where the primary placed it), and not when a deletion marker
+covers it; after its writes it checks both again and removes what a deletion
+that landed meanwhile took away. It deletes nothing on a ``delete_session``
+(the primary stage removed the session's rows, later chunks included, and a
+range deletion here would also take the rows of a session started again
+since). And search shows a later chunk only while its document's first chunk
+is in the index (``recall_search``), so the deep stage, however far behind,
+never brings deleted content back into search, even between its write and
+its check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
@@ -49,10 +82,18 @@ from projections import statements as q
 from projections.binding import RowBinder
 from projections.critical_gate import CriticalPathGate
 from projections.embedding import MAX_EMBED_CHARS, Embedder
-from projections.errors import StoreUnavailable
+from projections.errors import StageBehind, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
-from projections.rows import RecallRows, recall_eligible, recall_rows
+from projections.rows import (
+    DEFAULT_PRIMARY_CHUNKS,
+    RecallRows,
+    has_later_chunks,
+    recall_eligible,
+    recall_rows,
+    split_chunks,
+)
 from projections.stage import (
+    DEEP_INDEX_STAGE,
     INDEX_STAGE,
     Batch,
     BatchOutcome,
@@ -71,9 +112,31 @@ log = logging.getLogger("distill.indexer")
 STAGE = INDEX_STAGE
 _YIELD_EVERY = 100
 """Documents tokenized between two yields to the event loop (~10-30 ms of CPU)."""
+_YIELD_EVERY_LONG = 4
+"""Long documents (the deep stage's, ~1-5 ms of tokenizing each) between two yields to the event loop."""
 _Session = tuple[str, str, str]
 _LINE_BYTES = 256
 """About the bytes of a ``recall_lines`` row in a batch (a ~100-character line and the key)."""
+IndexScope = Literal["all", "primary", "deep"]
+"""What a ``RecallIndexer`` writes: everything, the primary stage's part, or the deep stage's (see the module)."""
+
+
+class PrimaryBehind(StageBehind):
+    """The deep stage's batch is past what the primary indexing stage has stored: retried (the consumer paused)."""
+
+
+DEEP_MAX_BEHIND = 500
+"""Records the primary stage may be behind on a partition before the deep stage yields to it."""
+
+
+def deep_group_of(index_group: str) -> str:
+    """The deep stage's consumer group beside the primary indexer's ``index_group``: ``<group>-deep``."""
+    return f"{index_group}-deep"
+
+
+def primary_group_of(deep_group: str) -> str:
+    """The primary indexer's group the deep stage ``deep_group`` follows (``<group>-deep`` → ``<group>``)."""
+    return deep_group.removesuffix("-deep")
 
 
 @dataclass(frozen=True)
@@ -143,11 +206,32 @@ class RecallIndexer(CassandraStage):
         batch_bytes: int = 128 * 1024,
         pipeline_events: int = 500,
         remembered_sessions: int = DEFAULT_REMEMBERED_SESSIONS,
+        scope: IndexScope = "all",
+        primary_chunks: int = DEFAULT_PRIMARY_CHUNKS,
+        primary_group: str | None = None,
+        primary_wait_s: float = 10.0,
+        primary_check_s: float = 0.2,
     ) -> None:
+        """``scope``, ``primary_chunks``: see the module (both stages of one index take the same
+        ``primary_chunks``). The deep stage follows ``primary_group`` (default ``primary_group_of(consumer_group)``),
+        checking every ``primary_check_s`` and giving a batch up to ``primary_wait_s`` before it raises
+        ``PrimaryBehind`` (retried by the runner with its backoff)."""
+        if scope not in ("all", "primary", "deep"):
+            raise ValueError(f"unknown index scope {scope!r}")
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
                          pipeline_events=pipeline_events)  # fmt: skip
         self.events_topic = events_topic
+        self.scope: IndexScope = scope
+        self.primary_chunks = max(0, primary_chunks)
+        if scope == "deep":
+            self.STAGE = DEEP_INDEX_STAGE
+            embedder = None  # vectors are the primary stage's (one per document, from its whole text)
+        self.primary_group = primary_group or primary_group_of(consumer_group)
+        self.primary_wait_s = primary_wait_s
+        self.primary_check_s = primary_check_s
+        self.waited_primary_s = 0.0
+        """Seconds the deep stage spent waiting for the primary stage (for logs and benchmarks)."""
         self._stamps = LatestStamps(remembered_sessions)
         self._embedder = embedder
         self._gate = gate
@@ -203,6 +287,8 @@ class RecallIndexer(CassandraStage):
         """
         if self._gate is not None and records:
             await self._gate.wait(sorted({(r.topic, r.partition) for r in records}))
+        if self.scope == "deep" and records:
+            await self._follow_primary(records)
         outcome = BatchOutcome()
         segment: list[_Item] = []
         for record in records:
@@ -223,8 +309,9 @@ class RecallIndexer(CassandraStage):
             if isinstance(parsed, DeleteSession):
                 await self._index(segment, outcome)
                 segment = []
-                await self._delete(parsed)
-                self._stamps.forget(key, (parsed.app_name, parsed.user_id, parsed.session_id))
+                if self.scope != "deep":  # the primary stage removed the session's rows, its later chunks too
+                    await self._delete(parsed)
+                    self._stamps.forget(key, (parsed.app_name, parsed.user_id, parsed.session_id))
                 outcome.deletes += 1
             elif isinstance(parsed, SessionEvent):
                 segment.append(_Item(record, parsed))
@@ -241,6 +328,9 @@ class RecallIndexer(CassandraStage):
     async def _index(self, items: list[_Item], outcome: BatchOutcome) -> None:
         if not items:
             return
+        if self.scope == "deep":
+            await self._index_deep(items, outcome)
+            return
         markers, placements = await asyncio.gather(self._markers({_session(i.event) for i in items}),
                                                    self._place(items))  # fmt: skip
         seqs = {id(item): placements[n].seq for n, item in enumerate(items) if n in placements}
@@ -248,7 +338,9 @@ class RecallIndexer(CassandraStage):
         outcome.skipped_deleted += len(items) - len(live)
         built: list[tuple[_Item, RecallRows]] = []
         for n, item in enumerate(live, start=1):
-            rows = recall_rows(item.event, seqs.get(id(item), item.record.offset))
+            # The primary stage does not cut the chunks it leaves to the deep stage.
+            rows = recall_rows(item.event, seqs.get(id(item), item.record.offset),
+                               None if self.scope == "all" else self.primary_chunks)  # fmt: skip
             if rows is not None:
                 built.append((item, rows))
             if n % _YIELD_EVERY == 0:
@@ -259,7 +351,7 @@ class RecallIndexer(CassandraStage):
         rejected = await self._write_pipelined(len(built), lambda a, b: self._batches(built, a, b))
         for index, exc in sorted(rejected.items()):
             outcome.dead_letters.append(
-                dead_letter(built[index][0].record, exc, f"cassandra rejected the recall rows: {exc}", stage=STAGE)
+                dead_letter(built[index][0].record, exc, f"cassandra rejected the recall rows: {exc}", stage=self.STAGE)
             )
         written = [b for n, b in enumerate(built) if n not in rejected]
         outcome.events += len(written)
@@ -327,6 +419,101 @@ class RecallIndexer(CassandraStage):
         failed = await self._run_concurrent(work)
         if failed:
             raise StoreUnavailable(f"cassandra vector write failed: {failed[0][1]}")
+
+    # -- the deep stage ---------------------------------------------------------------------------------------
+
+    async def _follow_primary(self, records: Sequence[SourceRecord]) -> None:
+        """Return once the primary stage has stored offsets past ``records`` (see the module); ``PrimaryBehind``
+        after ``primary_wait_s``."""
+        need: dict[tuple[str, int], int] = {}
+        for r in records:
+            key = (r.topic, r.partition)
+            need[key] = max(need.get(key, 0), r.offset + 1)
+        started = time.monotonic()
+        try:
+            while True:
+                rows = await self._run(self._stage_p["load_offsets"], (self.primary_group,))
+                stored = {(r.topic, r.partition): r.next_offset for r in rows}
+                short = {tp: off for tp, off in need.items() if (stored.get(tp) or 0) < off}
+                if not short:
+                    return
+                if time.monotonic() - started >= self.primary_wait_s:
+                    tp, off = min(short.items())
+                    raise PrimaryBehind(f"the primary indexer ({self.primary_group}) is at {tp[0]}[{tp[1]}]@"
+                                        f"{stored.get(tp, 0)}, this batch reaches {off}")  # fmt: skip
+                await asyncio.sleep(self.primary_check_s)
+        finally:
+            self.waited_primary_s += time.monotonic() - started
+
+    async def _primary_seqs(self, items: Sequence[_Item]) -> list[int | None]:
+        """The ``seq`` of the primary stage's document row of each of ``items`` (``None``: no row)."""
+        found = await self._read_many(self._p["seq"], [(*_session(i.event), i.event.timestamp, i.event.event_id)
+                                                       for i in items])  # fmt: skip
+        return [next((r.seq for r in rows if r.seq is not None), None) for rows in found]
+
+    async def _index_deep(self, items: list[_Item], outcome: BatchOutcome) -> None:
+        """Write the later chunks (beyond ``primary_chunks``) of ``items`` whose document the primary indexed."""
+        candidates: list[_Item] = []
+        for n, item in enumerate(items, start=1):
+            if has_later_chunks(item.event):
+                candidates.append(item)
+            if n % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        outcome.ignored += len(items) - len(candidates)
+        if not candidates:
+            return
+        markers, seqs = await asyncio.gather(self._markers({_session(i.event) for i in candidates}),
+                                             self._primary_seqs(candidates))  # fmt: skip
+        built: list[tuple[_Item, RecallRows]] = []
+        for n, (item, seq) in enumerate(zip(candidates, seqs, strict=True), start=1):
+            if seq is None or _covered(markers, item):
+                outcome.skipped_deleted += 1  # deleted (or never indexed): its later chunks must not show
+                continue
+            rows = recall_rows(item.event, seq)
+            deep = split_chunks(rows, self.primary_chunks)[1] if rows is not None else None
+            if deep is None:
+                outcome.ignored += 1
+            else:
+                built.append((item, deep))
+            if n % _YIELD_EVERY_LONG == 0:
+                await asyncio.sleep(0)
+        if not built:
+            return
+        rejected = await self._write_pipelined(len(built), lambda a, b: self._deep_batches(built, a, b))
+        for index, exc in sorted(rejected.items()):
+            reason = f"cassandra rejected the later chunks: {exc}"
+            outcome.dead_letters.append(dead_letter(built[index][0].record, exc, reason, stage=self.STAGE))
+        written = [b for n, b in enumerate(built) if n not in rejected]
+        outcome.events += len(written)
+        self.indexed_tokens += sum(rows.tokens for _, rows in written)
+        await self._recheck_deep(written)
+
+    def _deep_batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
+        """The ``recall_chunks`` rows of ``built[start:stop]`` by tenant partition, cut into size-capped batches."""
+        groups: dict[tuple[str, ...], list[Row]] = {}
+        for index in range(start, stop):
+            item, rows = built[index]
+            group = groups.setdefault((item.event.app_name, item.event.user_id), [])
+            for chunk, size in zip(rows.chunks, rows.chunk_sizes, strict=True):
+                group.append((self._bind_chunk, chunk, index, size))
+        return self._cut(groups)
+
+    async def _recheck_deep(self, written: list[tuple[_Item, RecallRows]]) -> None:
+        """Remove the later chunks just written of events whose document a deletion removed meanwhile."""
+        if not written:
+            return
+        items = [item for item, _ in written]
+        markers, seqs = await asyncio.gather(self._markers({_session(i.event) for i in items}),
+                                             self._primary_seqs(items))  # fmt: skip
+        stale = [i for i, seq in zip(items, seqs, strict=True) if seq is None or _covered(markers, i)]
+        if not stale:
+            return
+        failed = await self._run_concurrent((self._p["delete_event_recall_chunks"],
+                                             (*_session(i.event), i.event.timestamp, i.event.event_id))
+                                            for i in stale)  # fmt: skip
+        if failed:
+            raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+        log.info("removed the later chunks of %d events deleted while they were indexed", len(stale))
 
     # -- deletions -------------------------------------------------------------------------------------------
 

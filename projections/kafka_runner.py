@@ -32,7 +32,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
-from projections.errors import StoreUnavailable
+from projections.errors import StageBehind, StoreUnavailable
 from projections.projector import replay_topic_prefix
 from projections.stage import BatchOutcome, PartitionProgress, SourceRecord, Stage
 from schemas import DeadLetter
@@ -84,8 +84,9 @@ class ProjectorRunner:
         """``follow_epochs``: also consume the replays' outputs (``<summaries>.replay-*``, found as
         they are created), so the versions of epochs not served yet are listed too."""
         self.projector = projector
-        self._log = logging.getLogger("distill.indexer" if getattr(projector, "STAGE", "") == "index"
-                                      else "distill.projector")  # fmt: skip
+        stage = getattr(projector, "STAGE", "")
+        self._log = logging.getLogger({"index": "distill.indexer", "index-deep": "distill.indexer.deep"}
+                                      .get(stage, "distill.projector"))  # fmt: skip
         self.dead_letter_topic = dead_letter_topic
         self._consumer_kwargs = consumer_kwargs
         self._producer_kwargs = producer_kwargs
@@ -186,10 +187,14 @@ class ProjectorRunner:
                     if not paused:
                         self._consumer.pause(*self._consumer.assignment())
                         paused = True
-                    self._log.error(
-                        "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
-                        len(records), delay, exc,
-                    )  # fmt: skip
+                    if isinstance(exc, StageBehind):
+                        self._log.info("consumer paused, %d records held, retrying in %.1fs: %s", len(records),
+                                       delay, exc)  # fmt: skip
+                    else:
+                        self._log.error(
+                            "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
+                            len(records), delay, exc,
+                        )  # fmt: skip
                     await self._wait(delay)
                     delay = next_backoff(delay, self.backoff_max_s)
         finally:

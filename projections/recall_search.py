@@ -104,6 +104,7 @@ class RecallSearch(SummaryReads):
         self._line_after = self._prep(
             f"SELECT role, line FROM {ks}.recall_lines WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT 2"
         )
+        self._first_chunk = self._prep(f"SELECT seq FROM {ks}.recall_docs WHERE {pk} AND ts = ? AND event_id = ?")
 
     async def session_search(
         self,
@@ -160,7 +161,7 @@ class RecallSearch(SummaryReads):
                     seen.add((d.session_id, d.event_id))
                     ranked.append((label, d))
         ranked.sort(key=lambda x: (-x[1].score, -x[1].ts.timestamp(), x[1].event_id))
-        top = ranked[:k]
+        top = await self._indexed(key, ranked, k)
         contexts = await asyncio.gather(*(self._context(key, d, query) for _, d in top[:2]))
         hits = []
         for i, (label, d) in enumerate(top):
@@ -184,6 +185,30 @@ class RecallSearch(SummaryReads):
                 )
             )
         return hits
+
+    async def _indexed(self, key: SessionKey, ranked: list[tuple[str, _Doc]], k: int) -> list[tuple[str, _Doc]]:
+        """The first ``k`` of ``ranked`` but the later chunks whose document's first chunk is not in the index.
+
+        The deep indexing stage writes a long document's later chunks behind the
+        primary stage, which removes a deleted session's rows: a later chunk it
+        wrote for an event a deletion removed meanwhile is removed again right
+        after its write (``projections.indexer``), and until then this keeps
+        it out of the answer. A point read per such hit in the answer, only for
+        the hits the first chunks did not find (``_Doc.chunk`` > 0).
+        """
+        checked: set[tuple[str, str]] = set()
+        gone: set[tuple[str, str]] = set()
+        while True:
+            top = [(label, d) for label, d in ranked if (d.session_id, d.event_id) not in gone][:k]
+            later = [d for _, d in top if d.chunk > 0 and (d.session_id, d.event_id) not in checked]
+            if not later:
+                return top
+            found = await asyncio.gather(*(aexecute(self._s, self._first_chunk, (key.app_name, key.user_id,
+                                           d.session_id, d.ts, d.event_id)) for d in later))  # fmt: skip
+            for d, rows in zip(later, found, strict=True):
+                checked.add((d.session_id, d.event_id))
+                if not list(rows):
+                    gone.add((d.session_id, d.event_id))
 
     async def _search_hidden(
         self, key: SessionKey, query: str, k: int, filter_key: str, min_score: float, mode: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ from projections.lexical import (
     chunk_index,
     context_line,
     doc_tokens,
+    fold,
     session_token,
 )
 from schemas import Message, SessionEvent, SessionSummary
@@ -196,12 +197,14 @@ class RecallRows:
         )
 
 
-def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
+def recall_rows(event: SessionEvent, seq: int, later_chunks: int | None = None) -> RecallRows | None:
     """The recall rows of ``event``, or ``None`` when it is not searchable (see ``recall_eligible``).
 
     Indexed whole: the first chunk in ``recall_docs``; a longer document, or
     one whose prefix holds more than ``MAX_DOC_TOKENS`` tokens (CJK text),
     continues in ``recall_chunks`` rows of up to ``lexical.LATER_CHUNK_CHARS``.
+    ``later_chunks``: at most that many of those (the primary index stage's part,
+    ``split_chunks(recall_rows(event, seq), k)[0]``; 0 does not cut the rest at all).
     """
     if not recall_eligible(event):
         return None
@@ -218,18 +221,57 @@ def recall_rows(event: SessionEvent, seq: int) -> RecallRows | None:
     )  # fmt: skip
     chunks: tuple[tuple[object, ...], ...] = ()
     chunk_sizes: tuple[int, ...] = ()
-    if len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS:
+    if later_chunks != 0 and (len(text) > MAX_INDEXED_CHARS or len(tokens) >= MAX_DOC_TOKENS):
         spans = chunk_index(text, LATER_CHUNK_CHARS, LATER_CHUNK_TOKENS, first_chars=MAX_INDEXED_CHARS,
                             first_tokens=MAX_DOC_TOKENS)  # fmt: skip
+        later = spans[1:] if later_chunks is None else spans[1 : 1 + max(0, later_chunks)]
         chunks = tuple(
             (app, user, sid, event.timestamp, event.event_id, n, seq, event.filter_key, msg.role, text[a:b],
              msg.tool_call_id, msg.name, size, chunk_tokens | {own})
-            for n, (a, b, chunk_tokens) in enumerate(spans[1:], start=1)
+            for n, (a, b, chunk_tokens) in enumerate(later, start=1)
         )  # fmt: skip
-        chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in spans[1:])
+        chunk_sizes = tuple(row_bytes(text[a:b], chunk_tokens) for a, b, chunk_tokens in later)
     line = (app, user, sid, event.timestamp, event.event_id, msg.role, context_line(indexed))
     return RecallRows(doc=doc, chunks=chunks, text=text, size=row_bytes(indexed, tokens), chunk_sizes=chunk_sizes,
                       line=line)  # fmt: skip
+
+
+DEFAULT_PRIMARY_CHUNKS = 0
+"""How many ``recall_chunks`` rows of a long document the primary indexing stage writes (``split_chunks``).
+
+0: the primary stage writes every first chunk, message and context line, the deep stage every later chunk.
+Measured at a sustained 1,000 events/s of the benchmark's mix (``benchmarks/index_lag.py``): the later
+chunks are 57% of the mix's SAI postings, so with any of them on the primary path its lag grows on a 2-core
+box; a document's first 8 Ki characters are what a search answers from in the common case anyway."""
+
+
+def split_chunks(rows: RecallRows, primary_chunks: int) -> tuple[RecallRows, RecallRows | None]:
+    """``rows`` cut between the two indexing stages: the primary's part and the deep stage's (``None``: nothing).
+
+    The primary stage writes the document row, the context line and the first
+    ``primary_chunks`` of ``recall_chunks`` (chunks 1..K); the deep stage writes the
+    chunks after those (K+1..), with the document row and line left to the primary.
+    The two parts together are ``rows``; a document without later chunks beyond K
+    leaves the deep stage nothing.
+    """
+    keep = max(0, primary_chunks)
+    primary = replace(rows, chunks=rows.chunks[:keep], chunk_sizes=rows.chunk_sizes[:keep])
+    if len(rows.chunks) <= keep:
+        return primary, None
+    return primary, replace(rows, chunks=rows.chunks[keep:], chunk_sizes=rows.chunk_sizes[keep:])
+
+
+def has_later_chunks(event: SessionEvent) -> bool:
+    """Whether ``recall_rows(event)`` has ``recall_chunks`` rows (the condition it cuts by), without building them:
+    the deep stage tokenizes only such documents."""
+    if not recall_eligible(event):
+        return False
+    text = message_text(event.message)
+    if len(text) > MAX_INDEXED_CHARS:
+        return True
+    # Every token starts at its own character of the folded text: a shorter text cannot reach the cap
+    # (most messages; tokenizing them all again was a tenth of the deep stage's CPU).
+    return len(fold(text)) >= MAX_DOC_TOKENS and len(doc_tokens(text)) >= MAX_DOC_TOKENS
 
 
 def summary_history_row(summary: SessionSummary) -> tuple[object, ...]:

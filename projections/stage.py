@@ -39,7 +39,11 @@ _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
 PROJECT_STAGE = "project"
 """The projector's stage name (dead letters, ``projector_progress.stage``)."""
 INDEX_STAGE = "index"
-"""The recall indexer's stage name."""
+"""The recall indexer's stage name (its primary stage: everything but the deep chunks of long documents)."""
+DEEP_INDEX_STAGE = "index-deep"
+"""The recall indexer's deep stage (``RecallIndexer(scope="deep")``): the later chunks of long documents."""
+INDEX_STAGES = frozenset({INDEX_STAGE, DEEP_INDEX_STAGE})
+"""The stages that build the recall index (not the critical path)."""
 
 
 @dataclass(frozen=True)

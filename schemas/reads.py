@@ -6,7 +6,9 @@ events it must see, in log order — so that assembling from it gives the
 request the full history would give. ``projection_lag`` says how far the
 projection is behind the events topic, so an agent can wait or warn;
 ``index_lag`` says the same of the recall index (``session_search`` may not
-find the newest events yet).
+find the newest events yet), ``deep_index_lag`` of its deep stage (the later
+chunks of long documents: a detail deep in a large tool result may not be
+found yet).
 """
 
 from __future__ import annotations
@@ -114,4 +116,8 @@ class ContextRead(ContractModel):
     """The projector's lag: events newer than it may be missing from ``events``."""
     index_lag: ProjectionLag = Field(default_factory=ProjectionLag)
     """The recall indexer's lag: ``session_search`` may not find events newer than it yet."""
+    deep_index_lag: ProjectionLag = Field(default_factory=ProjectionLag)
+    """The lag of the recall indexer's deep stage (the chunks of long documents after their first, see
+    ``projections.indexer``): ``session_search`` finds an event newer than it by its first 8 Ki characters
+    only. Unknown (``known=False``) where no deep stage runs (a single indexing stage writes everything)."""
     stats: ReadStats = Field(default_factory=ReadStats)

@@ -97,6 +97,8 @@ class AgentRequest:
     projection_lag: ProjectionLag = field(default_factory=ProjectionLag)
     index_lag: ProjectionLag = field(default_factory=ProjectionLag)
     """How far the recall index is behind: ``session_search`` may not find the newest events yet."""
+    deep_index_lag: ProjectionLag = field(default_factory=ProjectionLag)
+    """How far the index's deep stage is behind: a detail deep in a newer large tool result may not be found yet."""
     read_truncated: bool = False
     """The read stopped at its event cap (``ContextReader.max_events``): the oldest events it would show are
     missing (with summaries off, or a summary not shown, the oldest of the whole history)."""
@@ -309,7 +311,7 @@ class DistillAgent:
             messages=request.messages, tools=request.tools, report=request.report,
             summary=read.summary if request.report.summary_injected else None, budget=assembly.token_budget,
             summary_refreshed=refreshed, cut_tokens=fitted.cut_tokens, projection_lag=read.projection_lag,
-            index_lag=read.index_lag, read_truncated=read.stats.truncated,
+            index_lag=read.index_lag, deep_index_lag=read.deep_index_lag, read_truncated=read.stats.truncated,
         )  # fmt: skip
 
     def _fit(

@@ -1,11 +1,13 @@
 """``distill projector``: materialize events and summaries into Cassandra (its own process, scalable by group).
 
-Two stages, each its own consumer group with its own offsets in Cassandra:
+Three stages, each its own consumer group with its own offsets in Cassandra:
 the projector writes what the next prompt needs (events, summaries, the
 hidden-history windows), the recall indexer builds the ``session_search``
-index. By default one process runs both (nothing a user starts loses
-search); ``--no-index`` runs the projector alone, for deployments that run
-``distill indexer`` processes of their own.
+index, and the indexer's deep stage adds the later chunks of long documents
+behind it (``projections.indexer``). By default one process runs all three
+(nothing a user starts loses search); ``--no-index`` runs the projector
+alone, for deployments that run ``distill indexer`` (and ``distill indexer
+--deep``) processes of their own; ``--no-deep`` leaves the deep stage to those.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def projector_runner(settings: Settings, session: Session, group: str, max_batch
 
 
 def indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
-    """The recall-index stage (``projections.indexer``) under ``group``."""
+    """The recall-index stage (``projections.indexer``, its primary scope) under ``group``."""
     from projections.critical_gate import CriticalPathGate
     from projections.indexer import RecallIndexer
 
@@ -96,13 +98,30 @@ def indexer_runner(settings: Settings, session: Session, group: str, max_batch: 
         consumer_group=group,
         embedder=_build_embedder(settings),
         gate=CriticalPathGate(session, settings.cassandra.keyspace),  # the critical path first
+        scope="primary",
+        primary_chunks=settings.index.primary_chunks,
     )
     return _runner(settings, indexer, max_batch)
 
 
+def deep_indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
+    """The recall index's deep stage under ``group`` (``<index group>-deep``), following the index group and
+    yielding to it while it is behind."""
+    from projections.critical_gate import CriticalPathGate
+    from projections.indexer import DEEP_MAX_BEHIND, RecallIndexer
+    from projections.stage import INDEX_STAGE
+
+    ks = settings.cassandra.keyspace
+    gate = CriticalPathGate(session, ks, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND)  # the primary stage first
+    indexer = RecallIndexer(session, ks, events_topic=settings.topics.events, consumer_group=group, scope="deep",
+                            primary_chunks=settings.index.primary_chunks, gate=gate)  # fmt: skip
+    return _runner(settings, indexer, max_batch)
+
+
 async def run_stages(settings: Settings, stages: Sequence[tuple[str, str]], max_batch: int) -> None:
-    """Run ``(stage, group)`` pairs (``project`` / ``index``) in this process until SIGTERM or SIGINT."""
-    builders = {"project": projector_runner, "index": indexer_runner}
+    """Run ``(stage, group)`` pairs (``project`` / ``index`` / ``index-deep``) in this process until SIGTERM or
+    SIGINT."""
+    builders = {"project": projector_runner, "index": indexer_runner, "index-deep": deep_indexer_runner}
     with cassandra_session(settings.cassandra) as session:
         runners = [builders[stage](settings, session, group, max_batch) for stage, group in stages]
 
@@ -134,18 +153,29 @@ async def run_stages(settings: Settings, stages: Sequence[tuple[str, str]], max_
     help="The indexer's consumer group (default: the projector's group with -projector replaced by -indexer, "
     "else <group>-indexer).",
 )
+@click.option("--deep/--no-deep", default=True, show_default=True,
+              help="With --index: also run the indexer's deep stage (the later chunks of long documents; group "
+                   "<index group>-deep) in this process.")  # fmt: skip
 @click.option("--max-batch", default=2000, show_default=True, help="Records per projected batch.")
-def command(group: str | None, index: bool, index_group: str | None, max_batch: int) -> None:
+def command(group: str | None, index: bool, index_group: str | None, deep: bool, max_batch: int) -> None:
     """Consume the events and summaries topics and write them to Cassandra, exactly once in effect.
 
     With ``--index`` (the default) the recall index of ``session_search`` is
-    built in the same process by a second consumer (``distill indexer``);
-    ``--no-index`` leaves it to separately run ``distill indexer`` processes.
+    built in the same process by a second consumer (``distill indexer``) and,
+    with ``--deep`` (the default), the later chunks of long documents by a
+    third (``distill indexer --deep``), which follows the second and reports
+    its own lag (``ContextRead.deep_index_lag``). ``--no-index`` leaves both
+    to separately run ``distill indexer`` processes, ``--no-deep`` the third.
     """
     settings = load_settings()
     setup_logging(settings.worker.log_level, settings.worker.log_json)
     project_group = group or default_groups(settings)[0]
     stages = [("project", project_group)]
+    from projections.indexer import deep_group_of
+
     if index:  # a group of one's own for the projector means one for its indexer too
-        stages.append(("index", index_group or index_group_of(project_group)))
+        indexing = index_group or index_group_of(project_group)
+        stages.append(("index", indexing))
+        if deep:
+            stages.append(("index-deep", deep_group_of(indexing)))
     asyncio.run(run_stages(settings, stages, max_batch))

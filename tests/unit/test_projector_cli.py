@@ -1,4 +1,5 @@
-"""``distill projector`` runs both stages by default (nothing a user starts loses search); ``distill indexer`` one."""
+"""``distill projector`` runs all three stages by default (nothing a user starts loses search); ``distill indexer``
+one (the primary index stage, or with ``--deep`` the deep one)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str]]]:
 @pytest.mark.parametrize(
     ("args", "stages"),
     [
-        ([], [("project", "acme-projector"), ("index", "acme-indexer")]),
+        ([], [("project", "acme-projector"), ("index", "acme-indexer"), ("index-deep", "acme-indexer-deep")]),
         (["--no-index"], [("project", "acme-projector")]),
-        (["--group", "g1"], [("project", "g1"), ("index", "g1-indexer")]),
+        (["--no-deep"], [("project", "acme-projector"), ("index", "acme-indexer")]),
+        (["--group", "g1"], [("project", "g1"), ("index", "g1-indexer"), ("index-deep", "g1-indexer-deep")]),
         # the default name given explicitly: the same indexer group as ``distill indexer`` (one index, not two)
-        (["--group", "acme-projector"], [("project", "acme-projector"), ("index", "acme-indexer")]),
-        (["--group", "g1", "--index-group", "ix"], [("project", "g1"), ("index", "ix")]),
+        (["--group", "acme-projector", "--no-deep"], [("project", "acme-projector"), ("index", "acme-indexer")]),
+        (["--group", "g1", "--index-group", "ix"], [("project", "g1"), ("index", "ix"), ("index-deep", "ix-deep")]),
     ],
 )
 def test_projector_stages_and_groups(started: list[Any], args: list[str], stages: list[tuple[str, str]]) -> None:
@@ -45,6 +47,18 @@ def test_indexer_runs_the_index_stage_alone(started: list[Any]) -> None:
     assert CliRunner().invoke(indexer_cmd.command, []).exit_code == 0
     assert CliRunner().invoke(indexer_cmd.command, ["--group", "ix2"]).exit_code == 0
     assert started == [[("index", "acme-indexer")], [("index", "ix2")]]
+
+
+def test_indexer_deep_runs_the_deep_stage_behind_its_group(started: list[Any]) -> None:
+    assert CliRunner().invoke(indexer_cmd.command, ["--deep"]).exit_code == 0
+    assert CliRunner().invoke(indexer_cmd.command, ["--deep", "--group", "ix2"]).exit_code == 0
+    assert started == [[("index-deep", "acme-indexer-deep")], [("index-deep", "ix2-deep")]]
+
+
+def test_the_deep_stage_follows_the_group_it_is_named_after() -> None:
+    from projections.indexer import deep_group_of, primary_group_of
+
+    assert primary_group_of(deep_group_of("acme-indexer")) == "acme-indexer"
 
 
 def test_the_stages_expected_batch_warnings_are_not_logged(capsys: pytest.CaptureFixture[str]) -> None:
