@@ -6,7 +6,9 @@ rebalance (``stop_flow``) can interrupt a record stuck in a full stream queue.
 That costs four tasks and an ``asyncio.wait`` per record: about an eighth of
 the worker's main thread at ingest rates (see ``benchmarks/bench_pipeline.py``
 ``--profile``). Here one task delivers a whole fetched batch and is raced
-against ``suspend_flow`` once; inside it each record is awaited directly.
+against ``suspend_flow`` once; inside it each record is awaited directly. The
+leading records that need no await at all (the events topic's, offered to its
+sink) are delivered before that, without the race: nothing can interrupt them.
 
 Faust's semantics are kept record for record:
 
@@ -50,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import faust
-from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.consumer import CONSUMER_FETCHING, ThreadDelegateConsumer
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -140,6 +142,54 @@ check_faust(
 if "await self.seek_to_committed()" not in inspect.getsource(BaseConsumer.perform_seek):
     raise FaustVersionError("faust's Consumer.perform_seek no longer calls seek_to_committed: re-check batch_drain")
 
+# Statements of Faust's fetch hand-off to the consumer thread that :func:`fetch_in_thread` re-implements.
+_EXPECTED_THREAD_GETMANY = (
+    "self._fetch_records,",
+    "_consumer,",
+    "active_partitions,",
+    "timeout=timeout,",
+    "max_records=_consumer._max_poll_records,",
+)
+
+
+def check_thread_getmany(delegate_source: str, thread_source: str) -> None:
+    """Raise :class:`FaustVersionError` unless Faust's ``ThreadDelegateConsumer._getmany`` hands the fetch to
+    its thread's ``getmany``, and that calls ``_fetch_records`` as :func:`fetch_in_thread` does."""
+    if "self._thread.getmany(active_partitions, timeout)" not in delegate_source:
+        raise FaustVersionError("faust's ThreadDelegateConsumer._getmany changed: re-check fetch_in_thread")
+    missing = [s for s in _EXPECTED_THREAD_GETMANY if s not in thread_source]
+    if missing:
+        raise FaustVersionError(
+            f"faust's AIOKafkaConsumerThread.getmany changed (no {missing[0]!r}): re-check fetch_in_thread"
+        )
+
+
+check_thread_getmany(
+    inspect.getsource(ThreadDelegateConsumer._getmany),
+    inspect.getsource(faust_aiokafka.AIOKafkaConsumerThread.getmany),
+)
+
+
+async def fetch_in_thread(thread: Any, active_partitions: Any, timeout: float) -> Any:
+    """What Faust's consumer thread's ``getmany`` returns, scheduled straight on the thread's event loop.
+
+    Faust sends every call to its consumer thread through a method queue (``mode``'s
+    ``QueueServiceThread.call_thread``): a worker task in the thread waits on the queue through
+    ``Service.wait`` (tasks and futures for the queue and the service's stop, an ``asyncio.wait``)
+    and answers through another thread-safe callback. For the fetch, once per fetch cycle, that
+    was about a sixth of the consumer thread's CPU at a low event rate. Here the fetch coroutine
+    is handed to the thread's loop as a task (``run_coroutine_threadsafe``): one thread-safe
+    call each way. Cancelling the caller cancels the fetch in the thread.
+    """
+    consumer = thread._ensure_consumer()
+    fetch = thread._fetch_records(consumer, active_partitions, timeout=timeout, max_records=consumer._max_poll_records)
+    try:
+        handed = asyncio.run_coroutine_threadsafe(fetch, thread.thread_loop)
+    except BaseException:  # the thread's loop is closed: as Faust's queue, the call fails
+        fetch.close()
+        raise
+    return await asyncio.wrap_future(handed)
+
 
 def uncommitted_stream_partitions(
     committed: Mapping[Any, int | None], is_changelog: Callable[[Any], bool]
@@ -208,6 +258,9 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         super().on_buffer_drop(tp)
         if self._buffer_dropped is not None:
             self._buffer_dropped.set()
+
+    async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
+        return await fetch_in_thread(self._thread, active_partitions, timeout)
 
     async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
         """Faust's fetch wait, except when every partition's stream buffer is full.
@@ -318,9 +371,48 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         # stopped, partitions re-assigned and sought back), and its records then belong to the
         # new generation; dropping them would lose them for good (the fetch position has passed).
         generation_id = records[0][1].generation_id
-        await self.wait_first(self._deliver(records, cursor, generation_id), self.suspend_flow.wait())
+        done = self._deliver_ready(records, generation_id)
+        if done < 0 or done == len(records):
+            return
+        await self.wait_first(self._deliver(records[done:], cursor, generation_id), self.suspend_flow.wait())
         if cursor.tp is not None:  # interrupted inside a callback: Faust still marks it read
             self._read_offset[cursor.tp] = cursor.offset
+
+    def _deliver_ready(self, records: list[tuple[Any, Any]], generation_id: int) -> int:
+        """Deliver the leading records that need no await, as :meth:`_deliver` would; how many were
+        dealt with (delivered or dropped), or -1: delivery stops (flow stopped, generation changed).
+
+        Most batches at a low rate are a few records of the events topic, all offered to its sink
+        without waiting: racing them against ``suspend_flow`` in a task (``wait_first``: four tasks
+        and an ``asyncio.wait``) was a sixth of the event loop's steps per fetch cycle, and nothing
+        can interrupt code that never awaits. The first record that would wait (a rebalance, a gap,
+        a count-based commit, a conductor callback, a full sink, :data:`YIELD_EVERY`) and the ones
+        after it go to :meth:`_deliver`, under the race.
+        """
+        app = self.app
+        read_offset = self._read_offset
+        sinks = self.sinks
+        commit_every = self._commit_every
+        is_changelog = self._is_changelog_tp
+        for i, (tp, message) in enumerate(records):
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                return -1
+            if i >= YIELD_EVERY or (app.rebalancing and not is_changelog(tp)):
+                return i
+            sink = sinks.get(message.topic)
+            if sink is None or (commit_every is not None and self._n_acked >= commit_every):
+                return i
+            offset = message.offset
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                self.log.dev("DROPPED MESSAGE ROFF %r: k=%r v=%r", offset, message.key, message.value)
+                continue
+            if r_offset and offset - r_offset > 1 and app.topics.acks_enabled_for(message.topic):
+                return i  # a gap to register (awaited)
+            if not sink.offer(message.tp, message):
+                return i
+            read_offset[tp] = offset
+        return len(records)
 
     async def _deliver(self, records: Iterable[tuple[Any, Any]], cursor: _Cursor, generation_id: int) -> None:
         app = self.app

@@ -443,3 +443,89 @@ def test_a_changed_getmany_fails_loudly() -> None:
     check_faust(faust.__version__, ORIGINAL_DRAIN, None, original)
     with pytest.raises(FaustVersionError, match="getmany changed"):
         check_faust(faust.__version__, ORIGINAL_DRAIN, None, changed)
+
+
+class _ConsumerThread:
+    """A consumer thread as Faust's (``thread_loop`` running in its own thread), whose method queue must not be used."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.thread_loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.thread_loop.run_forever, daemon=True)
+        self._thread.start()
+        self.ran_in: list[Any] = []
+        self.cancelled = asyncio.Event()
+        self.calls: list[tuple[Any, float, int]] = []
+
+    def _ensure_consumer(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(_max_poll_records=7)
+
+    async def call_thread(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the fetch went through the method queue")
+
+    async def _fetch_records(self, consumer: Any, active: Any, *, timeout: float, max_records: int) -> Any:
+        import threading
+
+        self.ran_in.append(threading.current_thread())
+        self.calls.append((active, timeout, max_records))
+        if timeout > 100:  # the caller is cancelled meanwhile
+            try:
+                await asyncio.sleep(timeout)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return {"tp": ["record"]}
+
+    def stop(self) -> None:
+        self.thread_loop.call_soon_threadsafe(self.thread_loop.stop)
+        self._thread.join(5)
+        self.thread_loop.close()
+
+
+async def test_a_fetch_runs_on_the_consumer_thread_s_loop_without_its_method_queue() -> None:
+    consumer = _consumer()
+    thread = consumer._thread = _ConsumerThread()
+    try:
+        assert await consumer._getmany({"tp"}, 0.5) == {"tp": ["record"]}
+        assert thread.ran_in == [thread._thread]  # in the thread, with Faust's arguments
+        assert thread.calls == [({"tp"}, 0.5, 7)]
+    finally:
+        thread.stop()
+
+
+async def test_cancelling_a_fetch_cancels_it_in_the_consumer_thread() -> None:
+    from streams.app.batch_drain import fetch_in_thread
+
+    thread = _ConsumerThread()
+    try:
+        fetching = asyncio.ensure_future(fetch_in_thread(thread, None, 1000.0))
+        while not thread.calls:
+            await asyncio.sleep(0.01)
+        fetching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await fetching
+        for _ in range(500):  # the cancellation reaches the thread's loop (one more thread-safe hop)
+            if thread.cancelled.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert thread.cancelled.is_set()
+    finally:
+        thread.stop()
+
+
+def test_a_changed_thread_getmany_fails_loudly() -> None:
+    from streams.app.batch_drain import check_thread_getmany
+
+    delegate = "return await self._thread.getmany(active_partitions, timeout)"
+    thread = "\n".join(
+        ["self._fetch_records,", "_consumer,", "active_partitions,", "timeout=timeout,",
+         "max_records=_consumer._max_poll_records,"]
+    )  # fmt: skip
+    check_thread_getmany(delegate, thread)
+    with pytest.raises(FaustVersionError, match="ThreadDelegateConsumer"):
+        check_thread_getmany("return await self._thread.fetch(timeout)", thread)
+    with pytest.raises(FaustVersionError, match="max_records"):
+        check_thread_getmany(delegate, thread.replace("max_records=_consumer._max_poll_records,", ""))
