@@ -300,8 +300,9 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
                 # Faust sleeps here too (before its getmany generator starts): a fetch may return at
-                # once, without releasing the loop.
-                await self.sleep(0)
+                # once, without releasing the loop. Not mode's ``sleep(0)``: that is a task waiting on
+                # the service's stop, cancelled at once, and a ``TimeoutError``, every fetch cycle.
+                await asyncio.sleep(0)
                 if not self.should_stop:
                     records = await self._fetch_batch(timeout=1.0)
                     if records:
@@ -515,6 +516,11 @@ fewer wake-ups per event bring it down. The default; a worker takes
 ``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at 30)."""
 IDLE_FETCH = (1, 1500)
 """``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
+ROUTINE_TIMEOUT_S = (0.2, 1.5)
+"""How long aiokafka's background fetch routine sleeps at most with nothing to do, while records
+flow (aiokafka's ``consumer_timeout_ms``, 200 ms) and once idle. Everything the routine must act on
+wakes it (a fetch's answer, a consumed batch, a seek, an assignment, a resume, missing metadata); the
+timeout only adds wake-ups: idle, five a second, half the consumer thread's wake-ups."""
 
 
 def set_fetch_mode(fetcher: Any, flowing: bool, wait_ms: int = FETCH_MAX_WAIT_MS) -> None:
@@ -529,18 +535,21 @@ def set_fetch_mode(fetcher: Any, flowing: bool, wait_ms: int = FETCH_MAX_WAIT_MS
     nothing, the long poll is back: a short wait on an idle worker is a fetch round
     trip every few milliseconds (ten times the idle CPU). The fetcher reads both
     attributes for each request it builds (aiokafka 0.14); it runs in the consumer's
-    thread, which only reads them.
+    thread, which only reads them. An idle fetcher's background routine also sleeps longer
+    between two looks (:data:`ROUTINE_TIMEOUT_S`).
     """
     min_bytes, max_wait = (FETCH_MIN_BYTES, wait_ms) if flowing else IDLE_FETCH
     fetcher._fetch_min_bytes = min_bytes
     fetcher._fetch_max_wait_ms = max_wait
+    fetcher._fetcher_timeout = ROUTINE_TIMEOUT_S[0] if flowing else ROUTINE_TIMEOUT_S[1]
 
 
 def _check_aiokafka_fetcher() -> None:
     from aiokafka.consumer.fetcher import Fetcher
 
     source = inspect.getsource(Fetcher._get_actions_per_node)
-    if "self._fetch_max_wait_ms," not in source or "self._fetch_min_bytes," not in source:
+    if any(s not in source for s in ("self._fetch_max_wait_ms,", "self._fetch_min_bytes,",
+                                     "backoff = self._fetcher_timeout")):  # fmt: skip
         raise FaustVersionError("aiokafka's Fetcher._get_actions_per_node changed: re-check set_fetch_mode")
 
 

@@ -316,13 +316,16 @@ async def test_fetches_batch_while_records_flow_and_long_poll_once_idle() -> Non
     from streams.app.batch_drain import FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, IDLE_FETCH
 
     consumer = _consumer()
-    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500)
+    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500, _fetcher_timeout=0.2)
     consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
     consumer._fetch_mode(True)
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS)
-    assert FETCH_MAX_WAIT_MS + 5 <= 40  # with the producer's 5 ms linger, inside the event→job budget (p99 <= 50 ms)
+    assert fetcher._fetcher_timeout == 0.2  # aiokafka's own while records flow
+    assert FETCH_MAX_WAIT_MS <= 40  # inside the event→job budget (p99 <= 50 ms)
     consumer._fetch_mode(False)
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
+    # Idle, aiokafka's fetch routine wakes up as often as the long poll, not five times a second.
+    assert fetcher._fetcher_timeout == IDLE_FETCH[1] / 1000
 
 
 async def test_the_drain_loop_switches_the_fetch_mode_by_what_it_got() -> None:
