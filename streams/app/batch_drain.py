@@ -506,14 +506,19 @@ thread, the thread hop, the batch's changelog produce and its acks): at 500 even
 wait made batches of ~7 events and ~690 µs of CPU per event, 30 ms ~476, 60 ms ~350
 (``bench_backlog.py --rate 500``; saturated: ~140). Worst case it delays an event by this much
 when the stream is steady but thin; a stream that pauses gets the long poll (``IDLE_FETCH``),
-which returns at the first record. 30 ms + the producer's 5 ms linger stays inside the 50 ms
-event→job budget; at 500 events/s with jobs, event→job p50 was 65 / 49 / 55 ms at 15 / 30 / 60
-ms (the worker's CPU, not the wait, made it: ``bench_pipeline.py``).
+which returns at the first record. 30 ms stays inside the 50 ms event→job budget (the batch's
+changelog records and jobs no longer linger 5 ms in the producer: ``streams.app.batch_produce``);
+at 500 events/s with jobs, event→job p50 was 65 / 49 / 55 ms at 15 / 30 / 60 ms (the worker's
+CPU, not the wait, made it: ``bench_pipeline.py``).
 
 Most of that per-cycle cost is the machine's, not the code's: after a sleep the same decoding
-costs ~4x its CPU back to back (``bench_wake.py``: cold caches on a vCPU that idled), so only
-fewer wake-ups per event bring it down. The default; a worker takes
-``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at 30)."""
+costs ~3-4x its CPU back to back (``bench_wake.py``: cold caches on a vCPU that idled), so only
+fewer wake-ups per event bring it down. Per cycle the worker now wakes its event loop twice (the
+fetch's records, the produce's answer) and its consumer thread twice (the fetch request, the
+broker's answer); it took ~2.3 ms of event-loop and ~1.4 ms of consumer-thread CPU per cycle of
+~17 events at 500 events/s (issue 14: 170-193 µs/event; 40 ms: 149-156). The default; a worker
+takes ``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at
+30, before issue 14's cuts)."""
 IDLE_FETCH = (1, 1500)
 """``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
 ROUTINE_TIMEOUT_S = (0.2, 1.5)
