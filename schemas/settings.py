@@ -301,7 +301,7 @@ class WorkerSettings(_Section):
     takes what came: latency against CPU on a thin, steady stream (a stream that pauses gets the
     long poll, which returns at its first record). Each fetch-and-batch cycle costs the worker a
     few ms of CPU whatever its size, most of it waking up (``benchmarks/bench_wake.py``): at 500
-    events/s, 30 ms gave 325-360 µs CPU/event and 100 ms 164 (saturated: ~77), at up to this
+    events/s, 30 ms gave 170-193 µs CPU/event and 40 ms 149-156 (saturated: ~45), at up to this
     much more event→job latency."""
     jobs_give_way_ms: int = Field(default=50, ge=0, le=1000)
     """Between its steps a summary job waits up to this long while events wait for the track agent

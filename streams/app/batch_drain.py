@@ -6,7 +6,9 @@ rebalance (``stop_flow``) can interrupt a record stuck in a full stream queue.
 That costs four tasks and an ``asyncio.wait`` per record: about an eighth of
 the worker's main thread at ingest rates (see ``benchmarks/bench_pipeline.py``
 ``--profile``). Here one task delivers a whole fetched batch and is raced
-against ``suspend_flow`` once; inside it each record is awaited directly.
+against ``suspend_flow`` once; inside it each record is awaited directly. The
+leading records that need no await at all (the events topic's, offered to its
+sink) are delivered before that, without the race: nothing can interrupt them.
 
 Faust's semantics are kept record for record:
 
@@ -50,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import faust
-from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.consumer import CONSUMER_FETCHING, ThreadDelegateConsumer
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -140,6 +142,54 @@ check_faust(
 if "await self.seek_to_committed()" not in inspect.getsource(BaseConsumer.perform_seek):
     raise FaustVersionError("faust's Consumer.perform_seek no longer calls seek_to_committed: re-check batch_drain")
 
+# Statements of Faust's fetch hand-off to the consumer thread that :func:`fetch_in_thread` re-implements.
+_EXPECTED_THREAD_GETMANY = (
+    "self._fetch_records,",
+    "_consumer,",
+    "active_partitions,",
+    "timeout=timeout,",
+    "max_records=_consumer._max_poll_records,",
+)
+
+
+def check_thread_getmany(delegate_source: str, thread_source: str) -> None:
+    """Raise :class:`FaustVersionError` unless Faust's ``ThreadDelegateConsumer._getmany`` hands the fetch to
+    its thread's ``getmany``, and that calls ``_fetch_records`` as :func:`fetch_in_thread` does."""
+    if "self._thread.getmany(active_partitions, timeout)" not in delegate_source:
+        raise FaustVersionError("faust's ThreadDelegateConsumer._getmany changed: re-check fetch_in_thread")
+    missing = [s for s in _EXPECTED_THREAD_GETMANY if s not in thread_source]
+    if missing:
+        raise FaustVersionError(
+            f"faust's AIOKafkaConsumerThread.getmany changed (no {missing[0]!r}): re-check fetch_in_thread"
+        )
+
+
+check_thread_getmany(
+    inspect.getsource(ThreadDelegateConsumer._getmany),
+    inspect.getsource(faust_aiokafka.AIOKafkaConsumerThread.getmany),
+)
+
+
+async def fetch_in_thread(thread: Any, active_partitions: Any, timeout: float) -> Any:
+    """What Faust's consumer thread's ``getmany`` returns, scheduled straight on the thread's event loop.
+
+    Faust sends every call to its consumer thread through a method queue (``mode``'s
+    ``QueueServiceThread.call_thread``): a worker task in the thread waits on the queue through
+    ``Service.wait`` (tasks and futures for the queue and the service's stop, an ``asyncio.wait``)
+    and answers through another thread-safe callback. For the fetch, once per fetch cycle, that
+    was about a sixth of the consumer thread's CPU at a low event rate. Here the fetch coroutine
+    is handed to the thread's loop as a task (``run_coroutine_threadsafe``): one thread-safe
+    call each way. Cancelling the caller cancels the fetch in the thread.
+    """
+    consumer = thread._ensure_consumer()
+    fetch = thread._fetch_records(consumer, active_partitions, timeout=timeout, max_records=consumer._max_poll_records)
+    try:
+        handed = asyncio.run_coroutine_threadsafe(fetch, thread.thread_loop)
+    except BaseException:  # the thread's loop is closed: as Faust's queue, the call fails
+        fetch.close()
+        raise
+    return await asyncio.wrap_future(handed)
+
 
 def uncommitted_stream_partitions(
     committed: Mapping[Any, int | None], is_changelog: Callable[[Any], bool]
@@ -209,6 +259,9 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         if self._buffer_dropped is not None:
             self._buffer_dropped.set()
 
+    async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
+        return await fetch_in_thread(self._thread, active_partitions, timeout)
+
     async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
         """Faust's fetch wait, except when every partition's stream buffer is full.
 
@@ -247,8 +300,9 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
                 # Faust sleeps here too (before its getmany generator starts): a fetch may return at
-                # once, without releasing the loop.
-                await self.sleep(0)
+                # once, without releasing the loop. Not mode's ``sleep(0)``: that is a task waiting on
+                # the service's stop, cancelled at once, and a ``TimeoutError``, every fetch cycle.
+                await asyncio.sleep(0)
                 if not self.should_stop:
                     records = await self._fetch_batch(timeout=1.0)
                     if records:
@@ -318,9 +372,48 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         # stopped, partitions re-assigned and sought back), and its records then belong to the
         # new generation; dropping them would lose them for good (the fetch position has passed).
         generation_id = records[0][1].generation_id
-        await self.wait_first(self._deliver(records, cursor, generation_id), self.suspend_flow.wait())
+        done = self._deliver_ready(records, generation_id)
+        if done < 0 or done == len(records):
+            return
+        await self.wait_first(self._deliver(records[done:], cursor, generation_id), self.suspend_flow.wait())
         if cursor.tp is not None:  # interrupted inside a callback: Faust still marks it read
             self._read_offset[cursor.tp] = cursor.offset
+
+    def _deliver_ready(self, records: list[tuple[Any, Any]], generation_id: int) -> int:
+        """Deliver the leading records that need no await, as :meth:`_deliver` would; how many were
+        dealt with (delivered or dropped), or -1: delivery stops (flow stopped, generation changed).
+
+        Most batches at a low rate are a few records of the events topic, all offered to its sink
+        without waiting: racing them against ``suspend_flow`` in a task (``wait_first``: four tasks
+        and an ``asyncio.wait``) was a sixth of the event loop's steps per fetch cycle, and nothing
+        can interrupt code that never awaits. The first record that would wait (a rebalance, a gap,
+        a count-based commit, a conductor callback, a full sink, :data:`YIELD_EVERY`) and the ones
+        after it go to :meth:`_deliver`, under the race.
+        """
+        app = self.app
+        read_offset = self._read_offset
+        sinks = self.sinks
+        commit_every = self._commit_every
+        is_changelog = self._is_changelog_tp
+        for i, (tp, message) in enumerate(records):
+            if not self.flow_active or app.consumer_generation_id != generation_id:
+                return -1
+            if i >= YIELD_EVERY or (app.rebalancing and not is_changelog(tp)):
+                return i
+            sink = sinks.get(message.topic)
+            if sink is None or (commit_every is not None and self._n_acked >= commit_every):
+                return i
+            offset = message.offset
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                self.log.dev("DROPPED MESSAGE ROFF %r: k=%r v=%r", offset, message.key, message.value)
+                continue
+            if r_offset and offset - r_offset > 1 and app.topics.acks_enabled_for(message.topic):
+                return i  # a gap to register (awaited)
+            if not sink.offer(message.tp, message):
+                return i
+            read_offset[tp] = offset
+        return len(records)
 
     async def _deliver(self, records: Iterable[tuple[Any, Any]], cursor: _Cursor, generation_id: int) -> None:
         app = self.app
@@ -413,16 +506,26 @@ thread, the thread hop, the batch's changelog produce and its acks): at 500 even
 wait made batches of ~7 events and ~690 µs of CPU per event, 30 ms ~476, 60 ms ~350
 (``bench_backlog.py --rate 500``; saturated: ~140). Worst case it delays an event by this much
 when the stream is steady but thin; a stream that pauses gets the long poll (``IDLE_FETCH``),
-which returns at the first record. 30 ms + the producer's 5 ms linger stays inside the 50 ms
-event→job budget; at 500 events/s with jobs, event→job p50 was 65 / 49 / 55 ms at 15 / 30 / 60
-ms (the worker's CPU, not the wait, made it: ``bench_pipeline.py``).
+which returns at the first record. 30 ms stays inside the 50 ms event→job budget (the batch's
+changelog records and jobs no longer linger 5 ms in the producer: ``streams.app.batch_produce``);
+at 500 events/s with jobs, event→job p50 was 65 / 49 / 55 ms at 15 / 30 / 60 ms (the worker's
+CPU, not the wait, made it: ``bench_pipeline.py``).
 
 Most of that per-cycle cost is the machine's, not the code's: after a sleep the same decoding
-costs ~4x its CPU back to back (``bench_wake.py``: cold caches on a vCPU that idled), so only
-fewer wake-ups per event bring it down. The default; a worker takes
-``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at 30)."""
+costs ~3-4x its CPU back to back (``bench_wake.py``: cold caches on a vCPU that idled), so only
+fewer wake-ups per event bring it down. Per cycle the worker now wakes its event loop twice (the
+fetch's records, the produce's answer) and its consumer thread twice (the fetch request, the
+broker's answer); it took ~2.3 ms of event-loop and ~1.4 ms of consumer-thread CPU per cycle of
+~17 events at 500 events/s (issue 14: 170-193 µs/event; 40 ms: 149-156). The default; a worker
+takes ``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at
+30, before issue 14's cuts)."""
 IDLE_FETCH = (1, 1500)
 """``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
+ROUTINE_TIMEOUT_S = (0.2, 1.5)
+"""How long aiokafka's background fetch routine sleeps at most with nothing to do, while records
+flow (aiokafka's ``consumer_timeout_ms``, 200 ms) and once idle. Everything the routine must act on
+wakes it (a fetch's answer, a consumed batch, a seek, an assignment, a resume, missing metadata); the
+timeout only adds wake-ups: idle, five a second, half the consumer thread's wake-ups."""
 
 
 def set_fetch_mode(fetcher: Any, flowing: bool, wait_ms: int = FETCH_MAX_WAIT_MS) -> None:
@@ -437,18 +540,21 @@ def set_fetch_mode(fetcher: Any, flowing: bool, wait_ms: int = FETCH_MAX_WAIT_MS
     nothing, the long poll is back: a short wait on an idle worker is a fetch round
     trip every few milliseconds (ten times the idle CPU). The fetcher reads both
     attributes for each request it builds (aiokafka 0.14); it runs in the consumer's
-    thread, which only reads them.
+    thread, which only reads them. An idle fetcher's background routine also sleeps longer
+    between two looks (:data:`ROUTINE_TIMEOUT_S`).
     """
     min_bytes, max_wait = (FETCH_MIN_BYTES, wait_ms) if flowing else IDLE_FETCH
     fetcher._fetch_min_bytes = min_bytes
     fetcher._fetch_max_wait_ms = max_wait
+    fetcher._fetcher_timeout = ROUTINE_TIMEOUT_S[0] if flowing else ROUTINE_TIMEOUT_S[1]
 
 
 def _check_aiokafka_fetcher() -> None:
     from aiokafka.consumer.fetcher import Fetcher
 
     source = inspect.getsource(Fetcher._get_actions_per_node)
-    if "self._fetch_max_wait_ms," not in source or "self._fetch_min_bytes," not in source:
+    if any(s not in source for s in ("self._fetch_max_wait_ms,", "self._fetch_min_bytes,",
+                                     "backoff = self._fetcher_timeout")):  # fmt: skip
         raise FaustVersionError("aiokafka's Fetcher._get_actions_per_node changed: re-check set_fetch_mode")
 
 

@@ -249,8 +249,9 @@ def create_app(
         producer_max_request_size=settings.kafka.max_record_bytes + 65536,
         consumer_max_fetch_size=settings.kafka.max_record_bytes + 65536,
         producer_acks=-1,
-        # Changelog records and jobs go out in a few larger requests instead of one per record
-        # (each produce request is a syscall and a broker round trip); bounds event→job by ~5 ms.
+        # Records sent one by one (summaries, sweep commands) go out in a few larger requests instead
+        # of one per record (each produce request is a syscall and a broker round trip). A batch's
+        # changelog records and jobs are sent at once (streams.app.batch_produce).
         producer_linger=0.005,
         producer_max_batch_size=256 * 1024,
         broker_client_id=settings.kafka.client_id,

@@ -316,13 +316,16 @@ async def test_fetches_batch_while_records_flow_and_long_poll_once_idle() -> Non
     from streams.app.batch_drain import FETCH_MAX_WAIT_MS, FETCH_MIN_BYTES, IDLE_FETCH
 
     consumer = _consumer()
-    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500)
+    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500, _fetcher_timeout=0.2)
     consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
     consumer._fetch_mode(True)
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, FETCH_MAX_WAIT_MS)
-    assert FETCH_MAX_WAIT_MS + 5 <= 40  # with the producer's 5 ms linger, inside the event→job budget (p99 <= 50 ms)
+    assert fetcher._fetcher_timeout == 0.2  # aiokafka's own while records flow
+    assert FETCH_MAX_WAIT_MS <= 40  # inside the event→job budget (p99 <= 50 ms)
     consumer._fetch_mode(False)
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
+    # Idle, aiokafka's fetch routine wakes up as often as the long poll, not five times a second.
+    assert fetcher._fetcher_timeout == IDLE_FETCH[1] / 1000
 
 
 async def test_the_drain_loop_switches_the_fetch_mode_by_what_it_got() -> None:
@@ -443,3 +446,89 @@ def test_a_changed_getmany_fails_loudly() -> None:
     check_faust(faust.__version__, ORIGINAL_DRAIN, None, original)
     with pytest.raises(FaustVersionError, match="getmany changed"):
         check_faust(faust.__version__, ORIGINAL_DRAIN, None, changed)
+
+
+class _ConsumerThread:
+    """A consumer thread as Faust's (``thread_loop`` running in its own thread), whose method queue must not be used."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.thread_loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.thread_loop.run_forever, daemon=True)
+        self._thread.start()
+        self.ran_in: list[Any] = []
+        self.cancelled = asyncio.Event()
+        self.calls: list[tuple[Any, float, int]] = []
+
+    def _ensure_consumer(self) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(_max_poll_records=7)
+
+    async def call_thread(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the fetch went through the method queue")
+
+    async def _fetch_records(self, consumer: Any, active: Any, *, timeout: float, max_records: int) -> Any:
+        import threading
+
+        self.ran_in.append(threading.current_thread())
+        self.calls.append((active, timeout, max_records))
+        if timeout > 100:  # the caller is cancelled meanwhile
+            try:
+                await asyncio.sleep(timeout)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return {"tp": ["record"]}
+
+    def stop(self) -> None:
+        self.thread_loop.call_soon_threadsafe(self.thread_loop.stop)
+        self._thread.join(5)
+        self.thread_loop.close()
+
+
+async def test_a_fetch_runs_on_the_consumer_thread_s_loop_without_its_method_queue() -> None:
+    consumer = _consumer()
+    thread = consumer._thread = _ConsumerThread()
+    try:
+        assert await consumer._getmany({"tp"}, 0.5) == {"tp": ["record"]}
+        assert thread.ran_in == [thread._thread]  # in the thread, with Faust's arguments
+        assert thread.calls == [({"tp"}, 0.5, 7)]
+    finally:
+        thread.stop()
+
+
+async def test_cancelling_a_fetch_cancels_it_in_the_consumer_thread() -> None:
+    from streams.app.batch_drain import fetch_in_thread
+
+    thread = _ConsumerThread()
+    try:
+        fetching = asyncio.ensure_future(fetch_in_thread(thread, None, 1000.0))
+        while not thread.calls:
+            await asyncio.sleep(0.01)
+        fetching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await fetching
+        for _ in range(500):  # the cancellation reaches the thread's loop (one more thread-safe hop)
+            if thread.cancelled.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert thread.cancelled.is_set()
+    finally:
+        thread.stop()
+
+
+def test_a_changed_thread_getmany_fails_loudly() -> None:
+    from streams.app.batch_drain import check_thread_getmany
+
+    delegate = "return await self._thread.getmany(active_partitions, timeout)"
+    thread = "\n".join(
+        ["self._fetch_records,", "_consumer,", "active_partitions,", "timeout=timeout,",
+         "max_records=_consumer._max_poll_records,"]
+    )  # fmt: skip
+    check_thread_getmany(delegate, thread)
+    with pytest.raises(FaustVersionError, match="ThreadDelegateConsumer"):
+        check_thread_getmany("return await self._thread.fetch(timeout)", thread)
+    with pytest.raises(FaustVersionError, match="max_records"):
+        check_thread_getmany(delegate, thread.replace("max_records=_consumer._max_poll_records,", ""))

@@ -173,3 +173,58 @@ async def test_puts_wait_for_a_full_producer_buffer_at_least_every_ebb_every_rec
     ebb.set()
     await asyncio.wait_for(put, 1)
     assert sink.queue.qsize() == queued_before + EBB_EVERY
+
+
+async def test_records_the_sink_takes_at_once_are_delivered_without_a_race_against_stop_flow() -> None:
+    """A batch of events-topic records with room in the sink is delivered without awaiting: no
+    ``wait_first`` (four tasks, an ``asyncio.wait``) per fetch cycle."""
+    app, consumer = _app()
+    sink = RecordSink(app, 100)
+    route(app, EVENTS, sink)
+
+    async def no_race(*coros: Any) -> Any:
+        for coro in coros:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+        raise AssertionError("delivered under wait_first")
+
+    await consumer._deliver_batch(_records(EVENTS, 0))  # the sink's first record looks at the producer buffer
+    consumer.wait_first = no_race
+    await consumer._deliver_batch([*_records(EVENTS, 1, 2), *_records(EVENTS, 5, 6, partition=1)])
+    assert [(m.partition, m.offset) for m in await sink.take(10)] == [(0, 0), (0, 1), (0, 2), (1, 5), (1, 6)]
+    assert consumer._read_offset[TP(EVENTS, 0)] == 2 and consumer._read_offset[TP(EVENTS, 1)] == 6
+
+
+async def test_what_must_wait_goes_on_under_the_race_in_order() -> None:
+    """The first record that needs an await (here a conductor callback, a gap, a full sink) and every
+    one after it are delivered as before, in order, under ``wait_first``."""
+    app, consumer = _app()
+    sink = RecordSink(app, 4)
+    route(app, EVENTS, sink)
+    conducted: list[int] = []
+    raced: list[int] = []
+    wait_first = consumer.wait_first
+
+    async def counted(*coros: Any) -> Any:
+        raced.append(len(coros))
+        return await wait_first(*coros)
+
+    async def callback(message: Message) -> None:
+        conducted.append(message.offset)
+
+    consumer.callback = callback
+    consumer.wait_first = counted
+    consumer._read_offset[TP(EVENTS, 0)] = 0
+    await consumer._deliver_batch([*_records(EVENTS, 1), *_records(OTHER, 7), *_records(EVENTS, 2, 4)])
+    assert conducted == [7] and raced == [2]
+    assert [m.offset for m in await sink.take(10)] == [1, 2, 4]
+    # The gap is registered as Faust does: through the received offset.
+    assert sorted((i.begin, i.end) for i in consumer._gap[TP(EVENTS, 0)]) == [(3, 5)]
+    # A full sink: the batch waits (under the race) until the reader takes, then the rest follows.
+    delivering = asyncio.ensure_future(consumer._deliver_batch(_records(EVENTS, *range(5, 12))))
+    taken: list[int] = []
+    while len(taken) < 7:
+        taken += [m.offset for m in await sink.take(10)]
+    await delivering
+    assert taken == list(range(5, 12)) and raced == [2, 2]
+    assert consumer._read_offset[TP(EVENTS, 0)] == 11
