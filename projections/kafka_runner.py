@@ -33,11 +33,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from projections.errors import StageBehind, StoreUnavailable
+from projections.kafka_metadata import install as _track_sent_topics
 from projections.projector import replay_topic_prefix
 from projections.stage import BatchOutcome, PartitionProgress, SourceRecord, Stage
 from schemas import DeadLetter
 
 log = logging.getLogger("distill.projector")
+_track_sent_topics()  # this process's producers keep their topics' metadata: see projections.kafka_metadata
 DEFAULT_BACKOFF_MAX_S = 2.0
 
 

@@ -37,6 +37,7 @@ import faust
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
+from projections.kafka_metadata import install as track_sent_topics
 from schemas import AdoptEpoch, DeleteSession, SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams import metrics
@@ -261,6 +262,9 @@ def create_app(
         broker_heartbeat_interval=2.0,
     )
     batch_drain.install(app, batch_wait_ms=settings.worker.batch_fetch_wait_ms)
+    # Faust's producer sends to topics it learned from a fetch of every topic's metadata (it forces
+    # one after each topic it creates): they must stay in its metadata (projections.kafka_metadata).
+    track_sent_topics()
     app.monitor = LeanMonitor(loop=app.loop, beacon=app.beacon)
     policies = ext.policies or policies_from_settings(
         settings.summary, settings.llm.model, model_context_window=settings.llm.context_window

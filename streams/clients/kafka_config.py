@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from projections.kafka_metadata import install as _track_sent_topics
 from schemas.settings import KafkaSettings
+
+# Every client of this process keeps the metadata of the topics it sends to (a producer's queued
+# batch lost its partition's leader for good otherwise: see projections.kafka_metadata).
+_track_sent_topics()
 
 
 def common_kwargs(settings: KafkaSettings) -> dict[str, Any]:

@@ -103,3 +103,45 @@ async def test_calls_reach_a_partition_in_the_order_they_were_made(isolated_sett
         await consumer.stop()
     # Without the order, the second call's write landed first: a recovery would restore v1.
     assert values == ["v1 第一".encode(), "v2 第二".encode()]
+
+
+async def test_a_batch_for_a_topic_known_from_a_full_metadata_fetch_is_delivered_once_another_topic_is_tracked(
+    isolated_settings: Settings,
+) -> None:
+    """The replay stall: a worker's producer learned its jobs topic from a fetch of every topic's metadata
+    (Faust forces one after each topic it creates), queued its first jobs there and, before they went out,
+    sent to a topic created later (the changelog). aiokafka then tracked only that topic: its next metadata
+    answers lacked the jobs topic, whose batch waited with no leader until it expired (Faust: 20 minutes)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from streams.clients.kafka_config import common_kwargs
+
+    settings = isolated_settings
+    await ensure_topics(settings)
+    later = f"{settings.topics.events.rsplit('.', 1)[0]}.later"
+    # A short request timeout: on failure the stuck batch expires and the producer stops soon.
+    producer = AIOKafkaProducer(**{**producer_kwargs(settings.kafka), "request_timeout_ms": 5000})
+    admin = AIOKafkaAdminClient(**common_kwargs(settings.kafka))
+    await producer.start()
+    await admin.start()
+    try:
+        await producer.client.force_metadata_update()  # nothing tracked yet: every topic's metadata
+        jobs = TopicPartition(settings.topics.jobs, 0)
+        assert producer.client.cluster.leader_for_partition(jobs) is not None
+        await admin.create_topics([NewTopic(later, 1, 1)])
+        # A request in flight to the broker holds a batch back; muting its partition does the same here.
+        producer._sender._muted_partitions.add(jobs)
+        try:
+            (queued,) = await send_in_batches(producer, [(jobs.topic, b"k", b"job", jobs.partition)])
+            # The later topic is missing from the metadata: this send tracks it, and the answer is read.
+            await producer.send_and_wait(later, b"changelog", partition=0)
+            leader, tracked = producer.client.cluster.leader_for_partition(jobs), sorted(producer.client._topics)
+        finally:
+            producer._sender._muted_partitions.discard(jobs)
+        assert later in tracked
+        assert leader is not None, f"the jobs topic left the producer's metadata (tracked: {tracked})"
+        await producer.send_and_wait(later, b"wake the sender", partition=0)
+        await asyncio.wait_for(queued.delivered, 60)  # a bound on a hang, not a timing: it goes out at once
+    finally:
+        await admin.close()
+        await producer.stop()
