@@ -44,6 +44,7 @@ from streams import metrics
 from streams.app import batch_drain
 from streams.app.batch import TableBatch
 from streams.app.batch_produce import OrderedBatchSender, SentBatch, produce_fields
+from streams.app.cache import SummaryCache
 from streams.app.codecs import (
     EVENTS_CODEC,
     JOB_CODEC,
@@ -56,6 +57,7 @@ from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record, decode_summary_record
 from streams.app.extensions import Extensions
 from streams.app.ingest_first import IngestFirst
+from streams.app.ledger import Preload, preload_cache
 from streams.app.monitor import LeanMonitor
 from streams.app.record_sink import RecordSink
 from streams.app.runtime import Topics, WorkerRuntime, job_pool_key
@@ -79,8 +81,9 @@ LAG_EVERY_S = 5.0
 TRACK_BATCH = 2000
 """Most events-topic records the track agent folds per batch (a batch is what is waiting in its
 :class:`~streams.app.record_sink.RecordSink`: no timer, no added latency)."""
-PRELOAD_TOPIC_TIMEOUT_S = 60.0
-"""The longest a replay reads one summaries topic into its cache before its jobs run without the rest."""
+PRELOAD_TIMEOUT_S = 60.0
+"""The longest a replay reads the summaries topics into its cache (all of them together) before its jobs
+run without the rest: every job waits for the preload."""
 ABSORB_BATCH = 2000
 """Most summaries-topic records the absorb agent applies per batch (as ``TRACK_BATCH``)."""
 
@@ -578,21 +581,8 @@ def create_app(
 
         @app.task  # type: ignore[untyped-decorator]  # faust's decorators are untyped
         async def _preload() -> None:
-            from streams.app.ledger import preload_cache
-
             try:
-                for topic in await summary_topics(settings, preload_topic, exclude=topics.summaries):
-                    # Bounded: every job waits for the preload, and a topic whose partitions have no
-                    # leader yet (another replay's, just created) must not hold the run for ever. The
-                    # cache only spares model calls: what it lacks is summarized again.
-                    try:
-                        async with asyncio.timeout(PRELOAD_TOPIC_TIMEOUT_S):
-                            loaded = await preload_cache(settings.kafka, topic, runtime.cache)
-                    except (TimeoutError, KafkaError) as exc:
-                        log.warning("summary cache not preloaded from a topic, its summaries are made again",
-                                    extra={"topic": topic, "error_class": type(exc).__name__})  # fmt: skip
-                        continue
-                    log.info("summary cache preloaded", extra={"topic": topic, "entries": loaded})
+                await preload_summaries(settings, preload_topic, topics.summaries, runtime.cache)
             finally:
                 runtime.cache_ready.set()
 
@@ -699,7 +689,7 @@ def consumer_lag(consumer: Any, topics: set[str]) -> list[tuple[str, int, int]]:
 
 
 async def summary_topics(settings: Settings, live: str, *, exclude: str) -> list[str]:
-    """The live summaries topic and the outputs of earlier replays (the cache's sources)."""
+    """The live summaries topic (first, if it exists) and the outputs of earlier replays (the cache's sources)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
     from streams.clients.kafka_config import common_kwargs
@@ -710,4 +700,40 @@ async def summary_topics(settings: Settings, live: str, *, exclude: str) -> list
         names = await admin.list_topics()
     finally:
         await admin.close()
-    return sorted(n for n in names if (n == live or n.startswith(f"{live}.replay-")) and n != exclude)
+    replays = sorted(n for n in names if n.startswith(f"{live}.replay-") and n != exclude)
+    return ([live] if live in names and live != exclude else []) + replays
+
+
+async def preload_summaries(
+    settings: Settings, live: str, exclude: str, cache: SummaryCache, timeout_s: float = PRELOAD_TIMEOUT_S
+) -> Preload:
+    """Fill a replay's ``cache`` from the live summaries topic and earlier replays' (not ``exclude``, its own),
+    within ``timeout_s`` in all (listing the topics included); logs what it read and what it gave up on.
+
+    Bounded: every job of the replay waits for it, and a topic whose partitions have no leader yet
+    (another replay's, just created) or a slow broker must not hold the run. The cache only spares
+    model calls: what it lacks is summarized again.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    log.info("summary cache preload started", extra={"topic": live, "timeout_s": timeout_s})
+    try:
+        async with asyncio.timeout_at(deadline):
+            names = await summary_topics(settings, live, exclude=exclude)
+    except (TimeoutError, KafkaError) as exc:
+        report = Preload([live], given_up={f"{live}[*]": f"topics not listed: {type(exc).__name__}"})
+    else:
+        report = await preload_cache(settings.kafka, names, cache, timeout_s=max(0.0, deadline - loop.time()))
+    report.seconds = round(timeout_s - max(0.0, deadline - loop.time()), 3)
+    if report.given_up:
+        log.warning(
+            "summary cache preload gave up on partitions: their summaries are made again",
+            extra={"partitions": ", ".join(f"{k}: {v}" for k, v in sorted(report.given_up.items()))[:2000],
+                   "count": len(report.given_up)},
+        )  # fmt: skip
+    log.info(
+        "summary cache preloaded",
+        extra={"topics": ",".join(report.topics), "entries": report.entries, "seconds": report.seconds,
+               "given_up": len(report.given_up)},
+    )  # fmt: skip
+    return report

@@ -25,7 +25,11 @@ agree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -176,36 +180,113 @@ class SummaryLedger:
             self.cache.put(digest, record)
 
 
-async def preload_cache(kafka: KafkaSettings, topic: str, cache: SummaryCache) -> int:
-    """Fill ``cache`` from every summary record of ``topic`` (replay reuses the live summaries)."""
+@dataclass
+class Preload:
+    """What a summary-cache preload read (:func:`preload_cache`)."""
+
+    topics: list[str]
+    entries: int = 0
+    seconds: float = 0.0
+    given_up: dict[str, str] = field(default_factory=dict)
+    """``topic[partition]`` (``topic[*]``: the whole topic) → why it was not read to its end."""
+
+
+async def preload_cache(
+    kafka: KafkaSettings, topics: Sequence[str], cache: SummaryCache, *, timeout_s: float
+) -> Preload:
+    """Fill ``cache`` from every summary record of ``topics`` (replay reuses the live summaries), within
+    ``timeout_s`` in all.
+
+    One consumer is assigned every partition of every topic and reads them together
+    (``topics`` first to last in each fetch: the live summaries topic goes first). A
+    partition with no leader is given up at once; whatever is not read to its end when
+    the time is up is given up then (``Preload.given_up``). Kafka errors end the preload,
+    they are not raised: what the cache lacks is summarized again.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = started + timeout_s
+    report = Preload(list(topics))
     consumer = AIOKafkaConsumer(
-        topic, **consumer_kwargs(kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
+        **consumer_kwargs(kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
     )
-    await consumer.start()
-    loaded = 0
+    waiting: list[TopicPartition] = []
+    reason = "deadline"
     try:
-        parts = consumer.assignment()
-        ends = await consumer.end_offsets(list(parts)) if parts else {}
-        for tp in parts:
-            await consumer.seek_to_beginning(tp)
-        pending = {tp for tp in parts if ends.get(tp, 0) > 0}
-        while pending:
-            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            for messages in batch.values():
-                for msg in messages:
-                    digest = header(msg.headers, INPUT_HASH)
-                    if digest and msg.value is not None:
-                        try:
-                            record = decode_summary_record(msg.value)
-                        except ValueError:
-                            continue
-                        if isinstance(record, SessionSummary):
-                            cache.put(digest, record)
-                            loaded += 1
-            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
+        async with asyncio.timeout_at(deadline):
+            waiting = await _readable_partitions(kafka, topics, report)
+            await consumer.start()
+            if waiting:
+                await read_summaries(consumer, waiting, cache, report)
+    except TimeoutError:
+        reason = f"not read to its end in {timeout_s:g} s"
+    except KafkaError as exc:
+        reason = type(exc).__name__
     finally:
-        await consumer.stop()
-    return loaded
+        for tp in waiting:
+            report.given_up[f"{tp.topic}[{tp.partition}]"] = reason
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await consumer.stop()
+    report.seconds = round(loop.time() - started, 3)
+    return report
 
 
-__all__ = ["Head", "SummaryLedger", "head_of", "preload_cache", "summary_key"]
+STOP_TIMEOUT_S = 5.0
+"""The longest a preload waits for its consumer to close (jobs wait for the preload)."""
+
+
+async def _readable_partitions(kafka: KafkaSettings, topics: Sequence[str], report: Preload) -> list[TopicPartition]:
+    """The partitions of ``topics`` with a leader, in the order of ``topics``; the others go to
+    ``report.given_up``."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from streams.clients.kafka_config import common_kwargs
+
+    admin = AIOKafkaAdminClient(**common_kwargs(kafka))
+    await admin.start()
+    try:
+        described = {d["topic"]: d for d in await admin.describe_topics(list(topics))}
+    finally:
+        await admin.close()
+    out: list[TopicPartition] = []
+    for topic in topics:
+        found = described.get(topic)
+        if found is None or found.get("error_code"):
+            report.given_up[f"{topic}[*]"] = f"not described (error {found.get('error_code') if found else None})"
+            continue
+        for part in sorted(found["partitions"], key=lambda p: int(p["partition"])):
+            if part.get("leader", -1) < 0:
+                report.given_up[f"{topic}[{part['partition']}]"] = "no leader"
+            else:
+                out.append(TopicPartition(topic, int(part["partition"])))
+    return out
+
+
+async def read_summaries(consumer: Any, waiting: list[TopicPartition], cache: SummaryCache, report: Preload) -> None:
+    """Read ``waiting`` (assigned to ``consumer`` here) from their beginning to their end offsets, putting
+    every summary record in ``cache`` (counted in ``report.entries`` as it goes); ``waiting`` holds the
+    partitions not read to their end yet (empty on return, what is left if it is cancelled)."""
+    consumer.assign(list(waiting))
+    ends = await consumer.end_offsets(list(waiting))
+    waiting[:] = [tp for tp in waiting if ends.get(tp, 0) > 0]
+    if waiting:
+        await consumer.seek_to_beginning(*waiting)
+    while waiting:
+        batch = await consumer.getmany(*waiting, timeout_ms=1000, max_records=5000)
+        for messages in batch.values():
+            for msg in messages:
+                digest = header(msg.headers, INPUT_HASH)
+                if digest and msg.value is not None:
+                    try:
+                        record = decode_summary_record(msg.value)
+                    except ValueError:
+                        continue
+                    if isinstance(record, SessionSummary):
+                        cache.put(digest, record)
+                        report.entries += 1
+        done = {tp for tp in waiting if await consumer.position(tp) >= ends[tp]}
+        waiting[:] = [tp for tp in waiting if tp not in done]
+
+
+__all__ = ["Head", "Preload", "SummaryLedger", "head_of", "preload_cache", "read_summaries", "summary_key"]

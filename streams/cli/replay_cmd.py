@@ -289,6 +289,8 @@ async def _watch(
                     p.send_signal(signal.SIGUSR1)
                 await asyncio.sleep(2.0)
                 where = f"; its workers' stacks and tasks are at the end of {', '.join(str(p) for _, p in alive)}"
+                states = "; ".join(f"pid {p.pid}: {worker_state(_log_text(path))}" for p, path in alive)
+                where += f"; workers: {states}"
             raise click.ClickException(
                 f"the replay did not finish in {timeout:g} s: {lag} events not yet consumed, {unanswered} jobs "
                 f"and summaries not yet answered (raise --timeout; the run resumes with --resume){where}; "
@@ -327,6 +329,46 @@ def behind(ends: dict[Any, int], committed: dict[Any, Any], begin: dict[Any, int
     return ", ".join(out)
 
 
+def _log_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def worker_state(log_text: str, warning_chars: int = 400) -> str:
+    """What a replay worker's log says it was doing: whether its summary-cache preload (every job waits
+    for it) is still running, and its last warning (a produce the broker has not acknowledged, a
+    catch-up that is slow: where a stalled run waits)."""
+    started = finished = last_warning = None
+    for line in log_text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        msg = entry.get("msg")
+        if msg == "summary cache preload started":
+            started, finished = entry, None
+        elif msg == "summary cache preloaded":
+            finished = entry
+        if entry.get("level") in ("warning", "error"):
+            last_warning = entry
+    if finished is not None:
+        preload = (f"summary cache preloaded ({finished.get('entries')} entries in {finished.get('seconds')} s, "
+                   f"{finished.get('given_up', 0)} partitions given up)")  # fmt: skip
+    elif started is not None:
+        preload = f"summary cache preload still running (started {started.get('ts')}; jobs wait for it)"
+    else:
+        preload = "summary cache preload not started"
+    if last_warning is None:
+        return f"{preload}, no warning"
+    fields = {k: v for k, v in last_warning.items() if k not in ("msg", "level", "logger")}
+    detail = ", ".join(f"{k}={v}" for k, v in fields.items())
+    return f"{preload}, last warning: {last_warning.get('msg')} ({detail})"[: len(preload) + warning_chars]
+
+
 def settled(committed_events: int, total_events: int, unanswered: int) -> bool:
     """Whether a replay's group is done: it committed every event of the topic (an empty topic:
     none) and every job and summary the run wrote."""
@@ -343,6 +385,10 @@ def progress_line(done: int, total: int, elapsed: float, summaries: int, width: 
         f"[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} events {rate:,.0f}/s, lag {lag:,}, "
         f"ETA {eta if lag else '0s'}, summaries {summaries:,}   "
     )
+
+
+DRY_RUN_PRELOAD_S = 3600.0
+"""How long a dry run reads the summaries topics into its cache at most."""
 
 
 def _dry_run(settings: Settings, specs: tuple[str, ...]) -> None:
@@ -380,12 +426,12 @@ def _dry_run(settings: Settings, specs: tuple[str, ...]) -> None:
 
 async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, bytes, bytes]]:
     """Every record of the events topic (in offset order per partition), and the cache filled."""
-    from streams.app.factory import summary_topics
-    from streams.app.ledger import preload_cache
+    from streams.app.factory import preload_summaries
     from streams.clients.topic_reader import read_to_end
 
-    for topic in await summary_topics(settings, settings.topics.summaries, exclude=""):
-        await preload_cache(settings.kafka, topic, cache)  # type: ignore[arg-type]
+    # Every summary: the dry run counts what the cache answers (a worker bounds its preload, this reads on).
+    await preload_summaries(settings, settings.topics.summaries, "", cache,  # type: ignore[arg-type]
+                            timeout_s=DRY_RUN_PRELOAD_S)  # fmt: skip
     records = await read_to_end(settings.kafka, settings.topics.events, settings.topics.partitions)
     out = [(m.partition, m.offset, m.key or b"", m.value) for m in records if m.value is not None]
     # Sessions are independent and a session lives in one partition: partition by partition is log order.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import click
 import pytest
 from aiokafka.errors import GroupAuthorizationFailedError, GroupCoordinatorNotAvailableError
 
-from streams.cli.replay_cmd import _committed, llm_shares, settled, worker_logs
+from streams.cli.replay_cmd import _committed, llm_shares, settled, worker_logs, worker_state
 
 
 class Admin:
@@ -64,3 +65,31 @@ def test_fewer_llm_calls_than_workers_is_refused_naming_the_option() -> None:
 def test_the_first_worker_keeps_the_log_name_of_a_one_worker_run() -> None:
     logs = worker_logs(Path("/w"), "e3-run", 3)
     assert logs == [Path("/w/e3-run.log"), Path("/w/e3-run.w2.log"), Path("/w/e3-run.w3.log")]
+
+
+def _log(*entries: dict[str, Any]) -> str:
+    return "\n".join(["[^--LeanMonitor]: Starting...", *(json.dumps(e) for e in entries)])
+
+
+START = {"ts": "2026-12-05T00:28:33.9+00:00", "level": "info", "msg": "summary cache preload started"}
+
+
+def test_a_stalled_run_says_its_preload_is_still_running() -> None:
+    assert worker_state(_log(START)) == (
+        "summary cache preload still running (started 2026-12-05T00:28:33.9+00:00; jobs wait for it), no warning"
+    )
+
+
+def test_a_stalled_run_says_its_preload_ended_and_the_last_warning_where_it_waits() -> None:
+    """The stall of the joining-worker test: preloaded at once, then its first jobs never acknowledged."""
+    done = {"level": "info", "msg": "summary cache preloaded", "entries": 96, "seconds": 0.1, "given_up": 0}
+    stuck = {"level": "warning", "logger": "streams.app.slow_wait", "msg": "produce not acknowledged by the broker: "
+             "still waiting after 80 s", "records": 47, "leaders": "t.jobs[0]=None"}  # fmt: skip
+    state = worker_state(_log(START, done, stuck))
+    assert state.startswith("summary cache preloaded (96 entries in 0.1 s, 0 partitions given up), last warning: "
+                            "produce not acknowledged by the broker: still waiting after 80 s (")  # fmt: skip
+    assert "leaders=t.jobs[0]=None" in state
+
+
+def test_a_worker_that_never_started_its_preload_says_so() -> None:
+    assert worker_state("no json at all") == "summary cache preload not started, no warning"
