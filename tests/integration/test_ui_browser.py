@@ -427,7 +427,8 @@ def test_consumer_lag_per_group_and_partition_and_the_jobs_in_flight(ui: UIEnv) 
     assert any(x.startswith(f"{ui.readers} {events} ") and x.endswith(f" 1 {end} {end - 1} kafka") for x in lag), lag
     stored = [x.split() for x in lag if x.endswith(" cassandra")]  # the stages that keep their offsets there
     app = ui.settings.worker.app_id
-    assert {x[0] for x in stored} == {f"{app}-projector", f"{app}-indexer"} and all(x[5] == "0" for x in stored), lag
+    stages = {f"{app}-projector", f"{app}-indexer", f"{app}-indexer-deep"}
+    assert {x[0] for x in stored} == stages and all(x[5] == "0" for x in stored), lag
     # the worker has not finished the hung job: its group is behind on that jobs partition (committed nothing
     # there yet when the job is the partition's first record)
     stuck = f"{ui.settings.worker.app_id} {ui.settings.topics.jobs} {ui.busy_partition} "
