@@ -154,6 +154,27 @@ async def test_the_deep_stage_yields_while_the_primary_stage_is_behind(store: St
     assert outcome.events == 1 and await _found(store, key, "aardvark 6060") == ["t1"]
 
 
+async def test_a_deep_stage_whose_primary_stays_behind_gives_its_batch_back_instead_of_going_on(
+    store: Store, stages: Stages
+) -> None:
+    # What `distill indexer --deep` runs with: past its wait the gate raises, the runner holds the batch.
+    key = _key("holds")
+    ks = store.settings.cassandra.keyspace
+    gate = CriticalPathGate(store.session, ks, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND, check_s=0.05,
+                            max_wait_s=0.3, behind_error=PrimaryBehind)  # fmt: skip
+    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=stages.deep.consumer_group,
+                         scope="deep", gate=gate)  # fmt: skip
+    big = record(EVENTS, _long_result(key, "t1", 1, "quokka 5151", seed=11), partition=14, offset=900)
+    await _run(stages.primary, big)
+    await stages.primary.save_progress([PartitionProgress(EVENTS, 14, 901, 901 + 5000)])  # far behind the log
+    with pytest.raises(PrimaryBehind, match=rf"more than {DEEP_MAX_BEHIND} records behind on .*\[14\]"):
+        await _run(deep, big)
+    assert _chunks(store, key) == [] and (EVENTS, 14) not in await deep.load_offsets()
+    await stages.primary.save_progress([PartitionProgress(EVENTS, 14, 5901, 5901)])  # caught up: it goes on
+    outcome = await _run(deep, big)
+    assert outcome.events == 1 and await _found(store, key, "quokka 5151") == ["t1"]
+
+
 async def test_a_deep_stage_behind_a_deletion_never_brings_the_session_back(store: Store, stages: Stages) -> None:
     key = _key("deleted")
     before = [record(EVENTS, _long_result(key, f"t{i}", i, f"secret vault code {7700 + i} okapi", seed=i))
