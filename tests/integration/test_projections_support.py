@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -107,6 +108,20 @@ def open_store(settings: Settings, embedder: Any = None) -> Store:
 def close_store(store: Store) -> None:
     """Disconnect; the keyspace is the ``pooled_settings`` fixture's (emptied after the test)."""
     store.cluster.shutdown()
+
+
+@contextmanager
+def leased_store(service_settings: Settings, keyspaces: Any) -> Iterator[Store]:
+    """A store on a keyspace leased from the pool for as long as it is open (a module's, typically)."""
+    name = keyspaces.lease()
+    data = service_settings.model_dump()
+    data["cassandra"]["keyspace"] = name
+    s = open_store(Settings(**data))
+    try:
+        yield s
+    finally:
+        close_store(s)
+        keyspaces.release(name)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

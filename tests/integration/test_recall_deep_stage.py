@@ -23,7 +23,13 @@ from projections.rows import MAX_INDEXED_CHARS
 from projections.stage import INDEX_STAGE, PartitionProgress
 from schemas import SessionKey
 from schemas.settings import Settings
-from tests.integration.test_projections_support import EVENTS, Store, close_store, event, open_store, record
+from tests.integration.test_projections_support import (
+    EVENTS,
+    Store,
+    event,
+    leased_store,
+    record,
+)
 from tests.integration.test_recall_indexer import _call, _delete, _latin_filler, _recall_set
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -31,15 +37,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def store(service_settings: Settings, keyspaces: Any) -> AsyncIterator[Store]:
-    name = keyspaces.lease()
-    data = service_settings.model_dump()
-    data["cassandra"]["keyspace"] = name
-    s = open_store(Settings(**data))
-    try:
+    with leased_store(service_settings, keyspaces) as s:
         yield s
-    finally:
-        close_store(s)
-        keyspaces.release(name)
 
 
 @dataclass

@@ -30,9 +30,8 @@ from schemas.settings import Settings
 from tests.integration.test_projections_support import (
     EVENTS,
     Store,
-    close_store,
     event,
-    open_store,
+    leased_store,
     record,
     summary,
 )
@@ -48,15 +47,8 @@ _FILLER_CJK = "".join(chr(0x4E00 + i) for i in range(256))
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def store(service_settings: Settings, keyspaces: KeyspacePool) -> AsyncIterator[Store]:
     """One pooled keyspace for the module (the tests use sessions of their own)."""
-    name = keyspaces.lease()
-    data = service_settings.model_dump()
-    data["cassandra"]["keyspace"] = name
-    s = open_store(Settings(**data))
-    try:
+    with leased_store(service_settings, keyspaces) as s:
         yield s
-    finally:
-        close_store(s)
-        keyspaces.release(name)
 
 
 def _key(name: str) -> SessionKey:
