@@ -165,6 +165,8 @@ class ProjectorRunner:
                 ]  # fmt: skip
                 if records:
                     outcome = await self._project_with_retry(records)
+                    if outcome is None:  # stopped while the batch waited: no heartbeat claims it
+                        break
                     if time.monotonic() - self._last_heartbeat >= self.min_heartbeat_s:
                         await self._heartbeat(None)
                     if self.on_batch is not None:
@@ -175,7 +177,9 @@ class ProjectorRunner:
             await self._consumer.stop()
             await self._producer.stop()
 
-    async def _project_with_retry(self, records: list[SourceRecord]) -> BatchOutcome:
+    async def _project_with_retry(self, records: list[SourceRecord]) -> BatchOutcome | None:
+        """The batch's outcome, retried while Cassandra is unavailable or a stage waited for is behind;
+        ``None``: stopped meanwhile, the batch not projected (nor its offsets stored)."""
         assert self._consumer is not None
         delay = self.backoff_initial_s
         paused = False
@@ -197,6 +201,12 @@ class ProjectorRunner:
                             "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
                             len(records), delay, exc,
                         )  # fmt: skip
+                    if self._stopping.is_set():
+                        # Stopping: the batch is left for the next start (its offsets are stored only
+                        # after its rows). A stage waiting for another (the deep index stage behind the
+                        # primary, itself stopping) would otherwise hold the shutdown for ever.
+                        self._log.info("stopping: %d records held are left to the next start", len(records))
+                        return None
                     await self._wait(delay)
                     delay = next_backoff(delay, self.backoff_max_s)
         finally:
@@ -208,7 +218,7 @@ class ProjectorRunner:
         # Keep polling (paused partitions return nothing) so the group keeps us as a live member.
         assert self._consumer is not None
         deadline = asyncio.get_running_loop().time() + delay
-        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+        while (left := deadline - asyncio.get_running_loop().time()) > 0 and not self._stopping.is_set():
             # A rebalance may have handed us new, unpaused partitions: pause everything again,
             # and put back anything fetched anyway so that no record is skipped.
             self._consumer.pause(*self._consumer.assignment())

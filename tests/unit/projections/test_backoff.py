@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
 from projections.cassandra_session import open_cluster
-from projections.errors import StoreUnavailable
+from projections.errors import StageBehind, StoreUnavailable
 from projections.kafka_runner import ProjectorRunner, next_backoff
 from projections.projector import BatchOutcome, SourceRecord
 from schemas.settings import CassandraSettings
@@ -66,12 +67,38 @@ async def test_retry_backoff_never_exceeds_two_seconds_during_a_long_outage() ->
 
     runner._wait = wait  # type: ignore[method-assign]
     outcome = await runner._project_with_retry([SourceRecord("events", 0, 1, b"k", b"{}")])
-    assert outcome.events == 1 and projector.calls == 41
+    assert outcome is not None and outcome.events == 1 and projector.calls == 41
     assert len(waits) == 40
     # The wait after the outage ends is what delays the resume: never above 2 s (it reached 30.7 s before).
     assert max(waits) <= 2.0, waits
     assert sum(waits) < 40 * 2.0 + 1e-9
     assert consumer.resumed == 1
+
+
+class _BehindProjector(_FlakyProjector):
+    """A stage waiting for another that never comes (the deep index stage behind a stopped primary)."""
+
+    async def project(self, records: Any, dead_letters: Any, *, save_offsets: Any) -> BatchOutcome:
+        self.calls += 1
+        raise StageBehind("the primary indexer (g-index) is at events[0]@0, this batch reaches 2")
+
+
+async def test_a_stop_ends_the_retries_of_a_batch_that_waits_for_another_stage() -> None:
+    projector = _BehindProjector(failures=0)
+    runner = ProjectorRunner(projector, dead_letter_topic="dl", consumer_kwargs={}, producer_kwargs={})  # type: ignore[arg-type]
+    consumer = _Consumer()
+    runner._consumer = consumer
+    waits: list[float] = []
+
+    async def wait(delay: float) -> None:
+        waits.append(delay)
+        if len(waits) == 3:
+            runner.stop()  # SIGTERM while the batch waits
+
+    runner._wait = wait  # type: ignore[method-assign]
+    outcome = await asyncio.wait_for(runner._project_with_retry([SourceRecord("events", 0, 1, b"k", b"{}")]), 5)
+    assert outcome is None  # not projected: its offsets are not stored, the next start reads it again
+    assert projector.calls == 4 and len(waits) == 3 and consumer.resumed == 1
 
 
 def test_driver_reconnects_to_a_downed_host_at_least_every_two_seconds() -> None:
