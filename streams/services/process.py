@@ -37,6 +37,12 @@ class ManagedProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
+        started = _STARTED.get(pid)
+        if started is not None:
+            # Ours for certain while unreaped (its pid cannot be reused), whatever its command line says:
+            # right after exec the kernel has not set it yet (an empty read), and a loaded box widened that
+            # moment enough to call a booting broker dead ("exited during startup", 0.0 s after launch).
+            return pid if started.poll() is None else None
         return pid if _is_ours(pid, self.marker) else None
 
     def start(self, argv: Sequence[str], log_file: Path, cwd: Path) -> int:

@@ -104,3 +104,19 @@ def test_a_service_that_dies_at_startup_is_named_with_how_it_ended(tmp_path: Pat
         ServiceError, match=r"kafka: the process exited during startup \(killed by SIGKILL, .*its log is empty"
     ):
         services._await("kafka", services.kafka, lambda: False, 30.0, print, time.monotonic())
+
+
+def test_a_process_this_process_started_is_ours_while_unreaped_whatever_its_command_line_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import streams.services.process as process
+
+    proc = ManagedProcess("kafka", tmp_path / "kafka.pid", str(tmp_path))
+    pid = proc.start(["sh", "-c", f"sleep 30 # {tmp_path}"], tmp_path / "kafka.out", tmp_path)
+    try:
+        # Right after exec the kernel has not set the command line yet: a read finds it empty.
+        monkeypatch.setattr(process, "_is_ours", lambda pid, marker: False)
+        assert proc.pid() == pid
+    finally:
+        assert proc.stop(timeout_s=5) == pid
+    assert proc.pid() is None
