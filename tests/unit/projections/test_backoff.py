@@ -55,17 +55,25 @@ class _Consumer:
         self.resumed += 1
 
 
-async def test_retry_backoff_never_exceeds_two_seconds_during_a_long_outage() -> None:
-    projector = _FlakyProjector(failures=40)
-    runner = ProjectorRunner(projector, dead_letter_topic="dl", consumer_kwargs={}, producer_kwargs={})  # type: ignore[arg-type]
+def _runner(projector: Any, stop_after_waits: int | None = None) -> tuple[ProjectorRunner, _Consumer, list[float]]:
+    """A runner around ``projector`` whose backoff waits are recorded, not slept (``stop()`` after that many)."""
+    runner = ProjectorRunner(projector, dead_letter_topic="dl", consumer_kwargs={}, producer_kwargs={})
     consumer = _Consumer()
-    runner._consumer = consumer
+    runner._consumer = consumer  # type: ignore[assignment]
     waits: list[float] = []
 
     async def wait(delay: float) -> None:
         waits.append(delay)
+        if len(waits) == stop_after_waits:
+            runner.stop()  # SIGTERM while the batch waits
 
     runner._wait = wait  # type: ignore[method-assign]
+    return runner, consumer, waits
+
+
+async def test_retry_backoff_never_exceeds_two_seconds_during_a_long_outage() -> None:
+    projector = _FlakyProjector(failures=40)
+    runner, consumer, waits = _runner(projector)
     outcome = await runner._project_with_retry([SourceRecord("events", 0, 1, b"k", b"{}")])
     assert outcome is not None and outcome.events == 1 and projector.calls == 41
     assert len(waits) == 40
@@ -85,17 +93,7 @@ class _BehindProjector(_FlakyProjector):
 
 async def test_a_stop_ends_the_retries_of_a_batch_that_waits_for_another_stage() -> None:
     projector = _BehindProjector(failures=0)
-    runner = ProjectorRunner(projector, dead_letter_topic="dl", consumer_kwargs={}, producer_kwargs={})  # type: ignore[arg-type]
-    consumer = _Consumer()
-    runner._consumer = consumer
-    waits: list[float] = []
-
-    async def wait(delay: float) -> None:
-        waits.append(delay)
-        if len(waits) == 3:
-            runner.stop()  # SIGTERM while the batch waits
-
-    runner._wait = wait  # type: ignore[method-assign]
+    runner, consumer, waits = _runner(projector, stop_after_waits=3)
     outcome = await asyncio.wait_for(runner._project_with_retry([SourceRecord("events", 0, 1, b"k", b"{}")]), 5)
     assert outcome is None  # not projected: its offsets are not stored, the next start reads it again
     assert projector.calls == 4 and len(waits) == 3 and consumer.resumed == 1
