@@ -134,6 +134,18 @@ the deep stage went on and the primary's lag p99 was 9.7-10.8 s; with 100, 5.8 s
 caught up: at a rate the node cannot index whole, the deep stage is the one that falls behind."""
 
 
+def primary_gate(
+    session: Session, keyspace: str, *, check_s: float = 0.25, max_wait_s: float = 5.0
+) -> CriticalPathGate:
+    """The deep stage's gate on the primary stage (see the module): while the primary's last heartbeat on a
+    batch's partition says it is behind at all (``DEEP_MAX_BEHIND``), the batch waits, and past ``max_wait_s``
+    it is given back (``PrimaryBehind``: the runner holds it and tries again), never indexed regardless. The
+    primary's heartbeat comes after each of its batches, which can take over 5 s while it shares the node
+    with this stage: one counts as fresh for a minute (this stage cannot pass the primary anyway)."""
+    return CriticalPathGate(session, keyspace, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND, check_s=check_s,
+                            max_wait_s=max_wait_s, stale_s=60.0, behind_error=PrimaryBehind)  # fmt: skip
+
+
 def deep_group_of(index_group: str) -> str:
     """The deep stage's consumer group beside the primary indexer's ``index_group``: ``<group>-deep``."""
     return f"{index_group}-deep"

@@ -15,7 +15,7 @@ the batch expires (Faust's producer: after 20 minutes) or until a later send
 to the topic tracks it. A replay worker sends its jobs in one burst and then
 nothing to that topic: its first batch of jobs was never delivered, its events
 never committed, and the run stalled with 0 summaries
-(``tests/integration/test_producer_metadata.py`` shows the mechanism).
+(``tests/integration/test_batch_produce.py`` shows the mechanism).
 
 :func:`install` makes ``_wait_on_metadata`` (every send and ``send_batch`` goes
 through it) track the topic before anything is queued for it: every topic

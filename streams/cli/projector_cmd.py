@@ -107,16 +107,10 @@ def indexer_runner(settings: Settings, session: Session, group: str, max_batch: 
 def deep_indexer_runner(settings: Settings, session: Session, group: str, max_batch: int) -> ProjectorRunner:
     """The recall index's deep stage under ``group`` (``<index group>-deep``), following the index group and
     yielding to it while it is behind."""
-    from projections.critical_gate import CriticalPathGate
-    from projections.indexer import DEEP_MAX_BEHIND, PrimaryBehind, RecallIndexer
-    from projections.stage import INDEX_STAGE
+    from projections.indexer import RecallIndexer, primary_gate
 
     ks = settings.cassandra.keyspace
-    # The primary stage first: while it is behind, this stage holds its batch (it never goes on regardless).
-    # Its heartbeat comes after each batch, and a batch of a primary that shares the node with this stage
-    # can take over 5 s: a heartbeat counts as fresh for a minute (this stage cannot pass the primary anyway).
-    gate = CriticalPathGate(session, ks, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND, max_wait_s=5.0,
-                            stale_s=60.0, behind_error=PrimaryBehind)  # fmt: skip
+    gate = primary_gate(session, ks)  # the primary stage first
     indexer = RecallIndexer(session, ks, events_topic=settings.topics.events, consumer_group=group, scope="deep",
                             primary_chunks=settings.index.primary_chunks, gate=gate)  # fmt: skip
     return _runner(settings, indexer, max_batch)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from schemas import Message
 from streams.rules.errors import RuleConfigurationError
@@ -192,6 +192,10 @@ def _encoding(name: str) -> Any:
 
 class TiktokenCounter:
     """Exact BPE counts with tiktoken, offline (see :func:`seed_tiktoken_cache`)."""
+
+    at_most_a_token_per_byte: ClassVar[bool] = True
+    """A BPE token holds at least one byte of its text: a text counts at most its UTF-8 bytes. A counter
+    declaring this lets a request known to fit by its bytes go uncounted (``summarizer.request.fits_budget``)."""
 
     def __init__(self, model: str | None = None, default_encoding: str = "o200k_base") -> None:
         self.encoding_name = encoding_name_for_model(model, default_encoding)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import Message
-from streams.rules.tokens import TiktokenCounter, TokenCounter
+from streams.rules.tokens import TokenCounter
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,9 @@ def count_request(request: ChatRequest, counter: TokenCounter) -> int:
 _PLAIN_KEYS = frozenset(("role", "content"))
 
 
-def _bpe_bound(request: ChatRequest) -> int | None:
-    """An upper bound of the request's tiktoken count, or ``None`` when not one of plain text messages.
+def _byte_bound(request: ChatRequest) -> int | None:
+    """An upper bound of the request's count by a counter ``at_most_a_token_per_byte``, or ``None`` when
+    not one of plain text messages.
 
     A BPE token holds at least one byte of its text, so a text counts at most its UTF-8
     bytes (and a message at least 1). Only for messages of a role and a string content
@@ -135,8 +136,8 @@ def fits_budget(request: ChatRequest, counter: TokenCounter, budget: int) -> boo
     request is built and checked against its budget for every job (its cache key
     included): one far within its budget is known to fit from its bytes alone.
     """
-    if type(counter) is TiktokenCounter:
-        bound = _bpe_bound(request)
+    if getattr(counter, "at_most_a_token_per_byte", False):
+        bound = _byte_bound(request)
         if bound is not None and bound <= budget:
             return True
     return count_request(request, counter) <= budget

@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from projections.context_read import ContextReader
 from projections.critical_gate import CriticalPathGate
-from projections.indexer import DEEP_MAX_BEHIND, PrimaryBehind, RecallIndexer, deep_group_of
+from projections.indexer import DEEP_MAX_BEHIND, PrimaryBehind, RecallIndexer, deep_group_of, primary_gate
 from projections.projector import SourceRecord
 from projections.rows import MAX_INDEXED_CHARS
 from projections.stage import INDEX_STAGE, PartitionProgress
@@ -159,8 +159,7 @@ async def test_a_deep_stage_whose_primary_stays_behind_gives_its_batch_back_inst
     # What `distill indexer --deep` runs with: past its wait the gate raises, the runner holds the batch.
     key = _key("holds")
     ks = store.settings.cassandra.keyspace
-    gate = CriticalPathGate(store.session, ks, stage=INDEX_STAGE, max_behind=DEEP_MAX_BEHIND, check_s=0.05,
-                            max_wait_s=0.3, behind_error=PrimaryBehind)  # fmt: skip
+    gate = primary_gate(store.session, ks, check_s=0.05, max_wait_s=0.3)
     deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=stages.deep.consumer_group,
                          scope="deep", gate=gate)  # fmt: skip
     big = record(EVENTS, _long_result(key, "t1", 1, "quokka 5151", seed=11), partition=14, offset=900)
