@@ -96,6 +96,10 @@ class LLMSettings(_Section):
     context_window: int | None = Field(default=None, gt=0)
     max_output_tokens: int | None = Field(default=None, gt=0)
     temperature: float | None = None
+    calls_in_thread: bool = True
+    """A worker calls the endpoint from an event loop in a thread of its own
+    (``streams.summarizer.model_thread``): the HTTP client's work in a burst of jobs no longer
+    queues the events fetched meanwhile behind it. ``false``: on the worker's loop."""
 
     @property
     def configured(self) -> bool:

@@ -71,6 +71,7 @@ from streams.summarizer import SummarizerLike, build_summarizer, validate_summar
 from streams.summarizer.deferred_model import DeferredModel
 from streams.summarizer.factory import build_model
 from streams.summarizer.model import ModelResponse, SummaryModel
+from streams.summarizer.model_thread import ThreadedModel
 from streams.summarizer.request import ChatRequest
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,8 @@ def _summarizers(
                 if defer and llm.configured
                 else build_model(llm)
             )
+            if llm.calls_in_thread:
+                inner = ThreadedModel(inner)
             shared.append(TimedModel(inner))
         return shared[0]
 

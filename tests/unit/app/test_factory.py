@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from schemas.settings import Settings
+from schemas.settings import LLMSettings, Settings
 from streams.app.factory import ReplayOptions, create_app
 
 
@@ -136,3 +136,23 @@ def test_good_per_app_prompts_start_and_are_used(tmp_path: Any) -> None:
     create_app(settings)
     summarizer_for, _ = _summarizers(settings, Extensions())
     assert summarizer_for("zh").metadata()["prompt_version"] != summarizer_for("other").metadata()["prompt_version"]
+
+
+@pytest.mark.parametrize("in_thread", [True, False])
+def test_a_workers_model_calls_run_in_their_own_thread_unless_turned_off(tmp_path: Any, in_thread: bool) -> None:
+    from streams.app.extensions import Extensions
+    from streams.app.factory import TimedModel, _summarizers
+    from streams.summarizer.model_thread import ThreadedModel
+    from streams.summarizer.openai_adapter import OpenAIChatModel
+
+    settings = _settings(tmp_path).model_copy(
+        update={"llm": LLMSettings(base_url="http://127.0.0.1:9/v1", calls_in_thread=in_thread)}
+    )
+    _, model = _summarizers(settings, Extensions())
+    shared = model()
+    assert isinstance(shared, TimedModel)
+    if in_thread:
+        assert isinstance(shared.inner, ThreadedModel) and isinstance(shared.inner.inner, OpenAIChatModel)
+        assert not shared.inner.started  # its thread starts at the first call
+    else:
+        assert isinstance(shared.inner, OpenAIChatModel)
