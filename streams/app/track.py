@@ -371,7 +371,8 @@ class TrackHandler:
     ) -> TrackOutput:
         if self.optimistic:
             outcome = assume_done(outcome)
-        fired = {job.filter_key for job in outcome.jobs}
+        jobs_decided = outcome.jobs
+        fired = {job.filter_key for job in jobs_decided} if jobs_decided else ()
         now = self.wall_clock() if fired else None
         for key, state in outcome.states.items():
             tkey = table_key(state.app_name, state.user_id, state.session_id, key)
@@ -380,7 +381,9 @@ class TrackHandler:
                 before = store.get(tkey)
                 wall = before.emitted_wall if before is not None else None
             store[tkey] = tracked_key(state, first_offset if key == FULL_SESSION else None, partition, wall, record_key)
-        jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
+        if not jobs_decided and not outcome.joins:  # most records
+            return TrackOutput()
+        jobs = [self._finish_job(job, outcome, first_offset, origin) for job in jobs_decided]
         # A join job reads no events and is nobody's retry or replay job: sent as decided.
         return TrackOutput(jobs=[*jobs, *outcome.joins])
 
