@@ -443,8 +443,8 @@ class TrackHandler:
             state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
                                   at=to_micros(record.created_at), window=record.context_window,
                                   offset=offset)  # fmt: skip
-        if state is not found.state:
-            store[key] = replace(found, state=state)
+        if state is not found.state:  # one per answered job: ``replace`` runs the dataclass's ``__init__``
+            store[key] = tracked_key(state, found.first_offset, found.partition, found.emitted_wall, found.record_key)
 
     def _on_adoption(self, record: EpochAdopted, store: StateStore, offset: int | None) -> None:
         """Every key of the session follows the adopted epoch's head (``on_adoption``)."""
