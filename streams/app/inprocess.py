@@ -23,7 +23,7 @@ from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, Su
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
-from streams.app.event_log import RawEvent
+from streams.app.event_log import RawEvent, raw_event
 from streams.app.gc_tuning import tuned_gc
 from streams.app.heads import Head, head_of
 from streams.app.ledger import summary_key
@@ -102,7 +102,7 @@ class _Log:
             found = self.by_key[(partition, key)] = ([], [])
         offsets, records = found
         offsets.append(offset)
-        records.append(RawEvent(offset, value))
+        records.append(raw_event(offset, value))
 
     async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]:
         found = self.by_key.get((partition, key))
