@@ -35,7 +35,7 @@ _set_attribute = object.__setattr__
 def _shape(cls: type[BaseModel]) -> _Shape | None:
     """The field names of ``cls`` in order and the defaults of a tail of them, when :func:`construct` may
     build it by hand: no alias, no extra or private attributes, no post-init, not a root model."""
-    fields = cls.__pydantic_fields__
+    fields = cls.model_fields  # ``__pydantic_fields__`` since pydantic 2.10; the dependency allows 2.7
     if (
         cls.__pydantic_root_model__
         or cls.__pydantic_post_init__
