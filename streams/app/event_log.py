@@ -22,7 +22,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -47,6 +47,19 @@ class RawEvent:
 
     offset: int
     value: bytes
+
+
+_new_object = object.__new__
+_SET_OFFSET, _SET_VALUE = (RawEvent.__dict__[f.name].__set__ for f in fields(RawEvent))
+
+
+def raw_event(offset: int, value: bytes) -> RawEvent:
+    """``RawEvent(offset, value)``, its slots set directly (one per record read): the frozen dataclass's
+    ``__init__`` sets each through ``object.__setattr__``, in about twice the time."""
+    out: RawEvent = _new_object(RawEvent)
+    _SET_OFFSET(out, offset)
+    _SET_VALUE(out, value)
+    return out
 
 
 @dataclass
@@ -164,7 +177,7 @@ class RecentEvents:
         located.fetch = offsets[first:split].tolist()
         if split < last:
             low, high = offsets[split], offsets[last - 1]
-            located.cached = [RawEvent(o, v) for o, v in self._by_key.get((partition, key), ()) if low <= o <= high]
+            located.cached = [raw_event(o, v) for o, v in self._by_key.get((partition, key), ()) if low <= o <= high]
         return located
 
     def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent] | None:
@@ -173,7 +186,7 @@ class RecentEvents:
         if low is None or start < low or end > self._high[partition]:
             return None
         self.hits += 1
-        return [RawEvent(o, v) for o, v in self._by_key.get((partition, key), ()) if start <= o <= end]
+        return [raw_event(o, v) for o, v in self._by_key.get((partition, key), ()) if start <= o <= end]
 
 
 FETCH_BYTES = 64 * 1024

@@ -23,7 +23,7 @@ from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, Su
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
-from streams.app.event_log import RawEvent
+from streams.app.event_log import RawEvent, raw_event
 from streams.app.gc_tuning import tuned_gc
 from streams.app.heads import Head, head_of
 from streams.app.ledger import summary_key
@@ -32,6 +32,8 @@ from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey
 from streams.rules.policy import PolicySet
 from streams.summarizer import SummarizerLike, SummaryResult
+
+_new_tuple = tuple.__new__
 
 SETTLE_EVERY = 10_000
 """Records between two freezes of what the replay built (``tuned_gc``): a middle-generation
@@ -102,7 +104,7 @@ class _Log:
             found = self.by_key[(partition, key)] = ([], [])
         offsets, records = found
         offsets.append(offset)
-        records.append(RawEvent(offset, value))
+        records.append(raw_event(offset, value))
 
     async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]:
         found = self.by_key.get((partition, key))
@@ -182,15 +184,18 @@ class InProcessReplay:
     ) -> ReplayStats:
         started, cpu = time.perf_counter(), time.process_time()
         stats = self.stats
+        add, on_record, parsed = self.log.add, self.track.on_record, self.summarize.parsed
+        store, max_bytes = self.store, self.max_record_bytes
         for n, (partition, offset, key, value) in enumerate(records, 1):
             if not n % SETTLE_EVERY:
                 settle()  # what the replay built so far is kept to its end: out of the collector's scans
-            self.log.add(partition, key, offset, value)
-            record = decode_event_record(value, self.max_record_bytes)
-            out = self.track.on_record(record, Coordinates(topic, partition, offset), self.store, key=key, raw=value)
+            add(partition, key, offset, value)
+            record = decode_event_record(value, max_bytes)
+            # ``Coordinates(...)`` without the named tuple's Python-level ``__new__`` (per record).
+            out = on_record(record, _new_tuple(Coordinates, (topic, partition, offset)), store, key=key, raw=value)
             if isinstance(record, SessionEvent):
                 stats.events += 1
-                self.summarize.parsed[(partition, offset)] = record
+                parsed[(partition, offset)] = record
             for job in out.jobs:
                 await self._job(job, partition)
         stats.seconds += time.perf_counter() - started

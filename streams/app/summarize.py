@@ -298,8 +298,9 @@ class SummarizeHandler:
                 kept = delta_in_log_order(events, previous.boundary, summarized)
             else:
                 kept = events_after(events, previous.boundary)
-            keep_ids = {e.event_id for e in kept}
-            raws = [r for e, r in zip(events, raws, strict=True) if e.event_id in keep_ids]
+            if len(kept) != len(events):  # ``kept`` is a subsequence of ``events``: as long, the same
+                keep_ids = {e.event_id for e in kept}
+                raws = [r for e, r in zip(events, raws, strict=True) if e.event_id in keep_ids]
             events = kept
         return _Delta(previous, events, raws, offsets)
 
@@ -323,17 +324,19 @@ class SummarizeHandler:
         """The job's session events among ``raw`` (its ids and its filter key's input), each once."""
         events: list[SessionEvent] = []
         raws: list[bytes] = []
-        offsets: dict[str, int] = {}
-        seen: set[str] = set()
+        offsets: dict[str, int] = {}  # by event id: also the ids taken so far
+        session = (job.session_id, job.user_id, job.app_name)
+        target = job.filter_key
+        event_of = self._event
         for item in raw:
-            record = self._event(item)
-            if record is None or record.event_id in seen:
+            record = event_of(item)
+            if record is None or record.event_id in offsets:
                 continue
-            if (record.session_id, record.user_id, record.app_name) != (job.session_id, job.user_id, job.app_name):
+            if (record.session_id, record.user_id, record.app_name) != session:
                 continue
-            if not in_summary_input(record.filter_key, job.filter_key):
+            # The full session's input holds every event (``in_summary_input(key, "")``).
+            if target and not in_summary_input(record.filter_key, target):
                 continue
-            seen.add(record.event_id)
             events.append(record)
             raws.append(item.value)
             offsets[record.event_id] = item.offset

@@ -371,7 +371,8 @@ class TrackHandler:
     ) -> TrackOutput:
         if self.optimistic:
             outcome = assume_done(outcome)
-        fired = {job.filter_key for job in outcome.jobs}
+        jobs_decided = outcome.jobs
+        fired = {job.filter_key for job in jobs_decided} if jobs_decided else ()
         now = self.wall_clock() if fired else None
         for key, state in outcome.states.items():
             tkey = table_key(state.app_name, state.user_id, state.session_id, key)
@@ -380,7 +381,9 @@ class TrackHandler:
                 before = store.get(tkey)
                 wall = before.emitted_wall if before is not None else None
             store[tkey] = tracked_key(state, first_offset if key == FULL_SESSION else None, partition, wall, record_key)
-        jobs = [self._finish_job(job, outcome, first_offset, origin) for job in outcome.jobs]
+        if not jobs_decided and not outcome.joins:  # most records
+            return TrackOutput()
+        jobs = [self._finish_job(job, outcome, first_offset, origin) for job in jobs_decided]
         # A join job reads no events and is nobody's retry or replay job: sent as decided.
         return TrackOutput(jobs=[*jobs, *outcome.joins])
 
@@ -440,8 +443,8 @@ class TrackHandler:
             state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
                                   at=to_micros(record.created_at), window=record.context_window,
                                   offset=offset)  # fmt: skip
-        if state is not found.state:
-            store[key] = replace(found, state=state)
+        if state is not found.state:  # one per answered job: ``replace`` runs the dataclass's ``__init__``
+            store[key] = tracked_key(state, found.first_offset, found.partition, found.emitted_wall, found.record_key)
 
     def _on_adoption(self, record: EpochAdopted, store: StateStore, offset: int | None) -> None:
         """Every key of the session follows the adopted epoch's head (``on_adoption``)."""

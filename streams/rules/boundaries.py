@@ -116,7 +116,20 @@ def early_ids(events: Sequence[SessionEvent], boundary: SummaryBoundary) -> set[
     if cutoff is None:
         return set()
     limit = to_micros(cutoff)
-    return {e.event_id for e in events if e.event_id != boundary.last_event_id and to_micros(e.timestamp) < limit}
+    # A UTC stamp (every validated event's) is compared as a datetime with the cutoff in UTC: the
+    # same order as their microseconds, without converting each (this runs per event of every job).
+    try:
+        utc_limit = from_micros(limit)
+        fast: object = UTC
+    except OverflowError:  # a cutoff past year 9999 in UTC (an offset's): every stamp converted
+        utc_limit, fast = cutoff, None
+    last_id = boundary.last_event_id
+    early: set[str] = set()
+    for e in events:
+        ts = e.timestamp
+        if (ts < utc_limit if ts.tzinfo is fast else to_micros(ts) < limit) and e.event_id != last_id:
+            early.add(e.event_id)
+    return early
 
 
 def delta_in_log_order(

@@ -32,6 +32,7 @@ from schemas import (
     SummaryJob,
     TriggerReport,
 )
+from schemas.base import construct
 from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION, from_micros, to_micros
 from streams.rules.errors import InvalidDecisionError
 from streams.rules.event_facts import EventFacts, event_facts
@@ -357,15 +358,17 @@ def build_job(
     previous = (
         None
         if state.boundary_ts is None
-        else SummaryBoundary.model_construct(
+        else construct(
+            SummaryBoundary,
             cutoff_at=from_micros(state.boundary_ts),
             last_event_id=state.boundary_event_id,
             version=BOUNDARY_FORMAT_VERSION,
         )
     )
-    # Every field is built here from validated records, so validation is skipped
-    # (this runs on the hot path of the track agent).
-    return SummaryJob.model_construct(
+    # Every field is built here from validated records, so validation is skipped (this runs
+    # on the hot path of the track agent); ``construct``: the fields in their declared order.
+    return construct(
+        SummaryJob,
         schema_version=SCHEMA_VERSION,
         job_id=job_id or job_id_for(state, upto.event_id),
         app_name=state.app_name,
@@ -375,7 +378,7 @@ def build_job(
         cascade_full_session=cascaded,
         from_version=state.version,
         previous_boundary=previous,
-        upto=JobBoundary.model_construct(last_event_id=upto.event_id, cutoff_at=from_micros(upto.ts), offset=offset),
+        upto=construct(JobBoundary, last_event_id=upto.event_id, cutoff_at=from_micros(upto.ts), offset=offset),
         trigger=report,
         force=decision.force,
         origin="retry" if retry is not None and origin == "trigger" else origin,

@@ -71,6 +71,12 @@ class SimpleTokenCounter:
             raise RuleConfigurationError(f"approx_runes_per_token must be > 0, got {approx_runes_per_token}")
         self.approx_runes_per_token = approx_runes_per_token
 
+    @property
+    def at_most_a_token_per_byte(self) -> bool:
+        """At a rune or more a token a text counts at most its runes, so at most its UTF-8 bytes
+        (see ``TiktokenCounter.at_most_a_token_per_byte``); a message's 1 token at least is one byte of it."""
+        return self.approx_runes_per_token >= 1
+
     def count_text(self, text: str) -> int:
         if not text:
             return 0
@@ -120,6 +126,12 @@ class ScriptAwareTokenCounter:
         if approx_runes_per_token <= 0:
             raise RuleConfigurationError(f"approx_runes_per_token must be > 0, got {approx_runes_per_token}")
         self.approx_runes_per_token = approx_runes_per_token
+
+    @property
+    def at_most_a_token_per_byte(self) -> bool:
+        """As :attr:`SimpleTokenCounter.at_most_a_token_per_byte`: a wide character counts 1 token, the rest
+        at most 1 a rune (``approx_runes_per_token >= 1``), so a text at most its runes, at most its bytes."""
+        return self.approx_runes_per_token >= 1
 
     def _count(self, runes: int, wide: int) -> int:
         if not runes:

@@ -65,6 +65,20 @@ class ConversationFormatter:
 
     def event_text(self, event: SessionEvent) -> str:
         """One event's lines joined by newlines (``""`` when nothing is left)."""
+        message = event.message
+        if (
+            not message.tool_calls
+            and message.role != "tool"
+            and not message.tool_call_id
+            and type(self).event_lines is _EVENT_LINES
+        ):
+            # A plain message (most events; the text of every job's request): its one line, as
+            # ``event_lines`` writes it, without the list, the formatters or the join.
+            if event.partial or event.skip_summarization:
+                return ""
+            content = message.content
+            content = content.strip() if content else ""
+            return f"{event.author or UNKNOWN_AUTHOR}: {content}" if content else ""
         return "\n".join(self.event_lines(event))
 
     def conversation_text(self, events: Iterable[SessionEvent], previous_summary: str = "") -> str:
@@ -78,5 +92,7 @@ class ConversationFormatter:
         parts.extend(t for t in map(self.event_text, events) if t)
         return "\n".join(parts)
 
+
+_EVENT_LINES = ConversationFormatter.event_lines
 
 DEFAULT_FORMATTER = ConversationFormatter()

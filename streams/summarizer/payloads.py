@@ -118,20 +118,36 @@ class PayloadForms:
     def __init__(self, events: Sequence[SessionEvent], formatter: ConversationFormatter) -> None:
         self.events = list(events)
         self.formatter = formatter
-        self._cache: dict[tuple[int, int | None], tuple[str, tuple[PayloadCut, ...]]] = {}
+        self._cache: dict[tuple[int, int], tuple[str, tuple[PayloadCut, ...]]] = {}
+        self._whole: list[str | None] = [None] * len(self.events)
+
+    def _whole_text(self, i: int) -> str:
+        text = self._whole[i]
+        if text is None:
+            text = self._whole[i] = self.formatter.event_text(self.events[i])
+        return text
 
     def _event(self, i: int, cap: int | None) -> tuple[str, tuple[PayloadCut, ...]]:
+        if cap is None:
+            return self._whole_text(i), ()
         key = (i, cap)
         hit = self._cache.get(key)
         if hit is None:
             event, cuts = cut_event(self.events[i], cap)
             # Nothing cut at this cap: the whole text, formatted once (a cap search tries many caps).
-            hit = self._event(i, None) if cap is not None and not cuts else (self.formatter.event_text(event), cuts)
+            hit = (self.formatter.event_text(event), cuts) if cuts else (self._whole_text(i), ())
             self._cache[key] = hit
         return hit
 
     def form(self, k: int, cap: int | None) -> Form:
         """The first ``k`` events at ``cap``."""
+        if cap is None:
+            # Every summary request is first built whole (one form per job): no cut, no per-event tuple.
+            whole, event_text = self._whole, self.formatter.event_text
+            for i in range(k):
+                if whole[i] is None:
+                    whole[i] = event_text(self.events[i])
+            return Form("\n".join([t for t in whole[:k] if t]), ())
         texts: list[str] = []
         cuts: list[PayloadCut] = []
         for i in range(k):

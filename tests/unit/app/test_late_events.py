@@ -10,7 +10,7 @@ sub-agent flushing its events late.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -106,3 +106,17 @@ def test_the_rules_keep_late_events_and_drop_the_boundary_and_what_the_log_had_b
     assert early_ids(read, boundary) == {"e4", "e2"}
     kept = delta_in_log_order(read, boundary, summarized={"e2", "e5"})
     assert [e.event_id for e in kept] == ["e4", "e5", "e6"]
+
+
+def test_early_ids_compare_instants_whatever_the_zones_of_the_cutoff_and_the_stamps() -> None:
+    # Validated stamps are UTC (compared as datetimes); a cutoff in another zone, a naive stamp
+    # (taken as UTC) or a cutoff past year 9999 in UTC compare by their instants all the same.
+    east = timezone(timedelta(hours=8))
+    boundary = SummaryBoundary(last_event_id="e9", cutoff_at=(T0 + timedelta(seconds=3)).astimezone(east))
+    read = [event(1, 2.999999), event(2, 3), event(3, 4)]
+    naive = read[0].model_copy(update={"event_id": "n1", "timestamp": read[0].timestamp.replace(tzinfo=None)})
+    assert early_ids([*read, naive], boundary) == {"e1", "n1"}
+    far = SummaryBoundary.model_construct(
+        last_event_id=None, cutoff_at=datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))), version=1
+    )
+    assert early_ids(read, far) == {"e1", "e2", "e3"}

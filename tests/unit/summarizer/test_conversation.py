@@ -1,4 +1,4 @@
-from schemas import Message, ToolCall
+from schemas import Message, SessionEvent, ToolCall
 from streams.rules.threshold_text import conversation_lines
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
 
@@ -62,3 +62,34 @@ def test_custom_formatter_does_not_change_threshold_text() -> None:
 def test_previous_summary_is_the_first_line_in_merged_mode() -> None:
     text = DEFAULT_FORMATTER.conversation_text([event(1, "user", "hi")], previous_summary=" old facts ")
     assert text == "system: old facts\nuser: hi"
+
+
+def _varied_events() -> list[SessionEvent]:
+    return [
+        event(0, "user", "  请帮我看看这个问题 M1 \n"),
+        event(1, "agent", "好的，我来分析一下"),
+        event(2, "agent", "   "),
+        event(3, "agent", None),
+        event(4, "agent", "thinking only", reasoning_content="推理"),
+        event(5, "agent", "partial chunk", partial=True),
+        event(6, "agent", "skipped", skip_summarization=True),
+        event(7, "agent", "calling", tool_calls=[("c1", "run", '{"a": 1}')]),
+        event(8, "tool", "结果", tool_call_id="c1", name="run"),
+        event(9, "agent", "result by role", role="tool"),
+        event(10, "system", "系统消息", role="system"),
+    ]
+
+
+def test_the_text_of_an_event_is_its_lines_joined() -> None:
+    # event_text answers a plain message without building its lines: the same text as the lines give.
+    formatter = ConversationFormatter()
+    for e in _varied_events():
+        assert formatter.event_text(e) == "\n".join(formatter.event_lines(e)), e.event_id
+
+
+def test_a_formatter_that_writes_its_own_lines_is_used_for_the_text() -> None:
+    class Shouting(ConversationFormatter):
+        def event_lines(self, event: SessionEvent) -> list[str]:
+            return [line.upper() for line in super().event_lines(event)]
+
+    assert Shouting().event_text(event(1, "agent", "quiet")) == "AGENT: QUIET"

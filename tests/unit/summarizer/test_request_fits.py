@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from schemas.settings import Settings
-from streams.rules.tokens import SimpleTokenCounter, TiktokenCounter
+from streams.rules.tokens import ScriptAwareTokenCounter, SimpleTokenCounter, TiktokenCounter
 from streams.summarizer import build_summarizer
 from streams.summarizer.request import ChatRequest, count_request, fits_budget, standalone_request
 
@@ -45,7 +45,19 @@ def _requests() -> list[ChatRequest]:
     return out
 
 
-@pytest.mark.parametrize("counter", [TiktokenCounter("gpt-4o"), SimpleTokenCounter()], ids=["tiktoken", "simple"])
+@pytest.mark.parametrize(
+    "counter",
+    [
+        TiktokenCounter("gpt-4o"),
+        SimpleTokenCounter(),
+        SimpleTokenCounter(1.0),
+        SimpleTokenCounter(0.25),
+        ScriptAwareTokenCounter(),
+        ScriptAwareTokenCounter(1.0),
+        ScriptAwareTokenCounter(0.5),
+    ],
+    ids=["tiktoken", "simple", "simple-1", "simple-0.25", "script-aware", "script-aware-1", "script-aware-0.5"],
+)
 def test_fits_budget_is_the_exact_comparison(counter: Any) -> None:
     for request in _requests():
         exact = count_request(request, counter)
@@ -72,3 +84,30 @@ async def test_a_tiktoken_summarizer_keys_and_plans_without_encoding_a_request_t
     events = [event(i, "user" if i % 2 == 0 else "agent", f"第 {i} 条消息 M{i}") for i in range(12)]
     key = summarizer.cache_key("an earlier summary", events)
     assert key is not None and spy.calls == 0
+
+
+def test_the_estimating_counters_declare_a_token_per_byte_at_most_only_at_a_rune_or_more_a_token() -> None:
+    # Below a rune a token, "é" * 300 (600 bytes) counts 1,200 tokens: no byte bound holds.
+    assert SimpleTokenCounter().at_most_a_token_per_byte and SimpleTokenCounter(1.0).at_most_a_token_per_byte
+    assert ScriptAwareTokenCounter().at_most_a_token_per_byte and ScriptAwareTokenCounter(1).at_most_a_token_per_byte
+    assert not SimpleTokenCounter(0.99).at_most_a_token_per_byte
+    assert not ScriptAwareTokenCounter(0.5).at_most_a_token_per_byte
+    assert count_request(standalone_request("é" * 300, ""), SimpleTokenCounter(0.25)) > 600
+
+
+@pytest.mark.parametrize("counter", [SimpleTokenCounter(), ScriptAwareTokenCounter()], ids=["simple", "script-aware"])
+def test_an_estimating_counter_does_not_count_a_request_far_within_its_budget(
+    counter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[object] = []
+
+    def count_message(message: object) -> int:
+        calls.append(message)
+        return 1
+
+    monkeypatch.setattr(counter, "count_message", count_message)
+    request = standalone_request("请帮我看看这个问题 " * 100, "You summarize.")
+    assert fits_budget(request, counter, 100_000)
+    assert calls == []
+    assert fits_budget(request, counter, 10)  # near or over the budget: counted (by the stub, 1 a message)
+    assert calls
