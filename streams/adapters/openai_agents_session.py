@@ -41,9 +41,15 @@ if TYPE_CHECKING:
     from agents.tool_context import ToolContext
 
 RETRACTS_FIELD = "retracts"
-"""Set on the marker event ``pop_item`` publishes: the id of the event an item is taken back from."""
+"""On a marker of the first builds: the id of the event taken back whole (with ``retracts_item``, one item of it)."""
+RETRACTS_ITEM_OF_FIELD = "retracts_item_of"
+"""Set on the marker event ``pop_item`` publishes: the id of the event an item is taken back from.
+
+Not ``retracts``: a build that knows only ``retracts`` reads it as the whole event taken back, and
+would hide the event's other items from its agents' requests (history gone without a word). Such a
+build ignores this field: the popped item stays in its view, nothing else changes."""
 RETRACTS_ITEM_FIELD = "retracts_item"
-"""Beside it: the index of the item taken back among the event's items (absent: the whole event)."""
+"""Beside it: the index of the item taken back among the event's items."""
 DEFAULT_COMPACTION = CompactionConfig(enabled=True, tool_result_max_tokens=256)
 
 
@@ -143,7 +149,7 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
                 "request_id": last.request_id, "invocation_id": last.invocation_id, "author": "distill",
                 "filter_key": self.filter_key,
                 "message": {"role": "system", "content": None}, "skip_summarization": True,
-                RETRACTS_FIELD: last.event_id, RETRACTS_ITEM_FIELD: index,
+                RETRACTS_ITEM_OF_FIELD: last.event_id, RETRACTS_ITEM_FIELD: index,
             }
         )  # fmt: skip
         await self.backend.publish([marker])
@@ -190,17 +196,26 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
 
     @staticmethod
     def _taken_back(view: SessionView) -> dict[str, set[int] | None]:
-        """What ``pop_item``'s markers in ``view`` took back: event id -> item indices (``None``: all of it)."""
+        """What ``pop_item``'s markers in ``view`` took back: event id -> item indices (``None``: all of it).
+
+        Three forms: ``retracts_item_of`` + ``retracts_item`` (one item; what this build writes),
+        ``retracts`` + ``retracts_item`` (one item; the builds before it) and ``retracts`` alone
+        (the whole event; the first builds). A ``retracts_item_of`` marker without its index takes
+        back nothing (a marker this build cannot place must not hide a whole event).
+        """
         taken: dict[str, set[int] | None] = {}
         for event in view.events:
             extra = event.model_extra or {}
-            target = extra.get(RETRACTS_FIELD)
+            item_of = extra.get(RETRACTS_ITEM_OF_FIELD)
+            target = item_of or extra.get(RETRACTS_FIELD)
             if not target:
                 continue
             index = extra.get(RETRACTS_ITEM_FIELD)
+            if item_of and not isinstance(index, int):
+                continue
             known = taken.get(str(target), set())
             if index is None or known is None:
-                taken[str(target)] = None  # a marker of an older build: the whole event
+                taken[str(target)] = None  # a marker of the first builds: the whole event
             else:
                 known.add(int(index))
                 taken[str(target)] = known
@@ -223,10 +238,7 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
         """The events of ``view`` that stand for items: ``pop_item``'s markers and the events it took back
         whole left out (an event some items of which were taken back stays, see :meth:`_shown_items`)."""
         taken = cls._taken_back(view)
-        return [
-            e for e in view.events
-            if not (e.model_extra or {}).get(RETRACTS_FIELD) and not (e.event_id in taken and taken[e.event_id] is None)
-        ]  # fmt: skip
+        return [e for e in view.events if not _is_marker(e) and not (e.event_id in taken and taken[e.event_id] is None)]
 
     def _compacted_texts(self, events: list[SessionEvent]) -> dict[str, str]:
         """New texts of the tool results compaction shortened, by event id."""
@@ -254,3 +266,9 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
         view = await self._view()
         if view.events:
             self._request_id = view.events[-1].request_id or None
+
+
+def _is_marker(event: SessionEvent) -> bool:
+    """A ``pop_item`` marker, of any build (it stands for no item)."""
+    extra = event.model_extra or {}
+    return bool(extra.get(RETRACTS_ITEM_OF_FIELD) or extra.get(RETRACTS_FIELD))

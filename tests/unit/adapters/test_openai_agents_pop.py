@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 
 import pytest
 from agents import SQLiteSession
 from agents.items import TResponseInputItem
 from pydantic import TypeAdapter
 
-from schemas import SessionKey
+from schemas import SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.adapters.openai_agents_session import DistillSession
@@ -87,3 +88,49 @@ async def test_a_popped_call_leaves_its_text_and_sibling_call_visible() -> None:
     assert items[1] == {"role": "assistant", "content": "我来查两个城市。🙂"}
     assert json.loads(items[-1]["arguments"]) == {"city": "上海"}
     ref.close()
+
+
+def _marker(n: int, **fields: object) -> SessionEvent:
+    return SessionEvent.model_validate(
+        {"app_name": KEY.app_name, "user_id": KEY.user_id, "session_id": KEY.session_id, "event_id": f"m{n}",
+         "timestamp": datetime(2026, 1, 2, 0, 0, n, tzinfo=UTC), "author": "distill",
+         "message": {"role": "system", "content": None}, "skip_summarization": True, **fields}
+    )  # fmt: skip
+
+
+async def test_the_marker_pop_item_writes_hides_nothing_from_a_build_that_reads_retracts_as_the_whole_event() -> None:
+    # Such a build took ``retracts`` for "the whole event": given a marker of one item in that field, it would
+    # hide the event's other items (text and a sibling call) from its agents' requests, without a word.
+    ours, _, store = await _pair()
+    for _ in range(3):  # the last event's call and text, then the answer
+        await ours.pop_item()
+    markers = [r for r in store.log if isinstance(r, SessionEvent) and r.author == "distill"]
+    assert len(markers) == 3
+    for marker in markers:
+        extra = marker.model_extra or {}
+        assert "retracts" not in extra
+        assert isinstance(extra["retracts_item_of"], str) and isinstance(extra["retracts_item"], int)
+
+
+async def test_markers_of_earlier_builds_still_take_back_what_they_named() -> None:
+    ours, _, store = await _pair()
+    events = _other_producers_session().events
+    calls_event, answer = events[1], events[4]  # text + calls c1, c2; "上海小雨，北京晴。"
+    store.append(
+        _marker(1, retracts=calls_event.event_id, retracts_item=2),  # an item (the builds before this one)
+        _marker(2, retracts=answer.event_id),  # the whole event (the first builds)
+    )
+    store.project()
+    items = await ours.get_items()
+    assert [i.get("call_id") for i in items if i.get("type") == "function_call"] == ["c1", "c3"]
+    assert {"role": "assistant", "content": "我来查两个城市。🙂"} in items
+    assert not any(i.get("content") == "上海小雨，北京晴。" for i in items)
+    assert len(items) == 7
+
+
+async def test_an_item_marker_without_its_index_takes_back_nothing() -> None:
+    ours, _, store = await _pair()
+    before = await ours.get_items()
+    store.append(_marker(1, retracts_item_of=_other_producers_session().events[1].event_id))
+    store.project()
+    assert await ours.get_items() == before
