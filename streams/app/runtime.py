@@ -275,6 +275,11 @@ class WorkerRuntime:
                     break
                 await asyncio.sleep(delay)
                 continue
+            if result.outcome in ("summary", "cached"):
+                # What the run spent, published or not: a revocation can cut the publish after its
+                # send, and the partition's next owner then finds the version taken (``distill
+                # replay`` counts its LLM calls and cache hits from these lines).
+                log.info("summary made", extra={**fields, "outcome": result.outcome, "events": result.events})
             await self._turn()
             published = "deleted" if run.deleted else (
                 await self._publish_checked(result, coords.partition, key, fields, run.job))  # fmt: skip

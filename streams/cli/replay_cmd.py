@@ -106,7 +106,7 @@ def command(
     workdir = Path(".distill") / "replay"
     workdir.mkdir(parents=True, exist_ok=True)
     log_paths = worker_logs(workdir, run_id, workers)
-    # The run's LLM calls and cache hits are counted from its log's "summary published" lines (INFO).
+    # The run's LLM calls and cache hits are counted from its log's "summary made" lines (INFO).
     args = ["worker", "--loglevel", "INFO", "--replay-run", run_id]
     args += [a for s in specs for a in ("--replay-session", s)]
     if epoch:
@@ -443,7 +443,7 @@ def _outcomes(log_paths: list[Path]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for log_path in log_paths:
         for line in log_path.read_text(errors="replace").splitlines():
-            if '"summary published"' in line:
+            if '"summary made"' in line:
                 outcome = json.loads(line).get("outcome", "?")
                 counts[outcome] = counts.get(outcome, 0) + 1
     return counts

@@ -1,0 +1,85 @@
+"""``distill replay`` counts the summaries its run made, not only those it saw published.
+
+A worker whose jobs partition is revoked while a summary's send is in flight is cancelled
+after the record went out and before it logged it; the partition's next owner then finds the
+version taken and runs nothing. The model was called once all the same: the run's count of
+LLM calls must say so (a two-worker replay reported 1,595 calls for 1,600 redone boundaries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from schemas.settings import Settings
+from streams.app.coordinates import Coordinates
+from streams.app.runtime import Topics, WorkerRuntime
+from streams.app.summarize import SummarizeHandler
+from streams.app.track import TrackHandler
+from streams.cli.replay_cmd import _outcomes
+from streams.rules.policy import policies_from_settings
+from streams.summarizer import SummarizerLike, build_summarizer
+from tests.unit.app.test_summarize_handler import EVENTS, MemoryEventLog, MemoryLedger, job
+from tests.unit.summarizer.helpers import SESSION, ScriptedModel
+
+
+async def test_a_summary_whose_send_is_cut_by_a_revocation_is_counted_as_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings()
+    summarizer = build_summarizer(settings, app_name=SESSION.app_name,
+                                  model=ScriptedModel(default="摘要 M1", context_window=100_000))  # fmt: skip
+
+    def summarizer_for(app: str) -> SummarizerLike:
+        return summarizer
+
+    runtime = WorkerRuntime(settings, Topics("ev", "jobs", "sum", "dl"), TrackHandler(policies_from_settings(
+        settings.summary, settings.llm.model)), summarizer_for)  # fmt: skip
+    ledger = MemoryLedger()
+    runtime.summarize = SummarizeHandler(ledger, MemoryEventLog(EVENTS), summarizer_for)
+    runtime.ledger = ledger  # type: ignore[assignment]
+    runtime.cache_ready.set()
+    sent: list[bytes] = []
+    in_flight = asyncio.Event()
+
+    async def send(topic: str, key: bytes, value: bytes, partition: int, headers: object) -> None:
+        sent.append(value)  # the record is out; its acknowledgement never comes before the revocation
+        in_flight.set()
+        await asyncio.Event().wait()
+
+    runtime.send = send
+    caplog.set_level(logging.INFO, logger="streams.app.runtime")
+    task = asyncio.create_task(runtime.run_job(job(3), Coordinates("jobs", 0, 0), b"k", None))
+    await asyncio.wait_for(in_flight.wait(), 10)
+    task.cancel()  # the revocation
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(sent) == 1 and json.loads(sent[0])["summary"] == "摘要 M1"
+    messages = [r.getMessage() for r in caplog.records if r.name == "streams.app.runtime"]
+    assert "summary made" in messages
+    assert "summary published" not in messages
+    made = next(r for r in caplog.records if r.getMessage() == "summary made")
+    assert made.__dict__["outcome"] == "summary" and made.__dict__["job_id"] == job(3).job_id
+
+
+def test_the_replay_counts_made_summaries_by_outcome(tmp_path: Path) -> None:
+    def line(msg: str, **fields: object) -> str:
+        return json.dumps({"level": "info", "msg": msg, **fields})
+
+    a, b = tmp_path / "r.log", tmp_path / "r.w2.log"
+    a.write_text("\n".join([
+        line("summary made", outcome="summary", job_id="j1"),  # its send cut: never published here
+        line("summary made", outcome="cached", job_id="j2"),
+        line("summary published", outcome="cached", job_id="j2"),
+        "not json at all, a traceback line",
+    ]) + "\n")  # fmt: skip
+    b.write_text("\n".join([
+        line("summary dropped: its version is taken", job_id="j1"),
+        line("summary made", outcome="summary", job_id="j3"),
+        line("summary published", outcome="summary", job_id="j3"),
+    ]) + "\n")  # fmt: skip
+    assert _outcomes([a, b]) == {"summary": 2, "cached": 1}
