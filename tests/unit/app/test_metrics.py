@@ -10,21 +10,15 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY
 
-from schemas.settings import Settings
 from streams import metrics
 from streams.app.coordinates import Coordinates
 from streams.app.factory import TimedModel
 from streams.app.pool import JobPool
-from streams.app.runtime import Topics, WorkerRuntime
-from streams.app.summarize import SummarizeHandler
-from streams.app.track import TrackHandler
 from streams.errors import RetryableError
-from streams.rules.policy import policies_from_settings
-from streams.summarizer import SummarizerLike, build_summarizer
 from streams.summarizer.model import ModelResponse
 from streams.summarizer.request import ChatRequest
-from tests.unit.app.test_summarize_handler import EVENTS, MemoryEventLog, MemoryLedger, job
-from tests.unit.summarizer.helpers import SESSION, ScriptedModel
+from tests.unit.app.test_summarize_handler import EVENTS, MemoryEventLog, job, memory_runtime
+from tests.unit.summarizer.helpers import ScriptedModel
 
 
 def _sample(name: str, labels: dict[str, str] | None = None) -> float:
@@ -78,19 +72,7 @@ class SlowEventLog(MemoryEventLog):
 
 
 async def test_llm_latency_excludes_the_delta_read_and_the_rest_of_the_job() -> None:
-    settings = Settings()
-    model = TimedModel(ScriptedModel(default="s", context_window=100_000))
-    summarizer = build_summarizer(settings, app_name=SESSION.app_name, model=model)
-
-    def summarizer_for(app: str) -> SummarizerLike:
-        return summarizer
-
-    runtime = WorkerRuntime(settings, Topics("ev", "jobs", "sum", "dl"), TrackHandler(policies_from_settings(
-        settings.summary, settings.llm.model)), summarizer_for)  # fmt: skip
-    ledger = MemoryLedger()
-    runtime.summarize = SummarizeHandler(ledger, SlowEventLog(EVENTS), summarizer_for)
-    runtime.ledger = ledger  # type: ignore[assignment]
-    runtime.cache_ready.set()
+    runtime = memory_runtime(TimedModel(ScriptedModel(default="s", context_window=100_000)), SlowEventLog(EVENTS))
     sent: list[str] = []
 
     async def send(topic: str, key: bytes, value: bytes, partition: int, headers: object) -> None:

@@ -15,34 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from schemas.settings import Settings
 from streams.app.coordinates import Coordinates
-from streams.app.runtime import Topics, WorkerRuntime
-from streams.app.summarize import SummarizeHandler
-from streams.app.track import TrackHandler
 from streams.cli.replay_cmd import _outcomes
-from streams.rules.policy import policies_from_settings
-from streams.summarizer import SummarizerLike, build_summarizer
-from tests.unit.app.test_summarize_handler import EVENTS, MemoryEventLog, MemoryLedger, job
-from tests.unit.summarizer.helpers import SESSION, ScriptedModel
+from tests.unit.app.test_summarize_handler import job, memory_runtime
+from tests.unit.summarizer.helpers import ScriptedModel
 
 
 async def test_a_summary_whose_send_is_cut_by_a_revocation_is_counted_as_made(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = Settings()
-    summarizer = build_summarizer(settings, app_name=SESSION.app_name,
-                                  model=ScriptedModel(default="摘要 M1", context_window=100_000))  # fmt: skip
-
-    def summarizer_for(app: str) -> SummarizerLike:
-        return summarizer
-
-    runtime = WorkerRuntime(settings, Topics("ev", "jobs", "sum", "dl"), TrackHandler(policies_from_settings(
-        settings.summary, settings.llm.model)), summarizer_for)  # fmt: skip
-    ledger = MemoryLedger()
-    runtime.summarize = SummarizeHandler(ledger, MemoryEventLog(EVENTS), summarizer_for)
-    runtime.ledger = ledger  # type: ignore[assignment]
-    runtime.cache_ready.set()
+    runtime = memory_runtime(ScriptedModel(default="摘要 M1", context_window=100_000))
     sent: list[bytes] = []
     in_flight = asyncio.Event()
 

@@ -17,8 +17,11 @@ from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, Su
 from schemas.settings import Settings
 from streams.app.event_log import RawEvent
 from streams.app.ledger import Head, head_of, summary_key
+from streams.app.runtime import Topics, WorkerRuntime
 from streams.app.summarize import SummarizeHandler
+from streams.app.track import TrackHandler
 from streams.app.tracked import table_key
+from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer
 from streams.summarizer.dynamic import DynamicSummarizer
 from tests.unit.summarizer.helpers import SESSION, ScriptedModel, event
@@ -103,6 +106,25 @@ def handler() -> tuple[SummarizeHandler, MemoryLedger, MemoryEventLog, ScriptedM
         return summarizer
 
     return SummarizeHandler(ledger, log_, summarizer_for), ledger, log_, model
+
+
+def memory_runtime(model: Any, events: MemoryEventLog | None = None) -> WorkerRuntime:
+    """A worker runtime over the in-memory ledger and ``events`` (default: ``EVENTS``) summarizing with
+    ``model``; its ``send`` is the caller's to set."""
+    settings = Settings()
+    summarizer = build_summarizer(settings, app_name=SESSION.app_name, model=model)
+
+    def summarizer_for(app: str) -> SummarizerLike:
+        return summarizer
+
+    track = TrackHandler(policies_from_settings(settings.summary, settings.llm.model))
+    runtime = WorkerRuntime(settings, Topics("ev", "jobs", "sum", "dl"), track, summarizer_for)
+    ledger = MemoryLedger()
+    runtime.summarize = SummarizeHandler(ledger, events if events is not None else MemoryEventLog(EVENTS),
+                                         summarizer_for)  # fmt: skip
+    runtime.ledger = ledger  # type: ignore[assignment]
+    runtime.cache_ready.set()
+    return runtime
 
 
 async def test_first_job_summarizes_from_the_first_event() -> None:
