@@ -58,27 +58,18 @@ class ConversationFormatter:
             if text:
                 lines.append(f"{author}: {text}")
             return lines
-        content = (message.content or "").strip()
-        if content:
-            lines.append(f"{author}: {content}")
+        line = _content_line(author, message)
+        if line:
+            lines.append(line)
         return lines
 
     def event_text(self, event: SessionEvent) -> str:
         """One event's lines joined by newlines (``""`` when nothing is left)."""
         message = event.message
-        if (
-            not message.tool_calls
-            and message.role != "tool"
-            and not message.tool_call_id
-            and type(self).event_lines is _EVENT_LINES
-        ):
-            # A plain message (most events; the text of every job's request): its one line, as
-            # ``event_lines`` writes it, without the list, the formatters or the join.
-            if event.partial or event.skip_summarization:
-                return ""
-            content = message.content
-            content = content.strip() if content else ""
-            return f"{event.author or UNKNOWN_AUTHOR}: {content}" if content else ""
+        if not message.tool_calls and not is_tool_result(message) and type(self).event_lines is _EVENT_LINES:
+            # A plain message (most events; the text of every job's request) is one line at most:
+            # ``event_lines``' own, without its list and the join.
+            return _content_line(event.author or UNKNOWN_AUTHOR, message) if is_summarizable(event) else ""
         return "\n".join(self.event_lines(event))
 
     def conversation_text(self, events: Iterable[SessionEvent], previous_summary: str = "") -> str:
@@ -91,6 +82,12 @@ class ConversationFormatter:
         parts = [f"system: {previous_summary.strip()}"] if previous_summary.strip() else []
         parts.extend(t for t in map(self.event_text, events) if t)
         return "\n".join(parts)
+
+
+def _content_line(author: str, message: Message) -> str:
+    """A message's content as its line (``""``: no content)."""
+    content = (message.content or "").strip()
+    return f"{author}: {content}" if content else ""
 
 
 _EVENT_LINES = ConversationFormatter.event_lines
