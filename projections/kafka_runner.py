@@ -182,20 +182,25 @@ class ProjectorRunner:
         ``None``: stopped meanwhile, the batch not projected (nor its offsets stored)."""
         assert self._consumer is not None
         delay = self.backoff_initial_s
-        paused = False
+        resumed: tuple[int, str] | None = None  # the consumer is paused: the level and text of its resumption
+        outcome: BatchOutcome | None = None
         try:
             while True:
                 try:
-                    return await self.projector.project(
+                    outcome = await self.projector.project(
                         records, self._send_dead_letter, save_offsets=self._still_assigned
                     )
+                    return outcome
                 except StoreUnavailable as exc:
-                    if not paused:
+                    if resumed is None:
                         self._consumer.pause(*self._consumer.assignment())
-                        paused = True
-                    if isinstance(exc, StageBehind):
-                        self._log.info("consumer paused, %d records held, retrying in %.1fs: %s", len(records),
-                                       delay, exc)  # fmt: skip
+                    behind = isinstance(exc, StageBehind)
+                    resumed = (logging.DEBUG, "the stage waited for caught up") if behind else (
+                        logging.INFO, "cassandra reachable again")  # fmt: skip
+                    if behind:
+                        # Routine for a stage of lower priority under load (the deep index stage): not INFO.
+                        self._log.debug("consumer paused, %d records held, retrying in %.1fs: %s", len(records),
+                                        delay, exc)  # fmt: skip
                     else:
                         self._log.error(
                             "cassandra unavailable, consumer paused, %d records held, retrying in %.1fs: %s",
@@ -210,9 +215,10 @@ class ProjectorRunner:
                     await self._wait(delay)
                     delay = next_backoff(delay, self.backoff_max_s)
         finally:
-            if paused:
+            if resumed is not None:
                 self._consumer.resume(*self._consumer.assignment())
-                self._log.info("cassandra reachable again, consumer resumed")
+                if outcome is not None:  # not when stopping: the batch was left, nothing came back
+                    self._log.log(resumed[0], "%s, consumer resumed", resumed[1])
 
     async def _wait(self, delay: float) -> None:
         # Keep polling (paused partitions return nothing) so the group keeps us as a live member.

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from typing import Any
+
+import pytest
 
 from projections.cassandra_session import open_cluster
 from projections.errors import StageBehind, StoreUnavailable
@@ -116,3 +119,34 @@ def test_reconnect_cap_is_a_setting() -> None:
         assert max(itertools.islice(cluster.reconnection_policy.new_schedule(), 20)) <= 0.5
     finally:
         cluster.shutdown()
+
+
+class _BehindThenCaughtUp(_FlakyProjector):
+    """Behind the stage it waits for ``failures`` times, then that stage has caught up."""
+
+    async def project(self, records: Any, dead_letters: Any, *, save_offsets: Any) -> BatchOutcome:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise StageBehind("the primary indexer (g-index) is at events[0]@0, this batch reaches 2")
+        return BatchOutcome(events=len(records))
+
+
+def _resumed(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if "consumer resumed" in r.getMessage()]
+
+
+async def test_the_resumption_says_why_the_consumer_was_paused(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    record = [SourceRecord("events", 0, 1, b"k", b"{}")]
+    runner, _, _ = _runner(_FlakyProjector(failures=2))
+    assert await runner._project_with_retry(record) is not None
+    assert _resumed(caplog) == [(logging.INFO, "cassandra reachable again, consumer resumed")]
+    caplog.clear()
+    runner, _, _ = _runner(_BehindThenCaughtUp(failures=2))  # routine for the deep stage: not said at INFO
+    assert await runner._project_with_retry(record) is not None
+    assert _resumed(caplog) == [(logging.DEBUG, "the stage waited for caught up, consumer resumed")]
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO and "paused" in r.getMessage()]
+    caplog.clear()
+    runner, _, _ = _runner(_BehindProjector(failures=0), stop_after_waits=1)  # stopped: nothing came back
+    assert await runner._project_with_retry(record) is None
+    assert _resumed(caplog) == []
