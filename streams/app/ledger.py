@@ -210,7 +210,7 @@ async def preload_cache(
     consumer = AIOKafkaConsumer(
         **consumer_kwargs(kafka), enable_auto_commit=False, group_id=None, auto_offset_reset="earliest"
     )
-    waiting: list[TopicPartition] = []
+    waiting: list[TopicPartition] | None = None  # ``None``: the partitions were never described
     reason = "deadline"
     try:
         async with asyncio.timeout_at(deadline):
@@ -223,7 +223,10 @@ async def preload_cache(
     except KafkaError as exc:
         reason = type(exc).__name__
     finally:
-        for tp in waiting:
+        if waiting is None:  # the description itself failed: nothing of any topic was read
+            for topic in topics:
+                report.given_up.setdefault(f"{topic}[*]", reason)
+        for tp in waiting or ():
             report.given_up[f"{tp.topic}[{tp.partition}]"] = reason
         with contextlib.suppress(Exception):
             async with asyncio.timeout(STOP_TIMEOUT_S):

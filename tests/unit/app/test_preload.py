@@ -133,3 +133,19 @@ def test_the_preload_logs_its_topics_entries_and_seconds(
     (done,) = [r for r in caplog.records if r.getMessage() == "summary cache preloaded"]
     assert (done.__dict__["topics"], done.__dict__["entries"], done.__dict__["given_up"]) == ("s", 2, 0)
     assert done.__dict__["seconds"] >= 0
+
+
+def test_a_preload_whose_topics_could_not_be_described_gives_up_every_topic_and_says_why(
+    consumer: FakeConsumer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiokafka.errors import KafkaConnectionError
+
+    async def unreachable(kafka: Any, topics: Any, report: ledger.Preload) -> list[TopicPartition]:
+        raise KafkaConnectionError("no broker")
+
+    monkeypatch.setattr(ledger, "_readable_partitions", unreachable)
+    cache = SummaryCache()
+    report = asyncio.run(ledger.preload_cache(KafkaSettings(), [LIVE.topic, STUCK.topic], cache, timeout_s=5))
+    assert report.entries == 0 and len(cache) == 0
+    assert report.given_up == {"s[*]": "KafkaConnectionError", "s.replay-e1[*]": "KafkaConnectionError"}
+    assert consumer.stopped
