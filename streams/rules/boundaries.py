@@ -122,7 +122,7 @@ def early_ids(events: Sequence[SessionEvent], boundary: SummaryBoundary) -> set[
         utc_limit = from_micros(limit)
         fast: object = UTC
     except OverflowError:  # a cutoff past year 9999 in UTC (an offset's): every stamp converted
-        utc_limit, fast = cutoff, None
+        utc_limit, fast = cutoff, object()  # no stamp's tzinfo: a naive one too is converted
     last_id = boundary.last_event_id
     early: set[str] = set()
     for e in events:

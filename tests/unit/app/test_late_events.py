@@ -120,3 +120,4 @@ def test_early_ids_compare_instants_whatever_the_zones_of_the_cutoff_and_the_sta
         last_event_id=None, cutoff_at=datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))), version=1
     )
     assert early_ids(read, far) == {"e1", "e2", "e3"}
+    assert early_ids([*read, naive], far) == {"e1", "e2", "e3", "n1"}  # a naive stamp beside that cutoff too
