@@ -326,7 +326,6 @@ class SummarizeHandler:
         raws: list[bytes] = []
         offsets: dict[str, int] = {}  # by event id: also the ids taken so far
         session = (job.session_id, job.user_id, job.app_name)
-        target = job.filter_key
         event_of = self._event
         for item in raw:
             record = event_of(item)
@@ -334,8 +333,7 @@ class SummarizeHandler:
                 continue
             if (record.session_id, record.user_id, record.app_name) != session:
                 continue
-            # The full session's input holds every event (``in_summary_input(key, "")``).
-            if target and not in_summary_input(record.filter_key, target):
+            if not in_summary_input(record.filter_key, job.filter_key):
                 continue
             events.append(record)
             raws.append(item.value)

@@ -143,11 +143,7 @@ class PayloadForms:
         """The first ``k`` events at ``cap``."""
         if cap is None:
             # Every summary request is first built whole (one form per job): no cut, no per-event tuple.
-            whole, event_text = self._whole, self.formatter.event_text
-            for i in range(k):
-                if whole[i] is None:
-                    whole[i] = event_text(self.events[i])
-            return Form("\n".join([t for t in whole[:k] if t]), ())
+            return Form("\n".join([t for t in map(self._whole_text, range(k)) if t]), ())
         texts: list[str] = []
         cuts: list[PayloadCut] = []
         for i in range(k):
