@@ -85,6 +85,7 @@ INSERT_DELETED = (
     "INSERT INTO {ks}.deleted_sessions (app_name, user_id, session_id, deleted_at, deleted_partition, deleted_offset) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
+SELECT_TENANT_DELETED = "SELECT session_id, deleted_at FROM {ks}.deleted_sessions WHERE app_name = ? AND user_id = ?"
 SELECT_DELETED_OFFSETS = (
     "SELECT session_id, deleted_at, deleted_partition, deleted_offset FROM {ks}.deleted_sessions "
     "WHERE app_name = ? AND user_id = ? AND session_id IN ?"

@@ -31,8 +31,9 @@ from typing import Any
 from projections.cassandra_session import aexecute, connect
 from projections.context_read import ContextReader, visible
 from projections.read_api import SessionReader, StoredSummary
-from projections.statements import SELECT_DELETED
+from projections.statements import SELECT_DELETED, SELECT_TENANT_DELETED
 from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
+from schemas.base import as_utc
 from schemas.reads import AppliedSummary, ContextRead
 from schemas.settings import Settings
 from streams.client import DistillClient
@@ -356,17 +357,33 @@ class SessionBackend:
 
         Not in the read API: one ``GROUP BY session_id`` over the tenant's
         ``recall_docs`` partition (a bounded, single-partition read), plus the
-        sessions this process published to and Cassandra does not show yet.
+        sessions this process published to and Cassandra does not show yet. A
+        session whose newest indexed event is no later than its deletion marker
+        (``deleted_sessions``, written by the projector before anything else of
+        the deletion) is left out: the index removes its rows later, and a
+        lagging indexer may write some back until it sees the marker.
         """
         out: dict[str, datetime] = {}
         if self._cql is not None:
-            stmt = await asyncio.to_thread(
-                self._cql.prepare,
-                f"SELECT session_id, max(ts) AS last FROM {self.settings.cassandra.keyspace}.recall_docs "
-                "WHERE app_name = ? AND user_id = ? GROUP BY session_id",
+            ks = self.settings.cassandra.keyspace
+            stmt, markers = await asyncio.to_thread(
+                lambda: (
+                    self._cql.prepare(
+                        f"SELECT session_id, max(ts) AS last FROM {ks}.recall_docs "
+                        "WHERE app_name = ? AND user_id = ? GROUP BY session_id"
+                    ),
+                    self._cql.prepare(SELECT_TENANT_DELETED.format(ks=ks)),
+                )
             )
-            for row in await aexecute(self._cql, stmt, (app_name, user_id)):
-                out[row.session_id] = row.last.replace(tzinfo=UTC) if row.last.tzinfo is None else row.last
+            rows, marker_rows = await asyncio.gather(
+                aexecute(self._cql, stmt, (app_name, user_id)), aexecute(self._cql, markers, (app_name, user_id))
+            )
+            for row in rows:
+                out[row.session_id] = as_utc(row.last)
+            for row in marker_rows:
+                last = out.get(row.session_id)
+                if row.deleted_at is not None and last is not None and last <= as_utc(row.deleted_at):
+                    del out[row.session_id]
         for key, deleted in self._deleted.items():
             if (key.app_name, key.user_id) == (app_name, user_id) and out.get(key.session_id, deleted.at) <= deleted.at:
                 out.pop(key.session_id, None)  # its newest searchable event is the deleted session's
