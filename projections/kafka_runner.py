@@ -39,7 +39,6 @@ from projections.stage import BatchOutcome, PartitionProgress, SourceRecord, Sta
 from schemas import DeadLetter
 
 log = logging.getLogger("distill.projector")
-_track_sent_topics()  # this process's producers keep their topics' metadata: see projections.kafka_metadata
 DEFAULT_BACKOFF_MAX_S = 2.0
 
 
@@ -135,6 +134,7 @@ class ProjectorRunner:
     async def run(self) -> None:
         """Consume until ``stop()``; projects each polled batch, retrying it while Cassandra is unavailable."""
         p = self.projector
+        _track_sent_topics()  # this process's producers keep their topics' metadata: see projections.kafka_metadata
         kwargs = dict(self._consumer_kwargs)
         if self.follow_epochs:  # a new replay's output is found within seconds, not at the 5-minute default
             kwargs.setdefault("metadata_max_age_ms", 5000)

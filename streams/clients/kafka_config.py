@@ -7,13 +7,15 @@ from typing import Any
 from projections.kafka_metadata import install as _track_sent_topics
 from schemas.settings import KafkaSettings
 
-# Every client of this process keeps the metadata of the topics it sends to (a producer's queued
-# batch lost its partition's leader for good otherwise: see projections.kafka_metadata).
-_track_sent_topics()
-
 
 def common_kwargs(settings: KafkaSettings) -> dict[str, Any]:
-    """Bootstrap servers, security protocol and SASL credentials."""
+    """Bootstrap servers, security protocol and SASL credentials.
+
+    Every client built from these keeps the metadata of the topics it sends to (a producer's queued
+    batch lost its partition's leader for good otherwise: see :mod:`projections.kafka_metadata`), so
+    building them installs that in the process: at startup, not at import.
+    """
+    _track_sent_topics()
     kwargs: dict[str, Any] = {
         "bootstrap_servers": settings.bootstrap_list,
         "security_protocol": settings.security_protocol,

@@ -32,12 +32,35 @@ def test_a_topic_found_in_the_metadata_is_tracked_by_the_wait_every_send_goes_th
     next answer (asking for the tracked topics only) removed it while a batch of it was queued."""
     from aiokafka.client import AIOKafkaClient
 
-    import streams.clients.kafka_config  # noqa: F401  (every client of a distill process: installed on import)
+    from schemas.settings import KafkaSettings
+    from streams.clients.kafka_config import common_kwargs
 
+    common_kwargs(KafkaSettings())  # every client of a distill process is built from these
     client: Any = _Client({"jobs": {0, 1}})
     partitions = asyncio.run(AIOKafkaClient._wait_on_metadata(client, "jobs"))
     assert partitions == {0, 1}
     assert client._topics == {"jobs"}
+
+
+def test_importing_the_client_arguments_patches_nothing_building_them_installs_the_tracking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A side effect belongs to startup, not to an import: the module imports clean, the first client's
+    arguments install it."""
+    import importlib
+
+    from aiokafka.client import AIOKafkaClient
+
+    import streams.clients.kafka_config as kafka_config
+    from schemas.settings import KafkaSettings
+
+    current = AIOKafkaClient._wait_on_metadata
+    original = getattr(current, "__wrapped__", current)
+    monkeypatch.setattr(AIOKafkaClient, "_wait_on_metadata", original)
+    importlib.reload(kafka_config)
+    assert AIOKafkaClient._wait_on_metadata is original
+    kafka_config.common_kwargs(KafkaSettings())
+    assert getattr(AIOKafkaClient._wait_on_metadata, "_distill_tracks_topics", False)
 
 
 def test_installing_twice_wraps_once() -> None:
