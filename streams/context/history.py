@@ -16,7 +16,7 @@ from schemas import Message, SessionEvent, SummaryBoundary
 from streams.context.items import HistoryItem, Origin
 from streams.context.resume import ResumeRound, latest_complete_round
 from streams.rules.boundaries import events_after
-from streams.rules.eligibility import is_user_turn_message
+from streams.rules.eligibility import is_user_turn_message, shown_message
 
 
 def covered_mask(
@@ -56,11 +56,9 @@ def event_message(event: SessionEvent) -> Message | None:
     """
     if event.partial:
         return None
-    msg = event.message
-    if msg.role == "system":
+    if event.message.role == "system":
         return None
-    if not msg.content and event.error is not None:
-        msg = msg.model_copy(update={"content": f"type: {event.error.type}, message: {event.error.message}"})
+    msg = shown_message(event)
     if msg.role == "tool":
         if not msg.tool_call_id:
             return None

@@ -47,6 +47,25 @@ def is_user_turn_message(message: Message) -> bool:
     return message.role == "user" and not message.tool_call_id
 
 
+def error_content(event: SessionEvent) -> str | None:
+    """The text an error event without content stands for: ``type: <t>, message: <m>`` (the Go rule).
+
+    ``None`` when the event has content or no error. A prompt shows such an event
+    with this text (``streams.context.history.event_message``), so the summary
+    input must hold it too: once a boundary passes the event, the summary is the
+    only place its error reaches a request.
+    """
+    if event.message.content or event.error is None:
+        return None
+    return f"type: {event.error.type}, message: {event.error.message}"
+
+
+def shown_message(event: SessionEvent) -> Message:
+    """The event's message with :func:`error_content` as its content when it has one."""
+    text = error_content(event)
+    return event.message if text is None else event.message.model_copy(update={"content": text})
+
+
 def is_user_turn(event: SessionEvent) -> bool:
     """:func:`is_user_turn_message` of the event's message."""
     return is_user_turn_message(event.message)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from schemas import Message, SessionEvent, ToolCall
+from streams.rules.eligibility import shown_message
 from streams.rules.threshold_text import format_tool_call, format_tool_result
 
 ToolCallFormatter = Callable[[ToolCall], str]
@@ -47,11 +48,15 @@ class ConversationFormatter:
     tool_result: ToolResultFormatter = default_tool_result_formatter
 
     def event_lines(self, event: SessionEvent) -> list[str]:
-        """The lines of one event; reasoning content is never included."""
+        """The lines of one event; reasoning content is never included.
+
+        An error event without content reads as the prompt shows it
+        (``type: <t>, message: <m>``, :func:`~streams.rules.eligibility.shown_message`).
+        """
         if not is_summarizable(event):
             return []
         author = event.author or UNKNOWN_AUTHOR
-        message = event.message
+        message = shown_message(event)
         lines = [f"{author}: {text}" for text in map(self.tool_call, message.tool_calls) if text]
         if is_tool_result(message):
             text = self.tool_result(message)
@@ -69,7 +74,8 @@ class ConversationFormatter:
         if not message.tool_calls and not is_tool_result(message) and type(self).event_lines is _EVENT_LINES:
             # A plain message (most events; the text of every job's request) is one line at most:
             # ``event_lines``' own, without its list and the join.
-            return _content_line(event.author or UNKNOWN_AUTHOR, message) if is_summarizable(event) else ""
+            shown = shown_message(event)
+            return _content_line(event.author or UNKNOWN_AUTHOR, shown) if is_summarizable(event) else ""
         return "\n".join(self.event_lines(event))
 
     def conversation_text(self, events: Iterable[SessionEvent], previous_summary: str = "") -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from schemas import SessionEvent
 from streams.errors import PermanentError
+from streams.rules.eligibility import shown_message
 from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.targets import skips_cascade_for_fork
 from streams.rules.tokens import TokenCounter
@@ -236,7 +237,7 @@ def _missing(
     for event in events:
         if not formatter.event_text(event):
             continue
-        message = event.message
+        message = shown_message(event)  # an error event as the caller's request shows it
         content = _normal(message.content or "")
         if is_tool_result(message) and message.tool_call_id:
             if not any(content in text for text in results.get(message.tool_call_id, ())):

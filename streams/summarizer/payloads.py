@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from projections.textcut import head_and_tail
 from schemas import PayloadCut, SessionEvent, ToolCall
 from schemas.summaries import PayloadPart
+from streams.rules.eligibility import shown_message
 from streams.summarizer.conversation import ConversationFormatter, is_summarizable, is_tool_result
 
 MIN_PAYLOAD_KEEP = 64
@@ -58,11 +59,12 @@ def cut_payload(
 def cut_event(event: SessionEvent, cap: int | None) -> tuple[SessionEvent, tuple[PayloadCut, ...]]:
     """``event`` with every payload longer than ``cap`` cut (``None``: unchanged).
 
-    Reasoning content is never part of the summary input, so it is not cut.
+    Reasoning content is never part of the summary input, so it is not cut. An error
+    event without content is cut in the text it stands for (``type: <t>, message: <m>``).
     """
     if cap is None or not is_summarizable(event):
         return event, ()
-    message = event.message
+    message = shown_message(event)
     cuts: list[PayloadCut] = []
     calls: list[ToolCall] = []
     for call in message.tool_calls:
@@ -97,7 +99,7 @@ def longest_payload(event: SessionEvent) -> int:
     if not is_summarizable(event):
         return 0
     sizes = [len(c.function.arguments) for c in event.message.tool_calls]
-    sizes.append(len(event.message.content or ""))
+    sizes.append(len(shown_message(event).content or ""))
     return max(sizes)
 
 

@@ -1,8 +1,8 @@
 """Property: the summarizer alone keeps the invariant under any delta, budget, prompt, hook and fault.
 
 Every event carries a unique marker ``⟦m<i>⟧`` (event ``e<i>``) — in its
-content, its tool arguments or its tool result, sometimes deep inside a large
-payload — and the previous summary carries ``⟦p<j>⟧`` markers. The scripted
+content, its tool arguments, its tool result or the error of a failed call,
+sometimes deep inside a large payload — and the previous summary carries ``⟦p<j>⟧`` markers. The scripted
 model answers with every marker its request held, and names every payload it
 saw cut (``⟦cut:e<i>⟧`` for a ``session_load(event_id="e<i>")`` marker), so
 markers roll forward from job to job. Jobs run one after the other as the
@@ -121,7 +121,11 @@ def deltas(draw: st.DrawFn) -> list[SessionEvent]:
             pairs = enumerate(zip(calls, args, strict=True))
             add("agent", None, tool_calls=[(c, f"tool{j}", a) for j, (c, a) in pairs])
             for j in draw(st.permutations(list(range(width)))):
-                add("agent", payload(draw, mark()), tool_call_id=calls[j], name=f"tool{j}")
+                if draw(st.integers(0, 4)):
+                    add("agent", payload(draw, mark()), tool_call_id=calls[j], name=f"tool{j}")
+                else:  # a failed call: the error alone says what happened (the prompt shows it)
+                    failure = {"type": "ToolError", "message": payload(draw, mark())}
+                    add("agent", None, tool_call_id=calls[j], name=f"tool{j}", error=failure)
         add("agent", payload(draw, mark()))
     return events
 
