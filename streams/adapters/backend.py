@@ -51,6 +51,18 @@ class BackendNotStartedError(DistillError):
     """The backend was used before :meth:`SessionBackend.start` (or after :meth:`close`)."""
 
 
+EPOCH_READ_ATTEMPTS = 3
+"""Context reads a view makes at most while the session's summary epoch changes under it."""
+
+
+class EpochSwitchingError(DistillError):
+    """The session's summary epoch changed during every read of a view (switches back and forth): no view."""
+
+
+class _EpochSwitched(Exception):
+    """The summary record read after a context read is of another epoch than the read's."""
+
+
 class SummaryRecordMissingError(DistillError):
     """The applicable summary of a context read has no readable record (the projection is inconsistent)."""
 
@@ -249,8 +261,7 @@ class SessionBackend:
         received in place of the ancestor's the read applied reads the key's
         whole history (its boundary may lie before the ancestor's).
         """
-        read = await self.context.read(key, filter_key)
-        summary = await self._applied_record(key, filter_key, read.summary, read.served_epoch)
+        read, summary = await self._read_with_record(key, filter_key)
         if summary is not None and read.summary is not None and summary.filter_key != read.summary.filter_key:
             # The key's own summary, received before the projector stored it, in place of the ancestor's the
             # read was cut at: its boundary may lie before that cut, and the events between are in neither.
@@ -309,6 +320,25 @@ class SessionBackend:
         at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
         return bool(at >= deleted.published_at - timedelta(milliseconds=1))  # Cassandra keeps milliseconds
 
+    async def _read_with_record(self, key: SessionKey, filter_key: str) -> tuple[ContextRead, SessionSummary | None]:
+        """The context read and the full record of its summary, of one epoch.
+
+        The record is read after the context read. An epoch switch landing in between would pair
+        the read's events, cut at one line's boundary, with the other line's summary, whose
+        boundary may lie before that cut: the events between would be in neither. The read is
+        then done again (a switch replaces a session's heads at once, so the next read sees one
+        line); :class:`EpochSwitchingError` when the epoch keeps changing under it.
+        """
+        for _ in range(EPOCH_READ_ATTEMPTS):
+            read = await self.context.read(key, filter_key)
+            try:
+                return read, await self._applied_record(key, filter_key, read.summary, read.served_epoch)
+            except _EpochSwitched:
+                continue
+        raise EpochSwitchingError(
+            f"the summary epoch of {key} changed during each of {EPOCH_READ_ATTEMPTS} reads of its view"
+        )
+
     async def _applied_record(
         self, key: SessionKey, filter_key: str, applied: AppliedSummary | None, served_epoch: int = 0
     ) -> SessionSummary | None:
@@ -323,9 +353,12 @@ class SessionBackend:
             return known
         if applied is None:
             return None
-        # Read after the context read, and summaries only move forward: this version is the read's or newer
-        # (a newer boundary only covers more of the events the read returned, which ``view`` then leaves out).
+        # Read after the context read, and on one epoch summaries only move forward: this version is the read's
+        # or newer (a newer boundary only covers more of the events the read returned, which ``view`` then leaves
+        # out). Another epoch's is neither (a switch in between): the caller reads again.
         stored = await self.reader.latest_summary(key, applied.filter_key)
+        if stored is not None and stored.record is not None and stored.record.epoch != applied.epoch:
+            raise _EpochSwitched
         if stored is None or stored.record is None or stored.record.version < applied.version:
             raise SummaryRecordMissingError(
                 f"summary v{applied.version} of {key} / {applied.filter_key!r} is in the context read but not "

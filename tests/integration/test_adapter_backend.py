@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from projections.context_read import ContextReader
 from schemas import SessionKey
-from streams.adapters.backend import SessionBackend
+from schemas.reads import ContextRead
+from streams.adapters.backend import EpochSwitchingError, SessionBackend
 from tests.integration.test_projections_support import Store, event, key, store, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -50,3 +54,84 @@ async def test_a_branch_sees_its_ancestors_summary(store: Store, key: SessionKey
         view = await backend.view(key, "app/b")
     assert view.summary is not None and view.summary.filter_key == ""
     assert [e.event_id for e in view.events] == ["u2", "a2"]
+
+
+class SwitchAfterRead(ContextReader):
+    """The real context read; the first one is followed by an epoch switch (``switch``), before the
+    caller reads anything else: the switch lands between the view's two reads, deterministically."""
+
+    def __init__(self, store: Store, switch: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(store.session, store.settings.cassandra.keyspace)
+        self._switch: Callable[[], Awaitable[object]] | None = switch
+
+    async def read(self, *args: Any, **kwargs: Any) -> ContextRead:
+        read = await super().read(*args, **kwargs)
+        switch, self._switch = self._switch, None
+        if switch is not None:
+            await switch()
+        return read
+
+
+@pytest.mark.parametrize("replayed_version", [1, 2, 3])
+async def test_an_epoch_switch_between_the_views_reads_loses_no_event(
+    store: Store, key: SessionKey, replayed_version: int
+) -> None:
+    """The view's summary and its events come from one epoch, whatever switch lands between its reads.
+
+    The live line's head covers up to e4; the replay's (the epoch adopted right after the context
+    read) covers up to e2. Served from the replay's line, e3 and e4 are in no summary: the view must
+    show them. Oracle: every event's marker is in the view's summary or among its events.
+    """
+    markers = {f"e{i}": f"标记{i:04d}号" for i in range(1, 7)}
+    roles = ["user", "assistant"] * 3
+    await store.events(*(event(key, eid, at=i + 1, role=roles[i], content=f"第{i + 1}句 {m}")
+                         for i, (eid, m) in enumerate(markers.items())))  # fmt: skip
+    live = summary(key, 2, text=f"摘要 {' '.join(markers[e] for e in ('e1', 'e2', 'e3', 'e4'))}", cutoff=4,
+                   last_event_id="e4")  # fmt: skip
+    await store.summaries(live)
+    replay = {**summary(key, replayed_version, text=f"重放摘要 {markers['e1']} {markers['e2']}", cutoff=2,
+                        last_event_id="e2"), "epoch": 1}  # fmt: skip
+    adopted = {
+        "type": "epoch_adopted", "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
+        "epoch": 1, "previous_epoch": 0, "heads": [{"summary": replay, "events_offset": None}], "replaced": [],
+        "command_id": "c1", "created_at": datetime.now(UTC).isoformat(),
+    }  # fmt: skip
+    context = SwitchAfterRead(store, lambda: store.summaries(adopted))
+    async with SessionBackend(store.settings, context=context) as backend:
+        view = await backend.view(key)
+    assert view.summary is not None and (view.summary.epoch, view.summary.version) == (1, replayed_version)
+    shown = view.summary.summary + "\n" + "\n".join(e.message.content or "" for e in view.events)
+    lost = [eid for eid, m in markers.items() if m not in shown]
+    assert not lost, f"events {lost} are neither in the view's summary nor among its events"
+
+
+async def test_a_view_whose_epoch_switches_at_every_read_fails_with_a_clear_error(
+    store: Store, key: SessionKey
+) -> None:
+    """Switched back and forth after every read, no read pairs with its summary: an error, not a wrong view."""
+    await store.events(*(event(key, f"e{i}", at=i, content=f"第{i}句") for i in range(1, 4)))
+    lines = {
+        0: summary(key, 1, text="live 摘要", cutoff=2, last_event_id="e2"),
+        1: {**summary(key, 1, text="重放摘要", cutoff=1, last_event_id="e1"), "epoch": 1},
+    }
+    await store.summaries(lines[0])
+    switches = iter(range(1, 100))
+
+    async def switch() -> None:
+        n = next(switches)
+        epoch = n % 2
+        await store.summaries({
+            "type": "epoch_adopted", "app_name": key.app_name, "user_id": key.user_id,
+            "session_id": key.session_id, "epoch": epoch, "previous_epoch": 1 - epoch,
+            "heads": [{"summary": lines[epoch], "events_offset": None}], "replaced": [], "command_id": f"c{n}",
+            "created_at": datetime.now(UTC).isoformat(),
+        })  # fmt: skip
+
+    class SwitchAfterEveryRead(SwitchAfterRead):
+        async def read(self, *args: Any, **kwargs: Any) -> ContextRead:
+            self._switch = switch
+            return await super().read(*args, **kwargs)
+
+    async with SessionBackend(store.settings, context=SwitchAfterEveryRead(store, switch)) as backend:
+        with pytest.raises(EpochSwitchingError, match=r"epoch of .* changed during each of 3 reads"):
+            await backend.view(key)
