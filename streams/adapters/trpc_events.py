@@ -2,7 +2,8 @@
 
 One trpc event gives:
 
-- a head event carrying its text parts (``content``), thought parts
+- a head event carrying its text parts (``content``; code a code executor ran and
+  its output too, fenced as trpc shows them to the model), thought parts
   (``reasoning_content``) and function calls (``tool_calls``): role ``user``
   for the user's events, ``assistant`` otherwise, ``system`` when it has no
   content at all (state or transfer actions only: never summarized or shown);
@@ -79,12 +80,37 @@ def filter_key_of(event: Event, app_name: str, base: str = "") -> str:
     return "/".join([base or app_name, *below_root])
 
 
+CODE_FENCE = ("```python\n", "\n```")
+"""How trpc shows the model an ``executable_code`` part (its code executors' last code delimiter)."""
+OUTPUT_FENCE = ("```tool_output\n", "\n```")
+"""How trpc shows the model a ``code_execution_result`` part (its execution result delimiter)."""
+
+
+def _shown_text(part: Part) -> str | None:
+    """The text of a part as trpc's request shows it to the model (``None``: no text, or a thought).
+
+    A text part as it is; the code a code executor ran and its output (``executable_code`` /
+    ``code_execution_result`` parts) fenced as trpc renders them: the model reads them, so a summary
+    that covers their event must too.
+    """
+    if part.thought:
+        return None
+    if part.text is not None:
+        return str(part.text)
+    if part.executable_code is not None:
+        return f"{CODE_FENCE[0]}{part.executable_code.code or ''}{CODE_FENCE[1]}"
+    if part.code_execution_result is not None:
+        return f"{OUTPUT_FENCE[0]}{part.code_execution_result.output or ''}{OUTPUT_FENCE[1]}"
+    return None
+
+
 def _head_message(event: Event, parts: Sequence[Part]) -> tuple[Message, Path | None]:
-    texts = [(i, p.text) for i, p in enumerate(parts) if p.text is not None and not p.thought]
+    texts = [(i, t) for i, p in enumerate(parts) if (t := _shown_text(p)) is not None]
     thoughts = [p.text for p in parts if p.text is not None and p.thought]
     calls = [p.function_call for p in parts if p.function_call is not None]
     content = "".join(t for _, t in texts) if texts else None
-    path: Path | None = ("content", "parts", texts[0][0], "text") if len(texts) == 1 else None
+    single = len(texts) == 1 and parts[texts[0][0]].text is not None  # one text part: stored once, at its path
+    path: Path | None = ("content", "parts", texts[0][0], "text") if single else None
     role = "user" if event.author == "user" else "assistant"
     if event.content is None:
         role = "system"

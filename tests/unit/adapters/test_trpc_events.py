@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -12,6 +13,9 @@ from projections.rows import restore_event_json, stored_event_json
 from schemas import SessionEvent, SessionKey
 from schemas.records import parse_event_record
 from streams.adapters.native import Clock
+from streams.summarizer.model import ModelResponse
+from streams.summarizer.request import ChatRequest
+from streams.summarizer.summarizer import Summarizer
 
 trpc = pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
 from trpc_agent_sdk.events import Event  # noqa: E402
@@ -37,6 +41,8 @@ PARTS = st.one_of(
     st.builds(lambda i, a: Part(function_call=FunctionCall(id=i, name="get_weather", args=a)), st.none() | IDS, ARGS),
     st.builds(lambda i, a: Part(function_response=FunctionResponse(id=i, name="get_weather", response=a)),
               st.none() | IDS, ARGS),
+    st.builds(lambda c: Part.from_executable_code(code=c, language="PYTHON"), TEXT),
+    st.builds(lambda o: Part.from_code_execution_result(outcome="OUTCOME_OK", output=o), TEXT),
 )  # fmt: skip
 
 
@@ -123,3 +129,48 @@ def test_a_piece_without_its_head_and_foreign_events_are_rebuilt_from_the_messag
     })  # fmt: skip
     event = from_message(foreign)
     assert event.get_text() == "好的" and event.get_function_calls()[0].args == {"q": 1}
+
+
+async def test_code_an_executor_ran_and_its_output_are_in_the_summary_input() -> None:
+    """Oracle: trpc shows the model the code its code executor ran and the output (fenced text); a summary
+    covering their events must hold them too, or the output (often what the answer rests on) is gone.
+
+    Every event carries a marker; a scripted model echoes the markers its request held. Before the
+    summary the view gives every event back; after it, every marker is in the summary.
+    """
+    clock = Clock()
+    turns = [
+        _event(Part.from_text(text="算一下 2**100 的各位数字之和 MK0000000001"), author="user"),
+        _event(Part.from_text(text="我写段代码算。"),
+               Part.from_executable_code(code="print(sum(map(int, str(2**100))))  # MK0000000002", language="PYTHON")),
+        Event(invocation_id="inv-1", author="travel_agent",
+              content=Content(role="user", parts=[Part.from_code_execution_result(
+                  outcome="OUTCOME_OK", output="115  MK0000000003")])),
+        _event(Part.from_text(text="各位数字之和是 115。MK0000000004")),
+    ]  # fmt: skip
+    events = [e for turn in turns for e in to_session_events(turn, KEY, clock)]
+    assert to_trpc_events(events) == turns  # the view, before any summary
+
+    model = _MarkerEcho()
+    result = await Summarizer(model).summarize("", events, session=KEY)
+    assert result.last_event is not None and result.last_event.event_id == events[-1].event_id
+    lost = [m for m in (f"MK{n:010d}" for n in range(1, 5)) if m not in result.text]
+    assert not lost, f"markers {lost} are neither in the summary nor visible once the summary covers their events"
+    sent = "\n".join(str(m.get("content") or "") for r in model.requests for m in r.messages)
+    assert "```python\nprint(sum(map(int, str(2**100))))" in sent and "```tool_output\n115" in sent
+
+
+class _MarkerEcho:
+    """A scripted model answering with every marker its request held."""
+
+    name = "scripted"
+    context_window: int | None = 100_000
+    provider_budget: int | None = None
+
+    def __init__(self) -> None:
+        self.requests: list[ChatRequest] = []
+
+    async def complete(self, request: ChatRequest) -> ModelResponse:
+        self.requests.append(request.clone())
+        sent = "\n".join(str(m.get("content") or "") for m in request.messages)
+        return ModelResponse(text=" ".join(dict.fromkeys(re.findall(r"MK\d{10}", sent))), model=self.name)
