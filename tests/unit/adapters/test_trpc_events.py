@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 
 from projections.rows import restore_event_json, stored_event_json
 from schemas import SessionEvent, SessionKey
 from schemas.records import parse_event_record
+from schemas.settings import LLMSettings
 from streams.adapters.native import Clock
-from streams.summarizer.model import ModelResponse
-from streams.summarizer.request import ChatRequest
+from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.summarizer import Summarizer
+from tests.support.markers import MarkerBook, find_markers
+from tests.support.openai_server import MarkerEcho, OpenAIServer, request_text
 
 trpc = pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
 from trpc_agent_sdk.events import Event  # noqa: E402
@@ -135,42 +137,29 @@ async def test_code_an_executor_ran_and_its_output_are_in_the_summary_input() ->
     """Oracle: trpc shows the model the code its code executor ran and the output (fenced text); a summary
     covering their events must hold them too, or the output (often what the answer rests on) is gone.
 
-    Every event carries a marker; a scripted model echoes the markers its request held. Before the
-    summary the view gives every event back; after it, every marker is in the summary.
+    Every event carries a marker; the scripted OpenAI-compatible server echoes the markers its request
+    held. Before the summary the view gives every event back; after it, every marker is in the summary.
     """
-    clock = Clock()
+    book, clock = MarkerBook(), Clock()
     turns = [
-        _event(Part.from_text(text="算一下 2**100 的各位数字之和 MK0000000001"), author="user"),
+        _event(Part.from_text(text=f"算一下 2**100 的各位数字之和{book.mint('ask')}"), author="user"),
         _event(Part.from_text(text="我写段代码算。"),
-               Part.from_executable_code(code="print(sum(map(int, str(2**100))))  # MK0000000002", language="PYTHON")),
+               Part.from_executable_code(code=f"print(sum(map(int, str(2**100))))  # {book.mint('code')}",
+                                         language="PYTHON")),
         Event(invocation_id="inv-1", author="travel_agent",
               content=Content(role="user", parts=[Part.from_code_execution_result(
-                  outcome="OUTCOME_OK", output="115  MK0000000003")])),
-        _event(Part.from_text(text="各位数字之和是 115。MK0000000004")),
+                  outcome="OUTCOME_OK", output=f"115 {book.mint('output')}")])),
+        _event(Part.from_text(text=f"各位数字之和是 115。{book.mint('answer')}")),
     ]  # fmt: skip
     events = [e for turn in turns for e in to_session_events(turn, KEY, clock)]
     assert to_trpc_events(events) == turns  # the view, before any summary
 
-    model = _MarkerEcho()
-    result = await Summarizer(model).summarize("", events, session=KEY)
+    with OpenAIServer(default=MarkerEcho()) as server:
+        model = OpenAIChatModel(LLMSettings(base_url=server.base_url, api_key=SecretStr("k"), model="m",
+                                            context_window=64_000))  # fmt: skip
+        result = await Summarizer(model).summarize("", events, session=KEY)
+        sent = request_text(server.requests[-1].body)
     assert result.last_event is not None and result.last_event.event_id == events[-1].event_id
-    lost = [m for m in (f"MK{n:010d}" for n in range(1, 5)) if m not in result.text]
-    assert not lost, f"markers {lost} are neither in the summary nor visible once the summary covers their events"
-    sent = "\n".join(str(m.get("content") or "") for r in model.requests for m in r.messages)
+    lost = {part: ms for part, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text))}
+    assert not lost, f"{sorted(lost)} are neither in the summary nor visible once the summary covers their events"
     assert "```python\nprint(sum(map(int, str(2**100))))" in sent and "```tool_output\n115" in sent
-
-
-class _MarkerEcho:
-    """A scripted model answering with every marker its request held."""
-
-    name = "scripted"
-    context_window: int | None = 100_000
-    provider_budget: int | None = None
-
-    def __init__(self) -> None:
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> ModelResponse:
-        self.requests.append(request.clone())
-        sent = "\n".join(str(m.get("content") or "") for m in request.messages)
-        return ModelResponse(text=" ".join(dict.fromkeys(re.findall(r"MK\d{10}", sent))), model=self.name)
