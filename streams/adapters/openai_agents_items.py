@@ -5,9 +5,13 @@ Pure functions over plain dicts: no SDK import. One item is one event:
 - a message (``role`` user / assistant / system / developer; ``content`` a string or
   a list of parts) → a message of that role (developer → system), its text parts joined;
 - ``function_call`` → an assistant message with one tool call (``call_id``, ``name``, ``arguments``);
-- ``function_call_output`` → a tool message answering ``call_id``;
+  ``custom_tool_call`` the same, its ``input`` as the arguments;
+- ``function_call_output`` (``custom_tool_call_output``) → a tool message answering ``call_id``;
 - ``reasoning`` → an assistant message whose ``reasoning_content`` is the summary texts;
-- any other item type → an assistant message without text (kept, never shown to a summary).
+- any other item type (hosted and built-in tools: ``mcp_call``, ``file_search_call``,
+  ``code_interpreter_call``, ``local_shell_call_output``, ...) → an assistant message whose text
+  is the item's type and fields (:func:`item_text`): the next request gives the model the item
+  back, so the summary that covers it must read what it holds.
 
 The item itself rides in the event's ``native`` block (see :mod:`.native`), so
 :func:`event_to_items` gives it back exactly; events another producer
@@ -17,6 +21,7 @@ published (no ``native`` block) are converted from their chat message.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -53,14 +58,43 @@ def _message_content(item: Mapping[str, Any]) -> tuple[str | None, Path | None]:
     return "".join(t for _, t in found), None
 
 
+_BOOKKEEPING = frozenset({"type", "id", "status", "encrypted_content"})
+"""Fields of an item that say nothing to a reader (``encrypted_content``: opaque to anyone but the provider)."""
+_INLINE_DATA = re.compile(r"data:[^,]{0,200},.*|[A-Za-z0-9+/=_-]{512,}", re.DOTALL)
+"""A data URI, or a long run of base64: an image or a file inlined in the item."""
+
+
+def _without_inline_data(value: Any) -> Any:
+    if isinstance(value, str):
+        return f"<{len(value):,} characters of inline data>" if _INLINE_DATA.fullmatch(value) else value
+    if isinstance(value, Mapping):
+        return {k: _without_inline_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_inline_data(v) for v in value]
+    return value
+
+
+def item_text(item: Mapping[str, Any]) -> str | None:
+    """The text of an item of a type without a chat message of its own: ``[<type>] <fields as JSON>``.
+
+    Bookkeeping fields are left out and inline data (a data URI, a long base64 run: a screenshot, a
+    generated image) is named by its size instead of copied. ``None`` when nothing is left.
+    """
+    fields = {k: _without_inline_data(v) for k, v in item.items() if k not in _BOOKKEEPING and v not in (None, "")}
+    if not fields:
+        return None
+    return f"[{item.get('type') or 'item'}] {json.dumps(fields, ensure_ascii=False)}"
+
+
 def item_message(item: Mapping[str, Any]) -> tuple[Message, Path | None]:
     """The chat message standing for ``item`` and the path of its text inside the item."""
     kind = item.get("type")
-    if kind == "function_call":
-        function = FunctionCall(name=str(item.get("name", "")), arguments=str(item.get("arguments", "")))
+    if kind in ("function_call", "custom_tool_call"):
+        arguments = item.get("arguments" if kind == "function_call" else "input", "")
+        function = FunctionCall(name=str(item.get("name", "")), arguments=str(arguments))
         call = ToolCall(id=str(item.get("call_id") or item.get("id") or "call"), function=function)
         return Message(role="assistant", content=None, tool_calls=(call,)), None
-    if kind == "function_call_output":
+    if kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         if isinstance(output, str):
             return Message(role="tool", tool_call_id=str(item.get("call_id")), content=output), ("output",)
@@ -75,7 +109,7 @@ def item_message(item: Mapping[str, Any]) -> tuple[Message, Path | None]:
     if kind in (None, "message") and role in ("user", "assistant", "system", "developer"):
         text, path = _message_content(item)
         return Message(role="system" if role == "developer" else role, content=text), path
-    return Message(role="assistant", content=None), None
+    return Message(role="assistant", content=item_text(item)), None
 
 
 def item_to_event(
@@ -115,7 +149,7 @@ def event_to_items(event: SessionEvent, content: str | None = None) -> list[dict
 
 def _with_text(record: dict[str, Any], content: str) -> dict[str, Any]:
     """A compacted text put into an item whose text was not one field (list outputs, several parts)."""
-    if record.get("type") == "function_call_output":
+    if record.get("type") in ("function_call_output", "custom_tool_call_output"):
         record["output"] = content
     elif isinstance(record.get("content"), list):
         record["content"] = content

@@ -8,11 +8,17 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 
 from projections.rows import restore_event_json, stored_event_json
 from schemas import SessionEvent, SessionKey
 from schemas.records import parse_event_record
+from schemas.settings import LLMSettings
 from streams.adapters.openai_agents_items import event_to_items, item_to_event, message_items, summary_item
+from streams.summarizer.openai_adapter import OpenAIChatModel
+from streams.summarizer.summarizer import Summarizer
+from tests.support.markers import MarkerBook, find_markers
+from tests.support.openai_server import MarkerEcho, OpenAIServer
 
 KEY = SessionKey("app", "u", "s")
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,6 +55,13 @@ ITEMS = st.one_of(
                             "encrypted_content": "opaque=="}, IDS, TEXT),
     st.builds(lambda i: {"type": "web_search_call", "id": i, "status": "completed",
                          "action": {"type": "search", "query": "北京"}}, IDS),
+    st.builds(lambda i, c, t: {"type": "custom_tool_call", "id": i, "call_id": c, "name": "grep", "input": t},
+              IDS, IDS, TEXT),
+    st.builds(lambda c, t: {"type": "custom_tool_call_output", "call_id": c, "output": t}, IDS, TEXT),
+    st.builds(lambda i, t: {"type": "mcp_call", "id": i, "server_label": "地图", "name": "route",
+                            "arguments": "{}", "output": t}, IDS, TEXT),
+    st.builds(lambda i: {"type": "image_generation_call", "id": i, "status": "completed",
+                         "result": "iVBORw0KGgo" * 100}, IDS),
 )  # fmt: skip
 
 
@@ -108,3 +121,56 @@ def test_events_of_other_producers_become_items() -> None:
         {"type": "function_call_output", "call_id": "a", "output": "ok"}
     ]
     assert summary_item("用户要去北京")["content"].endswith("用户要去北京")
+
+
+def test_custom_tool_calls_pair_like_function_calls() -> None:
+    call = _convert({"type": "custom_tool_call", "call_id": "c1", "name": "grep", "input": "TODO 待办"})
+    assert [(c.id, c.function.name, c.function.arguments) for c in call.message.tool_calls] == [
+        ("c1", "grep", "TODO 待办")]  # fmt: skip
+    out = _convert({"type": "custom_tool_call_output", "call_id": "c1", "output": "3 处"})
+    assert (out.message.role, out.message.tool_call_id, out.message.content) == ("tool", "c1", "3 处")
+    assert event_to_items(out, "[distill: elided]")[0]["output"] == "[distill: elided]"
+
+
+def test_inline_data_is_named_not_copied() -> None:
+    image = _convert({"type": "image_generation_call", "id": "ig", "result": "iVBORw0KGgo" * 100})
+    assert image.message.content == '[image_generation_call] {"result": "<1,100 characters of inline data>"}'
+    shot = _convert({"type": "computer_call_output", "call_id": "c9",
+                     "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"}})  # fmt: skip
+    assert "base64" not in (shot.message.content or "") and "c9" in (shot.message.content or "")
+
+
+async def test_hosted_and_custom_tool_items_are_in_the_summary_input() -> None:
+    """Oracle: the items of hosted and built-in tools (an MCP call's output, file search results, the
+    code the code interpreter ran, a shell's output) and of custom tools reach the next request as
+    they are (``get_items``); a summary that covers them must hold them, or nothing does.
+
+    Every item carries a marker; the scripted OpenAI-compatible server echoes the markers its request
+    held: before the summary every item comes back, after it every marker is in the summary.
+    """
+    book = MarkerBook()
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": f"帮我查一下去机场的路线和航班{book.mint('ask')}"},
+        {"type": "mcp_call", "id": "mcp1", "server_label": "地图", "name": "route", "arguments": '{"to": "PVG"}',
+         "output": f"地铁2号线，约75分钟{book.mint('mcp')}", "status": "completed"},
+        {"type": "file_search_call", "id": "fs1", "status": "completed", "queries": ["航班"],
+         "results": [{"file_id": "f1", "filename": "行程.pdf", "text": f"MU5101 08:00 起飞{book.mint('fs')}"}]},
+        {"type": "code_interpreter_call", "id": "ci1", "status": "completed", "container_id": "cn1",
+         "code": f"print(75 + 90)  # {book.mint('code')}", "outputs": [{"type": "logs", "logs": "165"}]},
+        {"type": "custom_tool_call", "id": "ct1", "call_id": "c1", "name": "grep",
+         "input": f"MU5101 {book.mint('in')}"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": f"找到 1 处{book.mint('out')}"},
+        {"type": "local_shell_call_output", "id": "ls1", "output": f"terminal 2{book.mint('shell')}"},
+        {"role": "assistant", "content": f"请 05:45 前出发。{book.mint('answer')}"},
+    ]  # fmt: skip
+    events = [item_to_event(item, KEY, event_id=f"e{n}", timestamp=AT.replace(second=n), request_id="r1")
+              for n, item in enumerate(items)]  # fmt: skip
+    assert [i for e in events for i in event_to_items(_wire(e))] == items  # the view, before any summary
+
+    with OpenAIServer(default=MarkerEcho()) as server:
+        model = OpenAIChatModel(LLMSettings(base_url=server.base_url, api_key=SecretStr("k"), model="m",
+                                            context_window=64_000))  # fmt: skip
+        result = await Summarizer(model).summarize("", events, session=KEY)
+    assert result.last_event is not None and result.last_event.event_id == events[-1].event_id
+    lost = sorted(name for name, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text)))
+    assert not lost, f"items {lost} are neither in the summary nor in the view once the summary covers them"
