@@ -14,6 +14,7 @@ from schemas.records import EventRecord, EventTopicRecord, RecordDecodeError, pa
 from schemas.summaries import (
     CallMode,
     CallReport,
+    LengthCut,
     PayloadCut,
     SessionSummary,
     SummaryBoundary,
@@ -41,6 +42,7 @@ __all__ = [
     "EventTopicRecord",
     "FunctionCall",
     "JobBoundary",
+    "LengthCut",
     "Message",
     "PayloadCut",
     "ProducerModel",

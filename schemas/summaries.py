@@ -26,7 +26,8 @@ TriggerName = Literal[
 """Which check fired. Names follow the Go guide; ``conversation_threshold`` and
 ``important_content`` are the Python guide's checks, ``always`` an empty check list."""
 
-CallMode = Literal["standalone", "cache_safe_fork", "custom_response"]
+CallMode = Literal["standalone", "cache_safe_fork", "custom_response", "shorten"]
+"""``shorten``: the one call asking the model to rewrite an answer over ``max_summary_length`` shorter."""
 
 
 class SummaryBoundary(ContractModel):
@@ -95,6 +96,23 @@ class PayloadCut(ContractModel):
     """Characters of it the summary request carried (head + tail)."""
 
 
+class LengthCut(ContractModel):
+    """The summary text cut to ``max_summary_length`` after the model's answer, and its one
+    shorter rewrite, were both still over it (or the rewrite failed).
+
+    What was cut is in no record: the cut text rolls forward as the previous summary.
+    """
+
+    max_chars: int = Field(ge=1)
+    answer_chars: int = Field(ge=0)
+    """Length of the model's first answer."""
+    rewrite_chars: int | None = Field(default=None, ge=0)
+    """Length of the shorter rewrite (``None``: none usable — the ``shorten`` call failed, see its report,
+    or the answer was too large to send back within the input budget)."""
+    kept_chars: int = Field(ge=0)
+    """Length of the stored summary (the cut of the shorter of the two)."""
+
+
 class SummaryReport(ContractModel):
     """Why and how a summary was produced.
 
@@ -102,7 +120,8 @@ class SummaryReport(ContractModel):
     only head + tail (each request marks them with the event id);
     ``truncated_previous_summary`` says the previous summary itself was cut,
     which happens only when it alone does not fit beside the smallest form of
-    the conversation.
+    the conversation. ``length_cut`` says the summary itself was cut to
+    ``max_summary_length`` (after the model was asked once to shorten it).
     """
 
     trigger: TriggerReport
@@ -111,6 +130,7 @@ class SummaryReport(ContractModel):
     truncated_previous_summary: bool = False
     partial_prefix: bool = False
     truncated_payloads: tuple[PayloadCut, ...] = ()
+    length_cut: LengthCut | None = None
 
 
 class SummaryStats(ContractModel):

@@ -3,7 +3,7 @@
 Documented series (``DOCUMENTED``): events processed (``rate()`` gives events/s),
 consumer lag, jobs in flight (held by the summarize pool, updated on submit and
 on completion), job age, LLM latency (the model call only), tokens in/out,
-failures by class and dead letters.
+failures by class, dead letters and summaries cut to ``max_summary_length``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ CONSUMER_LAG = Gauge(
     "distill_consumer_lag", "Records behind the log end, by topic and partition", ["topic", "partition"]
 )
 CACHE_HITS = Counter("distill_summary_cache_hits_total", "Summaries reused from the content-addressed cache")
+LENGTH_CUTS = Counter(
+    "distill_summary_length_cuts_total",
+    "Summaries published cut to max_summary_length (the model's shorter rewrite still over it, or failed)",
+)
 
 DOCUMENTED = (
     "distill_events_total",
@@ -43,6 +47,7 @@ DOCUMENTED = (
     "distill_llm_tokens_total",
     "distill_failures_total",
     "distill_dead_letters_total",
+    "distill_summary_length_cuts_total",
 )
 
 

@@ -423,6 +423,8 @@ class WorkerRuntime:
             self.cache.put(result.input_hash, record)
         if result.outcome == "cached":
             metrics.CACHE_HITS.inc()
+        elif record.report.length_cut is not None:  # a cached record's cut was counted when it was made
+            metrics.LENGTH_CUTS.inc()
         metrics.TOKENS.labels("in").inc(record.stats.input_tokens)
         metrics.TOKENS.labels("out").inc(record.stats.output_tokens)
         log.info(

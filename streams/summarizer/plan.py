@@ -77,10 +77,14 @@ class RequestBuilder:
         else:
             merged = "\n".join(p for p in (f"system: {previous.strip()}" if previous.strip() else "", text) if p)
             user = self.prompts.render_prompt(merged)
+        system = self.prompts.render_system()
         if self.fork_fallback:
+            # The fork prompt states the length limit itself (render_fork).
             user = user.rstrip("\n") + "\n\n" + SOURCE_BOUNDARY + "\n\n" + self.prompts.render_fork()
+        elif note := self.prompts.length_note():
+            system = f"{system.rstrip()}\n\n{note}" if system.strip() else note
         source = SummarySource(text, previous, self.prompts.max_summary_words)
-        return standalone_request(user, self.prompts.render_system(), source=source)
+        return standalone_request(user, system, source=source)
 
     def tokens(self, text: str, previous: str) -> int:
         return count_request(self.request(text, previous), self.counter)

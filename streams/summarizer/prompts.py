@@ -24,13 +24,18 @@ log = logging.getLogger(__name__)
 CONVERSATION_TEXT = "conversation_text"
 PREVIOUS_SUMMARY = "previous_summary"
 MAX_SUMMARY_WORDS = "max_summary_words"
-KNOWN_PLACEHOLDERS = frozenset({CONVERSATION_TEXT, PREVIOUS_SUMMARY, MAX_SUMMARY_WORDS})
+MAX_SUMMARY_LENGTH = "max_summary_length"
+KNOWN_PLACEHOLDERS = frozenset({CONVERSATION_TEXT, PREVIOUS_SUMMARY, MAX_SUMMARY_WORDS, MAX_SUMMARY_LENGTH})
+LIMIT_PLACEHOLDERS = frozenset({MAX_SUMMARY_WORDS, MAX_SUMMARY_LENGTH})
+"""What a system or fork prompt may mention (they carry no conversation)."""
 WORD_LIMIT_RULE = "prompt.max_summary_words_required"
 
 _NAME = r"[^\s{}'\"`?]+"
 _PLACEHOLDER = re.compile(r"\{\{(?P<n2>" + _NAME + r")(?P<o2>\?)?\}\}|\{(?P<n1>" + _NAME + r")(?P<o1>\?)?\}")
 
 _WORD_LIMIT_LINE = "Use at most {max_summary_words} words."
+LENGTH_LIMIT_LINE = "Use at most {max_summary_length} characters: a longer summary is shortened."
+"""How ``max_summary_length`` is stated to the model: in the default prompts, else beside the prompt."""
 
 _DEFAULT_PROMPT_HEAD = """\
 You are condensing a conversation between a user and an AI assistant so that the \
@@ -70,16 +75,33 @@ SOURCE_BOUNDARY = (
 """Separates a standalone fallback's source from the fork prompt appended after it."""
 
 
-def default_prompt(max_summary_words: int | None = None) -> str:
-    """The default user prompt; it asks for the word limit only when one is set."""
-    limit = f"\n{_WORD_LIMIT_LINE}" if max_summary_words else ""
-    return _DEFAULT_PROMPT_HEAD + limit + _DEFAULT_PROMPT_TAIL
+def _limit_lines(max_summary_words: int | None, max_summary_length: int | None) -> str:
+    words = f"\n{_WORD_LIMIT_LINE}" if max_summary_words else ""
+    return words + (f"\n{LENGTH_LIMIT_LINE}" if max_summary_length else "")
 
 
-def default_fork_prompt(max_summary_words: int | None = None) -> str:
+SUMMARY = "summary"
+CHARS = "chars"
+SHORTEN_PROMPT = """\
+The summary below is {chars} characters long, over its limit of {max_summary_length} characters. \
+Rewrite it in at most {max_summary_length} characters, in its own language. Keep every fact, name, \
+number, identifier, decision, failure and open task it records: shorten the wording and merge \
+what repeats, drop nothing else. Reply with the shortened summary only.
+
+<summary>
+{summary}
+</summary>"""
+"""The one request that asks the model to shorten an answer over ``max_summary_length`` before it is cut."""
+
+
+def default_prompt(max_summary_words: int | None = None, max_summary_length: int | None = None) -> str:
+    """The default user prompt; it asks for the word and length limits only when they are set."""
+    return _DEFAULT_PROMPT_HEAD + _limit_lines(max_summary_words, max_summary_length) + _DEFAULT_PROMPT_TAIL
+
+
+def default_fork_prompt(max_summary_words: int | None = None, max_summary_length: int | None = None) -> str:
     """The default message appended to a forked caller request."""
-    limit = f"\n{_WORD_LIMIT_LINE}" if max_summary_words else ""
-    return _DEFAULT_FORK_HEAD + limit + "\n\nSummary:"
+    return _DEFAULT_FORK_HEAD + _limit_lines(max_summary_words, max_summary_length) + "\n\nSummary:"
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,7 @@ class PromptSet:
     system_prompt: str = ""
     fork_prompt: str = ""
     max_summary_words: int | None = None
+    max_summary_length: int | None = None
 
     def validate(self, *, require_word_limit: bool = False) -> PromptSet:
         """Raise :class:`PromptError` naming the first broken rule; else return ``self``.
@@ -180,8 +203,8 @@ class PromptSet:
         if not has_placeholder(self.prompt, CONVERSATION_TEXT):
             raise PromptError("prompt.conversation_text_required", "the prompt must contain {conversation_text}")
         _check_known(self.prompt, "prompt", KNOWN_PLACEHOLDERS)
-        _check_known(self.system_prompt, "system_prompt", frozenset({MAX_SUMMARY_WORDS}))
-        _check_known(self.fork_prompt, "fork_prompt", frozenset({MAX_SUMMARY_WORDS}))
+        _check_known(self.system_prompt, "system_prompt", LIMIT_PLACEHOLDERS)
+        _check_known(self.fork_prompt, "fork_prompt", LIMIT_PLACEHOLDERS)
         if self.max_summary_words and not self.states_word_limit:
             if require_word_limit:
                 raise PromptError(
@@ -198,6 +221,19 @@ class PromptSet:
     def states_word_limit(self) -> bool:
         """Whether the prompt or the system prompt has ``{max_summary_words}``."""
         return has_placeholder(self.prompt, MAX_SUMMARY_WORDS) or has_placeholder(self.system_prompt, MAX_SUMMARY_WORDS)
+
+    def length_note(self) -> str:
+        """The ``max_summary_length`` line a standalone request adds to its system message.
+
+        ``""`` without a length limit, or when the prompt or the system prompt states it
+        (``{max_summary_length}``, as the default prompt does). A custom prompt that does
+        not (the Python guide's) still tells the model the limit, so the cap rarely bites.
+        """
+        if not self.max_summary_length:
+            return ""
+        if has_placeholder(self.prompt, MAX_SUMMARY_LENGTH) or has_placeholder(self.system_prompt, MAX_SUMMARY_LENGTH):
+            return ""
+        return render(LENGTH_LIMIT_LINE, self._values())
 
     def with_changes(
         self,
@@ -227,31 +263,39 @@ class PromptSet:
     def _words(self) -> str:
         return str(self.max_summary_words) if self.max_summary_words else ""
 
+    def _values(self) -> dict[str, str]:
+        length = str(self.max_summary_length) if self.max_summary_length else ""
+        return {MAX_SUMMARY_WORDS: self._words(), MAX_SUMMARY_LENGTH: length}
+
     def render_prompt(self, conversation_text: str, previous_summary: str = "") -> str:
         """The user message of a standalone request."""
         return render(
             self.prompt,
-            {
-                CONVERSATION_TEXT: conversation_text,
-                PREVIOUS_SUMMARY: previous_summary,
-                MAX_SUMMARY_WORDS: self._words(),
-            },
+            {CONVERSATION_TEXT: conversation_text, PREVIOUS_SUMMARY: previous_summary, **self._values()},
         )
 
     def render_system(self) -> str:
         """The system message (``""`` means none)."""
-        return render(self.system_prompt, {MAX_SUMMARY_WORDS: self._words()})
+        return render(self.system_prompt, self._values())
 
     def render_fork(self) -> str:
-        """The message appended to a forked request."""
-        return render(self.fork_prompt, {MAX_SUMMARY_WORDS: self._words()})
+        """The message appended to a forked request (the length limit before it, when it does not state it)."""
+        text = render(self.fork_prompt, self._values())
+        if self.max_summary_length and not has_placeholder(self.fork_prompt, MAX_SUMMARY_LENGTH):
+            return render(LENGTH_LIMIT_LINE, self._values()) + "\n\n" + text
+        return text
+
+    def render_shorten(self, summary: str) -> str:
+        """The request to shorten ``summary``, an answer over ``max_summary_length``, in the model's own words."""
+        return render(SHORTEN_PROMPT, {SUMMARY: summary, CHARS: str(len(summary)), **self._values()})
 
     @property
     def version(self) -> str:
         """A short content hash: equal prompts give equal versions (replay cache key)."""
-        digest = hashlib.sha256(
-            "\x00".join([self.prompt, self.system_prompt, self.fork_prompt, self._words()]).encode()
-        ).hexdigest()
+        parts = [self.prompt, self.system_prompt, self.fork_prompt, self._words()]
+        if self.max_summary_length:  # stated to the model; an unset one leaves older versions as they were
+            parts.append(str(self.max_summary_length))
+        digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()
         return f"p-{digest[:12]}"
 
 
@@ -260,12 +304,15 @@ def build_prompts(
     system_prompt: str | None = None,
     fork_prompt: str | None = None,
     max_summary_words: int | None = None,
+    max_summary_length: int | None = None,
 ) -> PromptSet:
-    """Validated prompts; the defaults are built after the word limit is known."""
+    """Validated prompts; the defaults are built after the word and length limits are known."""
     words = max_summary_words if max_summary_words and max_summary_words > 0 else None
+    length = max_summary_length if max_summary_length and max_summary_length > 0 else None
     return PromptSet(
-        prompt=prompt or default_prompt(words),
+        prompt=prompt or default_prompt(words, length),
         system_prompt=system_prompt or "",
-        fork_prompt=fork_prompt or default_fork_prompt(words),
+        fork_prompt=fork_prompt or default_fork_prompt(words, length),
         max_summary_words=words,
+        max_summary_length=length,
     ).validate()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 from schemas import (
     CallReport,
+    LengthCut,
     PayloadCut,
     SessionEvent,
     SessionKey,
@@ -56,8 +58,10 @@ from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryM
 from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, covered_prefix, plan_pass
 from streams.summarizer.prompts import PromptSet, build_prompts
 from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
-from streams.summarizer.request import ChatRequest, SummarySource, count_request
+from streams.summarizer.request import ChatRequest, SummarySource, count_request, standalone_request
 from streams.summarizer.selection import SkipRecent, select_events
+
+log = logging.getLogger(__name__)
 
 
 class SummarySkipped(DistillError):
@@ -167,6 +171,7 @@ class _Attempt:
     partial: bool = False
     fork_used: bool = False
     cuts: list[PayloadCut] = field(default_factory=list)
+    length_cut: LengthCut | None = None
 
     def report(self) -> SummaryReport:
         return SummaryReport(
@@ -176,6 +181,7 @@ class _Attempt:
             truncated_previous_summary=self.truncated,
             partial_prefix=self.partial,
             truncated_payloads=tuple(self.cuts),
+            length_cut=self.length_cut,
         )
 
 
@@ -217,7 +223,9 @@ class Summarizer:
             raise ValueError("empty_answer_retries must be >= 0")
         self.empty_answer_retries = empty_answer_retries
         self.model = model
-        self.prompts: PromptSet = build_prompts(prompt, system_prompt, fork_prompt, max_summary_words)
+        self.prompts: PromptSet = build_prompts(
+            prompt, system_prompt, fork_prompt, max_summary_words, max_summary_length
+        )
         self.max_summary_length = max_summary_length or None
         self.formatter = formatter
         self.skip_recent = skip_recent
@@ -424,6 +432,7 @@ class Summarizer:
             if not remaining or attempt.passes >= self.max_passes:
                 break
 
+        summary = await self._fit_length(summary, attempt, session, filter_key, context)
         summary = await self._post_hook(summary, last_event, session, filter_key, context)
         original_tokens = sum(counter.count_message(e.message) for e in selected[:covered])
         original_tokens += counter.count_text(previous)
@@ -709,6 +718,71 @@ class Summarizer:
         cuts = tuple(c for c in plan.cuts if f'session_load(event_id="{c.event_id}")' in hooked.text)
         return replace(plan, text=hooked.text, request=request, truncated_previous=truncated, cuts=cuts)
 
+    async def _fit_length(
+        self,
+        summary: str,
+        attempt: _Attempt,
+        session: SessionKey | None,
+        filter_key: str,
+        context: dict[str, Any],
+    ) -> str:
+        """``summary`` within ``max_summary_length``, the model asked once to shorten it before any cut.
+
+        The limit is stated in every request (:meth:`PromptSet.length_note`), so an
+        answer over it is rare. Such an answer is sent back once (a ``shorten`` call,
+        :data:`~streams.summarizer.prompts.SHORTEN_PROMPT`): the model, not a cut, decides
+        what to condense. Only when the rewrite is still over the limit, or fails, is the
+        shorter of the two cut (:func:`cap_length`), and the cut is reported
+        (``SummaryReport.length_cut``, an INFO line without content): the cut part is in
+        no record, since the cut text rolls forward as the previous summary.
+        """
+        limit = self.max_summary_length
+        if not limit or len(summary) <= limit:
+            return summary
+        rewrite = await self._shorten(summary, attempt, context)
+        if rewrite is not None and len(rewrite) <= limit:
+            return rewrite
+        shorter = summary if rewrite is None or len(rewrite) >= len(summary) else rewrite
+        kept = cap_length(shorter, limit)
+        attempt.length_cut = LengthCut(
+            max_chars=limit,
+            answer_chars=len(summary),
+            rewrite_chars=len(rewrite) if rewrite is not None else None,
+            kept_chars=len(kept),
+        )
+        log.info(
+            "summary cut to max_summary_length",
+            extra={
+                "session_id": session.session_id if session else None,
+                "filter_key": filter_key,
+                "max_summary_length": limit,
+                "answer_chars": len(summary),
+                "rewrite_chars": len(rewrite) if rewrite is not None else None,
+                "kept_chars": len(kept),
+            },
+        )
+        return kept
+
+    async def _shorten(self, summary: str, attempt: _Attempt, context: dict[str, Any]) -> str | None:
+        """The model's shorter rewrite of ``summary`` (``None``: the call failed or gave no usable text).
+
+        A failure here is not the job's: the summary exists, and the cut that follows is reported.
+        Cancellation (the job's timeout, a deletion) still propagates.
+        """
+        budget = self.input_budget(attempt.context_window)
+        request = standalone_request(
+            self.prompts.render_shorten(summary),
+            self.prompts.render_system(),
+            source=SummarySource("", summary, self.prompts.max_summary_words),
+        )
+        if count_request(request, self.counter()) > budget:
+            return None
+        try:
+            text, failure = await self._call(request, "shorten", budget, attempt, context, False, last=True)
+        except Exception:  # reported on the call; the cut that follows is reported too
+            return None
+        return None if failure else text
+
     async def _post_hook(
         self,
         summary: str,
@@ -717,7 +791,6 @@ class Summarizer:
         filter_key: str,
         context: dict[str, Any],
     ) -> str:
-        summary = cap_length(summary, self.max_summary_length)
         hook = self.hooks.post_summary
         if hook is None:
             return summary

@@ -291,6 +291,10 @@ CHINESE_CAPPED = EchoStyle(
     "请总结以下对话", "对话摘要：", "、", "。", "{}", "用户确认了行程安排，并要求保留所有细节以便稍后继续。", 720
 )
 """For the Python guide's Chinese prompt: no space anywhere, padded past a 600-character cap."""
+SHORTENED = EchoStyle("characters long, over its limit of", "摘要：", "、", "。")
+"""The same model asked to shorten its own answer (distill's ``shorten`` call, over ``max_summary_length``):
+the markers and cuts only. Put it first: the request holds the answer it shortens, whose text may match
+another style's trigger."""
 
 
 class MarkerEcho:

@@ -10,6 +10,8 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY
 
+from schemas import SessionSummary
+from schemas.settings import Settings
 from streams import metrics
 from streams.app.coordinates import Coordinates
 from streams.app.factory import TimedModel
@@ -86,6 +88,25 @@ async def test_llm_latency_excludes_the_delta_read_and_the_rest_of_the_job() -> 
     assert _sample("distill_llm_latency_seconds_count") == count + 1
     assert _sample("distill_llm_latency_seconds_sum") - total < 0.2  # the 0.3 s delta read is not in it
     assert _sample("distill_llm_tokens_total", {"direction": "out"}) >= tokens_out
+
+
+async def test_a_summary_cut_to_max_summary_length_is_counted_and_its_record_says_so() -> None:
+    # The model writes past the cap and answers the request to shorten with the same text.
+    long = "First fact kept. " + "Second fact, the one a cut drops. " * 4
+    settings = Settings.model_validate({"summary": {"max_summary_length": 40}})
+    runtime = memory_runtime(ScriptedModel(default=long, context_window=100_000), settings=settings)
+    sent: list[bytes] = []
+
+    async def send(topic: str, key: bytes, value: bytes, partition: int, headers: object) -> None:
+        sent.append(value)
+
+    runtime.send = send
+    cuts = _sample("distill_summary_length_cuts_total")
+    await runtime.run_job(job(3), Coordinates("jobs", 0, 0), b"k", None)
+    assert _sample("distill_summary_length_cuts_total") == cuts + 1
+    record = SessionSummary.model_validate_json(sent[-1])
+    assert record.summary == "First fact kept." and record.report.length_cut is not None
+    assert [c.mode for c in record.report.calls] == ["standalone", "shorten"]
 
 
 def _free_port() -> int:

@@ -108,10 +108,10 @@ def handler() -> tuple[SummarizeHandler, MemoryLedger, MemoryEventLog, ScriptedM
     return SummarizeHandler(ledger, log_, summarizer_for), ledger, log_, model
 
 
-def memory_runtime(model: Any, events: MemoryEventLog | None = None) -> WorkerRuntime:
+def memory_runtime(model: Any, events: MemoryEventLog | None = None, settings: Settings | None = None) -> WorkerRuntime:
     """A worker runtime over the in-memory ledger and ``events`` (default: ``EVENTS``) summarizing with
-    ``model``; its ``send`` is the caller's to set."""
-    settings = Settings()
+    ``model`` under ``settings`` (default: the defaults); its ``send`` is the caller's to set."""
+    settings = settings or Settings()
     summarizer = build_summarizer(settings, app_name=SESSION.app_name, model=model)
 
     def summarizer_for(app: str) -> SummarizerLike:

@@ -133,7 +133,9 @@ def test_a_cap_never_splits_a_decomposed_hangul_syllable(text: str) -> None:
 
 async def test_max_summary_length_keeps_decomposed_hangul_whole() -> None:
     answer = unicodedata.normalize("NFD", "요약P1한국어로답변합니다") * 4
-    summarizer = Summarizer(ScriptedModel(answer), max_summary_length=12, token_counter=SimpleTokenCounter())
+    # A model that does not shorten when asked (the same answer twice): the cut rule applies.
+    model = ScriptedModel(answer, answer)
+    summarizer = Summarizer(model, max_summary_length=12, token_counter=SimpleTokenCounter())
     result = await summarizer.summarize("", rounds(1), session=SESSION)
     head = result.text.removesuffix(ELLIPSIS)
     assert head and unicodedata.normalize("NFC", answer).startswith(unicodedata.normalize("NFC", head))

@@ -295,9 +295,12 @@ async def test_skip_recent_holds_events_back() -> None:
 
 
 async def test_max_summary_length_cuts_at_a_sentence() -> None:
-    model = ScriptedModel("First fact. Second fact is longer. Third.")
+    answer = "First fact. Second fact is longer. Third."
+    model = ScriptedModel(answer, answer)  # asked to shorten it, the model answers the same
     result = await make(model, max_summary_length=30).summarize("", rounds(1))
     assert result.text == "First fact."
+    cut = result.report.length_cut
+    assert cut is not None and (cut.max_chars, cut.answer_chars, cut.rewrite_chars, cut.kept_chars) == (30, 41, 41, 11)
 
 
 # The Python guide's own Chinese prompt (its "自定义提示模板" example).
@@ -310,17 +313,18 @@ async def test_max_summary_length_keeps_a_chinese_summary_and_rolls_it_forward()
     sentences = [f"第{i}条决定：用户要求保留标记M{i}并在周五前完成迁移。" for i in range(30)]
     answer = "".join(sentences)
     assert len(answer) > 720
-    model = ScriptedModel(answer, "下一版摘要。")
+    model = ScriptedModel(answer, answer, "下一版摘要。")  # the shorter rewrite asked for is as long
     s = make(model, prompt=GUIDE_PROMPT_ZH, max_summary_length=600, max_summary_words=None)
     events = [event(1, "user", "请帮我迁移数据库"), event(2, "agent", "好的，我会在周五前完成。")]
     result = await s.summarize("", events, session=SESSION)
+    assert result.report.length_cut is not None and result.report.length_cut.kept_chars == len(result.text)
     assert 0 < len(result.text) <= 600 and result.text != "…"
     assert answer.startswith(result.text) and result.text.endswith("。")
     kept = [f"M{i}" for i in range(30) if f"M{i}" in result.text]
     assert kept == [f"M{i}" for i in range(len(kept))] and len(kept) >= 20
     # What rolls forward as the previous summary is that text.
     await s.summarize(result.text, [event(3, "user", "还有别的吗")], session=SESSION)
-    assert result.text in user_text(model.requests[1])
+    assert result.text in user_text(model.requests[2])
 
 
 # Cache-safe forking ---------------------------------------------------------------------------
