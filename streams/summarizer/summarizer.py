@@ -731,8 +731,8 @@ class Summarizer:
         The limit is stated in every request (:meth:`PromptSet.length_note`), so an
         answer over it is rare. Such an answer is sent back once (a ``shorten`` call,
         :data:`~streams.summarizer.prompts.SHORTEN_PROMPT`): the model, not a cut, decides
-        what to condense. Only when the rewrite is still over the limit, or fails, is the
-        shorter of the two cut (:func:`cap_length`), and the cut is reported
+        what to condense. Only when the rewrite is still over the limit, or none is usable
+        (:meth:`_shorten`), is the shorter of the two cut (:func:`cap_length`), and the cut is reported
         (``SummaryReport.length_cut``, an INFO line without content): the cut part is in
         no record, since the cut text rolls forward as the previous summary.
         """
@@ -764,10 +764,13 @@ class Summarizer:
         return kept
 
     async def _shorten(self, summary: str, attempt: _Attempt, context: dict[str, Any]) -> str | None:
-        """The model's shorter rewrite of ``summary`` (``None``: the call failed or gave no usable text).
+        """The model's shorter rewrite of ``summary``; ``None`` when there is none to use.
 
-        A failure here is not the job's: the summary exists, and the cut that follows is reported.
-        Cancellation (the job's timeout, a deletion) still propagates.
+        A transient failure (:class:`~streams.errors.RetryableError`: 429, 5xx, timeouts) fails
+        the job like one of the summary call, so it is retried rather than cut. An empty or
+        cut-off answer is asked again like the summary's (``empty_answer_retries``); that, a
+        refusal (a permanent error, the request too large for the budget) gives ``None``: the
+        cut that follows is reported.
         """
         budget = self.input_budget(attempt.context_window)
         request = standalone_request(
@@ -777,11 +780,19 @@ class Summarizer:
         )
         if count_request(request, self.counter()) > budget:
             return None
-        try:
-            text, failure = await self._call(request, "shorten", budget, attempt, context, False, last=True)
-        except Exception:  # reported on the call; the cut that follows is reported too
-            return None
-        return None if failure else text
+        tries = 1 + self.empty_answer_retries
+        for n in range(1, tries + 1):
+            try:
+                text, failure = await self._call(
+                    request.clone(), "shorten", budget, attempt, context, False, last=n == tries
+                )
+            except RetryableError:
+                raise  # transient: the job is retried (its policy and backoff), nothing is cut or stored
+            except DistillError:
+                return None  # refused for good (reported on the call): the reported cut follows
+            if failure is None:
+                return text
+        return None
 
     async def _post_hook(
         self,

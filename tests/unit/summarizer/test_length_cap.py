@@ -23,11 +23,22 @@ from pydantic import SecretStr
 
 from schemas.settings import LLMSettings
 from streams.context import AssemblyOptions, assemble
+from streams.errors import RetryableError
 from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.prompts import build_prompts
+from streams.summarizer.report import report_of
 from streams.summarizer.summarizer import Summarizer
 from tests.support.markers import MarkerBook, find_markers
-from tests.support.openai_server import SHORTENED, EchoStyle, MarkerEcho, OpenAIServer, request_text
+from tests.support.openai_server import (
+    SHORTENED,
+    EchoStyle,
+    MarkerEcho,
+    OpenAIServer,
+    answer,
+    empty_answer,
+    request_text,
+    server_error,
+)
 from tests.unit.context.sessions import Session, summary_at
 
 from .helpers import SESSION
@@ -80,8 +91,8 @@ async def test_a_verbose_answer_is_shortened_by_the_model_not_cut(server: OpenAI
     summarizer = Summarizer(model_for(server), prompt=GUIDE_PROMPT_ZH, max_summary_length=CAP, max_summary_words=None)
 
     first = await summarizer.summarize("", s.events, session=SESSION)
-    answer = answered(server, 0)
-    assert len(answer) > CAP, "the scripted model must write past the cap for this test to mean anything"
+    verbose = answered(server, 0)
+    assert len(verbose) > CAP, "the scripted model must write past the cap for this test to mean anything"
     assert len(first.text) <= CAP
     assert not lost_markers(first.text, book), "the cap cut events of the summarized rounds out of the summary"
     assert [c.mode for c in first.report.calls] == ["standalone", "shorten"] and first.report.length_cut is None
@@ -137,19 +148,35 @@ async def test_a_cut_that_still_happens_is_reported_without_its_content(
     assert not find_markers(str(lines[0].__dict__)), "the log line carries no summary content"
 
 
-async def test_a_failed_rewrite_falls_back_to_a_reported_cut(server: OpenAIServer) -> None:
-    from tests.support.openai_server import answer, server_error
+def verbose_answer(summarizer: Summarizer, s: Session) -> str:
+    """What the verbose model answers to the summary request of ``s``."""
+    prompt = summarizer.prompts.render_prompt(summarizer.formatter.conversation_text(s.events))
+    return MarkerEcho(styles=(VERBOSE,)).summary(request_text({"messages": [{"role": "user", "content": prompt}]}))
 
+
+async def test_a_rewrite_without_text_falls_back_to_a_reported_cut(server: OpenAIServer) -> None:
     book = MarkerBook()
     s = session(book, 8)
     summarizer = Summarizer(model_for(server), prompt=GUIDE_PROMPT_ZH, max_summary_length=CAP, max_summary_words=None)
-    verbose = MarkerEcho(styles=(VERBOSE,)).summary(request_text({"messages": [
-        {"role": "user", "content": summarizer.prompts.render_prompt(summarizer.formatter.conversation_text(s.events))}
-    ]}))  # fmt: skip
-    server.script(answer(verbose), *[server_error(500)] * 4)
+    verbose = verbose_answer(summarizer, s)
+    server.script(answer(verbose), empty_answer(), empty_answer())  # asked again once, like a summary call
 
     result = await summarizer.summarize("", s.events, session=SESSION)
-    assert result.report.calls[-1].mode == "shorten" and result.report.calls[-1].outcome == "failed"
+    assert [(c.mode, c.outcome) for c in result.report.calls] == [
+        ("standalone", "ok"), ("shorten", "retried"), ("shorten", "failed")]  # fmt: skip
     cut = result.report.length_cut
     assert cut is not None and cut.rewrite_chars is None and cut.answer_chars == len(verbose) > CAP
     assert 0 < len(result.text) <= CAP and verbose.startswith(result.text)
+
+
+async def test_a_transient_failure_of_the_rewrite_fails_the_job_instead_of_cutting(server: OpenAIServer) -> None:
+    book = MarkerBook()
+    s = session(book, 8)
+    summarizer = Summarizer(model_for(server), prompt=GUIDE_PROMPT_ZH, max_summary_length=CAP, max_summary_words=None)
+    server.script(answer(verbose_answer(summarizer, s)), *[server_error(503)] * 4)  # the client's retries too
+
+    with pytest.raises(RetryableError) as failed:
+        await summarizer.summarize("", s.events, session=SESSION)
+    report = report_of(failed.value)
+    assert report is not None and report.length_cut is None  # the job is retried: nothing was cut nor stored
+    assert [(c.mode, c.outcome) for c in report.calls] == [("standalone", "ok"), ("shorten", "failed")]
