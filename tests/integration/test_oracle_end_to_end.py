@@ -16,9 +16,16 @@ workers of which one is SIGKILLed mid-run, and an OpenAI-compatible server
 reads, with a seeded mix of 500s, 429s with retry-after, empty answers, latency
 and context-length errors (its window counts a CJK character as a token, as a
 real tokenizer does, so CJK-heavy requests that fit distill's estimate may not
-fit the model). Three apps: English with a filter-key branch, tool rounds with
-10–60 KB results (markers at the head and deep in the middle), and the Python
-guide's own Chinese prompt with ``max_summary_length=600``.
+fit the model). Four apps: English with a filter-key branch, tool rounds with
+10–60 KB results (markers at the head and deep in the middle), the Python
+guide's own Chinese prompt with ``max_summary_length=600`` (the scripted model
+writes past it and shortens when asked), and events that hold their text
+outside plain content: failed tool and model calls (only ``error{type,message}``),
+the code a trpc code executor ran and its output (``to_session_events``), and
+the items of openai-agents hosted tools (``item_to_event``). For those sessions
+the read side is checked too: the view a ``SessionBackend`` reads back from
+Cassandra, assembled into a request, shows every marker (in the summary it
+injects, or in the events after its boundary).
 """
 
 from __future__ import annotations
@@ -39,9 +46,14 @@ from typing import Any
 import pytest
 
 from projections.cassandra_session import connect
-from schemas import SessionEvent, Summarize
+from schemas import SessionEvent, SessionKey, Summarize
 from schemas.settings import Settings
+from streams.adapters.backend import SessionBackend
+from streams.adapters.native import Clock
+from streams.adapters.openai_agents_items import item_to_event
+from streams.adapters.trpc_events import to_session_events
 from streams.client import DistillClient
+from streams.context import AssemblyOptions, assemble
 from tests.integration.pipeline_support import (
     DISTILL,
     ROOT,
@@ -54,9 +66,12 @@ from tests.integration.pipeline_support import (
 )
 from tests.integration.test_pipeline_guarantees import wait_for_assignment
 from tests.support.keyspaces import KeyspacePool
-from tests.support.markers import KeyVerdict, MarkerBook, find_cut_event_ids, judge_key
-from tests.support.openai_server import CHINESE_CAPPED, FaultMix, MarkerEcho, OpenAIServer
+from tests.support.markers import KeyVerdict, MarkerBook, find_cut_event_ids, find_markers, judge_key
+from tests.support.openai_server import CHINESE_CAPPED, SHORTENED, FaultMix, MarkerEcho, OpenAIServer
 from tests.support.private_kafka import private_kafka
+
+trpc_events = pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
+from trpc_agent_sdk.types import Content, Part  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +79,7 @@ pytestmark = pytest.mark.integration
 SEED = int(os.environ.get("DISTILL_ORACLE_SEED", "1111"))
 ROUNDS = 4
 BRANCH = "ora/search"
+ZH_CAP = 600
 # The Python guide's own Chinese prompt (自定义提示模板), with its 600-character cap.
 ZH_PROMPT = (
     "请总结以下对话，重点关注：\n1. 关键决策\n2. 重要信息\n3. 行动计划\n\n对话内容：\n{conversation_text}\n\n总结："
@@ -71,9 +87,10 @@ ZH_PROMPT = (
 APPS: dict[str, dict[str, Any]] = {
     "ora": {"event_threshold": 3},
     "big": {"event_threshold": 3},
-    "zh": {"event_threshold": 2, "prompt": ZH_PROMPT, "max_summary_length": 600, "max_summary_words": None},
+    "zh": {"event_threshold": 2, "prompt": ZH_PROMPT, "max_summary_length": ZH_CAP, "max_summary_words": None},
+    "mix": {"event_threshold": 4},
 }
-SESSIONS = {"ora": 12, "big": 8, "zh": 8}
+SESSIONS = {"ora": 12, "big": 8, "zh": 8, "mix": 6}
 MIX = FaultMix(server_error=0.08, rate_limited=0.05, empty=0.03, slow=0.15, slow_s=(0.05, 0.4),
                retry_after_s=0.2, context_window=8192)  # fmt: skip
 FITTING_RESULT_CHARS = (10_000, 12_000, 14_000, 18_000)
@@ -179,12 +196,61 @@ def build_round(sc: Scenario, rng: random.Random, b: SessionBuilder, index: int,
         content = f"{head} {body[: size // 2]} {middle} {body[size // 2 :]}"
         out.append(b.event("tool", content, message={"tool_call_id": call_id, "name": "web_fetch"}))
         out.append(b.assistant(f"The report says {rng.choice(WORDS)} {mark()} changed."))
+    elif b.app_name == "mix":
+        out += mixed_round(b, mark, round_)
     else:
         out.append(b.user(f"第{round_}轮：请帮我{CJK[rng.randint(0, 20) :][:16]}{mark()}并记下来"))
         out.append(b.assistant(f"好的，已经安排{CJK[rng.randint(0, 20) :][:20]}{mark()}，还需要确认吗"))
         out.append(b.user(f"确认{mark()}，谢谢"))
     for e in out:
         sc.events[b.session].append(e)
+    return out
+
+
+def mixed_round(b: SessionBuilder, mark: Any, round_: int) -> list[SessionEvent]:
+    """A round whose events hold their text outside plain content: a failed tool call (its result only
+    ``error{type,message}``), a failed model call, the code a trpc code executor ran and its output, and
+    an openai-agents hosted tool's item. Each is built by the producer that makes it (the trpc and
+    openai-agents adapters' conversions), then placed in the session's log."""
+
+    def adopt(event: SessionEvent) -> SessionEvent:
+        # The adapter built it for this event id; the builder gives it its place in the log.
+        b.n += 1
+        assert event.event_id == f"{b.session}-e{b.n}"
+        return event.model_copy(update={"timestamp": b._next(), "request_id": b.request, "invocation_id": b.request})
+
+    def next_id() -> str:
+        return f"{b.session}-e{b.n + 1}"
+
+    key = SessionKey(b.app_name, b.user_id, b.session)
+    out = [b.user(f"第{round_}轮：查一下去机场的路线{mark()}，再算一下费用")]
+    call_id = f"call-{b.session}-{round_}"
+    route = {"name": "route", "arguments": '{"to": "PVG"}'}
+    out.append(b.event("assistant", None, message={"tool_calls": [{"id": call_id, "type": "function",
+                                                                   "function": route}]}))  # fmt: skip
+    out.append(b.event("tool", None, message={"tool_call_id": call_id, "name": "route"},
+                       error={"type": "Timeout", "message": f"地图服务超时{mark()}", "code": "504"}))  # fmt: skip
+    out.append(b.event("assistant", None, error={"type": "RateLimit", "message": f"模型配额用尽{mark()}"}))
+    code = Part.from_executable_code(code=f"print(75 + 90)  # 费用{mark()}", language="PYTHON")
+    ran = trpc_events.Event(id=next_id(), invocation_id=b.request, author="mix_agent",
+                            content=Content(role="model", parts=[Part.from_text(text="我算一下。"), code]))  # fmt: skip
+    out.append(adopt(to_session_events(ran, key, Clock())[0]))
+    result = Part.from_code_execution_result(outcome="OUTCOME_OK", output=f"165 元{mark()}")
+    output = trpc_events.Event(id=next_id(), invocation_id=b.request, author="mix_agent",
+                               content=Content(role="user", parts=[result]))  # fmt: skip
+    out.append(adopt(to_session_events(output, key, Clock())[0]))
+    hosted: list[Any] = [  # one per round, built (and its marker minted) only when chosen
+        lambda: {"type": "mcp_call", "id": f"mcp{round_}", "server_label": "地图", "name": "route",
+                 "arguments": '{"to": "PVG"}', "output": f"地铁2号线，约75分钟{mark()}", "status": "completed"},
+        lambda: {"type": "file_search_call", "id": f"fs{round_}", "status": "completed", "queries": ["航班"],
+                 "results": [{"file_id": "f1", "filename": "行程.pdf", "text": f"MU5101 08:00 起飞{mark()}"}]},
+        lambda: {"type": "code_interpreter_call", "id": f"ci{round_}", "status": "completed", "container_id": "cn1",
+                 "code": f"print(75 + 90)  # {mark()}", "outputs": [{"type": "logs", "logs": "165"}]},
+        lambda: {"type": "local_shell_call_output", "id": f"ls{round_}", "output": f"terminal 2{mark()}"},
+    ]  # fmt: skip
+    item = hosted[round_ % len(hosted)]()
+    out.append(adopt(item_to_event(item, key, event_id=next_id(), timestamp=b.t, request_id=b.request)))
+    out.append(b.assistant(f"请 05:45 前出发，车费 165 元。{mark()}"))
     return out
 
 
@@ -310,7 +376,7 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
     service_settings: Settings, keyspaces: KeyspacePool, tmp_path: Path
 ) -> None:
     sc, rounds = build_scenario()
-    echo = MarkerEcho(MIX, seed=SEED, styles=(CHINESE_CAPPED,))
+    echo = MarkerEcho(MIX, seed=SEED, styles=(SHORTENED, CHINESE_CAPPED))
     problems: list[str] = []
     numbers: dict[str, Any] = {}
     started = time.monotonic()
@@ -359,6 +425,7 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
                 problems += oracle_problems(sc, records, main_requests, numbers)
                 await wait_for_projection(settings, cql, sum(map(len, sc.events.values())), timeout=30)
                 problems += cassandra_problems(settings, sc, cql)
+                problems += await read_side_problems(settings, sc)
                 problems += await model_down_probe(settings, echo, numbers)
                 assert first.proc.poll() is None, "the surviving worker died:\n" + first.log_text()[-3000:]
         finally:
@@ -399,7 +466,15 @@ def oracle_problems(
     numbers["llm_calls_per_boundary"] = round(len(requests) / max(len(versions), 1), 2)
     numbers["cut_events"] = len(cut_ids)
     numbers["failure_records"] = dict(Counter(f["error_class"] for f in failures))
-    problems = [v.describe() + chain_story(records, v.key) for v in verdicts if not v.ok]
+    summaries = [s for s in records if s.get("type") == "summary"]
+    numbers["shorten_calls"] = sum(c["mode"] == "shorten" for s in summaries for c in s["report"]["calls"])
+    numbers["length_cuts"] = sum(bool(s["report"].get("length_cut")) for s in summaries)
+    over = [f"{s['session_id']} v{s['version']}: {len(s['summary'])} chars" for s in summaries
+            if s["app_name"] == "zh" and len(s["summary"]) > ZH_CAP]  # fmt: skip
+    problems_cap = [f"{len(over)} summaries over max_summary_length={ZH_CAP}: {over[:5]}"] if over else []
+    if not numbers["shorten_calls"]:
+        problems_cap.append("scenario: no answer went over max_summary_length (nothing asked to shorten)")
+    problems = [v.describe() + chain_story(records, v.key) for v in verdicts if not v.ok] + problems_cap
     dups = duplicated_versions(records)
     if dups:
         problems.append(f"{len(dups)} (key, version) published more than once: {sorted(dups.items())[:10]}")
@@ -430,6 +505,28 @@ def chain_story(records: list[dict[str, Any]], key: tuple[str, str]) -> str:
     )  # fmt: skip
     notes += [f"failed {n}x {reason}" for reason, n in failed.items()]
     return f" | chain: {'; '.join(notes)}" if notes else ""
+
+
+async def read_side_problems(settings: Settings, sc: Scenario) -> list[str]:
+    """The read side of the ``mix`` sessions: the view read back from Cassandra (the summary and the events
+    after its boundary), assembled into the next request, shows every marker of the session."""
+    problems = []
+    async with SessionBackend(settings) as backend:
+        for b in sc.builders:
+            if b.app_name != "mix":
+                continue
+            view = await backend.view(SessionKey(b.app_name, b.user_id, b.session))
+            request = assemble("你是助手。", view.summary, list(view.events), "下一个问题",
+                               options=AssemblyOptions(add_session_summary=True))  # fmt: skip
+            shown = set(find_markers("\n".join(str(m) for m in request.messages)))
+            lost = {e.event_id: [m for m in sc.book.markers_of(e.event_id) if m not in shown]
+                    for e in sc.events[b.session]}  # fmt: skip
+            lost = {e: ms for e, ms in lost.items() if ms}
+            if lost:
+                at = view.summary.boundary.last_event_id if view.summary else None
+                problems.append(f"read side of {b.session} (summary to {at}): {len(lost)} events shown nowhere: "
+                                f"{sorted(lost)[:8]}")  # fmt: skip
+    return problems
 
 
 async def model_down_probe(settings: Settings, echo: MarkerEcho, numbers: dict[str, Any]) -> list[str]:
