@@ -3,7 +3,9 @@
 Pure functions over plain dicts: no SDK import. One item is one event:
 
 - a message (``role`` user / assistant / system / developer; ``content`` a string or
-  a list of parts) → a message of that role (developer → system), its text parts joined;
+  a list of parts) → a message of that role (developer → system), its text parts joined,
+  an image, file or audio part named in its place (:mod:`.attachments`: kind, MIME type,
+  size, file name, URL or file id; never the inline data);
 - ``function_call`` → an assistant message with one tool call (``call_id``, ``name``, ``arguments``);
   ``custom_tool_call`` the same, its ``input`` as the arguments;
 - ``function_call_output`` (``custom_tool_call_output``) → a tool message answering ``call_id``;
@@ -27,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from schemas import FunctionCall, Message, SessionEvent, SessionKey, ToolCall
+from streams.adapters.attachments import attachment_text, inline_size, is_inline, kind_of
 from streams.adapters.native import Path, native_block, native_of, restore_record
 
 ITEM_FORMAT = "openai-agents/response-item"
@@ -34,9 +37,44 @@ _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
 def _part_text(part: Any) -> str | None:
+    """A part's text, or the name of the image, file or audio it attaches (:func:`_attachment`)."""
     if isinstance(part, Mapping) and part.get("type") in _TEXT_PARTS:
         value = part.get("text", part.get("refusal"))
         return value if isinstance(value, str) else None
+    return _attachment(part)
+
+
+def _attachment(part: Any) -> str | None:
+    """``input_image`` / ``input_file`` / ``input_audio`` named in text (kind, MIME type, size, file name,
+    URL or file id), the inline data left out: the model saw it, so the summary input must name it."""
+    if not isinstance(part, Mapping):
+        return None
+    kind = part.get("type")
+    refs: list[str | None] = []
+    mime: str | None = None
+    size: int | None = None
+    if kind == "input_image":
+        url = part.get("image_url")
+        if isinstance(url, str) and is_inline(url):
+            mime, size = inline_size(url)
+        elif isinstance(url, str):
+            refs.append(url)
+        refs.append(f"file_id={part['file_id']}" if part.get("file_id") else None)
+        return attachment_text(kind_of(mime, "image"), mime, size, *refs)
+    if kind == "input_file":
+        data = part.get("file_data")
+        if isinstance(data, str) and data:
+            mime, size = inline_size(data)
+        refs += [part.get("filename"), part.get("file_url")]
+        refs.append(f"file_id={part['file_id']}" if part.get("file_id") else None)
+        return attachment_text(kind_of(mime), mime, size, *(str(r) for r in refs if r))
+    if kind == "input_audio":
+        nested = part.get("input_audio")
+        audio: Mapping[str, Any] = nested if isinstance(nested, Mapping) else part
+        data = audio.get("data")
+        fmt = audio.get("format")
+        size = inline_size(data)[1] if isinstance(data, str) and data else None
+        return attachment_text("audio", f"audio/{fmt}" if fmt else None, size)
     return None
 
 
@@ -51,7 +89,7 @@ def _message_content(item: Mapping[str, Any]) -> tuple[str | None, Path | None]:
     found = [(i, t) for i, t in texts if t is not None]
     if not found:
         return None, None
-    if len(found) == 1 and len(content) == 1:
+    if len(found) == 1 and len(content) == 1 and _attachment(content[0]) is None:
         i, text = found[0]
         key = "text" if isinstance(content[i], Mapping) and "text" in content[i] else "refusal"
         return text, ("content", i, key)

@@ -3,7 +3,8 @@
 One trpc event gives:
 
 - a head event carrying its text parts (``content``; code a code executor ran and
-  its output too, fenced as trpc shows them to the model), thought parts
+  its output too, fenced as trpc shows them to the model, and the images and files
+  it attaches named by kind, type, size and name), thought parts
   (``reasoning_content``) and function calls (``tool_calls``): role ``user``
   for the user's events, ``assistant`` otherwise, ``system`` when it has no
   content at all (state or transfer actions only: never summarized or shown);
@@ -36,6 +37,7 @@ from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part, 
 
 from schemas import Message, SessionEvent, SessionKey, ToolCall
 from schemas.events import FunctionCall as ChatFunction
+from streams.adapters.attachments import attachment_text, kind_of
 from streams.adapters.native import PART_OF_FIELD, Clock, Path, native_block, native_of, part_of, restore_record
 
 EVENT_FORMAT = "trpc-agent-py/event"
@@ -91,7 +93,8 @@ def _shown_text(part: Part) -> str | None:
 
     A text part as it is; the code a code executor ran and its output (``executable_code`` /
     ``code_execution_result`` parts) fenced as trpc renders them: the model reads them, so a summary
-    that covers their event must too.
+    that covers their event must too. An image or file the model saw (``inline_data`` / ``file_data``)
+    is named (:mod:`.attachments`: kind, MIME type, size, display name, URI), its bytes never copied.
     """
     if part.thought:
         return None
@@ -101,6 +104,13 @@ def _shown_text(part: Part) -> str | None:
         return f"{CODE_FENCE[0]}{part.executable_code.code or ''}{CODE_FENCE[1]}"
     if part.code_execution_result is not None:
         return f"{OUTPUT_FENCE[0]}{part.code_execution_result.output or ''}{OUTPUT_FENCE[1]}"
+    if part.inline_data is not None:
+        blob = part.inline_data
+        size = len(blob.data) if blob.data is not None else None
+        return attachment_text(kind_of(blob.mime_type), blob.mime_type, size, blob.display_name)
+    if part.file_data is not None:
+        ref = part.file_data
+        return attachment_text(kind_of(ref.mime_type), ref.mime_type, None, ref.display_name, ref.file_uri)
     return None
 
 

@@ -14,7 +14,14 @@ from projections.rows import restore_event_json, stored_event_json
 from schemas import SessionEvent, SessionKey
 from schemas.records import parse_event_record
 from schemas.settings import LLMSettings
-from streams.adapters.openai_agents_items import event_to_items, item_to_event, message_items, summary_item
+from streams.adapters.native import native_of
+from streams.adapters.openai_agents_items import (
+    ITEM_FORMAT,
+    event_to_items,
+    item_to_event,
+    message_items,
+    summary_item,
+)
 from streams.summarizer.openai_adapter import OpenAIChatModel
 from streams.summarizer.summarizer import Summarizer
 from tests.support.markers import MarkerBook, find_markers
@@ -62,6 +69,12 @@ ITEMS = st.one_of(
                             "arguments": "{}", "output": t}, IDS, TEXT),
     st.builds(lambda i: {"type": "image_generation_call", "id": i, "status": "completed",
                          "result": "iVBORw0KGgo" * 100}, IDS),
+    st.builds(lambda t: {"role": "user", "content": [{"type": "input_text", "text": t}, {
+        "type": "input_image", "image_url": "data:image/png;base64," + "iVBORw0KGgo" * 40, "detail": "auto"}]}, TEXT),
+    st.builds(lambda t: {"role": "user", "content": [{"type": "input_image", "image_url": f"https://x.test/{t}.png"}]},
+              TEXT),
+    st.builds(lambda c: {"type": "function_call_output", "call_id": c, "output": [
+        {"type": "input_file", "filename": "报告.pdf", "file_data": "data:application/pdf;base64,JVBERi0x"}]}, IDS),
 )  # fmt: skip
 
 
@@ -174,3 +187,50 @@ async def test_hosted_and_custom_tool_items_are_in_the_summary_input() -> None:
     assert result.last_event is not None and result.last_event.event_id == events[-1].event_id
     lost = sorted(name for name, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text)))
     assert not lost, f"items {lost} are neither in the summary nor in the view once the summary covers them"
+
+
+PNG = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUg" * 60
+
+
+def test_images_and_files_are_named_in_the_text_never_copied() -> None:
+    """An image, file or audio part is in the event's text (kind, type, size, name, URL or file id), its data not."""
+    image = {"type": "input_image", "image_url": PNG, "detail": "auto"}
+    user = _convert({"role": "user", "content": [{"type": "input_text", "text": "这张收据的金额是多少？"}, image]})
+    assert user.message.content == "这张收据的金额是多少？[image: image/png, 990 bytes]"
+    only = _convert({"role": "user", "content": [{"type": "input_image", "file_id": "file-9", "image_url": None}]})
+    assert only.message.content == "[image: file_id=file-9]"
+    url = _convert({"role": "user", "content": [{"type": "input_image", "image_url": "https://x.test/票.jpg"}]})
+    assert url.message.content == "[image: https://x.test/票.jpg]"
+    file = {"type": "input_file", "filename": "报告.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQK"}
+    pdf = _convert({"type": "function_call_output", "call_id": "c1", "output": [file]})
+    assert pdf.message.content == "[file: application/pdf, 9 bytes, 报告.pdf]"
+    audio = _convert({"role": "user", "content": [{"type": "input_audio",
+                                                   "input_audio": {"data": "UklGRg==", "format": "wav"}}]})  # fmt: skip
+    assert audio.message.content == "[audio: audio/wav, 4 bytes]"
+    assert "iVBOR" not in user.model_dump_json(exclude={"native"})  # the data is in the native item only
+    for event in (user, only, url, pdf, audio):  # the item comes back whole, its data included
+        assert event_to_items(_wire(event)) == [native_of(event, ITEM_FORMAT)["record"]]  # type: ignore[index]
+
+
+async def test_an_image_or_file_the_model_saw_is_in_the_summary_input() -> None:
+    """Oracle: an attachment's name (and, for a URL, the URL) reaches the summary; its markers survive it."""
+    book = MarkerBook()
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "input_text", "text": f"看看这张收据{book.mint('ask')}"},
+                                     {"type": "input_image", "image_url": f"https://x.test/{book.mint('img')}.png"}]},
+        {"role": "user", "content": [{"type": "input_file", "filename": f"合同{book.mint('file')}.pdf",
+                                      "file_data": "data:application/pdf;base64," + "JVBERi0x" * 200}]},
+        {"role": "user", "content": [{"type": "input_image", "file_id": f"file-{book.mint('fid')}"}]},
+        {"role": "assistant", "content": f"金额是 165 元。{book.mint('answer')}"},
+    ]  # fmt: skip
+    events = [item_to_event(item, KEY, event_id=f"e{n}", timestamp=AT.replace(second=n), request_id="r1")
+              for n, item in enumerate(items)]  # fmt: skip
+    assert [i for e in events for i in event_to_items(_wire(e))] == items
+    with OpenAIServer(default=MarkerEcho()) as server:
+        model = OpenAIChatModel(LLMSettings(base_url=server.base_url, api_key=SecretStr("k"), model="m",
+                                            context_window=64_000))  # fmt: skip
+        result = await Summarizer(model).summarize("", events, session=KEY)
+        sent = "\n".join(r.text() for r in server.requests)
+    lost = sorted(name for name, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text)))
+    assert not lost, f"attachments {lost} are in no summary once it covers their events"
+    assert "JVBERi0x" not in sent, "inline data is never sent in the summary input"

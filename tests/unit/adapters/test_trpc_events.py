@@ -22,6 +22,7 @@ from tests.support.openai_server import MarkerEcho, OpenAIServer, request_text
 trpc = pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
 from trpc_agent_sdk.events import Event  # noqa: E402
 from trpc_agent_sdk.types import (  # noqa: E402
+    Blob,
     Content,
     EventActions,
     FunctionCall,
@@ -45,6 +46,8 @@ PARTS = st.one_of(
               st.none() | IDS, ARGS),
     st.builds(lambda c: Part.from_executable_code(code=c, language="PYTHON"), TEXT),
     st.builds(lambda o: Part.from_code_execution_result(outcome="OUTCOME_OK", output=o), TEXT),
+    st.builds(lambda b: Part.from_bytes(data=b, mime_type="image/png"), st.binary(max_size=64)),
+    st.builds(lambda t: Part.from_uri(file_uri=f"gs://桶/{t}.pdf", mime_type="application/pdf"), TEXT),
 )  # fmt: skip
 
 
@@ -163,3 +166,41 @@ async def test_code_an_executor_ran_and_its_output_are_in_the_summary_input() ->
     lost = {part: ms for part, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text))}
     assert not lost, f"{sorted(lost)} are neither in the summary nor visible once the summary covers their events"
     assert "```python\nprint(sum(map(int, str(2**100))))" in sent and "```tool_output\n115" in sent
+
+
+def test_images_and_files_are_named_in_the_text_never_copied() -> None:
+    """An image or file part is in the event's text (kind, MIME type, size, display name, URI); its bytes are not."""
+    png = b"\x89PNG\r\n" + bytes(range(256)) * 40
+    photo = Part(inline_data=Blob(data=png, mime_type="image/png", display_name="收据.png"))
+    ask = _event(Part.from_text(text="这张收据的金额是多少？"), photo, author="user")
+    [user] = to_session_events(ask, KEY, Clock())
+    assert user.message.content == "这张收据的金额是多少？[image: image/png, 10,246 bytes, 收据.png]"
+    [doc] = to_session_events(_event(Part.from_uri(file_uri="gs://桶/合同.pdf", mime_type="application/pdf")),
+                              KEY, Clock())  # fmt: skip
+    assert doc.message.content == "[file: application/pdf, gs://桶/合同.pdf]"
+    [voice] = to_session_events(_event(Part.from_bytes(data=b"RIFF" * 10, mime_type="audio/wav")), KEY, Clock())
+    assert voice.message.content == "[audio: audio/wav, 40 bytes]"
+    assert to_trpc_events([_wire(user)]) == [ask]  # the bytes come back from the native record
+
+
+async def test_an_image_or_file_the_model_saw_is_in_the_summary_input() -> None:
+    """Oracle: an attachment's name or URI reaches the summary input, so its markers survive the summary."""
+    book, clock = MarkerBook(), Clock()
+    turns = [
+        _event(Part.from_text(text=f"看看这张收据{book.mint('ask')}"),
+               Part(inline_data=Blob(data=b"\x89PNG" * 500, mime_type="image/png",
+                                     display_name=f"收据{book.mint('image')}.png")), author="user"),
+        _event(Part.from_uri(file_uri=f"gs://桶/合同{book.mint('file')}.pdf", mime_type="application/pdf"),
+               author="user"),
+        _event(Part.from_text(text=f"金额是 165 元。{book.mint('answer')}")),
+    ]  # fmt: skip
+    events = [e for turn in turns for e in to_session_events(turn, KEY, clock)]
+    assert to_trpc_events(events) == turns
+    with OpenAIServer(default=MarkerEcho()) as server:
+        model = OpenAIChatModel(LLMSettings(base_url=server.base_url, api_key=SecretStr("k"), model="m",
+                                            context_window=64_000))  # fmt: skip
+        result = await Summarizer(model).summarize("", events, session=KEY)
+        sent = request_text(server.requests[-1].body)
+    lost = sorted(name for name, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text)))
+    assert not lost, f"attachments {lost} are in no summary once it covers their events"
+    assert "iVBOR" not in sent and "x89" not in sent, "the bytes (or their base64) are never in the summary input"
