@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import json
 import unicodedata
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -216,10 +215,11 @@ def _missing(
     A tool result is carried by a message answering its ``tool_call_id`` whose
     text contains the result's; a tool call by a call with its id, name and
     arguments (compared as JSON when both parse); text content (plain or
-    list-of-parts) by a message whose text contains it (as many such messages
-    as events with that text). Texts are compared after NFC normalization and
-    whitespace folding. A payload replaced by a marker (:func:`fit_fork`, or the
-    caller's own elision) is not carried.
+    list-of-parts) by a message of its own (:func:`_claim`): one whose text is
+    the content, or begins or ends with it at a word break (a summary or a note
+    the request put in front of a user turn). Texts are compared after NFC
+    normalization and whitespace folding. A payload replaced by a marker
+    (:func:`fit_fork`, or the caller's own elision) is not carried.
     """
     texts = [_normal(_message_text(m)) for m in messages]
     results: dict[str, list[str]] = {}
@@ -231,8 +231,7 @@ def _missing(
             function = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(function, Mapping):
                 calls[str(call.get("id"))] = (str(function.get("name", "")), _arguments(function.get("arguments")))
-    wanted: Counter[str] = Counter()
-    owners: dict[str, list[str]] = {}
+    wanted: list[tuple[str, str]] = []
     missing: list[str] = []
     for event in events:
         if not formatter.event_text(event):
@@ -247,14 +246,38 @@ def _missing(
             missing.append(event.event_id)
             continue
         if content:
-            wanted[content] += 1
-            owners.setdefault(content, []).append(event.event_id)
-    for content, needed in wanted.items():
-        found = sum(1 for text in texts if content in text)
-        if found < needed:
-            missing.extend(owners[content][found:])
+            wanted.append((content, event.event_id))
+    claimable = [None if raw.get("tool_call_id") else text for raw, text in zip(messages, texts, strict=True)]
+    missing += _claim(wanted, claimable)
     order = {e.event_id: i for i, e in enumerate(events)}
     return sorted(missing, key=lambda eid: order.get(eid, 0))
+
+
+def _claim(wanted: Sequence[tuple[str, str]], texts: list[str | None]) -> list[str]:
+    """The event ids of ``wanted`` (content, event id) that no message of ``texts`` carries, one message each.
+
+    A message carries one event: a short text ("yes", "好") is not held by a longer message that
+    merely contains it, nor twice by one message. Longer contents claim first (they fit fewer
+    messages), a message equal to the content before one that only begins or ends with it at a word
+    break (the request's summary or notes in front of a user turn). ``None`` texts are not claimable
+    (tool results, matched by their call id). A pass whose text a claim misses is sent standalone.
+    """
+    free = list(texts)
+    missing = []
+    for content, event_id in sorted(wanted, key=lambda w: -len(w[0])):
+        found = next((i for i, t in enumerate(free) if t == content), None)
+        if found is None:
+            found = next((i for i, t in enumerate(free) if t is not None and _holds(t, content)), None)
+        if found is None:
+            missing.append(event_id)
+        else:
+            free[found] = None
+    return missing
+
+
+def _holds(text: str, content: str) -> bool:
+    """``text`` is ``content`` with something put before or after it, at a word break (normalized: one space)."""
+    return text.startswith(content + " ") or text.endswith(" " + content)
 
 
 def _arguments(raw: object) -> str:

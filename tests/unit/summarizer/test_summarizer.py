@@ -687,6 +687,32 @@ async def test_fork_containment_reads_parts_cjk_and_tool_ids() -> None:
     assert fork_misses(decomposed, [event(1, "user", "Café")], "", DEFAULT_FORMATTER) is None
 
 
+@pytest.mark.parametrize(("short", "longer"), [("好", "我们去里斯本好吗"), ("yes", "Book the 9am flight? yes")])
+async def test_a_short_message_the_callers_request_dropped_is_not_held_by_a_longer_one(short: str, longer: str) -> None:
+    events = [event(1, "user", longer), event(2, "agent", short), event(3, "user", "那就订票吧 then book it")]
+    messages = request_messages(events)
+    assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+    dropped = [messages[0], messages[2]]  # the caller's request lost the short answer
+    missing = fork_misses(dropped, events, "", DEFAULT_FORMATTER)
+    assert missing is not None and "(e2)" in missing
+    # Through the summarizer: the fork is declined and the standalone request holds the short answer.
+    model = ScriptedModel()
+    result = await make(model).summarize("", events, model_request={"messages": dropped}, session=SESSION)
+    assert not result.fork_used and "(e2)" in (result.report.calls[0].fork_declined or "")
+    assert f"agent: {short}\n" in user_text(model.requests[0])
+    # One message holds one event: the short answer shown once does not stand for two.
+    twice = [*events[:2], event(4, "agent", short)]
+    assert "(e4)" in (fork_misses(request_messages(twice)[:2], twice, "", DEFAULT_FORMATTER) or "")
+
+
+def test_a_fork_still_holds_the_turns_the_request_put_a_summary_or_notes_in_front_of() -> None:
+    events = [event(1, "user", "好"), event(2, "agent", "ok"), event(3, "user", "yes")]
+    messages = request_messages(events)
+    messages[0]["content"] = "Background from earlier:\n\n<summary_of_previous_interactions>\nP1\n</x>\n\n好"
+    messages[2]["content"] = "[distill: left out to keep every tool call answered: event_id=e0]\n\nyes"
+    assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+
+
 @pytest.mark.parametrize("prompt", ["P {previous_summary}\nC {conversation_text}", "C {conversation_text}"])
 def test_previous_summary_is_never_dropped_a_shorter_prefix_or_an_error_instead(prompt: str) -> None:
     builder = RequestBuilder(build_prompts(prompt), COUNTER)
