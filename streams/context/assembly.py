@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from schemas import Message, SessionEvent, SummaryBoundary
 from streams.context.compaction import CompactionConfig, CompactionStats, compact, compact_resume_tail
-from streams.context.history import event_message, project_history, select_runs
+from streams.context.history import event_message, project_history, runs_note, select_runs
 from streams.context.injection import (
     InjectionMode,
     SummaryFormatter,
@@ -101,6 +101,9 @@ class AssemblyReport:
     """The events whose messages tailoring dropped (named in a note in the request's latest user turn)."""
     payload_peaks: PayloadPeaks = field(default_factory=PayloadPeaks)
     """The largest tool result, arguments and message text before tailoring (fitting skips lower cuts)."""
+    runs_left_out: tuple[str, ...] = ()
+    """The events of the runs ``max_history_runs`` left out (summaries off); a note in the latest user turn
+    names them."""
 
 
 @dataclass(frozen=True)
@@ -225,8 +228,11 @@ def assemble(
     boundary = summary.boundary if use_summary and summary is not None else None
     projection = project_history(visible, boundary, current_index, log=events)
     items = projection.items + ([extra] if extra is not None else [])
+    runs_left_out: list[str] = []
     if not opts.add_session_summary:
-        items = select_runs(items, opts.max_history_runs)
+        kept = select_runs(items, opts.max_history_runs)  # a suffix: the oldest runs go
+        runs_left_out = list(dict.fromkeys(i.event_id for i in items[: len(items) - len(kept)] if i.event_id))
+        items = kept
 
     session_load = SESSION_LOAD in names
     items, resume_stats = compact_resume_tail(items, opts.compaction, counter, session_load=session_load)
@@ -248,7 +254,10 @@ def assemble(
     if use_summary and not in_user_turn:
         head = merge_into_system(head, block)
     left_out = list(dict.fromkeys([*projection.left_out, *pairing.left_out]))
-    left_note = left_out_note(left_out, session_load=session_load)
+    left_note = "\n\n".join(n for n in (
+        runs_note(runs_left_out, opts.max_history_runs, session_load=session_load),
+        left_out_note(left_out, session_load=session_load),
+    ) if n)  # fmt: skip
     offered = RecallCapabilities(
         search=opts.recall.search and SESSION_SEARCH in names, load=opts.recall.load and session_load
     )
@@ -291,6 +300,7 @@ def assemble(
         summary_injected=use_summary,
         payload_cuts=cut_stats,
         tailored_event_ids=tuple(dropped_ids),
+        runs_left_out=tuple(runs_left_out),
         payload_peaks=payload_peaks(items, costs, counter) if opts.token_budget is not None else PayloadPeaks(),
     )
     return AssembledRequest(messages, tool_list, report)

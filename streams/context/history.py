@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from schemas import Message, SessionEvent, SummaryBoundary
 from streams.context.items import HistoryItem, Origin
+from streams.context.notes import event_span, recall_hint
 from streams.context.resume import ResumeRound, latest_complete_round
 from streams.rules.boundaries import events_after
 from streams.rules.eligibility import is_user_turn_message, shown_message
@@ -217,6 +218,22 @@ def _restore_user_anchors(
                 restored += 1
                 break
     return restored
+
+
+RUNS_LEFT_OUT_MARK = "[distill: earlier runs left out of this request"
+
+
+def runs_note(event_ids: Sequence[str], max_runs: int, *, session_load: bool) -> str:
+    """The request's note naming the events of the runs ``max_history_runs`` leaves out (``""``: none).
+
+    Go's ``WithMaxHistoryRuns`` drops them without a word; with summaries off no summary
+    stands in for them either, so the request says that earlier runs exist, which events they
+    are and how to read them back (a range and a count, :func:`.notes.event_span`).
+    """
+    if not event_ids:
+        return ""
+    where = recall_hint(session_load, many=True)
+    return f"{RUNS_LEFT_OUT_MARK} (only the last {max_runs} are sent): {event_span(event_ids)}; {where}]"
 
 
 def select_runs(items: Sequence[HistoryItem], max_runs: int) -> list[HistoryItem]:

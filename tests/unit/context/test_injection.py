@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from schemas import Message
-from streams.context import AssemblyOptions, assemble
+from streams.context import AssemblyOptions, RecallCapabilities, assemble
+from streams.context.history import RUNS_LEFT_OUT_MARK
 from streams.context.injection import (
     SUMMARY_TAG,
     default_system_format,
@@ -108,9 +109,24 @@ def test_summary_off_uses_max_history_runs_and_ignores_the_summary() -> None:
     s = _session()
     opts = AssemblyOptions(add_session_summary=False, max_history_runs=2)
     req = assemble("sys", summary_at(s.events[1], "SUMMARY"), s.events, "hi", options=opts)
-    assert [m["content"] for m in req.messages] == ["sys", "newer question", "newer answer", "hi"]
+    assert [m["content"] for m in req.messages[:3]] == ["sys", "newer question", "newer answer"]
     all_runs = assemble("sys", None, s.events, "hi", options=AssemblyOptions(max_history_runs=0))
-    assert len(all_runs.messages) == 6
+    assert len(all_runs.messages) == 6 and not all_runs.report.runs_left_out
+
+
+def test_the_runs_max_history_runs_leaves_out_are_named_not_dropped_silently() -> None:
+    # Go drops them without a word; with summaries off nothing else holds them in the request.
+    s = _session()
+    s.turn("r3").user("第三个问题：去里斯本的航班")
+    s.answer("好")
+    req = assemble("sys", None, s.events, "接着说", options=AssemblyOptions(max_history_runs=2))
+    assert [m["content"] for m in req.messages[1:-1]] == ["第三个问题：去里斯本的航班", "好"]
+    assert req.report.runs_left_out == ("e1", "e2", "e3", "e4")
+    note, _, asked = req.messages[-1]["content"].rpartition("\n\n")
+    assert asked == "接着说" and note.startswith(RUNS_LEFT_OUT_MARK) and "event_id=e1, e2, e3, e4" in note
+    recall = AssemblyOptions(max_history_runs=2, recall=RecallCapabilities(search=True, load=True))
+    recalled = assemble("sys", None, s.events, "接着说", options=recall)
+    assert "session_load(event_id=...) returns them" in recalled.messages[-1]["content"]
 
 
 def test_summary_on_ignores_max_history_runs() -> None:
