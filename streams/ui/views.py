@@ -208,6 +208,8 @@ class ReportView:
     job_id: str
     previous_boundary: str
     boundary: str
+    length_cut: dict[str, Any] | None = None
+    """The summary cut to ``max_summary_length`` (its numbers), ``None`` when it was not."""
 
 
 def version_rows(history: Iterable[StoredSummary]) -> list[VersionRow]:
@@ -256,6 +258,7 @@ def report_view(record: SessionSummary) -> ReportView:
         truncated_previous_summary=report.truncated_previous_summary,
         partial_prefix=report.partial_prefix,
         stats=record.stats.model_dump(mode="json"),
+        length_cut=report.length_cut.model_dump(mode="json") if report.length_cut is not None else None,
         model=record.model,
         prompt_version=record.prompt_version,
         job_id=record.job_id,

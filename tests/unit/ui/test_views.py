@@ -10,7 +10,7 @@ from projections.catalog import ProjectorOffset, SessionOverview
 from projections.read_api import StoredEvent, StoredSummary
 from schemas import SessionKey
 from schemas.dead_letter import DeadLetter
-from schemas.summaries import SessionSummary, SummaryBoundary, SummaryReport, TriggerReport
+from schemas.summaries import LengthCut, SessionSummary, SummaryBoundary, SummaryReport, TriggerReport
 from streams.app.tracked import TrackedKey
 from streams.rules.trigger_state import InFlight, SessionTriggerState
 from streams.ui import views
@@ -147,6 +147,16 @@ def test_versions_default_to_the_newest_diffed_against_the_one_before() -> None:
     assert [r.version for r in views.version_rows(history)] == [3, 2, 1]
     diff = views.version_diff(history[0], history[2])
     assert (diff.old_version, diff.new_version, diff.inserted_chars, diff.deleted_chars) == (2, 3, 1, 1)
+
+
+def test_a_summary_cut_to_max_summary_length_says_so_in_its_report_view() -> None:
+    e = [ev(1), ev(2)]
+    record = _stored(1, "短摘要。", e[1]).record
+    assert views.report_view(record).length_cut is None
+    cut = LengthCut(max_chars=600, answer_chars=1200, rewrite_chars=None, kept_chars=598)
+    cut_record = record.model_copy(update={"report": record.report.model_copy(update={"length_cut": cut})})
+    assert views.report_view(cut_record).length_cut == {
+        "max_chars": 600, "answer_chars": 1200, "rewrite_chars": None, "kept_chars": 598}  # fmt: skip
 
 
 def test_the_covered_window_is_between_the_previous_and_the_current_boundary() -> None:
