@@ -22,7 +22,8 @@ guide's own Chinese prompt with ``max_summary_length=600`` (the scripted model
 writes past it and shortens when asked), and events that hold their text
 outside plain content: failed tool and model calls (only ``error{type,message}``),
 the code a trpc code executor ran and its output (``to_session_events``), and
-the items of openai-agents hosted tools (``item_to_event``). For those sessions
+the items of openai-agents hosted tools (``item_to_event``), and images both
+adapters attach (named in the text by type, size and name or URL). For those sessions
 the read side is checked too: the view a ``SessionBackend`` reads back from
 Cassandra, assembled into a request, shows every marker (in the summary it
 injects, or in the events after its boundary).
@@ -71,7 +72,7 @@ from tests.support.openai_server import CHINESE_CAPPED, SHORTENED, FaultMix, Mar
 from tests.support.private_kafka import private_kafka
 
 trpc_events = pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
-from trpc_agent_sdk.types import Content, Part  # noqa: E402
+from trpc_agent_sdk.types import Blob, Content, Part  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -250,6 +251,14 @@ def mixed_round(b: SessionBuilder, mark: Any, round_: int) -> list[SessionEvent]
     ]  # fmt: skip
     item = hosted[round_ % len(hosted)]()
     out.append(adopt(item_to_event(item, key, event_id=next_id(), timestamp=b.t, request_id=b.request)))
+    # Attachments the model saw: named in the text (kind, type, size, name or URL), the bytes never copied.
+    photo = Part(inline_data=Blob(data=b"\x89PNG" * 300, mime_type="image/png", display_name=f"收据{mark()}.png"))
+    ask = Content(role="user", parts=[Part.from_text(text="看看这张收据"), photo])
+    shown = trpc_events.Event(id=next_id(), invocation_id=b.request, author="user", content=ask)
+    out.append(adopt(to_session_events(shown, key, Clock())[0]))
+    url = {"type": "input_image", "image_url": f"https://x.test/{mark()}.png"}
+    image = {"role": "user", "content": [{"type": "input_text", "text": "还有这张"}, url]}
+    out.append(adopt(item_to_event(image, key, event_id=next_id(), timestamp=b.t, request_id=b.request)))
     out.append(b.assistant(f"请 05:45 前出发，车费 165 元。{mark()}"))
     return out
 
