@@ -263,15 +263,22 @@ def _claim(wanted: Sequence[tuple[str, str]], texts: list[str | None]) -> list[s
     (tool results, matched by their call id). A pass whose text a claim misses is sent standalone.
     """
     free = list(texts)
+    equal: dict[str, list[int]] = {}  # the usual case, one lookup: a message that is its event's text
+    for i, text in enumerate(texts):
+        if text is not None:
+            equal.setdefault(text, []).append(i)
     missing = []
     for content, event_id in sorted(wanted, key=lambda w: -len(w[0])):
-        found = next((i for i, t in enumerate(free) if t == content), None)
+        same = equal.get(content)
+        found = same.pop(0) if same else None
         if found is None:
             found = next((i for i, t in enumerate(free) if t is not None and _holds(t, content)), None)
         if found is None:
             missing.append(event_id)
         else:
             free[found] = None
+            if (text := texts[found]) is not None and found in equal.get(text, ()):
+                equal[text].remove(found)
     return missing
 
 

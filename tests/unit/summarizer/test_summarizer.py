@@ -711,6 +711,9 @@ def test_a_fork_still_holds_the_turns_the_request_put_a_summary_or_notes_in_fron
     messages[0]["content"] = "Background from earlier:\n\n<summary_of_previous_interactions>\nP1\n</x>\n\n好"
     messages[2]["content"] = "[distill: left out to keep every tool call answered: event_id=e0]\n\nyes"
     assert fork_misses(messages, events, "", DEFAULT_FORMATTER) is None
+    # A text that is also the start of another one: each still finds its own message, in any order.
+    pair = [event(1, "agent", "ok"), event(2, "agent", "ok fine")]
+    assert fork_misses(request_messages(pair)[::-1], pair, "", DEFAULT_FORMATTER) is None
 
 
 @pytest.mark.parametrize("prompt", ["P {previous_summary}\nC {conversation_text}", "C {conversation_text}"])
