@@ -155,6 +155,9 @@ class SummarySettings(_Section):
     tiktoken_default_encoding: str = "o200k_base"
     max_summary_words: int | None = Field(default=200, ge=0)
     max_summary_length: int | None = Field(default=None, ge=0)
+    """The Python guide's cap on the summary, in characters: stated to the model in every request
+    (``{max_summary_length}`` in a prompt, else a line beside it), an answer over it sent back once to
+    be shortened, and a cut that still happens reported (``SummaryReport.length_cut``). ``None``/0: none."""
     prompt: str | None = None
     system_prompt: str | None = None
     fork_prompt: str | None = None

@@ -11,8 +11,10 @@ pass rolled forward). So the input is shrunk only for a context-length
 refusal (one standalone retry at half the budget); an empty answer, or one
 the provider cut off (``finish_reason`` ``length``/``content_filter``), is
 asked again with the same request and then fails, never cut nor stored; a forked caller
-request is used only when it holds every event of the pass (payloads whole); and a
-pre-summary hook that leaves no text summarizes nothing.
+request is used only when it holds every event of the pass (payloads whole); a
+pre-summary hook that leaves no text summarizes nothing; and an answer over
+``max_summary_length`` (a limit every request states) is sent back once to be
+shortened by the model, a cut that still happens reported (``length_cut``).
 """
 
 from __future__ import annotations
