@@ -33,7 +33,7 @@ from schemas.records import EventTopicRecord, non_finite_number
 from schemas.settings import Settings
 from streams.app.decoding import decode_summary_record
 from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
-from streams.errors import DistillError, NonFiniteNumberError
+from streams.errors import DistillError, NonFiniteNumberError, RecordTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class DistillClient:
         """Send one event or command (with the session's record ``key``, default the canonical one);
         returns its ``(partition, offset)`` once acknowledged."""
         md = await self.producer.send_and_wait(
-            self.settings.topics.events, _value(record), key=_key(record) if key is None else key
+            self.settings.topics.events, self._value(record), key=_key(record) if key is None else key
         )
         return md.partition, md.offset
 
@@ -109,7 +109,8 @@ class DistillClient:
     async def publish_logged(self, records: Iterable[EventTopicRecord]) -> list[int]:
         """:meth:`publish_many`, returning each record's offset in the events topic, in order: its place in
         its session's log (every record of a session shares one partition)."""
-        encoded = [(_value(r), _key(r)) for r in records]  # a record that cannot be sent stops all before any is sent
+        # A record that cannot be sent (too large, a NaN) stops all before any is sent.
+        encoded = [(self._value(r), _key(r)) for r in records]
         futures = [await self.producer.send(self.settings.topics.events, value, key=key) for value, key in encoded]
         return [(await future).offset for future in futures]
 
@@ -117,6 +118,14 @@ class DistillClient:
         """Send bytes as they are (tests, ``distill publish`` of pre-validated lines)."""
         md = await self.producer.send_and_wait(self.settings.topics.events, value, key=key)
         return md.partition, md.offset
+
+    def _value(self, record: EventTopicRecord) -> bytes:
+        """``record``'s JSON, within the record limit (else ``RecordTooLargeError``: the worker refuses it)."""
+        value = _value(record)
+        limit = self.settings.kafka.max_record_bytes
+        if len(value) > limit:
+            raise RecordTooLargeError(_named(record), len(value), limit)
+        return value
 
     async def summaries(
         self,
@@ -291,6 +300,12 @@ async def _records(
 
 def _key(record: EventTopicRecord) -> bytes:
     return record.session_key.kafka_key()
+
+
+def _named(record: EventTopicRecord) -> str:
+    """How an error names ``record``: its type and id (never its content)."""
+    ident = getattr(record, "event_id", None) or getattr(record, "command_id", None)
+    return f"{record.type} {ident!r} of session {'/'.join(record.session_key)}"
 
 
 def _value(record: BaseModel) -> bytes:

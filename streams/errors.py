@@ -30,6 +30,22 @@ class NonFiniteNumberError(InvalidRecordError, ValueError):
         self.value = value
 
 
+class RecordTooLargeError(InvalidRecordError, ValueError):
+    """A record to publish is larger, as UTF-8 JSON, than ``KafkaSettings.max_record_bytes``.
+
+    Raised before anything is sent: the worker would refuse the record (a dead letter) while the
+    broker, whose topics take a little more, stored it for the other stages.
+    """
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is {size} bytes as JSON, over the record limit of {limit} bytes (kafka.max_record_bytes): "
+            "cut or store the payload elsewhere and publish a reference to it"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class RetryableError(DistillError):
     """A transient failure (LLM 429/5xx, timeouts, Cassandra unavailable)."""
 
