@@ -24,7 +24,7 @@ from schemas import (
     SummaryReply,
     parse_event_record,
 )
-from schemas.records import validation_reason
+from schemas.records import json_object, validation_reason
 
 SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
 """A record of the summaries topic: every consumer handles the four (a reply and a switch are no summary)."""
@@ -80,9 +80,24 @@ def decode_summary_record(raw: bytes) -> SummaryRecord:
     return SessionSummary.model_validate(data)
 
 
-def decode_job_record(raw: bytes) -> SummaryJob | AdoptEpoch:
-    """A record of the jobs topic: a summary job, or an epoch switch the track agent forwarded."""
-    data = json.loads(raw)
-    if isinstance(data, dict) and data.get("type") == "adopt_epoch":
-        return AdoptEpoch.model_validate(data)
-    return SummaryJob.model_validate(data)
+def decode_job_record(raw: bytes | None) -> SummaryJob | AdoptEpoch | Rejected:
+    """A record of the jobs topic: a summary job, or an epoch switch the track agent forwarded; never raises.
+
+    The worker writes the topic, but a record written by hand, another tool or an older build can
+    be anything: it decodes to :class:`Rejected` with the reason (the summarize agent dead-letters
+    it and goes on; raised, it crashed the agent, which stopped every partition's jobs until its
+    restart, and left no trace of the record but a log line quoting it).
+    """
+    if raw is None:
+        return Rejected(b"", "RecordDecodeError", "empty record value (a tombstone) on the jobs topic")
+    try:
+        data = json_object(raw)
+        if data.get("type") == "adopt_epoch":
+            return AdoptEpoch.model_validate(data)
+        return SummaryJob.model_validate(data)
+    except RecordDecodeError as exc:
+        return Rejected(raw, "RecordDecodeError", str(exc))
+    except ValidationError as exc:
+        return Rejected(raw, "ValidationError", validation_reason(exc))
+    except Exception as exc:  # a validator failing otherwise: never the end of the jobs stream
+        return Rejected(raw, type(exc).__name__, f"record refused by the schema's validators: {type(exc).__name__}")

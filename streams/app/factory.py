@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -54,7 +54,7 @@ from streams.app.codecs import (
     register_codecs,
 )
 from streams.app.coordinates import Coordinates
-from streams.app.decoding import decode_event_record, decode_summary_record
+from streams.app.decoding import Rejected, decode_event_record, decode_job_record, decode_summary_record
 from streams.app.extensions import Extensions
 from streams.app.ingest_first import IngestFirst
 from streams.app.ledger import Preload, preload_cache
@@ -538,7 +538,13 @@ def create_app(
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             job = event.value
             produced = msg.timestamp if msg.timestamp else None
-            if isinstance(job, AdoptEpoch):  # an epoch switch: ordered with the full session's jobs
+            if job is None:  # a tombstone: Faust calls no codec for it
+                job = decode_job_record(None)
+            pool_key: Hashable
+            if isinstance(job, Rejected):  # no job: dead-lettered, acked in its partition's order
+                run = partial(runtime.reject_job, job, coords, msg.key)
+                pool_key = ("rejected", msg.partition, msg.offset)
+            elif isinstance(job, AdoptEpoch):  # an epoch switch: ordered with the full session's jobs
                 run = partial(runtime.run_adoption, job, coords, msg.key or b"")
                 pool_key = table_key(job.app_name, job.user_id, job.session_id, "")
             else:

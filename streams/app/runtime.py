@@ -31,6 +31,7 @@ from schemas.settings import Settings
 from streams import metrics
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
+from streams.app.decoding import Rejected
 from streams.app.epochs import decide_adoption
 from streams.app.event_log import EventLogReader
 from streams.app.headers import summary_headers
@@ -550,6 +551,18 @@ class WorkerRuntime:
             entry[1] -= 1
             if not entry[1]:
                 self._head_locks.pop(name, None)
+
+    async def reject_job(self, rejected: Rejected, coords: Coordinates, key: bytes | None) -> None:
+        """Dead-letter a jobs-topic record that is no job (``Rejected``: its bytes, key and reason).
+
+        Nothing waits for it (no job id is known) and no key's boundary moves: the record is kept
+        where ``distill dead-letters`` shows it, and the jobs after it run as usual.
+        """
+        fields = {**coords.log_fields(), "error_class": rejected.error_class}
+        log.error("undecodable summary job dead-lettered", extra=fields)
+        dl = dead_letter_for(rejected.raw, key, coords, rejected.error_class, rejected.reason, "summarize")
+        await self._send_retrying(self.topics.dead_letters, key or b"", dl.model_dump_json().encode(), coords, fields)
+        metrics.DEAD_LETTERS.labels("summarize", rejected.error_class).inc()
 
     async def _give_up(
         self, run: _Run, exc: BaseException, coords: Coordinates, key: bytes, fields: dict[str, Any],
