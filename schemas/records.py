@@ -46,6 +46,9 @@ def json_object(raw: bytes | str) -> dict[str, Any]:
         data = json.loads(raw, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordDecodeError(f"not valid JSON: {exc}") from exc
+    except RecursionError:
+        # Not a ValueError: let through, it stopped the projector's and the indexer's batch at every retry.
+        raise RecordDecodeError("not readable JSON: arrays or objects nested too deep") from None
     if not isinstance(data, dict):
         raise RecordDecodeError(f"expected a JSON object, got {type(data).__name__}")
     return data

@@ -7,7 +7,6 @@ large decodes to :class:`Rejected`, with the reason.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -68,9 +67,13 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
 
 
 def decode_summary_record(raw: bytes) -> SummaryRecord:
-    """A record of the summaries topic: a summary, a failure answer, a reply naming a summary or an epoch switch."""
-    data = json.loads(raw)
-    kind = data.get("type") if isinstance(data, dict) else None
+    """A record of the summaries topic: a summary, a failure answer, a reply naming a summary or an epoch switch.
+
+    Raises a ``ValueError`` for anything else (``RecordDecodeError``: not a JSON object, nested too deep
+    to read; pydantic's ``ValidationError``): its readers skip such a record, they never stop on it.
+    """
+    data = json_object(raw)
+    kind = data.get("type")
     if kind == "summary_failure":
         return SummaryFailure.model_validate(data)
     if kind == "summary_reply":

@@ -132,3 +132,27 @@ async def test_a_switch_with_several_refused_heads_is_dead_lettered_once_naming_
     assert "'kkkk" in letter.reason and "'jjjj" in letter.reason and "app/u1/s-refused-twice" in letter.reason
     assert len(letter.reason) <= 2000
     assert await served(store, key) == {"": (1, 1, "新摘要")}
+
+
+NESTED = b'{"type": "event", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+"""200 KB of JSON nested deeper than Python's parser goes (``RecursionError``, not a ``ValueError``)."""
+
+
+async def test_json_nested_too_deep_is_dead_lettered_and_the_batch_goes_on(store: Store, key: SessionKey) -> None:
+    """Another producer's record on the events or the summaries topic: ``RecursionError`` out of the
+    batch stopped ``distill projector`` (the projector and the indexer alike), and again at every restart."""
+    outcome = await store.apply(
+        record(EVENTS, event(key, "e1", at=1, content="之前的消息 MK-1"), offset=50),
+        record(EVENTS, NESTED, offset=51),
+        record(SUMMARIES, NESTED, offset=13),
+        record(EVENTS, event(key, "e3", at=3, content="之后的消息 MK-3"), offset=52),
+    )
+    letters = [(d.stage, d.source_topic, d.source_offset, d.error_class) for d in store.dead]
+    # One dead letter per bad record: the projector's (the indexer skips what the projector dead-letters).
+    assert letters == [("project", EVENTS, 51, "RecordDecodeError"), ("project", SUMMARIES, 13, "RecordDecodeError")]
+    assert all("nested" in d.reason for d in store.dead), [d.reason for d in store.dead]
+    assert outcome.events == 2
+    assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1", "e3"]
+    hits = await store.reader.session_search(key, "之后的消息", "current_session", top_k=10)
+    assert "e3" in {h.event_id for h in hits}
+    assert await store.projector.load_offsets() == {(EVENTS, 0): 53, (SUMMARIES, 0): 14}
