@@ -1,4 +1,4 @@
-"""Records on the jobs topic that no distill build wrote (by hand, another tool, a damaged record): real
+"""Records on the jobs (and summaries) topic that no distill build wrote (by hand, another tool, a damaged record): real
 Kafka, one worker process, a model that echoes markers.
 
 Each must give a dead letter naming its coordinates and why it is refused, and the partition must
@@ -54,6 +54,7 @@ def pipeline(service_settings: Settings, tmp_path_factory: pytest.TempPathFactor
         asyncio.run(create_topics(settings))
         with workers(settings, tmp_path_factory.mktemp("badjobs")) as procs:
             LOGS[:] = [p.log_path for p in procs]
+            PROCS[:] = procs
             yield settings
             for p in procs:
                 assert p.proc.poll() is None, p.log_text()[-4000:]
@@ -91,6 +92,7 @@ BAD_JOBS: list[tuple[bytes | None, str, str]] = [
 ]
 
 LOGS: list[Path] = []
+PROCS: list[Any] = []
 
 
 async def test_malformed_jobs_are_dead_lettered_and_the_partition_goes_on(
@@ -144,3 +146,30 @@ async def test_malformed_jobs_are_dead_lettered_and_the_partition_goes_on(
     # restart), and no log line quotes a record.
     log_text = "\n".join(p.read_text(errors="replace") for p in LOGS)
     assert "Crashed" not in log_text and "summary_job" not in log_text
+
+
+async def test_a_summaries_record_nested_too_deep_is_skipped_and_the_worker_goes_on(
+    pipeline: Settings, client: DistillClient
+) -> None:
+    """``RecursionError`` (no ``ValueError``) out of the absorb stage's decoder stopped the worker, and
+    again at every restart."""
+    deep = b'{"type": "summary", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    producer = AIOKafkaProducer(**producer_kwargs(pipeline.kafka))
+    await producer.start()
+    try:
+        await producer.send_and_wait(pipeline.topics.summaries, deep, key=b"bj/deep", partition=0)
+    finally:
+        await producer.stop()
+    session = Marked()
+    await client.publish_many(session.events(4))
+    last = f"{session.b.session}-e{session.b.n}"
+
+    def final(records: list[Any]) -> list[dict[str, Any]]:
+        ours = [r for r in records if r.key != b"bj/deep"]  # json.loads, in summaries_of, cannot read it
+        return [s for s in summaries_of(ours) if s["boundary"]["last_event_id"] == last]
+
+    (summary,) = final(await read_topic(pipeline, pipeline.topics.summaries, until=final))
+    assert set(MARKER.findall(summary["summary"])) == set(session.markers)
+    assert all(p.proc.poll() is None for p in PROCS)
+    log_text = "\n".join(p.read_text(errors="replace") for p in LOGS)
+    assert "undecodable summaries record skipped" in log_text and "stopping the worker" not in log_text
