@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas.records import RecordDecodeError
+
 
 class StoreUnavailable(Exception):
     """Cassandra did not answer (down, timing out, overloaded): retry later, nothing was lost."""
@@ -31,3 +33,8 @@ class InvalidRequest(ValueError):
 
 class MigrationMismatch(RuntimeError):
     """An applied migration's file changed afterwards: the keyspace no longer matches the code."""
+
+
+class RecordKeyError(RecordDecodeError):
+    """An events-topic record of a session without a Kafka key: the worker refuses it (``RecordKeyError``, the
+    same class name on its dead letter), so no stage stores it."""

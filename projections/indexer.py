@@ -102,6 +102,7 @@ from projections.stage import (
     Row,
     SourceRecord,
     dead_letter,
+    refuse_unkeyed,
     refuse_unstorable,
 )
 from schemas import DeleteSession, SessionEvent
@@ -320,6 +321,8 @@ class RecallIndexer(CassandraStage):
                 data = json_object(record.value)
                 refuse_unstorable(record.value, data)
                 parsed = parse_event_data(data)
+                if isinstance(parsed, SessionEvent | DeleteSession):
+                    refuse_unkeyed(record, parsed.session_key)
             except (RecordDecodeError, ValidationError):
                 outcome.ignored += 1
                 continue

@@ -88,6 +88,7 @@ from projections.stage import (
     Row,
     SourceRecord,
     dead_letter,
+    refuse_unkeyed,
     refuse_unstorable,
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
@@ -283,8 +284,10 @@ class Projector(CassandraStage):
         refuse_unstorable(record.value, data)
         parsed = parse_event_data(data)
         if isinstance(parsed, SessionEvent):
+            refuse_unkeyed(record, parsed.session_key)
             return _Event(record, parsed, data)
         if isinstance(parsed, DeleteSession):
+            refuse_unkeyed(record, parsed.session_key)
             return _Delete(record, parsed)
         return None  # summarize commands are the worker's business
 

@@ -30,9 +30,9 @@ from cassandra.query import BatchStatement, BatchType
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
-from projections.errors import StoreRefused, StoreUnavailable
+from projections.errors import RecordKeyError, StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
-from schemas import DeadLetter
+from schemas import DeadLetter, SessionKey
 from schemas.records import RecordDecodeError, json_object
 
 _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
@@ -172,6 +172,21 @@ def _refuse_oversized_partition_key(data: object) -> None:
                 raise RecordDecodeError(
                     f"{name} is {size} bytes in UTF-8, over Cassandra's key limit ({MAX_KEY_BYTES})"
                 )
+
+
+def refuse_unkeyed(record: SourceRecord, session: SessionKey) -> None:
+    """``RecordKeyError`` when ``record`` (an event or a delete of ``session``) has no Kafka key.
+
+    The worker refuses such a record (the partitioner spreads unkeyed records over
+    partitions: it is never read into its session's summaries). Stored, it showed in the
+    prompt and in search until a boundary hid it, summarized by none: refused here too,
+    it stays a dead letter until it is sent again with the session's key.
+    """
+    if record.key is None:
+        raise RecordKeyError(
+            f"record of session {'/'.join(session)} has no Kafka key (null): a session's records must all carry "
+            "one non-null key so that they share a partition"
+        )
 
 
 def refuse_unstorable(raw: bytes, data: object = None) -> None:

@@ -7,11 +7,13 @@ retried forever, stalling its partition.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from projections.stage import SourceRecord
 from schemas import SessionKey
 from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, event, key, record, store, summary
 
@@ -156,3 +158,29 @@ async def test_json_nested_too_deep_is_dead_lettered_and_the_batch_goes_on(store
     hits = await store.reader.session_search(key, "之后的消息", "current_session", top_k=10)
     assert "e3" in {h.event_id for h in hits}
     assert await store.projector.load_offsets() == {(EVENTS, 0): 53, (SUMMARIES, 0): 14}
+
+
+async def test_a_record_without_a_key_is_dead_lettered_not_stored(store: Store, key: SessionKey) -> None:
+    """The worker refuses a session's record without a Kafka key (``RecordKeyError``): it is read into none
+    of the session's summaries. The projector stored it all the same: the prompt showed it, search found it,
+    until a boundary hid it, summarized by no one."""
+
+    def unkeyed(value: dict[str, Any], offset: int) -> SourceRecord:
+        return dataclasses.replace(record(EVENTS, value, offset=offset), key=None)
+
+    delete = {"type": "delete_session", "command_id": "d1", "app_name": key.app_name, "user_id": key.user_id,
+              "session_id": key.session_id}  # fmt: skip
+    outcome = await store.apply(
+        record(EVENTS, event(key, "e1", at=1, content="有键的消息 MK-1"), offset=60),
+        unkeyed(event(key, "e2", at=2, content="孤儿记录 MK-2"), 61),
+        unkeyed(delete, 62),
+        record(EVENTS, event(key, "e3", at=3, content="有键的消息 MK-3"), offset=63),
+    )
+    assert [(d.stage, d.source_offset, d.error_class, d.key_b64) for d in store.dead] == [
+        ("project", 61, "RecordKeyError", None), ("project", 62, "RecordKeyError", None)]  # fmt: skip
+    assert all(f"{key.app_name}/{key.user_id}/{key.session_id} has no Kafka key" in d.reason for d in store.dead)
+    assert outcome.events == 2 and outcome.deletes == 0
+    assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1", "e3"]
+    for query in ("孤儿记录", "MK-2"):
+        assert not await store.reader.session_search(key, query, "current_session", top_k=10)
+    assert await store.projector.load_offsets() == {(EVENTS, 0): 64}
