@@ -121,7 +121,7 @@ class DistillClient:
 
     def _value(self, record: EventTopicRecord) -> bytes:
         """``record``'s JSON, within the record limit (else ``RecordTooLargeError``: the worker refuses it)."""
-        value = _value(record)
+        value = encode_record(record)
         limit = self.settings.kafka.max_record_bytes
         if len(value) > limit:
             raise RecordTooLargeError(_named(record), len(value), limit)
@@ -308,8 +308,9 @@ def _named(record: EventTopicRecord) -> str:
     return f"{record.type} {ident!r} of session {'/'.join(record.session_key)}"
 
 
-def _value(record: BaseModel) -> bytes:
-    """``record``'s JSON; ``NonFiniteNumberError`` naming the field when it holds a NaN or an Infinity."""
+def encode_record(record: BaseModel) -> bytes:
+    """``record``'s JSON as the client sends it (its size is what ``kafka.max_record_bytes`` bounds);
+    ``NonFiniteNumberError`` naming the field when it holds a NaN or an Infinity."""
     found = non_finite_number(record)
     if found is not None:
         raise NonFiniteNumberError(*found)

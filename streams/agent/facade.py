@@ -44,8 +44,8 @@ from streams.adapters.backend import SessionBackend
 from streams.adapters.native import Clock
 from streams.agent.messages import InvalidMessageError, to_message, to_usage
 from streams.agent.options import assembly_options, recall_capabilities, refresh_at
-from streams.agent.tools import LocalTool, run_local_tool
-from streams.client import SummaryTimeoutError, SummaryUnavailableError
+from streams.agent.tools import LocalTool, error_result, run_local_tool
+from streams.client import SummaryTimeoutError, SummaryUnavailableError, encode_record
 from streams.context.assembly import AssemblyOptions, AssemblyReport
 from streams.context.fitting import Fitted, fit
 from streams.context.from_read import assemble_from_read, needs_full_history
@@ -208,7 +208,8 @@ class DistillAgent:
         ``enable_on_demand_session``, unless ``tools`` names them); any other call
         by ``tools[name](**arguments)``
         (see :mod:`streams.agent.tools`). Failures are answered to the model as
-        ``{"error": ...}``, never raised.
+        ``{"error": ...}``, never raised; so is a result too large to record (over
+        ``kafka.max_record_bytes`` as an event): what the model is shown is what the session keeps.
         """
         calls = to_message(reply).tool_calls
         if not calls:
@@ -222,8 +223,31 @@ class DistillAgent:
             # their tools ran, their side effects happened, and the next request must show them.
             if results:
                 run = await self._current_run()
-                await asyncio.shield(self._publish([self._event(result, run) for result in results]))
+                answered = zip(results, calls, strict=False)  # results: the first calls' (fewer when cut short)
+                events = [self._recordable(self._event(result, run), call) for result, call in answered]
+                results[:] = [e.message for e in events]
+                await asyncio.shield(self._publish(events))
         return results
+
+    def _recordable(self, event: SessionEvent, call: ToolCall) -> SessionEvent:
+        """``event``, or, when it is over the record limit, the same event answering ``call`` with an error.
+
+        Raised instead (``RecordTooLargeError``), the batch's other results, their tools run, were
+        never published; sent, the worker refused it and no summary held it.
+        """
+        limit = self.backend.settings.kafka.max_record_bytes
+        size = len(encode_record(event))
+        if size <= limit:
+            return event
+        log.warning("tool result over the record limit answered as an error",
+                    extra={"session_id": self.key.session_id, "event_id": event.event_id,
+                           "tool_name": call.function.name, "bytes": size, "limit": limit})  # fmt: skip
+        error = error_result(
+            call,
+            f"the tool's result is {size} bytes as a session event, over the limit of {limit} bytes "
+            "(kafka.max_record_bytes): it was not kept; ask for a smaller part",
+        )
+        return event.model_copy(update={"message": error})
 
     async def _answer(self, call: ToolCall, tools: Mapping[str, LocalTool]) -> Message:
         recall = self.recall

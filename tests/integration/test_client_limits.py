@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.app.decoding import decode_event_record
-from streams.client import DistillClient, _value
+from streams.client import DistillClient, encode_record
 from streams.clients.kafka_config import consumer_kwargs
 from streams.clients.topics_admin import ensure_topics
 from streams.errors import RecordTooLargeError
@@ -48,10 +48,10 @@ async def logged(settings: Settings) -> int:
 def sized(b: SessionBuilder, size: int, marker: str) -> SessionEvent:
     """A tool result of CJK text whose record is exactly ``size`` bytes (ASCII padding for the rest)."""
     base = b.event("tool", marker, message={"tool_call_id": "c1"})
-    cjk = "长" * ((size - len(_value(base))) // 3)
-    pad = "x" * (size - len(_value(base)) - 3 * len(cjk))
+    cjk = "长" * ((size - len(encode_record(base))) // 3)
+    pad = "x" * (size - len(encode_record(base)) - 3 * len(cjk))
     event = base.model_copy(update={"message": base.message.model_copy(update={"content": marker + cjk + pad})})
-    assert len(_value(event)) == size and len(event.message.content or "") < size // 2
+    assert len(encode_record(event)) == size and len(event.message.content or "") < size // 2
     return event
 
 

@@ -19,7 +19,7 @@ from streams.client import (
     SummaryUnavailableError,
     _first_reply,
     _records,
-    _value,
+    encode_record,
     is_nothing_to_summarize,
 )
 from streams.summarizer import SummarySkipped
@@ -171,7 +171,7 @@ def test_a_sync_record_without_force_reads_as_forced_and_the_client_always_sends
     raw += b' "command_id": "c", "reply_to": "r"}'
     assert SummarizeSync.model_validate_json(raw).force is True
     unforced = sync_command().model_copy(update={"force": False})
-    assert json.loads(_value(unforced))["force"] is False
+    assert json.loads(encode_record(unforced))["force"] is False
 
 
 def reply(reply_to: str, filter_key: str = "") -> bytes:

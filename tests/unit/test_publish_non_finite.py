@@ -14,7 +14,7 @@ import pytest
 from schemas import SessionEvent
 from schemas.records import non_finite_number
 from schemas.settings import Settings
-from streams.client import DistillClient, _value
+from streams.client import DistillClient, encode_record
 from streams.errors import InvalidRecordError, NonFiniteNumberError
 
 
@@ -40,7 +40,7 @@ def event(event_id: str = "e1", **extra: Any) -> SessionEvent:
 def test_a_non_finite_number_is_refused_naming_its_field(fields: dict[str, Any], path: str) -> None:
     record = event(**fields)
     with pytest.raises(NonFiniteNumberError, match="JSON has no NaN or Infinity") as caught:
-        _value(record)
+        encode_record(record)
     assert caught.value.path == path
     assert isinstance(caught.value, InvalidRecordError)
 
@@ -48,7 +48,8 @@ def test_a_non_finite_number_is_refused_naming_its_field(fields: dict[str, Any],
 def test_finite_numbers_are_published_as_they_are() -> None:
     record = event(producer={"score": 0.25, "big": 1e308, "n": 3, "ok": True, "none": None})
     assert non_finite_number(record) is None
-    assert json.loads(_value(record))["producer"] == {"score": 0.25, "big": 1e308, "n": 3, "ok": True, "none": None}
+    expected = {"score": 0.25, "big": 1e308, "n": 3, "ok": True, "none": None}
+    assert json.loads(encode_record(record))["producer"] == expected
 
 
 class RecordingProducer:
