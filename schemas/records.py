@@ -46,6 +46,12 @@ def json_object(raw: bytes | str) -> dict[str, Any]:
         data = json.loads(raw, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RecordDecodeError(f"not valid JSON: {exc}") from exc
+    except RecordDecodeError:
+        raise
+    except ValueError as exc:
+        # An integer past Python's digit limit (``int_max_str_digits``): let through, it stopped the
+        # projector's and the indexer's batch at every retry, like the RecursionError below.
+        raise RecordDecodeError(f"not readable JSON: {str(exc).split(';')[0]}") from None
     except RecursionError:
         # Not a ValueError: let through, it stopped the projector's and the indexer's batch at every retry.
         raise RecordDecodeError("not readable JSON: arrays or objects nested too deep") from None

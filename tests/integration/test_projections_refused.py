@@ -138,21 +138,26 @@ async def test_a_switch_with_several_refused_heads_is_dead_lettered_once_naming_
 
 NESTED = b'{"type": "event", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 """200 KB of JSON nested deeper than Python's parser goes (``RecursionError``, not a ``ValueError``)."""
+HUGE_INT = b'{"type": "event", "extra": 1' + b"0" * 5000 + b"}"
+"""An integer past Python's digit limit (a ``ValueError`` that is no ``JSONDecodeError``)."""
 
 
-async def test_json_nested_too_deep_is_dead_lettered_and_the_batch_goes_on(store: Store, key: SessionKey) -> None:
-    """Another producer's record on the events or the summaries topic: ``RecursionError`` out of the
-    batch stopped ``distill projector`` (the projector and the indexer alike), and again at every restart."""
+@pytest.mark.parametrize(("raw", "reason"), [(NESTED, "nested too deep"), (HUGE_INT, "5001 digits")])
+async def test_json_python_cannot_read_is_dead_lettered_and_the_batch_goes_on(
+    store: Store, key: SessionKey, raw: bytes, reason: str
+) -> None:
+    """Another producer's record on the events or the summaries topic: the error out of the batch stopped
+    ``distill projector`` (the projector and the indexer alike), and again at every restart."""
     outcome = await store.apply(
         record(EVENTS, event(key, "e1", at=1, content="之前的消息 MK-1"), offset=50),
-        record(EVENTS, NESTED, offset=51),
-        record(SUMMARIES, NESTED, offset=13),
+        record(EVENTS, raw, offset=51),
+        record(SUMMARIES, raw, offset=13),
         record(EVENTS, event(key, "e3", at=3, content="之后的消息 MK-3"), offset=52),
     )
     letters = [(d.stage, d.source_topic, d.source_offset, d.error_class) for d in store.dead]
     # One dead letter per bad record: the projector's (the indexer skips what the projector dead-letters).
     assert letters == [("project", EVENTS, 51, "RecordDecodeError"), ("project", SUMMARIES, 13, "RecordDecodeError")]
-    assert all("nested" in d.reason for d in store.dead), [d.reason for d in store.dead]
+    assert all(reason in d.reason for d in store.dead), [d.reason for d in store.dead]
     assert outcome.events == 2
     assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1", "e3"]
     hits = await store.reader.session_search(key, "之后的消息", "current_session", top_k=10)
