@@ -149,6 +149,20 @@ def as_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+def utc_instant(value: datetime, name: str) -> datetime:
+    """``as_utc(value)`` for a validator of field ``name``: an instant that leaves the calendar once in UTC
+    (year 1 at a positive offset) is a ``ValueError``, so pydantic's ``ValidationError`` (a dead letter).
+
+    ``as_utc`` raises ``OverflowError`` there, which pydantic lets through: every reader of the record
+    (the projector, the worker's absorb stage, the client's summaries follower) stopped on it, and the
+    Cassandra driver raises it too serializing such a value.
+    """
+    try:
+        return as_utc(value)
+    except OverflowError:
+        raise ValueError(f"{name} is out of range once in UTC (before year 1 or after 9999)") from None
+
+
 class SessionKey(NamedTuple):
     """The identity of a session, and the partitioning key of its records."""
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from schemas.base import SCHEMA_VERSION, ContractModel, SessionKey, SessionRecord, WireBool, WireInt
+from schemas.base import SCHEMA_VERSION, ContractModel, SessionKey, SessionRecord, WireBool, WireInt, utc_instant
 from schemas.summaries import SessionSummary
 
 EPOCH_NOT_CAUGHT_UP = "EpochNotCaughtUp"
@@ -131,6 +131,11 @@ class EpochAdopted(ContractModel):
     """Every key's head reached the live line's boundary at the switch."""
     source: str = ""
     created_at: datetime
+
+    @field_validator("created_at")
+    @classmethod
+    def _created_utc(cls, value: datetime) -> datetime:
+        return utc_instant(value, "created_at")
 
     @property
     def session_key(self) -> SessionKey:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from schemas.base import SCHEMA_VERSION, ContractModel, SessionKey, as_utc
+from schemas.base import SCHEMA_VERSION, ContractModel, SessionKey, utc_instant
 
 TriggerName = Literal[
     "event_threshold",
@@ -44,7 +44,7 @@ class SummaryBoundary(ContractModel):
     @field_validator("cutoff_at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return as_utc(value)
+        return utc_instant(value, "cutoff_at")
 
 
 class TriggerReport(ContractModel):
@@ -190,6 +190,11 @@ class SessionSummary(ContractModel):
     reply_to: str | None = None
     caught_up: bool = True
     chain_from_offset: int | None = Field(default=None, ge=0)
+
+    @field_validator("created_at")
+    @classmethod
+    def _created_utc(cls, value: datetime) -> datetime:
+        return utc_instant(value, "created_at")
 
     @property
     def session_key(self) -> SessionKey:

@@ -189,3 +189,26 @@ async def test_a_record_without_a_key_is_dead_lettered_not_stored(store: Store, 
     for query in ("孤儿记录", "MK-2"):
         assert not await store.reader.session_search(key, query, "current_session", top_k=10)
     assert await store.projector.load_offsets() == {(EVENTS, 0): 64}
+
+
+@pytest.mark.parametrize("field", ["created_at", "cutoff_at"])
+async def test_a_summary_whose_time_leaves_the_calendar_in_utc_is_dead_lettered(
+    store: Store, key: SessionKey, field: str
+) -> None:
+    """Year 1 at +01:00 is before year 1 in UTC: converting it raised OverflowError (in the schema's
+    validator, or in the driver writing ``created_at``), which stopped the projector at every restart."""
+    bad = summary(key, 1, text="坏的摘要", cutoff=1, last_event_id="e1")
+    if field == "created_at":
+        bad["created_at"] = "0001-01-01T00:30:00+01:00"
+    else:
+        bad["boundary"]["cutoff_at"] = "0001-01-01T00:30:00+01:00"
+    outcome = await store.apply(
+        record(EVENTS, event(key, "e1", at=1, content="消息 MK-1"), offset=70),
+        record(SUMMARIES, bad, offset=20),
+        record(SUMMARIES, summary(key, 1, text="好的摘要", cutoff=1, last_event_id="e1"), offset=21),
+    )
+    assert [(d.source_offset, d.error_class) for d in store.dead] == [(20, "ValidationError")]
+    assert f"{field} is out of range once in UTC" in store.dead[0].reason
+    assert outcome.summaries == 1
+    assert await store.reader.get_summary_text(key) == "好的摘要"
+    assert await store.projector.load_offsets() == {(EVENTS, 0): 71, (SUMMARIES, 0): 22}

@@ -4,10 +4,13 @@ a record every reader refuses with the reason, like any other bad JSON: none sto
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
+from pydantic import ValidationError
 
+from projections.projector import parse_summary_record
 from schemas import SessionKey
 from schemas.records import RecordDecodeError, json_object
 from streams.app.decoding import Rejected, decode_event_record, decode_job_record, decode_summary_record
@@ -45,3 +48,15 @@ async def test_the_clients_summaries_follower_skips_it(caplog: pytest.LogCapture
     got = [r async for r in _records(FakeConsumer(msgs), session, True)]  # type: ignore[arg-type]
     assert [r.summary for r in got] == ["text"]  # type: ignore[union-attr]
     assert [r.__dict__["offset"] for r in caplog.records if r.levelno == logging.WARNING] == [0]
+
+
+def test_a_summary_whose_cutoff_leaves_the_calendar_in_utc_is_a_schema_violation() -> None:
+    """Year 1 at +01:00 is before year 1 in UTC: the conversion raised OverflowError, which pydantic lets
+    through (no ValidationError): the projector and the worker's absorb stage stopped on the record."""
+    data = json.loads(summary())
+    data["boundary"]["cutoff_at"] = "0001-01-01T00:30:00+01:00"
+    raw = json.dumps(data).encode()
+    with pytest.raises(ValidationError, match="cutoff_at is out of range once in UTC"):
+        decode_summary_record(raw)
+    with pytest.raises(ValidationError, match="cutoff_at is out of range once in UTC"):
+        parse_summary_record(raw)
