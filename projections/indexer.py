@@ -102,6 +102,7 @@ from projections.stage import (
     Row,
     SourceRecord,
     dead_letter,
+    refuse_oversized,
     refuse_unkeyed,
     refuse_unstorable,
 )
@@ -229,17 +230,20 @@ class RecallIndexer(CassandraStage):
         primary_group: str | None = None,
         primary_wait_s: float = 10.0,
         primary_check_s: float = 0.2,
+        max_record_bytes: int | None = None,
     ) -> None:
         """``scope``, ``primary_chunks``: see the module (both stages of one index take the same
         ``primary_chunks``). The deep stage follows ``primary_group`` (default ``primary_group_of(consumer_group)``),
         checking every ``primary_check_s`` and giving a batch up to ``primary_wait_s`` before it raises
-        ``PrimaryBehind`` (retried by the runner with its backoff)."""
+        ``PrimaryBehind`` (retried by the runner with its backoff). ``max_record_bytes``: records over it are
+        skipped (the projector dead-letters them, as the worker refuses them)."""
         if scope not in ("all", "primary", "deep"):
             raise ValueError(f"unknown index scope {scope!r}")
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
                          pipeline_events=pipeline_events)  # fmt: skip
         self.events_topic = events_topic
+        self.max_record_bytes = max_record_bytes
         self.scope: IndexScope = scope
         self.primary_chunks = max(0, primary_chunks)
         if scope == "deep":
@@ -318,6 +322,7 @@ class RecallIndexer(CassandraStage):
                 outcome.ignored += 1
                 continue
             try:
+                refuse_oversized(record, self.max_record_bytes)
                 data = json_object(record.value)
                 refuse_unstorable(record.value, data)
                 parsed = parse_event_data(data)

@@ -88,6 +88,7 @@ from projections.stage import (
     Row,
     SourceRecord,
     dead_letter,
+    refuse_oversized,
     refuse_unkeyed,
     refuse_unstorable,
 )
@@ -178,9 +179,12 @@ class Projector(CassandraStage):
         batch_bytes: int = 512 * 1024,
         pipeline_events: int = 2000,
         remembered_sessions: int = DEFAULT_REMEMBERED_SESSIONS,
+        max_record_bytes: int | None = None,
     ) -> None:
         """``remembered_sessions``: sessions whose latest timestamp is kept in memory
-        (``projections.late_events.LatestStamps``); a session not remembered costs one row read."""
+        (``projections.late_events.LatestStamps``); a session not remembered costs one row read.
+        ``max_record_bytes``: events-topic records over it are dead-lettered (``OversizedRecord``), as the
+        worker refuses them (``None``: any size)."""
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
                          pipeline_events=pipeline_events)  # fmt: skip
@@ -188,6 +192,7 @@ class Projector(CassandraStage):
         self.summaries_topic = summaries_topic
         self._count = count_tokens or estimate_tokens
         self._stamps = LatestStamps(remembered_sessions)
+        self.max_record_bytes = max_record_bytes
         self._p = self._prepare()
 
     @property
@@ -280,6 +285,7 @@ class Projector(CassandraStage):
             return None
         if record.value is None:
             raise RecordDecodeError("empty record value")
+        refuse_oversized(record, self.max_record_bytes)
         data = json_object(record.value)
         refuse_unstorable(record.value, data)
         parsed = parse_event_data(data)

@@ -30,7 +30,7 @@ from cassandra.query import BatchStatement, BatchType
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
-from projections.errors import RecordKeyError, StoreRefused, StoreUnavailable
+from projections.errors import OversizedRecord, RecordKeyError, StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
 from schemas import DeadLetter, SessionKey
 from schemas.records import RecordDecodeError, json_object
@@ -172,6 +172,13 @@ def _refuse_oversized_partition_key(data: object) -> None:
                 raise RecordDecodeError(
                     f"{name} is {size} bytes in UTF-8, over Cassandra's key limit ({MAX_KEY_BYTES})"
                 )
+
+
+def refuse_oversized(record: SourceRecord, limit: int | None) -> None:
+    """``OversizedRecord`` when ``record``'s value is over ``limit`` bytes (``None``: no limit), in the words
+    of the worker's refusal (``streams.app.decoding``)."""
+    if limit is not None and record.value is not None and len(record.value) > limit:
+        raise OversizedRecord(f"record of {len(record.value)} bytes exceeds the limit of {limit} bytes")
 
 
 def refuse_unkeyed(record: SourceRecord, session: SessionKey) -> None:

@@ -115,7 +115,11 @@ class SummarizeHandler:
         summarizer_for: Callable[[str], SummarizerLike],
         cache: SummaryCache | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        max_record_bytes: int | None = None,
     ) -> None:
+        """``max_record_bytes``: a record over it is read into no summary, as the track side refuses it
+        (``None``: any size)."""
+        self.max_record_bytes = max_record_bytes
         self.ledger = ledger
         self.reader = reader
         self.summarizer_for = summarizer_for
@@ -317,7 +321,9 @@ class SummarizeHandler:
 
     def _event(self, item: RawEvent) -> SessionEvent | None:
         """The session event a record holds (``None``: a command, or not decodable)."""
-        record = decode_event_record(item.value)  # the track side's decode: events in one pydantic step
+        # The track side's decode (events in one pydantic step), and its limit: a record it dead-lettered as
+        # oversized (the topic takes a little more) was read into summaries all the same.
+        record = decode_event_record(item.value, self.max_record_bytes)
         return record if isinstance(record, SessionEvent) else None
 
     def _decode(self, job: SummaryJob, raw: list[RawEvent]) -> tuple[list[SessionEvent], list[bytes], dict[str, int]]:

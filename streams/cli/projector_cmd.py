@@ -82,6 +82,7 @@ def projector_runner(settings: Settings, session: Session, group: str, max_batch
         summaries_topic=settings.topics.summaries,
         consumer_group=group,
         count_tokens=get_token_counter().count_message,
+        max_record_bytes=settings.kafka.max_record_bytes,
     )
     return _runner(settings, projector, max_batch, follow_epochs=True)  # the replays' summaries too
 
@@ -100,6 +101,7 @@ def indexer_runner(settings: Settings, session: Session, group: str, max_batch: 
         gate=CriticalPathGate(session, settings.cassandra.keyspace),  # the critical path first
         scope="primary",
         primary_chunks=settings.index.primary_chunks,
+        max_record_bytes=settings.kafka.max_record_bytes,
     )
     return _runner(settings, indexer, max_batch)
 
@@ -112,7 +114,8 @@ def deep_indexer_runner(settings: Settings, session: Session, group: str, max_ba
     ks = settings.cassandra.keyspace
     gate = primary_gate(session, ks)  # the primary stage first
     indexer = RecallIndexer(session, ks, events_topic=settings.topics.events, consumer_group=group, scope="deep",
-                            primary_chunks=settings.index.primary_chunks, gate=gate)  # fmt: skip
+                            primary_chunks=settings.index.primary_chunks, gate=gate,
+                            max_record_bytes=settings.kafka.max_record_bytes)  # fmt: skip
     return _runner(settings, indexer, max_batch)
 
 

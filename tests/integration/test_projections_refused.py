@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from projections.indexer import RecallIndexer
+from projections.projector import Projector
 from projections.stage import SourceRecord
 from schemas import SessionKey
 from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, event, key, record, store, summary
@@ -212,3 +214,36 @@ async def test_a_summary_whose_time_leaves_the_calendar_in_utc_is_dead_lettered(
     assert outcome.summaries == 1
     assert await store.reader.get_summary_text(key) == "好的摘要"
     assert await store.projector.load_offsets() == {(EVENTS, 0): 71, (SUMMARIES, 0): 22}
+
+
+async def test_a_record_over_the_record_limit_is_dead_lettered_as_the_worker_refuses_it(
+    store: Store, key: SessionKey
+) -> None:
+    """The topic takes ``max_record_bytes`` + 64 KiB; the worker refuses what is over the limit
+    (``OversizedRecord``). The projector stored it all the same: the prompt showed an event that no
+    summary reads, until a boundary hid it. CJK text: the limit is in UTF-8 bytes, not characters."""
+    limit = 20_000
+    ks = store.settings.cassandra.keyspace
+    projector = Projector(store.session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g-lim",
+                          max_record_bytes=limit)  # fmt: skip
+    indexer = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group="g-lim-index",
+                            max_record_bytes=limit)  # fmt: skip
+    big = record(EVENTS, event(key, "e2", at=2, content="超大记录 MK-BIG " + "长" * 8_000), offset=81)
+    assert big.value is not None and len(big.value) > limit > 8_000 + 20
+    records = [
+        record(EVENTS, event(key, "e1", at=1, content="普通消息 MK-1"), offset=80),
+        big,
+        record(EVENTS, event(key, "e3", at=3, content="普通消息 MK-3"), offset=82),
+    ]
+    dead: list[Any] = []
+
+    async def sink(letter: Any) -> None:
+        dead.append(letter)
+
+    outcome = await projector.project(records, sink)
+    await indexer.project(records, sink)
+    assert [(d.stage, d.source_offset, d.error_class) for d in dead] == [("project", 81, "OversizedRecord")]
+    assert dead[0].reason == f"record of {len(big.value)} bytes exceeds the limit of {limit} bytes"
+    assert outcome.events == 2
+    assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1", "e3"]
+    assert not await store.reader.session_search(key, "超大记录", "current_session", top_k=10)

@@ -390,3 +390,22 @@ async def test_a_summary_records_where_its_chain_began_and_every_summary_rolling
     h.cache = None
     unknown = await h.handle(job(7, from_version=1).model_copy(update=after), 1)
     assert isinstance(unknown.record, SessionSummary) and unknown.record.chain_from_offset is None
+
+
+async def test_a_record_the_track_side_refused_as_oversized_is_in_no_summary() -> None:
+    """Over ``kafka.max_record_bytes`` (CJK: three bytes a character), the track side dead-letters a record
+    as ``OversizedRecord`` (the topic takes a little more): the pass must not read it into the summary
+    all the same, or the dead letter says refused what a summary holds."""
+    limit = 4_000
+    big = event(2, "user", "超大的记录 MK-BIG " + "长" * 1_500)
+    events = [*EVENTS[:2], big, *EVENTS[3:]]
+    assert len(big.model_dump_json().encode()) > limit > len(big.message.content or "")
+    assert all(len(e.model_dump_json().encode()) <= limit for e in events if e is not big)
+    model = ScriptedModel(default="the summary", context_window=100_000)
+    summarizer = build_summarizer(Settings(), app_name=SESSION.app_name, model=model)
+    log_ = MemoryEventLog(events)
+    h = SummarizeHandler(MemoryLedger(), log_, lambda app: summarizer, max_record_bytes=limit)
+    result = await h.handle(job(3), 0)
+    assert result.outcome == "summary" and result.events == 3
+    text = str(model.requests[0].messages)
+    assert "MK-BIG" not in text and all(f"message {i} about" in text for i in (0, 1, 3))
