@@ -13,10 +13,15 @@ Per run it prints the command's wall time (boot, cache load and the idle wait in
 its group first committed events and when the last summary was written (from the launch),
 the events drain (first to last committed event of the replay's group, polled every 0.25 s;
 the workers commit every second) and the replay workers' CPU per event over it, beside
-the LLM calls and cache hits the command reports. The boundaries of (a) and (b) must equal
-the live run's (checked). Every topic and consumer group the run makes is deleted.
+the LLM calls and cache hits the command reports. The events drain ends before the jobs do
+(the last summaries come later) and is scaled from the events after the first commit, so it
+also prints the CPU per event up to the last summary from the workers' last idle poll before
+their first commit (boot and imports done, every event and the summary jobs' tail included:
+the figure to compare two builds by) and from their launch (boot included). The boundaries
+of (a) and (b) must equal the live run's (checked). Every topic and consumer group the run
+makes is deleted.
 
-    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--workers 1,2] [--profile PATH]
+    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--workers 1,2] [--hit-only] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_backlog import backlog, bench_topics, last_timestamp, produce, wait_committed
+from benchmarks.bench_backlog import backlog, bench_topics, last_timestamp, produce, topic_count, wait_committed
 from benchmarks.bench_pipeline import committed, start_profiler, stop_profiler, wait_jobs_drained
 from benchmarks.cpu_clock import process_cpu_s
 from schemas.settings import Settings
@@ -52,6 +57,8 @@ CHANGED_PROMPT = "请用要点总结这段对话：{conversation_text}"
 _DONE = re.compile(r"done: (\d+) events, (\d+) summaries \(LLM calls (\d+), reused from cache (\d+)\) → (\S+)")
 _PIDS = re.compile(r"worker pid ([\d, ]+), output")
 POLL_S = 0.25
+IDLE_CPU_S = 0.03
+"""CPU the workers use over one poll (~0.3 s) while they wait for their group: less is idle."""
 
 
 @dataclass
@@ -61,6 +68,11 @@ class ReplayRun:
     last_summary_s: float
     drain_s: float
     drain_cpu_s: float
+    work_cpu_s: float
+    """The workers' CPU from their last idle poll before the first commit (boot done, partitions
+    assigned, waiting for the group) to the last summary: every event and job, no boot."""
+    whole_cpu_s: float
+    """The workers' CPU from their launch to the last summary."""
     events: int
     summaries: int
     llm_calls: int
@@ -75,8 +87,11 @@ def boundaries(records: list[object]) -> dict[tuple[str, str], list[str]]:
     return out
 
 
-async def replay(settings: Settings, events: int, profile: str | None = None, workers: int = 1) -> ReplayRun:
-    """``distill replay --no-adopt --workers N`` over the events topic; its group's progress polled meanwhile."""
+async def replay(
+    settings: Settings, events: int, summaries: int, profile: str | None = None, workers: int = 1
+) -> ReplayRun:
+    """``distill replay --no-adopt --workers N`` over the events topic; its group's progress and the
+    records on its output topic (``summaries`` of them when it is done) polled meanwhile."""
     t0, wall0 = time.monotonic(), time.time()
     proc = subprocess.Popen([DISTILL, "replay", "--no-adopt", "--idle-exit", "2", "--workers", str(workers)],
                             env=worker_env(settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -95,26 +110,35 @@ async def replay(settings: Settings, events: int, profile: str | None = None, wo
     run_id = re.search(r"replay (\S+) started", "".join(out))
     assert run_id is not None, out
     group = f"{settings.worker.app_id}-replay-{run_id.group(1)}"
+    output = re.search(r", output (\S+), log", "".join(out))
+    assert output is not None, out
     spy = start_profiler(pid, profile)
     first: tuple[float, float, int] | None = None
     done: tuple[float, float] | None = None
-    cpu = 0.0
-    while proc.poll() is None and done is None:
+    written: float | None = None  # CPU when the last summary was on the output topic
+    idle = 0.0  # CPU at the last poll before the first commit that found the workers idle
+    cpu = previous = 0.0
+    while proc.poll() is None and (done is None or written is None):
         try:
             cpu = sum(process_cpu_s(p) for p in pids)
         except OSError:
             break
         n = await committed(settings, group)
         now = time.monotonic()
+        if first is None and n == 0 and cpu - previous < IDLE_CPU_S:
+            idle = cpu
+        previous = cpu
         if n > 0 and first is None:
             first = (now, cpu, n)
-        if n >= events:
+        if n >= events and done is None:
             done = (now, cpu)
+        if written is None and await topic_count(settings, output.group(1)) >= summaries:
+            written = cpu
         await asyncio.sleep(POLL_S)
     stop_profiler(spy)
     rest, _ = proc.communicate(timeout=600)
     text = "".join(out) + rest
-    if proc.returncode != 0 or first is None or done is None:
+    if proc.returncode != 0 or first is None or done is None or written is None:
         raise RuntimeError(f"distill replay failed (rc {proc.returncode}):\n{text[-4000:]}")
     summary = _DONE.search(text)
     assert summary is not None, text
@@ -123,7 +147,8 @@ async def replay(settings: Settings, events: int, profile: str | None = None, wo
     return ReplayRun(
         wall_s=time.monotonic() - t0, boot_s=first[0] - t0, last_summary_s=(newest or time.time()) - wall0,
         drain_s=max(POLL_S, (done[0] - first[0]) * events / max(1, drained)),  # a drain within one poll: ~one poll
-        drain_cpu_s=(done[1] - first[1]) * events / max(1, drained), events=int(summary.group(1)),
+        drain_cpu_s=(done[1] - first[1]) * events / max(1, drained),
+        work_cpu_s=written - idle, whole_cpu_s=written, events=int(summary.group(1)),
         summaries=int(summary.group(2)), llm_calls=int(summary.group(3)), cache_hits=int(summary.group(4)),
         topic=summary.group(5),
     )  # fmt: skip
@@ -134,6 +159,8 @@ def line(name: str, run: ReplayRun) -> str:
         f"{name:<24} {run.events:>7} events: command {run.wall_s:5.1f} s ({run.events / run.wall_s:>6,.0f} events/s; "
         f"first events committed at {run.boot_s:4.1f} s, last summary at {run.last_summary_s:4.1f} s), events drain {run.drain_s:5.1f} s ({run.events / run.drain_s:>7,.0f} events/s, "
         f"{run.drain_cpu_s / run.events * 1e6:5.0f} µs CPU/event = {run.events / max(run.drain_cpu_s, 1e-9):>7,.0f} per CPU s); "
+        f"to the last summary {run.work_cpu_s / run.events * 1e6:5.0f} µs CPU/event without boot "
+        f"({run.whole_cpu_s / run.events * 1e6:5.0f} from launch); "
         f"summaries {run.summaries}, LLM calls {run.llm_calls}, cache hits {run.cache_hits}"
     )
 
@@ -160,11 +187,14 @@ async def main(args: argparse.Namespace) -> None:
                 # A prompt of its own per run: an earlier run's summaries fill the cache of the next.
                 changed = settings.model_copy(deep=True)
                 changed.summary.prompt = f"({i}) {CHANGED_PROMPT}"
-                hit = await replay(settings, len(records), args.profile, workers)
+                made = sum(map(len, expected.values()))
+                hit = await replay(settings, len(records), made, args.profile, workers)
                 print(line(f"full cache hit, {workers} w", hit), flush=True)
                 assert hit.llm_calls == 0, "a replay of an unchanged log called the model"
                 assert boundaries(await read_topic(settings, hit.topic, timeout=10)) == expected
-                redo = await replay(changed, len(records), None, workers)
+                if args.hit_only:
+                    continue
+                redo = await replay(changed, len(records), made, None, workers)
                 print(line(f"changed prompt, {workers} w", redo), flush=True)
                 assert redo.llm_calls == sum(map(len, expected.values())), (
                     "the changed prompt did not redo every boundary"
@@ -182,6 +212,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", help="py-spy raw profile of the replay's first worker (full cache hit runs) to PATH"
     )
+    parser.add_argument("--hit-only", action="store_true", help="only the full cache hit runs (no changed prompt)")
     parser.add_argument(
         "--workers",
         default="1,2",
