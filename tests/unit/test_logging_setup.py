@@ -1,0 +1,57 @@
+"""The JSON log line: one object, the record's ``extra`` fields after the standard four."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+from streams.logging_setup import JsonFormatter
+
+
+class _Named:
+    def __str__(self) -> str:
+        return "named"
+
+
+def _record(**extra: object) -> logging.LogRecord:
+    return logging.getLogger("distill.test").makeRecord(
+        "distill.test", logging.INFO, __file__, 1, "summary %s", ("made",), None, extra=extra
+    )
+
+
+def test_a_line_is_the_json_of_the_standard_fields_then_the_extras_in_order() -> None:
+    record = _record(session_id="s1", partition=3, ratio=0.5, caught_up=True, version=None, report=_Named(),
+                     tags=["a"], filter_key="日本", _private="never")  # fmt: skip
+    line = JsonFormatter().format(record)
+    expected = {
+        "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+        "level": "info",
+        "logger": "distill.test",
+        "msg": "summary made",
+        "session_id": "s1",
+        "partition": 3,
+        "ratio": 0.5,
+        "caught_up": True,
+        "version": None,
+        "report": "named",
+        "tags": "['a']",
+        "filter_key": "日本",
+    }
+    # Byte for byte what ``json.dumps(..., ensure_ascii=False)`` writes: non-ASCII as it is, ", " and ": ".
+    assert line == json.dumps(expected, ensure_ascii=False)
+    assert list(json.loads(line)) == list(expected)
+
+
+def test_an_exception_is_written_after_the_extras() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        exc_info = sys.exc_info()
+    record = logging.getLogger("distill.test").makeRecord(
+        "distill.test", logging.ERROR, __file__, 1, "failed", (), exc_info, extra={"job_id": "j"}
+    )
+    out = json.loads(JsonFormatter().format(record))
+    assert list(out)[-2:] == ["job_id", "exc"]
+    assert out["exc"].startswith("Traceback") and "ValueError: boom" in out["exc"]
