@@ -56,14 +56,25 @@ _BUILTIN: dict[str, int] = {
 
 _registry: dict[str, int] = dict(_BUILTIN)
 _lock = threading.Lock()
+_found: dict[str, int | None] = {}
+"""Answers by model name as given, cleared when the registry changes: a name not registered as
+such is matched against every known name (per job for the summary model, per event for an
+event's model)."""
+_FOUND_MAX = 4096
+"""Names remembered at most (an event's model name is the producer's: cleared past it)."""
+_generation = 0
+"""Registrations so far (an answer found before one is not remembered after it)."""
 
 
 def register_model_context_window(model: str, tokens: int) -> None:
     """Register (or override) the window of ``model`` for this process."""
     if tokens <= 0:
         raise RuleConfigurationError(f"context window of {model!r} must be > 0, got {tokens}")
+    global _generation
     with _lock:
         _registry[model.strip().lower()] = tokens
+        _generation += 1
+        _found.clear()
 
 
 def lookup_context_window(model: str | None) -> int | None:
@@ -73,6 +84,20 @@ def lookup_context_window(model: str | None) -> int | None:
     """
     if not model:
         return None
+    found = _found.get(model, -1)  # -1: not asked yet (a window is positive)
+    if found != -1:
+        return found
+    generation = _generation
+    found = _scan(model)
+    with _lock:
+        if generation == _generation:
+            if len(_found) >= _FOUND_MAX:
+                _found.clear()
+            _found[model] = found
+    return found
+
+
+def _scan(model: str) -> int | None:
     name = model.strip().lower()
     candidates = (name, name.rsplit("/", 1)[-1])
     for candidate in candidates:

@@ -168,6 +168,25 @@ def test_registry_lookup_and_registration() -> None:
         register_model_context_window("x", 0)
 
 
+def test_a_name_asked_again_has_the_same_answer_until_a_registration_changes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streams.rules import context_windows
+
+    monkeypatch.setattr(context_windows, "_registry", dict(context_windows._BUILTIN))
+    monkeypatch.setattr(context_windows, "_found", {})
+    asked = ["gpt-4o-2024-08-06", "vendor/claude-sonnet-4:beta", "my-later-model-v2", "never-heard-of-it"]
+    first = [lookup_context_window(m) for m in asked]
+    assert first == [128000, 200000, None, None]
+    assert [lookup_context_window(m) for m in asked] == first  # answered from what was found
+    register_model_context_window("my-later-model", 65536)
+    assert lookup_context_window("my-later-model-v2") == 65536  # a registration is seen at once
+    monkeypatch.setattr(context_windows, "_FOUND_MAX", 3)
+    for n in range(10):  # producers' names: the remembered ones stay bounded
+        assert lookup_context_window(f"unknown-{n}") is None
+    assert len(context_windows._found) <= 3
+
+
 def test_conversation_and_important_content() -> None:
     assert passes(ConversationThreshold(3), view(rounds=4))
     assert not passes(ConversationThreshold(3), view(rounds=3))
