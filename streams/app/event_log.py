@@ -23,6 +23,8 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -49,6 +51,7 @@ class RawEvent:
     value: bytes
 
 
+_offset_of = itemgetter(0)
 _new_object = object.__new__
 _SET_OFFSET, _SET_VALUE = (RawEvent.__dict__[f.name].__set__ for f in fields(RawEvent))
 
@@ -186,7 +189,16 @@ class RecentEvents:
         if low is None or start < low or end > self._high[partition]:
             return None
         self.hits += 1
-        return [raw_event(o, v) for o, v in self._by_key.get((partition, key), ()) if start <= o <= end]
+        entries = self._by_key.get((partition, key))
+        if not entries:
+            return []
+        # In offset order: from the first at ``start`` on, not a look at every record of the key held.
+        found = []
+        for o, v in islice(entries, bisect_left(entries, start, key=_offset_of), None):
+            if o > end:
+                break
+            found.append(raw_event(o, v))
+        return found
 
 
 FETCH_BYTES = 64 * 1024

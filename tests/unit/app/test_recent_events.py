@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from streams.app.event_log import Located, RawEvent, RecentEvents
 
 
@@ -76,3 +78,19 @@ def test_the_index_keeps_its_newest_half_within_its_budget_and_starts_over_on_re
     recent.add(0, 150, b"s4", b"again")  # re-delivered: what was known about the partition is dropped
     assert recent.locate(0, 0, 149, b"s4") is None
     assert recent._indexed == 1
+
+
+def test_a_read_returns_exactly_the_keys_records_in_the_range() -> None:
+    rng = random.Random(7)
+    recent = RecentEvents()
+    held: list[tuple[int, bytes, bytes]] = []
+    for offset in range(10, 400):
+        key = rng.choice([b"a", b"b", b"c"])
+        held.append((offset, key, f"v{offset}".encode()))
+        recent.add(0, offset, key, held[-1][2])
+    for _ in range(300):
+        start = rng.randrange(10, 400)
+        end = rng.randrange(start - 3, 400)
+        key = rng.choice([b"a", b"b", b"c", b"nobody"])
+        expected = [RawEvent(o, v) for o, k, v in held if k == key and start <= o <= end]
+        assert recent.read(0, start, end, key) == expected
