@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+import pytest
+
 from streams.logging_setup import JsonFormatter
 
 
@@ -55,3 +57,25 @@ def test_an_exception_is_written_after_the_extras() -> None:
     out = json.loads(JsonFormatter().format(record))
     assert list(out)[-2:] == ["job_id", "exc"]
     assert out["exc"].startswith("Traceback") and "ValueError: boom" in out["exc"]
+
+
+def test_after_setup_records_do_not_look_up_their_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.logging_setup import setup_logging
+
+    monkeypatch.setattr(logging, "_srcfile", logging._srcfile)  # put back after the test
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    setup_logging("INFO")
+    keep = Keep()
+    logging.getLogger().addHandler(keep)
+    try:
+        logging.getLogger("distill.test").info("summary made", extra={"job_id": "j"})
+    finally:
+        logging.getLogger().removeHandler(keep)
+    [record] = records
+    assert (record.funcName, record.lineno) == ("(unknown function)", 0)  # no walk up the frames
+    assert json.loads(JsonFormatter().format(record))["job_id"] == "j"
