@@ -338,6 +338,21 @@ def create_app(
     batch_drain.route(app, topics.events, sink)
     max_record_bytes = settings.kafka.max_record_bytes
 
+    async def take_fresh(sink: RecordSink, most: int) -> list[Any]:
+        """The next of ``sink``'s records fetched under the current consumer generation, tracked for acks.
+
+        A batch can straddle a rebalance: records fetched under an earlier generation belong to the
+        previous assignment, and whoever owns their partition now re-reads them from the committed
+        offset (Faust's stream skips them without acking too).
+        """
+        while True:
+            messages = await sink.take(most)
+            generation = app.consumer_generation_id
+            fresh = [m for m in messages if m.generation_id == generation]
+            if fresh:
+                sink.track(fresh)
+                return fresh
+
     async def take_batches(stream: Any, sink: RecordSink, most: int, body: Callable[[Any, list[Any]], Any],
                            what: str) -> None:  # fmt: skip
         """Run ``body`` on each batch of ``sink``'s records, for ever.
@@ -347,15 +362,7 @@ def create_app(
         """
         aiter(cast(Any, stream).channel)  # what iterating the stream does first: subscribe the topic
         while True:
-            messages = await sink.take(most)
-            # A batch can straddle a rebalance: records fetched under an earlier generation belong to
-            # the previous assignment, and whoever owns their partition now re-reads them from the
-            # committed offset (Faust's stream skips them without acking too).
-            generation = app.consumer_generation_id
-            fresh = [m for m in messages if m.generation_id == generation]
-            if not fresh:
-                continue
-            sink.track(fresh)
+            fresh = await take_fresh(sink, most)
             try:
                 await body(stream, fresh)
             except Exception as exc:
@@ -543,14 +550,7 @@ def create_app(
     async def summarize_jobs(stream: faust.StreamT[Any]) -> None:
         aiter(cast(Any, stream).channel)  # what iterating the stream does first: subscribe the topic
         while True:
-            messages = await job_sink.take(JOBS_BATCH)
-            # As take_batches: a record fetched under an earlier generation is the previous
-            # assignment's (its partition's owner now reads it again from the committed offset).
-            generation = app.consumer_generation_id
-            fresh = [m for m in messages if m.generation_id == generation]
-            if not fresh:
-                continue
-            job_sink.track(fresh)
+            fresh = await take_fresh(job_sink, JOBS_BATCH)
             last_of: dict[int, Any] = {}  # partition -> an event of it (see submit_job)
             for msg in fresh:
                 await submit_job(stream, msg, last_of)

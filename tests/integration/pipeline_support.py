@@ -348,3 +348,37 @@ async def create_topics(settings: Settings) -> None:
     from streams.clients.topics_admin import ensure_topics
 
     await ensure_topics(settings)
+
+
+MK_MARKER = re.compile(r"MK-[0-9a-f]{8}-\d+")
+"""The markers of :class:`MarkedSession`."""
+
+
+def echo_mk_markers(request: dict[str, Any]) -> Reply:
+    """Every ``MK-`` marker of the request, in order of first appearance (the oracle's model)."""
+    text = " ".join(str(m.get("content") or "") for m in request.get("messages", []))
+    return answer("markers: " + " ".join(dict.fromkeys(MK_MARKER.findall(text))))
+
+
+class MarkedSession:
+    """A session's events, each with its own ``MK-`` marker in ``text`` (``{n}``: its number)."""
+
+    def __init__(self, app: str, user: str = "u1", session: str | None = None, text: str = "step {n}") -> None:
+        self.b = SessionBuilder(app=app, user=user, session=session)
+        self.tag = uuid.uuid4().hex[:8]
+        self.text = text
+        self.markers: list[str] = []
+
+    def events(self, count: int) -> list[SessionEvent]:
+        out = []
+        for _ in range(count):
+            n = self.b.n + 1
+            marker = f"MK-{self.tag}-{n}"
+            self.markers.append(marker)
+            text = f"{self.text.format(n=n)} {marker}"
+            out.append(self.b.user(text) if self.b.n % 2 == 0 else self.b.assistant(text))
+        return out
+
+    @property
+    def last_event_id(self) -> str:
+        return f"{self.b.session}-e{self.b.n}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,33 +19,29 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.client import DistillClient
 from streams.clients.kafka_config import producer_kwargs
 from tests.integration.pipeline_support import (
-    SessionBuilder,
+    MK_MARKER,
+    MarkedSession,
     create_topics,
+    echo_mk_markers,
     read_topic,
     scripted_pipeline_settings,
     summaries_of,
     workers,
 )
-from tests.support.openai_server import OpenAIServer, Reply, answer
+from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
-MARKER = re.compile(r"MK-[0-9a-f]{8}-\d+")
-
-
-def echo_markers(request: dict[str, Any]) -> Reply:
-    text = " ".join(str(m.get("content") or "") for m in request.get("messages", []))
-    return answer("markers: " + " ".join(dict.fromkeys(MARKER.findall(text))))
+MARKER = MK_MARKER
 
 
 @pytest.fixture(scope="module")
 def pipeline(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    with OpenAIServer(default=echo_markers) as server:
+    with OpenAIServer(default=echo_mk_markers) as server:
         settings = scripted_pipeline_settings(
             service_settings, server.base_url, partitions=1, topic_prefix="badjobs",
             apps={"bj": {"event_threshold": 3}}, job_timeout_s=60,
@@ -66,20 +61,9 @@ async def client(pipeline: Settings) -> AsyncIterator[DistillClient]:
         yield c
 
 
-class Marked:
+class Marked(MarkedSession):
     def __init__(self) -> None:
-        self.b = SessionBuilder(app="bj")
-        self.tag = uuid.uuid4().hex[:8]
-        self.markers: list[str] = []
-
-    def events(self, count: int) -> list[SessionEvent]:
-        out = []
-        for _ in range(count):
-            marker = f"MK-{self.tag}-{self.b.n + 1}"
-            self.markers.append(marker)
-            text = f"第{self.b.n + 1}步 {marker}"
-            out.append(self.b.user(text) if self.b.n % 2 == 0 else self.b.assistant(text))
-        return out
+        super().__init__("bj", text="第{n}步")
 
 
 BAD_JOBS: list[tuple[bytes | None, str, str]] = [

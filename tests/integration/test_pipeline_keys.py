@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -30,30 +29,26 @@ from streams.client import DistillClient, SummaryUnavailableError
 from streams.clients.kafka_config import producer_kwargs
 from streams.rules.record_keys import describe_key
 from tests.integration.pipeline_support import (
-    SessionBuilder,
+    MK_MARKER,
+    MarkedSession,
     create_topics,
+    echo_mk_markers,
     read_topic,
     scripted_pipeline_settings,
     summaries_of,
     workers,
 )
-from tests.support.openai_server import OpenAIServer, Reply, answer
+from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-MARKER = re.compile(r"MK-[0-9a-f]{8}-\d+")
-
-
-def echo_markers(request: dict[str, Any]) -> Reply:
-    """Every marker of the request, in order of first appearance (the oracle)."""
-    text = " ".join(str(m.get("content") or "") for m in request.get("messages", []))
-    return answer("markers: " + " ".join(dict.fromkeys(MARKER.findall(text))))
+MARKER = MK_MARKER
 
 
 @pytest.fixture(scope="module")
 def pipeline(service_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    with OpenAIServer(default=echo_markers) as server:
+    with OpenAIServer(default=echo_mk_markers) as server:
         settings = scripted_pipeline_settings(
             service_settings, server.base_url, partitions=PARTITIONS, topic_prefix="keys",
             apps={"keys": {"event_threshold": 3}}, job_timeout_s=60,
@@ -75,26 +70,11 @@ def partition_of(key: bytes) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
 
 
-class Marked:
+class Marked(MarkedSession):
     """A session's events, each with its own marker."""
 
     def __init__(self, user: str = "u1", session: str | None = None) -> None:
-        self.b = SessionBuilder(app="keys", user=user, session=session)
-        self.tag = uuid.uuid4().hex[:8]
-        self.markers: list[str] = []
-
-    def events(self, count: int) -> list[SessionEvent]:
-        out = []
-        for _ in range(count):
-            marker = f"MK-{self.tag}-{self.b.n + 1}"
-            self.markers.append(marker)
-            text = f"step {self.b.n + 1} {marker}"
-            out.append(self.b.user(text) if self.b.n % 2 == 0 else self.b.assistant(text))
-        return out
-
-    @property
-    def last_event_id(self) -> str:
-        return f"{self.b.session}-e{self.b.n}"
+        super().__init__("keys", user, session)
 
 
 async def publish(client: DistillClient, key: bytes | None, events: list[SessionEvent]) -> None:
