@@ -132,6 +132,11 @@ class SummaryReport(ContractModel):
     truncated_payloads: tuple[PayloadCut, ...] = ()
     length_cut: LengthCut | None = None
 
+    @property
+    def model_calls(self) -> int:
+        """The calls that reached the model (a ``custom_response`` is a callback's answer, no call)."""
+        return sum(1 for c in self.calls if c.mode != "custom_response")
+
 
 class SummaryStats(ContractModel):
     """Compression statistics (the Python guide's, and the same in tokens)."""

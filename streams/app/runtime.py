@@ -281,7 +281,10 @@ class WorkerRuntime:
                 # What the run spent, published or not: a revocation can cut the publish after its
                 # send, and the partition's next owner then finds the version taken (``distill
                 # replay`` counts its LLM calls and cache hits from these lines).
-                log.info("summary made", extra={**fields, "outcome": result.outcome, "events": result.events})
+                made = result.record if result.outcome == "summary" else None
+                calls = made.report.model_calls if isinstance(made, SessionSummary) else 0
+                log.info("summary made", extra={**fields, "outcome": result.outcome, "events": result.events,
+                                                 "model_calls": calls})  # fmt: skip
             await self._turn()
             published = "deleted" if run.deleted else (
                 await self._publish_checked(result, coords.partition, key, fields, run.job))  # fmt: skip

@@ -147,7 +147,7 @@ def command(
                        resume_hint=f"distill replay --resume {run_id}", exclude=excluded)  # fmt: skip
     click.echo(
         f"done: {stats['events']} events, {stats['summaries']} summaries "
-        f"(LLM calls {outcomes.get('summary', 0)}, reused from cache {outcomes.get('cached', 0)}) → {out.summaries}"
+        f"(LLM calls {outcomes.get(MODEL_CALLS, 0)}, reused from cache {outcomes.get('cached', 0)}) → {out.summaries}"
     )
 
 
@@ -439,11 +439,20 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
     return out
 
 
+MODEL_CALLS = "model_calls"
+"""The key of :func:`_outcomes` counting the run's calls to the model: a summary may take more than one
+(an empty answer asked again, a ``max_summary_length`` rewrite)."""
+
+
 def _outcomes(log_paths: list[Path]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for log_path in log_paths:
         for line in log_path.read_text(errors="replace").splitlines():
             if '"summary made"' in line:
-                outcome = json.loads(line).get("outcome", "?")
+                made = json.loads(line)
+                outcome = made.get("outcome", "?")
                 counts[outcome] = counts.get(outcome, 0) + 1
+                # An older worker's line has no count: one call per summary the model made.
+                calls = made.get("model_calls", 1 if outcome == "summary" else 0)
+                counts[MODEL_CALLS] = counts.get(MODEL_CALLS, 0) + calls
     return counts

@@ -64,4 +64,34 @@ def test_the_replay_counts_made_summaries_by_outcome(tmp_path: Path) -> None:
         line("summary made", outcome="summary", job_id="j3"),
         line("summary published", outcome="summary", job_id="j3"),
     ]) + "\n")  # fmt: skip
-    assert _outcomes([a, b]) == {"summary": 2, "cached": 1}
+    # Lines of a worker before the count: one model call per summary the model made.
+    assert _outcomes([a, b]) == {"summary": 2, "cached": 1, "model_calls": 2}
+
+
+def test_the_replay_counts_every_model_call_a_summary_took(tmp_path: Path) -> None:
+    """A summary may take more than one call (an empty answer asked again, a ``max_summary_length``
+    rewrite); one a callback answered took none; a cache hit none."""
+    log = tmp_path / "r.log"
+    log.write_text("\n".join(json.dumps({"msg": "summary made", **f}) for f in (
+        {"outcome": "summary", "model_calls": 2},
+        {"outcome": "summary", "model_calls": 0},
+        {"outcome": "summary", "model_calls": 1},
+        {"outcome": "cached", "model_calls": 0},
+    )) + "\n")  # fmt: skip
+    assert _outcomes([log]) == {"summary": 3, "cached": 1, "model_calls": 3}
+
+
+async def test_the_made_line_names_the_model_calls_of_the_summary(caplog: pytest.LogCaptureFixture) -> None:
+    """An empty first answer is asked again: the summary took two calls, and its line says so."""
+    runtime = memory_runtime(ScriptedModel("", "摘要 M1", context_window=100_000))
+    sent: list[bytes] = []
+
+    async def send(topic: str, key: bytes, value: bytes, partition: int, headers: object) -> None:
+        sent.append(value)
+
+    runtime.send = send
+    caplog.set_level(logging.INFO, logger="streams.app.runtime")
+    await runtime.run_job(job(3), Coordinates("jobs", 0, 0), b"k", None)
+    assert json.loads(sent[0])["summary"] == "摘要 M1"
+    made = next(r for r in caplog.records if r.getMessage() == "summary made")
+    assert made.__dict__["outcome"] == "summary" and made.__dict__["model_calls"] == 2
