@@ -87,8 +87,6 @@ PRELOAD_TIMEOUT_S = 60.0
 run without the rest: every job waits for the preload."""
 ABSORB_BATCH = 2000
 """Most summaries-topic records the absorb agent applies per batch (as ``TRACK_BATCH``)."""
-JOBS_BATCH = 256
-"""Most jobs-topic records the summarize agent takes at once (each then waits for room in the pool)."""
 
 
 @dataclass(frozen=True)
@@ -540,47 +538,30 @@ def create_app(
 
     revoked_generation: list[int | None] = [None]  # see current_job; set by _revoked
 
-    # The jobs topic as well: per record, Faust's conductor decoded it through the serializer
-    # registry into an ``Event`` on the agent's queue, whose stream tracked it and set it as the
-    # current event (about a tenth of a replay's cache-hit job, sampled).
-    job_sink = RecordSink(app, app.conf.stream_buffer_maxsize)
-    batch_drain.route(app, topics.jobs, job_sink)
-
     @app.agent(jobs_topic, name="summarize", concurrency=1)
     async def summarize_jobs(stream: faust.StreamT[Any]) -> None:
-        aiter(cast(Any, stream).channel)  # what iterating the stream does first: subscribe the topic
-        while True:
-            fresh = await take_fresh(job_sink, JOBS_BATCH)
-            last_of: dict[int, Any] = {}  # partition -> an event of it (see submit_job)
-            for msg in fresh:
-                await submit_job(stream, msg, last_of)
-
-    async def submit_job(stream: Any, msg: Any, last_of: dict[int, Any]) -> None:
-        """Hand the record ``msg`` to the pool: acked once its job and every earlier one of its partition are done."""
-        coords = Coordinates(msg.topic, msg.partition, msg.offset)
-        # The job's task reads the table in the context of an event of its partition (a RocksDB store
-        # reads the db of the current event's partition; the jobs topic is co-partitioned with the events).
-        current = last_of.get(msg.partition)
-        if current is None:
-            current = last_of[msg.partition] = app.create_event(msg.key, None, msg.headers, msg)
-        stream._set_current_event(current)
-        job = decode_job_record(msg.value)  # never raises: a record that is no job is Rejected
-        pool_key: Hashable
-        if isinstance(job, Rejected):  # no job: dead-lettered, acked in its partition's order
-            run = partial(runtime.reject_job, job, coords, msg.key)
-            pool_key = ("rejected", msg.partition, msg.offset)
-        elif isinstance(job, AdoptEpoch):  # an epoch switch: ordered with the full session's jobs
-            run = partial(runtime.run_adoption, job, coords, msg.key or b"")
-            pool_key = table_key(job.app_name, job.user_id, job.session_id, "")
-        else:
+        async for event in cast(Any, stream).noack().events():
+            msg = event.message
+            coords = Coordinates(msg.topic, msg.partition, msg.offset)
+            job = event.value
             produced = msg.timestamp if msg.timestamp else None
-            run = partial(runtime.run_job, job, coords, msg.key or b"", produced)
-            pool_key = job_pool_key(job)
-        await runtime.pool.submit(
-            pool_key, msg.partition, msg.offset, run, partial(job_sink.ack, [msg]),
-            # A job of a revoked consumer generation is re-delivered from the committed offset.
-            valid=partial(current_job, app, msg, revoked_generation),
-        )  # fmt: skip
+            if job is None:  # a tombstone: Faust calls no codec for it
+                job = decode_job_record(None)
+            pool_key: Hashable
+            if isinstance(job, Rejected):  # no job: dead-lettered, acked in its partition's order
+                run = partial(runtime.reject_job, job, coords, msg.key)
+                pool_key = ("rejected", msg.partition, msg.offset)
+            elif isinstance(job, AdoptEpoch):  # an epoch switch: ordered with the full session's jobs
+                run = partial(runtime.run_adoption, job, coords, msg.key or b"")
+                pool_key = table_key(job.app_name, job.user_id, job.session_id, "")
+            else:
+                run = partial(runtime.run_job, job, coords, msg.key or b"", produced)
+                pool_key = job_pool_key(job)
+            await runtime.pool.submit(
+                pool_key, msg.partition, msg.offset, run, event.ack,
+                # A job of a revoked consumer generation is re-delivered from the committed offset.
+                valid=partial(current_job, app, msg, revoked_generation),
+            )  # fmt: skip
 
     @cast(Any, app.on_partitions_revoked).connect  # type: ignore[untyped-decorator]  # mode signals: loose types
     async def _revoked(app_: Any, *args: Any, signal: Any = None, **_: Any) -> None:

@@ -381,6 +381,16 @@ async def publish(settings: Settings, records: list[Any]) -> None:
         await client.publish_many(records)
 
 
+async def published_once(worker: Any, within_s: float) -> bool:
+    """Whether ``worker`` logs a published summary within ``within_s`` seconds (polled)."""
+    deadline = time.monotonic() + within_s
+    while '"summary published"' not in worker.log_text():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
 async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
     service_settings: Settings, keyspaces: KeyspacePool, tmp_path: Path
 ) -> None:
@@ -409,10 +419,13 @@ async def test_no_event_is_lost_under_faults_kills_and_a_broker_restart(
                         await read_topic(settings, settings.topics.summaries, min_records=len(sc.builders) // 2,
                                          timeout=60)  # fmt: skip
                     if round_ == 1:
+                        # The kill must land on a worker that has work done and work in flight: its first
+                        # summary may come after round 0's half (its partitions' jobs on the slow, faulty
+                        # model, with max_summary_length rewrites), so wait for it before this round's kill.
+                        if not await published_once(second, within_s=60):
+                            problems.append("scenario: the killed worker had published nothing before the kill")
                         await asyncio.sleep(0.5)  # jobs of this round in flight on the slow, faulty model
                         second.kill()
-                        if '"summary published"' not in second.log_text():
-                            problems.append("scenario: the killed worker had published nothing before the kill")
                     if round_ == 2:
                         await asyncio.sleep(0.5)
                         pid = broker.pid
