@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 
 _DATA_URI = re.compile(r"data:(?P<mime>[^;,]{0,100})(?P<params>(?:;[^;,]{0,100}){0,8}),", re.DOTALL)
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/=_-]{512,}")
+"""A long run of base64 without a header: an image or a file inlined as it is."""
 
 
 def kind_of(mime_type: str | None, default: str = "file") -> str:
@@ -36,8 +38,8 @@ def inline_size(data: str) -> tuple[str | None, int]:
 
 
 def is_inline(value: str) -> bool:
-    """Whether ``value`` is a data URI (inline data, never copied into text)."""
-    return _DATA_URI.match(value) is not None
+    """Whether ``value`` is inline data, never copied into text: a data URI or a long run of base64."""
+    return _DATA_URI.match(value) is not None or _BASE64_RUN.fullmatch(value) is not None
 
 
 def attachment_text(kind: str, mime_type: str | None = None, size: int | None = None, *refs: str | None) -> str:

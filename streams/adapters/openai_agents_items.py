@@ -23,7 +23,6 @@ published (no ``native`` block) are converted from their chat message.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -98,13 +97,11 @@ def _message_content(item: Mapping[str, Any]) -> tuple[str | None, Path | None]:
 
 _BOOKKEEPING = frozenset({"type", "id", "status", "encrypted_content"})
 """Fields of an item that say nothing to a reader (``encrypted_content``: opaque to anyone but the provider)."""
-_INLINE_DATA = re.compile(r"data:[^,]{0,200},.*|[A-Za-z0-9+/=_-]{512,}", re.DOTALL)
-"""A data URI, or a long run of base64: an image or a file inlined in the item."""
 
 
 def _without_inline_data(value: Any) -> Any:
     if isinstance(value, str):
-        return f"<{len(value):,} characters of inline data>" if _INLINE_DATA.fullmatch(value) else value
+        return f"<{len(value):,} characters of inline data>" if is_inline(value) else value
     if isinstance(value, Mapping):
         return {k: _without_inline_data(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -207,8 +207,12 @@ def test_images_and_files_are_named_in_the_text_never_copied() -> None:
     audio = _convert({"role": "user", "content": [{"type": "input_audio",
                                                    "input_audio": {"data": "UklGRg==", "format": "wav"}}]})  # fmt: skip
     assert audio.message.content == "[audio: audio/wav, 4 bytes]"
+    raw = "iVBORw0KGgoAAAANSUhEUg" * 60  # base64 without a data URI's header: inline data all the same
+    bare = _convert({"role": "user", "content": [{"type": "input_image", "image_url": raw}]})
+    assert bare.message.content == "[image: 990 bytes]"
     assert "iVBOR" not in user.model_dump_json(exclude={"native"})  # the data is in the native item only
-    for event in (user, only, url, pdf, audio):  # the item comes back whole, its data included
+    assert "iVBOR" not in bare.model_dump_json(exclude={"native"})
+    for event in (user, only, url, pdf, audio, bare):  # the item comes back whole, its data included
         assert event_to_items(_wire(event)) == [native_of(event, ITEM_FORMAT)["record"]]  # type: ignore[index]
 
 
