@@ -26,6 +26,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -76,6 +77,23 @@ def build_summarizer_manager(model: OpenAIModel) -> SummarizerSessionManager:
     return SummarizerSessionManager(model=model, summarizer=summarizer, auto_summarize=True)
 
 
+SUMMARY_WAIT_S = 20.0
+"""How long the guide flow waits at a checkpoint for the summary a trigger asked for (the worker's job)."""
+
+
+async def _summary_of(session_service: DistillSessionService, session: Any, wait_s: float) -> Any:
+    """The session's summary, polled for up to ``wait_s`` seconds while there is none yet."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        summary = await session_service.summarizer_manager.get_session_summary(session)
+        if summary or time.monotonic() >= deadline:
+            return summary
+        await asyncio.sleep(0.2)
+        session = await session_service.get_session(
+            app_name=session.app_name, user_id=session.user_id, session_id=session.id
+        )
+
+
 async def guide_flow(model: OpenAIModel, summarizer_manager: SummarizerSessionManager, session_id: str) -> None:
     """The guide's flow, as written there, but for the session service line."""
     agent = LlmAgent(name="assistant", model=model, instruction="You are a patient Python tutor.")
@@ -89,7 +107,11 @@ async def guide_flow(model: OpenAIModel, summarizer_manager: SummarizerSessionMa
         if i % summarizer_count == 0:
             session = await session_service.get_session(app_name=app_name, user_id=user_id, session_id=session_id)
             if session:
-                summary = await session_service.summarizer_manager.get_session_summary(session)
+                # trpc's in-process manager has summarized by now; distill's worker does it beside the
+                # agent. The guide's triggers (3 conversations, 4 kept) fire first after round 5: from
+                # the checkpoint after that on, wait for the summary.
+                expected = i >= 2 * summarizer_count
+                summary = await _summary_of(session_service, session, wait_s=SUMMARY_WAIT_S if expected else 0.0)
                 if summary:
                     print(f"   - 总结文本: {summary.summary_text[:100]}...")
                     print(f"   - 原始事件数: {summary.original_event_count}")
