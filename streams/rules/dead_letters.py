@@ -200,8 +200,13 @@ def redrive_skip_reason(letter: DeadLetter) -> str | None:
     cut = truncation(letter)
     if cut is not None:
         return f"value truncated: only {cut[0]} of {cut[1]} bytes were kept"
-    if _b64(letter.value_b64) is None or (letter.key_b64 is not None and _b64(letter.key_b64) is None):
+    value = _b64(letter.value_b64)
+    if value is None or (letter.key_b64 is not None and _b64(letter.key_b64) is None):
         return "not base64: the stored key or value cannot be decoded"
+    if not value:
+        # A tombstone is stored as zero bytes; published again it is the same refused record (or, as
+        # zero bytes rather than null, a different one), so there is nothing a redrive can deliver.
+        return "no value (a tombstone or an empty record): nothing to publish again; it would be refused again"
     return None
 
 

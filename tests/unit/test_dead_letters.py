@@ -235,6 +235,15 @@ def test_undecodable_base64_cannot_be_redriven() -> None:
     assert redrive_skip_reason(letter()) is None
 
 
+def test_a_tombstones_dead_letter_is_skipped_not_redriven_as_empty_bytes() -> None:
+    # decode_job_record dead-letters a tombstone with value b"": published again it is refused again
+    dl = letter(value=b"", error_class="RecordDecodeError", reason="empty record value (a tombstone) on the jobs topic")
+    plan = plan_redrive([dl, letter(offset=8)], [EVENTS])
+    assert [r.letter.source_offset for r in plan.publish] == [8]
+    assert plan.skipped == [(dl, redrive_skip_reason(dl))]
+    assert plan.skip_counts() == {"no value (a tombstone or an empty record)": 1}
+
+
 def test_foreign_source_topics_are_refused_by_name() -> None:
     plan = plan_redrive([letter(topic="distill.summary-jobs"), letter(), letter(2, topic="other")], [EVENTS])
     assert plan.foreign == {"distill.summary-jobs": 1, "other": 1}
