@@ -14,10 +14,12 @@ from collections import deque
 from dataclasses import dataclass
 
 from streams.summarizer.extractive_tools import (
+    clip_chars,
     clip_words,
     is_recall_call,
     is_recall_result,
     outcome_line,
+    word_count,
 )
 from streams.summarizer.model import ModelResponse, ModelUsage
 from streams.summarizer.request import ChatRequest, SummarySource
@@ -36,7 +38,9 @@ PREVIOUS_SHARE = 0.6
 RESTATED_PENALTY = 4
 """A tool outcome whose numbers a later agent line repeats is already told there."""
 
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+# CJK text puts no space after its full stops.
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
+_CJK_STOPS = ("。", "！", "？")
 _LINE = re.compile(r"^(?P<author>[^:\n]{1,64}):\s?(?P<content>.*)$")
 _TOOL_CALL = re.compile(r"^\[Called tool: (?P<name>[^\]]+?)(?: with args: (?P<args>.*))?\]$", re.S)
 _TOOL_RESULT = re.compile(r"^\[(?P<name>[^\]]+?) returned: (?P<content>.*)\]$", re.S)
@@ -93,7 +97,7 @@ class _Item:
 
     @property
     def words(self) -> int:
-        return len(self.text.split())
+        return word_count(self.text)
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ def _score(author: str, sentence: str, is_tool: bool) -> int:
         score += 2
     if "?" in sentence and author == "user":
         score += 1
-    short = len(sentence.split()) < 3 and not _IDENTIFIER.search(sentence)
+    short = word_count(sentence) < 3 and not _IDENTIFIER.search(sentence)
     if short or _is_filler(lower):
         score -= 3
     if author != "user" and not is_tool and _NARRATION.match(sentence.strip()):
@@ -283,20 +287,25 @@ def _render(chosen: list[_Item]) -> str:
     last_group: int | None = None
     for item in sorted(chosen, key=lambda it: it.order):
         if item.group == last_group and lines:
-            lines[-1] = f"{lines[-1]} {item.body}"
+            space = "" if lines[-1].endswith(_CJK_STOPS) else " "  # CJK writes no space after a full stop
+            lines[-1] = f"{lines[-1]}{space}{item.body}"
         else:
             lines.append(item.text)
         last_group = item.group
     return "\n".join(lines)
 
 
-def summarize_extractive(conversation: str, previous_summary: str = "", max_words: int | None = None) -> str:
+def summarize_extractive(
+    conversation: str, previous_summary: str = "", max_words: int | None = None, max_chars: int | None = None
+) -> str:
     """The extractive summary: the previous summary's kept lines, then the new ones, in order.
 
     Tool calls are folded into their results (``name(args) → result``), recall
     traffic (``session_search``, ``session_load``, ``"historical_context": true``)
     is left out, near-identical sentences are kept once, and the result never
-    has more than ``max_words`` words (default 200).
+    has more than ``max_words`` words (default 200; each CJK character is a word)
+    nor, when given, more than ``max_chars`` characters (``max_summary_length``:
+    sentences are left out to fit rather than the text cut afterwards).
     """
     limit = max_words if max_words and max_words > 0 else DEFAULT_WORD_LIMIT
     previous_entries = _previous_entries(previous_summary)
@@ -307,6 +316,9 @@ def summarize_extractive(conversation: str, previous_summary: str = "", max_word
     kept: list[frozenset[str]] = []
     used = 0
 
+    def fits(item: _Item) -> bool:
+        return not max_chars or len(_render([*chosen, item])) <= max_chars
+
     def take(items: list[_Item], budget: int) -> None:
         nonlocal used
         for item in sorted(items, key=lambda it: (-it.score, it.order)):
@@ -315,12 +327,15 @@ def summarize_extractive(conversation: str, previous_summary: str = "", max_word
             tokens = _tokens(item)
             if kept and _near_duplicate(tokens, kept):
                 continue
-            if used + item.words <= budget:
+            if used + item.words <= budget and fits(item):
                 chosen.append(item)
                 kept.append(tokens)
                 used += item.words
             elif not chosen and budget == limit:
-                chosen.append(_Item("", clip_words(item.text, limit), item.score, item.order, item.group))
+                text = clip_words(item.text, limit)
+                if max_chars:
+                    text = clip_chars(text, max_chars)
+                chosen.append(_Item("", text, item.score, item.order, item.group))
                 kept.append(tokens)
                 used = limit
 
@@ -365,5 +380,6 @@ class ExtractiveModel:
             source.conversation_text,
             source.previous_summary,
             source.max_summary_words or self.default_word_limit,
+            source.max_summary_length,
         )
         return ModelResponse(text=text, model=self.name, usage=ModelUsage(completion_tokens=None))

@@ -22,12 +22,32 @@ _HISTORICAL = re.compile(r'"historical_context"\s*:\s*true')
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
+# Chinese, Japanese and Korean write without spaces between words: each of their characters counts as
+# a word (as word processors count them), so a limit in words bounds CJK text as it bounds English.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+
+
+def word_count(text: str) -> int:
+    """Words in ``text``: whitespace-separated runs, each CJK character counted as one word."""
+    return len(_WORD.findall(text))
+
+
 def clip_words(text: str, limit: int) -> str:
-    """The first ``limit`` whitespace-separated words, with ``…`` when some were cut."""
-    words = text.split()
-    if len(words) <= limit:
-        return " ".join(words)
-    return " ".join(words[:limit]) + ELLIPSIS
+    """The first ``limit`` words (see :func:`word_count`), whitespace collapsed, with ``…`` when some were cut."""
+    end = None
+    for n, match in enumerate(_WORD.finditer(text), 1):
+        if n > limit:
+            end = match.start()
+            break
+    if end is None:
+        return " ".join(text.split())
+    return " ".join(text[:end].split()) + ELLIPSIS
+
+
+def clip_chars(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text``, the last one ``…`` when some were cut."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + ELLIPSIS
 
 
 def _parse_json(text: str) -> Any:

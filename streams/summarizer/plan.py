@@ -83,7 +83,7 @@ class RequestBuilder:
             user = user.rstrip("\n") + "\n\n" + SOURCE_BOUNDARY + "\n\n" + self.prompts.render_fork()
         elif note := self.prompts.length_note():
             system = f"{system.rstrip()}\n\n{note}" if system.strip() else note
-        source = SummarySource(text, previous, self.prompts.max_summary_words)
+        source = SummarySource(text, previous, self.prompts.max_summary_words, self.prompts.max_summary_length)
         return standalone_request(user, system, source=source)
 
     def tokens(self, text: str, previous: str) -> int:

@@ -27,6 +27,8 @@ class SummarySource:
     conversation_text: str
     previous_summary: str = ""
     max_summary_words: int | None = None
+    max_summary_length: int | None = None
+    """The character cap the prompt states; the extractive model fits its selection under it."""
 
 
 @dataclass

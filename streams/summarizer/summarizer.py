@@ -490,7 +490,9 @@ class Summarizer:
             text = self.formatter.conversation_text(events)
             # A model that reads the source (the extractive one) would otherwise rebuild it from the
             # fork's messages, where the previous summary sits in a system message it skips.
-            forked.source = SummarySource(text, previous, self.prompts.max_summary_words)
+            forked.source = SummarySource(
+                text, previous, self.prompts.max_summary_words, self.prompts.max_summary_length
+            )
             plan = PassPlan(list(events), text, forked, False, False)
             _, hooked = await self._pre_hook(plan, previous, budget, builder, session, filter_key, context, apply=False)
             request, mode = forked, "cache_safe_fork"
@@ -778,7 +780,7 @@ class Summarizer:
         request = standalone_request(
             self.prompts.render_shorten(summary),
             self.prompts.render_system(),
-            source=SummarySource("", summary, self.prompts.max_summary_words),
+            source=SummarySource("", summary, self.prompts.max_summary_words, self.prompts.max_summary_length),
         )
         if count_request(request, self.counter()) > budget:
             return None

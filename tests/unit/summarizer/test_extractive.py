@@ -238,3 +238,47 @@ async def test_a_forked_extractive_pass_rolls_the_previous_summary_forward() -> 
     assert set(markers(forked.text)) == {"P1", "P2", "M1", "M2"}
     assert forked.text == standalone.text
     assert "部署助手" not in forked.text
+
+
+# --- CJK text and max_summary_length ------------------------------------------------------------
+
+CHINESE = "\n".join(
+    [
+        "user: 我们决定下周五之前把夜间导出任务迁移到新的存储桶。",
+        "user: 所有文件必须使用客户管理的密钥加密，不能使用默认密钥。",
+        "assistant: 好的。我先检查一下当前任务的权限配置，然后再给出迁移步骤。",
+        "user: 另外预算有限，请尽量不要增加新的计算资源，谢谢。",
+    ]
+    * 6
+)
+
+
+def test_a_word_limit_bounds_chinese_text_too() -> None:
+    # Chinese has no spaces: counted by whitespace, the whole conversation was a few "words".
+    text = summarize_extractive(CHINESE, max_words=40)
+    assert 0 < sum(1 for c in text if "\u4e00" <= c <= "\u9fff") <= 40
+
+
+def test_a_chinese_decision_without_digits_is_kept_beside_a_previous_summary() -> None:
+    # Each sentence was one "word", so scored as chatter (too short) and left out whenever a
+    # previous summary existed: the new rounds of a Chinese session reached no summary.
+    text = summarize_extractive("user: 我们决定改用北京的机房部署，并且必须在月底前完成。", "user: 旧的事实 42。")
+    assert "北京的机房" in text and "旧的事实" in text
+
+
+def test_chinese_sentences_of_one_line_are_joined_as_written() -> None:
+    text = summarize_extractive("user: 预算是五千元。请在周五前完成迁移。", max_words=200)
+    assert text == "user: 预算是五千元。请在周五前完成迁移。"
+
+
+async def test_the_extractive_model_fits_max_summary_length_by_selection_not_by_a_cut() -> None:
+    cap = 75  # the uncapped summary has three lines, ~100 characters
+    s = Summarizer(ExtractiveModel(), max_summary_length=cap, max_summary_words=None)
+    lines = [line.partition(": ") for line in CHINESE.splitlines()]
+    events = [event(i, "user" if who == "user" else "agent", text) for i, (who, _, text) in enumerate(lines)]
+    result = await s.summarize("", events)
+    assert result.report.length_cut is None, "the embedded model wrote past the cap it was given"
+    assert 0 < len(result.text) <= cap
+    sources = CHINESE.replace("user: ", "").replace("assistant: ", "")
+    assert all(line.partition(": ")[2] in sources for line in result.text.splitlines()), "a line was cut"
+    assert len(result.text.splitlines()) == 2, "the cap left room for two whole lines"
