@@ -282,7 +282,8 @@ class WorkerRuntime:
                 # send, and the partition's next owner then finds the version taken (``distill
                 # replay`` counts its LLM calls and cache hits from these lines).
                 made = result.record if result.outcome == "summary" else None
-                calls = made.report.model_calls if isinstance(made, SessionSummary) else 0
+                # The failed attempts' calls reached the model too (a 500 after a rewrite, a refusal).
+                calls = (made.report.model_calls if isinstance(made, SessionSummary) else 0) + run.model_calls()
                 log.info("summary made", extra={**fields, "outcome": result.outcome, "events": result.events,
                                                  "model_calls": calls})  # fmt: skip
             await self._turn()
@@ -590,7 +591,8 @@ class WorkerRuntime:
             job.model_dump_json().encode(), key, coords, type(exc).__name__, reason[:2000], "summarize"
         )
         log.error("summary job given up", extra={**fields, "error_class": type(exc).__name__,
-                  "attempts": run.attempts, "retryable": retryable, "context_window": run.window})  # fmt: skip
+                  "attempts": run.attempts, "retryable": retryable, "context_window": run.window,
+                  "model_calls": run.model_calls()})  # fmt: skip
         sent = await self._send_retrying(self.topics.summaries, key, failure.model_dump_json().encode(), coords, fields)
         # A request waiting for the job is answered with it.
         self.ledger.record_failure(coords.partition, failure, _offset_of(sent))
@@ -672,6 +674,10 @@ class _Run:
         report = report_of(exc)
         if report is not None:
             self.calls.extend(report.calls)
+
+    def model_calls(self) -> int:
+        """The calls of the failed attempts that reached the model."""
+        return sum(1 for c in self.calls if c.mode != "custom_response")
 
     def retry_with_window(self, window: int) -> bool:
         """Whether to try again budgeted with ``window`` (once per smaller window)."""

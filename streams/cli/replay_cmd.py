@@ -441,7 +441,8 @@ async def _read_log(settings: Settings, cache: object) -> list[tuple[int, int, b
 
 MODEL_CALLS = "model_calls"
 """The key of :func:`_outcomes` counting the run's calls to the model: a summary may take more than one
-(an empty answer asked again, a ``max_summary_length`` rewrite)."""
+(an empty answer asked again, a ``max_summary_length`` rewrite, the calls of attempts that failed), and a
+job given up took its attempts' calls."""
 
 
 def _outcomes(log_paths: list[Path]) -> dict[str, int]:
@@ -455,4 +456,6 @@ def _outcomes(log_paths: list[Path]) -> dict[str, int]:
                 # An older worker's line has no count: one call per summary the model made.
                 calls = made.get("model_calls", 1 if outcome == "summary" else 0)
                 counts[MODEL_CALLS] = counts.get(MODEL_CALLS, 0) + calls
+            elif '"summary job given up"' in line:  # its attempts' calls were made all the same
+                counts[MODEL_CALLS] = counts.get(MODEL_CALLS, 0) + json.loads(line).get("model_calls", 0)
     return counts

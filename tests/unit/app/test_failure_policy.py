@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import time
 from typing import Any
 
@@ -242,3 +243,19 @@ async def test_a_re_emission_of_a_job_just_given_up_is_answered_without_a_model_
     assert superseded["gave_up"] is False and superseded["error_class"] == "JobSupersededError"
     assert superseded["job_id"] == job(5).job_id  # releases the re-emission's in-flight mark
     assert len(sent.on("dl")) == 1
+
+
+async def test_the_lines_of_a_job_name_every_model_call_its_attempts_made(caplog: pytest.LogCaptureFixture) -> None:
+    """``distill replay`` adds up these counts: a 500 before the summary is a call paid for."""
+    caplog.set_level(logging.INFO, logger="streams.app.runtime")
+    model = ScriptedModel(RetryableError("HTTP 500"), RetryableError("HTTP 500"), "摘要 M1", context_window=100_000)
+    rt, _, _ = runtime(model, job_max_attempts=5, job_timeout_s=30)
+    await run(rt, job(3))
+    made = next(r for r in caplog.records if r.getMessage() == "summary made")
+    assert made.__dict__["model_calls"] == len(model.requests) == 3
+
+    model = ScriptedModel(*[RetryableError("HTTP 429")] * 10, context_window=100_000)
+    rt, _, _ = runtime(model, job_max_attempts=2, job_timeout_s=30)
+    await run(rt, job(3))
+    given_up = next(r for r in caplog.records if r.getMessage() == "summary job given up")
+    assert given_up.__dict__["model_calls"] == len(model.requests) == 2

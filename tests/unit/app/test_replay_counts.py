@@ -95,3 +95,13 @@ async def test_the_made_line_names_the_model_calls_of_the_summary(caplog: pytest
     assert json.loads(sent[0])["summary"] == "摘要 M1"
     made = next(r for r in caplog.records if r.getMessage() == "summary made")
     assert made.__dict__["outcome"] == "summary" and made.__dict__["model_calls"] == 2
+
+
+def test_the_replay_counts_the_calls_of_jobs_it_gave_up(tmp_path: Path) -> None:
+    log = tmp_path / "r.log"
+    log.write_text("\n".join(json.dumps({"msg": m, **f}) for m, f in (
+        ("summary made", {"outcome": "summary", "model_calls": 3}),
+        ("summary job given up", {"error_class": "RetryableError", "model_calls": 2}),
+        ("summary job failed", {"error_class": "RetryableError"}),
+    )) + "\n")  # fmt: skip
+    assert _outcomes([log]) == {"summary": 1, "model_calls": 5}
