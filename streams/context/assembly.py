@@ -34,7 +34,7 @@ from streams.context.injection import (
     place_notes,
 )
 from streams.context.items import HistoryItem, to_chat_message
-from streams.context.pairing import PairingReport, left_out_note, repair_pairing
+from streams.context.pairing import PairingReport, left_out_note, repair_pairing, replaced_by
 from streams.context.payload_cuts import PayloadCuts, PayloadCutStats, PayloadPeaks, cut_payloads, payload_peaks
 from streams.context.recall_tools import (
     SESSION_LOAD,
@@ -272,7 +272,16 @@ def assemble(
     # beside the fixed head's: the oldest round may go, the summary never with it.
     pinned = counter.count_text(block) if in_user_turn else 0
     notes, tailored, dropped_ids = _tailor_naming_dropped(
-        [*head, *prefix], items, costs, opts.token_budget, counter, overhead + pinned, left_note, session_load
+        [*head, *prefix],
+        items,
+        costs,
+        opts.token_budget,
+        counter,
+        overhead + pinned,
+        left_note,
+        session_load,
+        stands_for=replaced_by(pairing.replaced_results),
+        log_order={e.event_id: i for i, e in enumerate(events)},
     )
     sent = tailored.messages
     tokens = tailored.tokens
@@ -315,6 +324,8 @@ def _tailor_naming_dropped(
     overhead: int,
     left_note: str,
     session_load: bool,
+    stands_for: Mapping[str, Sequence[str]] | None = None,
+    log_order: Mapping[str, int] | None = None,
 ) -> tuple[str, TailoringResult, list[str]]:
     """Tailor, counting the request's notes: ``left_note`` and one naming the dropped events (:func:`dropped_note`).
 
@@ -325,14 +336,28 @@ def _tailor_naming_dropped(
     note only ever drops more (the dropped sets are nested) and this ends;
     when the last note covers more than is dropped, one with exactly the
     dropped events is tried and kept if it drops nothing else.
+
+    ``stands_for``: by event id, the earlier results a kept result replaced
+    (:func:`replaced_by`); only the kept one's message named them, so when it
+    is dropped the note names them too, in log order (``log_order``: by event id, its place), as the
+    note's range of ids reads.
     """
     body = [item.message for item in items]
+    also = stands_for or {}
+
+    def dropped_ids(indices: Sequence[int]) -> list[str]:
+        ids = [eid for i in indices if (eid := items[i].event_id)]
+        if not also:
+            return list(dict.fromkeys(ids))
+        ids = list(dict.fromkeys([*ids, *(earlier for eid in ids for earlier in also.get(eid, ()))]))
+        place = log_order or {}
+        return sorted(ids, key=lambda eid: place.get(eid, len(place)))
 
     def attempt(named: list[str]) -> tuple[str, TailoringResult, list[str]]:
         notes = "\n\n".join(n for n in (left_note, dropped_note(named, session_load=session_load)) if n)
         cost = counter.count_text(f"\n\n{notes}") if notes else 0
         tailored = tailor(fixed, body, budget, counter, overhead=overhead + cost, costs=costs)
-        return notes, tailored, list(dict.fromkeys(eid for i in tailored.dropped_indices if (eid := items[i].event_id)))
+        return notes, tailored, dropped_ids(tailored.dropped_indices)
 
     named: list[str] = []
     while True:

@@ -13,7 +13,7 @@ recallable by id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from streams.context.items import HistoryItem
@@ -134,6 +134,26 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
         out.append(entry.item.with_message(msg))
         out.extend(entry.result(cid) for cid in answered_ids)
     return out, report
+
+
+def replaced_by(replaced: Iterable[ReplacedResult]) -> dict[str, list[str]]:
+    """By the id of each kept result, every earlier result of its call it replaced (directly or through
+    a result it replaced in turn): what the note on the kept result names."""
+    direct: dict[str, list[str]] = {}
+    for r in replaced:
+        if r.by_event_id and r.event_id:
+            direct.setdefault(r.by_event_id, []).append(r.event_id)
+    out: dict[str, list[str]] = {}
+    for kept in direct:
+        found: list[str] = []
+        todo = list(direct[kept])
+        while todo:
+            eid = todo.pop()
+            if eid not in found and eid != kept:
+                found.append(eid)
+                todo.extend(direct.get(eid, ()))
+        out[kept] = found
+    return out
 
 
 def _note_left_out(report: PairingReport, event_id: str | None) -> None:

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from schemas import Message
-from streams.context import assemble
+from streams.context import AssemblyOptions, assemble
 from streams.context.items import HistoryItem, to_chat_message
 from streams.context.pairing import REPLACED_MARK, ReplacedResult, repair_pairing
 from streams.context.validity import InvalidMessages, assert_valid, find_violations
+from streams.rules.tokens import ScriptAwareTokenCounter
 from tests.unit.context.oracle import marker, unaccounted
 from tests.unit.context.sessions import Session
 
@@ -132,6 +133,29 @@ def test_final_result_of_a_long_running_call_is_in_the_request() -> None:
     assert marker(5) in str(req.messages)
     assert unaccounted(req.messages, s.events) == []
     assert req.report.pairing.replaced_results == [ReplacedResult("c1", "e3", "e5")]
+
+
+@pytest.mark.parametrize("answers", [2, 3])
+def test_a_replaced_result_is_named_when_tailoring_drops_the_result_that_replaced_it(answers: int) -> None:
+    """Only the kept result's note named the result it replaced; dropping the kept one dropped that name too.
+
+    A pending result, then the final one(s), in a round tailoring drops: the request's note names every
+    result of the call (in log order, so its range of ids holds them), not only the one it kept.
+    """
+    s = Session()
+    s.turn("r1").user(f"book me a flight {marker(1)}")
+    s.call(("c1", "book_flight"))
+    for n in range(answers):
+        s.result("c1", f'{{"status": "step {n}", "m": "{marker(10 + n)}"}}', name="book_flight")
+        if n == 0:
+            s.answer(f"booking is in progress {marker(2)}")
+    s.turn("r2").user(f"what is my booking code? {marker(3)} " + "详细说明" * 60)
+    options = AssemblyOptions(token_budget=260, token_counter=ScriptAwareTokenCounter())
+    req = assemble("sys", None, s.events, None, options=options)
+    assert req.report.tailored_messages
+    results = [e.event_id for e in s.events if e.message.role == "tool"]
+    assert set(results) <= set(req.report.tailored_event_ids)
+    assert unaccounted(req.messages, s.events) == []
 
 
 def test_a_call_without_result_and_a_result_without_call_are_named_in_the_request() -> None:
