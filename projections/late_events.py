@@ -128,9 +128,14 @@ class LatestStamps:
         those stamped there, or they are not all known: the session was read cold from Cassandra, more
         than ``tied_ids`` of them, or no ``event_id`` given), 1 after it, the session's first, or a new
         event in its millisecond; remembers ``ts`` and ``event_id`` when it is the latest. The session
-        must be known (as for :meth:`place`)."""
+        must be known (as for :meth:`place`); one this memory dropped meanwhile (a batch holding more
+        sessions than ``capacity``: learning the last ones dropped the first) is taken as late (-1): what
+        it holds is unknown, and a record filed as late that is not (see the class) the read takes as well."""
         key = (partition, session)
-        _, latest, ids = self._latest[key]
+        found = self._latest.get(key)
+        if found is None:
+            return -1
+        _, latest, ids = found
         ms = millis(ts)
         if latest is not None and ms < latest:
             return -1

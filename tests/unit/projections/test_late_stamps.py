@@ -142,3 +142,17 @@ def test_a_tie_without_its_id_is_looked_up_and_leaves_the_millisecond_not_all_kn
     assert stamps.order(P, S, at(7), "e1") == 1
     assert stamps.order(P, S, at(7)) == 0
     assert stamps.order(P, S, at(7), "e2") == 0
+
+
+def test_a_batch_of_more_sessions_than_the_memory_holds_files_the_dropped_ones_as_late() -> None:
+    """The projector learns a batch's unknown sessions first, then places its records: with more sessions
+    than ``capacity`` the first learnt were dropped again, and placing their records raised ``KeyError``
+    (the batch failed at every retry: the partition stalled). Not known, a record is filed as late."""
+    stamps = LatestStamps(capacity=2)
+    sessions = [("app", "u", f"s{n}") for n in range(3)]
+    for offset, session in enumerate(sessions):
+        stamps.follow(P, offset)
+        stamps.learn(P, session, at(100))
+    assert not stamps.knows(P, sessions[0])
+    assert stamps.order(P, sessions[0], at(200), "e1") == -1
+    assert stamps.order(P, sessions[2], at(50), "e2") == -1 and stamps.order(P, sessions[2], at(200), "e3") == 1
