@@ -67,7 +67,7 @@ from pydantic import ValidationError
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
-from projections.errors import StoreRefused, StoreUnavailable
+from projections.errors import RecordKeyError, StoreRefused, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
     TokenCounter,
@@ -78,6 +78,7 @@ from projections.rows import (
     summary_history_target,
     summary_latest_values,
 )
+from projections.session_keys import Fixed, KnownKeys, SessionKeys
 from projections.stage import (
     PROJECT_STAGE,
     Batch,
@@ -89,11 +90,11 @@ from projections.stage import (
     SourceRecord,
     dead_letter,
     refuse_oversized,
-    refuse_unkeyed,
     refuse_unstorable,
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
 from schemas.headers import EVENTS_OFFSET, header_int
+from schemas.record_keys import fixes_session_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
 
 log = logging.getLogger("distill.projector")
@@ -113,11 +114,27 @@ class _Event:
     data: dict[str, Any]
     """The decoded record ``event`` was validated from (its stored JSON is made from it)."""
 
+    @property
+    def session_key(self) -> SessionKey:
+        return self.event.session_key
+
 
 @dataclass(frozen=True)
 class _Delete:
     record: SourceRecord
     command: DeleteSession
+
+    @property
+    def session_key(self) -> SessionKey:
+        return self.command.session_key
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A ``summarize`` / ``summarize_sync`` command: the worker's, but it may fix its session's key."""
+
+    record: SourceRecord
+    session_key: SessionKey
 
 
 @dataclass(frozen=True)
@@ -132,6 +149,9 @@ class _Summary:
 class _Adopt:
     record: SourceRecord
     adoption: EpochAdopted
+
+
+_Item = _Event | _Delete | _Command | _Summary | _Adopt
 
 
 def parse_summary_record(raw: bytes | None) -> SessionSummary | EpochAdopted | None:
@@ -192,6 +212,7 @@ class Projector(CassandraStage):
         self.summaries_topic = summaries_topic
         self._count = count_tokens or estimate_tokens
         self._stamps = LatestStamps(remembered_sessions)
+        self._keys = KnownKeys(remembered_sessions)
         self.max_record_bytes = max_record_bytes
         self._p = self._prepare()
 
@@ -209,7 +230,8 @@ class Projector(CassandraStage):
             "latest_delete": q.DELETE_SUMMARY_LATEST, "adoption": q.INSERT_ADOPTION,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED, "turn": q.INSERT_TURN,
             "session_source": q.UPSERT_SESSION_SOURCE, "late": q.INSERT_LATE_EVENT, "latest_ts": q.SELECT_LATEST_TS,
-            "event_position": q.SELECT_EVENT_POSITION,
+            "event_position": q.SELECT_EVENT_POSITION, "select_record_key": q.SELECT_RECORD_KEY,
+            "insert_record_key": q.INSERT_RECORD_KEY,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
         self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
@@ -239,19 +261,31 @@ class Projector(CassandraStage):
         simply be retried.
         """
         outcome = BatchOutcome()
-        segment: list[_Event | _Summary] = []
+        parsed: list[tuple[SourceRecord, _Item | RecordDecodeError | ValidationError | None]] = []
         for record in records:
             key = (record.topic, record.partition)
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
             if record.topic == self.events_topic:
                 self._stamps.follow(key, record.offset)
             try:
-                item = self._parse(record)
+                parsed.append((record, self._parse(record)))
             except (RecordDecodeError, ValidationError) as exc:
-                reason = validation_reason(exc) if isinstance(exc, ValidationError) else None
-                outcome.dead_letters.append(dead_letter(record, exc, reason, stage=STAGE))
+                parsed.append((record, exc))
+        keys = SessionKeys(self._keys, await self._read_record_keys(parsed))
+        segment: list[_Event | _Summary] = []
+        for record, item in parsed:
+            if isinstance(item, RecordDecodeError | ValidationError):
+                reason = validation_reason(item) if isinstance(item, ValidationError) else None
+                outcome.dead_letters.append(dead_letter(record, item, reason, stage=STAGE))
                 continue
-            if item is None:
+            if isinstance(item, _Event | _Delete | _Command):
+                problem = keys.judge(record.key, record.partition, record.offset, item.session_key,
+                                     fixes=not isinstance(item, _Delete))  # fmt: skip
+                if problem is not None and not isinstance(item, _Command):
+                    # The worker refuses it with this reason (and dead-letters it too): never in a summary.
+                    outcome.dead_letters.append(dead_letter(record, RecordKeyError(problem), problem, stage=STAGE))
+                    continue
+            if item is None or isinstance(item, _Command):
                 outcome.ignored += 1
             elif isinstance(item, _Delete):
                 await self._flush(segment, outcome)
@@ -266,6 +300,7 @@ class Projector(CassandraStage):
             else:
                 segment.append(item)
         await self._flush(segment, outcome)
+        await self._write_record_keys(keys)
         for letter in outcome.dead_letters:
             await dead_letters(letter)
         kept = {tp: off for tp, off in outcome.offsets.items() if save_offsets(tp)}
@@ -273,7 +308,7 @@ class Projector(CassandraStage):
             await self._save_offsets(kept)
         return outcome
 
-    def _parse(self, record: SourceRecord) -> _Event | _Delete | _Summary | _Adopt | None:
+    def _parse(self, record: SourceRecord) -> _Item | None:
         live = record.topic == self.summaries_topic
         if live or record.topic.startswith(replay_topic_prefix(self.summaries_topic)):
             refuse_unstorable(record.value or b"")
@@ -290,12 +325,34 @@ class Projector(CassandraStage):
         refuse_unstorable(record.value, data)
         parsed = parse_event_data(data)
         if isinstance(parsed, SessionEvent):
-            refuse_unkeyed(record, parsed.session_key)
             return _Event(record, parsed, data)
         if isinstance(parsed, DeleteSession):
-            refuse_unkeyed(record, parsed.session_key)
             return _Delete(record, parsed)
-        return None  # summarize commands are the worker's business
+        if fixes_session_key(parsed):  # the worker's business, but it may fix the session's key
+            return _Command(record, parsed.session_key)
+        return None
+
+    async def _read_record_keys(self, parsed: Sequence[tuple[SourceRecord, object]]) -> dict[SessionKey, Fixed | None]:
+        """The fixed key and partition (``session_record_keys``) of each session of ``parsed``'s events and
+        commands this process does not remember (one row each, read concurrently; ``None``: none fixed)."""
+        keyed = (item.session_key for _, item in parsed if isinstance(item, _Event | _Delete | _Command))
+        cold = self._keys.missing(keyed)
+        rows = await self._read_many(self._p["select_record_key"], cold)
+        read: dict[SessionKey, Fixed | None] = {}
+        for session, found in zip(cold, rows, strict=True):
+            row = next(iter(found), None)
+            read[session] = None if row is None or row.record_key is None else (row.record_key, row.partition)
+        return read
+
+    async def _write_record_keys(self, keys: SessionKeys) -> None:
+        """Store what the batch fixed (before its offsets: a batch delivered again decides the same), then
+        remember it."""
+        work = [(self._p["insert_record_key"], (*session, key, self.events_topic, partition, offset))
+                for session, (key, partition), offset in keys.fixed]  # fmt: skip
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra failed to store a session's record key: {failed[0][1]}")
+        keys.remember()
 
     @staticmethod
     async def _refusable(record: SourceRecord, write: Awaitable[int | None], what: str, outcome: BatchOutcome) -> int:

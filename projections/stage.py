@@ -33,6 +33,7 @@ from projections.cassandra_session import aexecute, aexecute_many
 from projections.errors import OversizedRecord, RecordKeyError, StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
 from schemas import DeadLetter, SessionKey
+from schemas.record_keys import key_problem
 from schemas.records import RecordDecodeError, json_object
 
 _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
@@ -189,11 +190,10 @@ def refuse_unkeyed(record: SourceRecord, session: SessionKey) -> None:
     prompt and in search until a boundary hid it, summarized by none: refused here too,
     it stays a dead letter until it is sent again with the session's key.
     """
-    if record.key is None:
-        raise RecordKeyError(
-            f"record of session {'/'.join(session)} has no Kafka key (null): a session's records must all carry "
-            "one non-null key so that they share a partition"
-        )
+    problem = key_problem(record.key, session, session.kafka_key(), known=False, known_key=None,
+                          known_partition=None, partition=record.partition)  # fmt: skip
+    if problem is not None:
+        raise RecordKeyError(problem)
 
 
 def refuse_unstorable(raw: bytes, data: object = None) -> None:

@@ -132,6 +132,13 @@ INSERT_TURN = (
 UPSERT_SESSION_SOURCE = (
     "INSERT INTO {ks}.session_sources (app_name, user_id, session_id, topic, partition) VALUES (?, ?, ?, ?, ?)"
 )
+SELECT_RECORD_KEY = (
+    "SELECT record_key, partition FROM {ks}.session_record_keys WHERE app_name = ? AND user_id = ? AND session_id = ?"
+)
+INSERT_RECORD_KEY = (
+    "INSERT INTO {ks}.session_record_keys (app_name, user_id, session_id, record_key, topic, partition, fixed_offset) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 SAVE_PROGRESS = (
     "UPDATE {ks}.projector_progress SET next_offset = ?, log_end_offset = ?, updated_at = ?, stage = ? "
     "WHERE topic = ? AND partition = ? AND consumer_group = ?"

@@ -274,7 +274,13 @@ class TrackHandler:
         if isinstance(record, AdoptEpoch):
             # A replay builds an epoch; only the live line switches (the summaries topic records it).
             return TrackOutput() if self.job_origin == "replay" else TrackOutput(adoptions=[record])
-        return with_events_key(self._on_command(record, coords, store, log_time or datetime.now(UTC), kept), kept)
+        out = self._on_command(record, coords, store, log_time or datetime.now(UTC), kept)
+        if full is None and store.get(table_key(*sk, FULL_SESSION)) is None:
+            # The command decided nothing for the session (a key the allowlist refuses, a sweep): it still fixes
+            # the session's key, as the projector, which knows no policy, takes it to (schemas.record_keys).
+            store[table_key(*sk, FULL_SESSION)] = tracked_key(new_state(*sk, FULL_SESSION), None, coords.partition,
+                                                              None, kept)  # fmt: skip
+        return with_events_key(out, kept)
 
     def _load(self, store: StateStore, sk: SessionKey, filter_key: str) -> TrackedKey | None:
         return store.get(table_key(*sk, filter_key))

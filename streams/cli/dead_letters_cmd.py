@@ -160,6 +160,9 @@ def redrive_command(everything: bool, dry_run: bool, yes: bool, **params: Any) -
     Redriving the same dead letter twice publishes it twice: consumers treat it
     like any re-sent record. A record rejected for its content is rejected
     again unless the cause was fixed (a raised size limit, a fixed bug, ...).
+    A RecordKeyError (no key, or not the key and partition the session's first
+    record fixed; the worker and the projector each leave one) is refused again
+    with its original key: publish its value with the session's key instead.
     """
     selection = _selection(params)
     if not selection.has_filter and not everything:

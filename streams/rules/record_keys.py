@@ -1,83 +1,14 @@
-"""The Kafka record key of a session (pure): which keys are accepted, and how they are named.
-
-The key is the producer's: any non-null bytes (``app/user/session`` as the
-client writes it, ``app:user:session``, the bare session id, opaque bytes, a key
-shared by several sessions). What distill needs is co-partitioning: every
-record of a session (events and commands) on one partition, in order. The
-producer's partitioner only guarantees that when the session always uses the
-same key, so the rule is:
-
-* a record without a key (``null``: the partitioner spreads such records over
-  partitions) is refused;
-* the first record of a session fixes its key and partition (kept in the
-  track state); a later record of that session with another key, or on
-  another partition, is refused — naming both keys — instead of being folded
-  into a session whose history lives elsewhere.
-
-A refused record goes to the dead-letter topic with the reason (its bytes and
-key kept, so it can be re-sent with the right key); nothing else is lost.
+"""The Kafka record key of a session: the rule is :mod:`schemas.record_keys` (shared with the projector);
+here, how the worker carries a key in JSON (jobs, the track state).
 """
 
 from __future__ import annotations
 
 import base64
 
-from schemas.base import SessionKey
+from schemas.record_keys import RECORD_KEY_ERROR, describe_key, fixes_session_key, key_problem
 
-RECORD_KEY_ERROR = "RecordKeyError"
-"""``error_class`` of a dead letter for a refused key."""
-
-
-def describe_key(key: bytes | None) -> str:
-    """A key as a reason names it: ``null``, the UTF-8 text quoted, else ``base64:…``."""
-    if key is None:
-        return "null"
-    try:
-        text = key.decode()
-    except UnicodeDecodeError:
-        return "base64:" + base64.b64encode(key).decode()
-    if not text.isprintable():
-        return "base64:" + base64.b64encode(key).decode()
-    return repr(text)
-
-
-def key_problem(
-    key: bytes | None,
-    session: SessionKey,
-    canonical: bytes,
-    *,
-    known: bool,
-    known_key: bytes | None,
-    known_partition: int | None,
-    partition: int,
-) -> str | None:
-    """Why a record of ``session`` with ``key`` on ``partition`` is refused, or ``None``.
-
-    ``canonical`` is ``session.kafka_key()`` (computed once by the caller: this runs
-    for every record). ``known``: the session has a track state, whose key is
-    ``known_key`` (``None``: canonical) and partition ``known_partition`` (``None``: unknown).
-    """
-    if key is None:
-        return (
-            f"record of session {'/'.join(session)} has no Kafka key (null): a session's records must all carry "
-            f"one non-null key so that they share a partition (the client uses {describe_key(canonical)})"
-        )
-    if not known:
-        return None
-    expected = canonical if known_key is None else known_key
-    if key != expected:
-        return (
-            f"record of session {'/'.join(session)} has key {describe_key(key)} but the session's records are "
-            f"keyed {describe_key(expected)} (its first record's key): every record of a session must carry the "
-            "same key"
-        )
-    if known_partition is not None and known_partition != partition:
-        return (
-            f"record of session {'/'.join(session)} (key {describe_key(key)}) arrived on partition {partition} "
-            f"but the session's records are on partition {known_partition}: every record of a session must share "
-            "a partition"
-        )
-    return None
+__all__ = ["RECORD_KEY_ERROR", "decode_key", "describe_key", "encode_key", "fixes_session_key", "key_problem"]
 
 
 def encode_key(key: bytes | None) -> str | None:

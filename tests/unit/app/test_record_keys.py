@@ -150,3 +150,20 @@ def test_a_deleted_session_keeps_its_key() -> None:
 )
 def test_keys_are_named_readably(key: bytes | None, named: str) -> None:
     assert describe_key(key) == named
+
+
+def test_a_first_command_that_decides_nothing_still_fixes_the_key() -> None:
+    """A ``summarize_sync`` on a key the allowlist refuses decides nothing for the session; it fixed no key,
+    where the projector (which knows no policy) takes every summarize command to fix it: the event after
+    it with another key was summarized by the worker and refused by the projector."""
+    from streams.rules.checks import EventThreshold
+    from streams.rules.policy import PolicySet, SummaryPolicy
+
+    h = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(100),), allowlist=("allowed",))))
+    table: dict[str, TrackedKey] = {}
+    sync = SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", filter_key="refused", reply_to="r")
+    assert h.on_record(sync, Coordinates("ev", 1, 1), table, key="会话/键".encode(), log_time=T0).dead_letter is None
+    out = fold(h, table, b"a/u/s", range(2, 3))[0]
+    assert out.dead_letter is not None and out.dead_letter.error_class == RECORD_KEY_ERROR
+    assert "'会话/键'" in out.dead_letter.reason
+    assert fold(h, table, "会话/键".encode(), range(3, 4))[0].dead_letter is None
