@@ -92,6 +92,7 @@ from projections.rows import (
     recall_rows,
     split_chunks,
 )
+from projections.session_keys import KnownKeys, SessionKeys
 from projections.stage import (
     DEEP_INDEX_STAGE,
     INDEX_STAGE,
@@ -103,10 +104,10 @@ from projections.stage import (
     SourceRecord,
     dead_letter,
     refuse_oversized,
-    refuse_unkeyed,
     refuse_unstorable,
 )
-from schemas import DeleteSession, SessionEvent
+from schemas import DeleteSession, SessionEvent, SessionKey
+from schemas.record_keys import fixes_session_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data
 
 log = logging.getLogger("distill.indexer")
@@ -255,6 +256,7 @@ class RecallIndexer(CassandraStage):
         self.waited_primary_s = 0.0
         """Seconds the deep stage spent waiting for the primary stage (for logs and benchmarks)."""
         self._stamps = LatestStamps(remembered_sessions)
+        self._keys = KnownKeys(remembered_sessions)
         self._embedder = embedder
         self._gate = gate
         self.indexed_tokens = 0
@@ -312,37 +314,51 @@ class RecallIndexer(CassandraStage):
         if self.scope == "deep" and records:
             await self._follow_primary(records)
         outcome = BatchOutcome()
-        segment: list[_Item] = []
+        parsed: list[tuple[SourceRecord, SessionEvent | DeleteSession | SessionKey | None]] = []
         for record in records:
             key = (record.topic, record.partition)
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
             if record.topic == self.events_topic:
                 self._stamps.follow(key, record.offset)
             if record.topic != self.events_topic or record.value is None:
-                outcome.ignored += 1
+                parsed.append((record, None))
                 continue
             try:
                 refuse_oversized(record, self.max_record_bytes)
                 data = json_object(record.value)
                 refuse_unstorable(record.value, data)
-                parsed = parse_event_data(data)
-                if isinstance(parsed, SessionEvent | DeleteSession):
-                    refuse_unkeyed(record, parsed.session_key)
+                found = parse_event_data(data)
             except (RecordDecodeError, ValidationError):
+                parsed.append((record, None))
+                continue
+            if isinstance(found, SessionEvent | DeleteSession):
+                parsed.append((record, found))
+            else:  # a command: the worker's business, but it may fix its session's key (schemas.record_keys)
+                parsed.append((record, found.session_key if fixes_session_key(found) else None))
+        keyed = (item if isinstance(item, tuple) else item.session_key for _, item in parsed if item is not None)
+        keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, keyed))
+        segment: list[_Item] = []
+        for record, item in parsed:
+            if item is None:
                 outcome.ignored += 1
                 continue
-            if isinstance(parsed, DeleteSession):
+            session = item if isinstance(item, tuple) else item.session_key
+            # What the projector refuses (and dead-letters) for its key, search does not find either.
+            refused = keys.judge(record.key, record.partition, record.offset, session,
+                                 fixes=not isinstance(item, DeleteSession))  # fmt: skip
+            if refused is not None or isinstance(item, tuple):
+                outcome.ignored += 1
+            elif isinstance(item, DeleteSession):
                 await self._index(segment, outcome)
                 segment = []
                 if self.scope != "deep":  # the primary stage removed the session's rows, its later chunks too
-                    await self._delete(parsed)
-                    self._stamps.forget(key, (parsed.app_name, parsed.user_id, parsed.session_id))
+                    await self._delete(item)
+                    self._stamps.forget((record.topic, record.partition), session)
                 outcome.deletes += 1
-            elif isinstance(parsed, SessionEvent):
-                segment.append(_Item(record, parsed))
             else:
-                outcome.ignored += 1
+                segment.append(_Item(record, item))
         await self._index(segment, outcome)
+        await self._write_record_keys(keys, self.events_topic)
         for letter in outcome.dead_letters:
             await dead_letters(letter)
         kept = {tp: off for tp, off in outcome.offsets.items() if save_offsets(tp)}

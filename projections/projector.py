@@ -78,7 +78,7 @@ from projections.rows import (
     summary_history_target,
     summary_latest_values,
 )
-from projections.session_keys import Fixed, KnownKeys, SessionKeys
+from projections.session_keys import KnownKeys, SessionKeys
 from projections.stage import (
     PROJECT_STAGE,
     Batch,
@@ -230,8 +230,7 @@ class Projector(CassandraStage):
             "latest_delete": q.DELETE_SUMMARY_LATEST, "adoption": q.INSERT_ADOPTION,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED, "turn": q.INSERT_TURN,
             "session_source": q.UPSERT_SESSION_SOURCE, "late": q.INSERT_LATE_EVENT, "latest_ts": q.SELECT_LATEST_TS,
-            "event_position": q.SELECT_EVENT_POSITION, "select_record_key": q.SELECT_RECORD_KEY,
-            "insert_record_key": q.INSERT_RECORD_KEY,
+            "event_position": q.SELECT_EVENT_POSITION,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
         self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
@@ -271,7 +270,8 @@ class Projector(CassandraStage):
                 parsed.append((record, self._parse(record)))
             except (RecordDecodeError, ValidationError) as exc:
                 parsed.append((record, exc))
-        keys = SessionKeys(self._keys, await self._read_record_keys(parsed))
+        keyed = (item.session_key for _, item in parsed if isinstance(item, _Event | _Delete | _Command))
+        keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, keyed))
         segment: list[_Event | _Summary] = []
         for record, item in parsed:
             if isinstance(item, RecordDecodeError | ValidationError):
@@ -300,7 +300,7 @@ class Projector(CassandraStage):
             else:
                 segment.append(item)
         await self._flush(segment, outcome)
-        await self._write_record_keys(keys)
+        await self._write_record_keys(keys, self.events_topic)
         for letter in outcome.dead_letters:
             await dead_letters(letter)
         kept = {tp: off for tp, off in outcome.offsets.items() if save_offsets(tp)}
@@ -331,28 +331,6 @@ class Projector(CassandraStage):
         if fixes_session_key(parsed):  # the worker's business, but it may fix the session's key
             return _Command(record, parsed.session_key)
         return None
-
-    async def _read_record_keys(self, parsed: Sequence[tuple[SourceRecord, object]]) -> dict[SessionKey, Fixed | None]:
-        """The fixed key and partition (``session_record_keys``) of each session of ``parsed``'s events and
-        commands this process does not remember (one row each, read concurrently; ``None``: none fixed)."""
-        keyed = (item.session_key for _, item in parsed if isinstance(item, _Event | _Delete | _Command))
-        cold = self._keys.missing(keyed)
-        rows = await self._read_many(self._p["select_record_key"], cold)
-        read: dict[SessionKey, Fixed | None] = {}
-        for session, found in zip(cold, rows, strict=True):
-            row = next(iter(found), None)
-            read[session] = None if row is None or row.record_key is None else (row.record_key, row.partition)
-        return read
-
-    async def _write_record_keys(self, keys: SessionKeys) -> None:
-        """Store what the batch fixed (before its offsets: a batch delivered again decides the same), then
-        remember it."""
-        work = [(self._p["insert_record_key"], (*session, key, self.events_topic, partition, offset))
-                for session, (key, partition), offset in keys.fixed]  # fmt: skip
-        failed = await self._run_concurrent(work)
-        if failed:
-            raise StoreUnavailable(f"cassandra failed to store a session's record key: {failed[0][1]}")
-        keys.remember()
 
     @staticmethod
     async def _refusable(record: SourceRecord, write: Awaitable[int | None], what: str, outcome: BatchOutcome) -> int:

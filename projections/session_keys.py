@@ -72,7 +72,13 @@ class SessionKeys:
 
         ``fixes``: the record would fix a session that has no key yet (``schemas.record_keys.fixes_session_key``).
         """
-        fixed = self._batch.get(session) or self._known.get(session) or self._read.get(session)
+        fixed = self._batch.get(session)
+        if fixed is None:
+            fixed = self._known.get(session) or self._read.get(session)
+            if fixed is not None:
+                self._batch[session] = fixed  # the batch's later records of the session: one lookup
+        elif key == fixed[0] and partition == fixed[1]:
+            return None  # most records: the session's own key on its partition
         problem = key_problem(
             key, session, session.kafka_key(), known=fixed is not None, known_key=fixed[0] if fixed else None,
             known_partition=fixed[1] if fixed else None, partition=partition,

@@ -30,10 +30,10 @@ from cassandra.query import BatchStatement, BatchType
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
-from projections.errors import OversizedRecord, RecordKeyError, StoreRefused, StoreUnavailable
+from projections.errors import OversizedRecord, StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
+from projections.session_keys import Fixed, KnownKeys, SessionKeys
 from schemas import DeadLetter, SessionKey
-from schemas.record_keys import key_problem
 from schemas.records import RecordDecodeError, json_object
 
 _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
@@ -182,20 +182,6 @@ def refuse_oversized(record: SourceRecord, limit: int | None) -> None:
         raise OversizedRecord(f"record of {len(record.value)} bytes exceeds the limit of {limit} bytes")
 
 
-def refuse_unkeyed(record: SourceRecord, session: SessionKey) -> None:
-    """``RecordKeyError`` when ``record`` (an event or a delete of ``session``) has no Kafka key.
-
-    The worker refuses such a record (the partitioner spreads unkeyed records over
-    partitions: it is never read into its session's summaries). Stored, it showed in the
-    prompt and in search until a boundary hid it, summarized by none: refused here too,
-    it stays a dead letter until it is sent again with the session's key.
-    """
-    problem = key_problem(record.key, session, session.kafka_key(), known=False, known_key=None,
-                          known_partition=None, partition=record.partition)  # fmt: skip
-    if problem is not None:
-        raise RecordKeyError(problem)
-
-
 def refuse_unstorable(raw: bytes, data: object = None) -> None:
     """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds text no
     column can store, or a session key no partition can have. Costs a substring search unless ``raw``
@@ -327,7 +313,9 @@ class CassandraStage:
         self._stage_p = {
             name: session.prepare(cql.format(ks=keyspace))
             for name, cql in {"save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS,
-                              "progress": q.SAVE_PROGRESS, "progress_caught_up": q.SAVE_PROGRESS_CAUGHT_UP}.items()
+                              "progress": q.SAVE_PROGRESS, "progress_caught_up": q.SAVE_PROGRESS_CAUGHT_UP,
+                              "select_record_key": q.SELECT_RECORD_KEY,
+                              "insert_record_key": q.INSERT_RECORD_KEY}.items()
         }  # fmt: skip
 
     # -- offsets ---------------------------------------------------------------------------------------------
@@ -441,6 +429,32 @@ class CassandraStage:
                     ) from single_exc
                 rejected.setdefault(batch.entries[position][2], single_exc)
         return rejected
+
+    # -- record keys (projections.session_keys) --------------------------------------------------------------
+
+    async def _read_record_keys(
+        self, known: KnownKeys, sessions: Iterable[SessionKey]
+    ) -> dict[SessionKey, Fixed | None]:
+        """The fixed key and partition (``session_record_keys``) of each of ``sessions`` that ``known`` lacks
+        (one row each, read concurrently; ``None``: none fixed yet)."""
+        cold = known.missing(sessions)
+        rows = await self._read_many(self._stage_p["select_record_key"], cold)
+        read: dict[SessionKey, Fixed | None] = {}
+        for session, found in zip(cold, rows, strict=True):
+            row = next(iter(found), None)
+            read[session] = None if row is None or row.record_key is None else (row.record_key, row.partition)
+        return read
+
+    async def _write_record_keys(self, keys: SessionKeys, topic: str) -> None:
+        """Store what a batch fixed, before its offsets (a batch delivered again decides the same), then
+        remember it. The projector and the indexer each store what they fix: from the same log, in the same
+        order, the same row."""
+        work = [(self._stage_p["insert_record_key"], (*session, key, topic, partition, offset))
+                for session, (key, partition), offset in keys.fixed]  # fmt: skip
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra failed to store a session's record key: {failed[0][1]}")
+        keys.remember()
 
     # -- driver bridge ---------------------------------------------------------------------------------------
 

@@ -254,8 +254,9 @@ async def test_a_second_key_or_partition_of_a_session_is_dead_lettered_as_the_wo
 ) -> None:
     """The worker fixes a session's key and partition at its first record and refuses (``RecordKeyError``)
     a later record of it with another key or on another partition: no summary holds it. The projector
-    stored it: the prompt showed it until a boundary hid it. It refuses it now, with the worker's reason,
-    across a ``delete_session`` (the worker keeps the key) and a restart (an empty memory reads the key back)."""
+    stored it: the prompt showed it until a boundary hid it, and search found it. It refuses it now, with
+    the worker's reason (the indexer skips it), across a ``delete_session`` (the worker keeps the key) and
+    a restart (an empty memory reads the key back)."""
 
     def keyed(value: dict[str, Any] | bytes, offset: int, record_key: bytes, partition: int = 0) -> SourceRecord:
         return dataclasses.replace(record(EVENTS, value, offset=offset, partition=partition), key=record_key)
@@ -265,17 +266,17 @@ async def test_a_second_key_or_partition_of_a_session_is_dead_lettered_as_the_wo
               "session_id": key.session_id}  # fmt: skip
     outcome = await store.apply(
         keyed(event(key, "e1", at=1, content="第一条 MK-1"), 80, first),
-        keyed(event(key, "e2", at=2, content="别的键 MK-2"), 81, second),
-        keyed(event(key, "e3", at=3, content="别的分区 MK-3"), 5, first, partition=1),
+        keyed(event(key, "e2", at=2, content="别的键 MK-2 zebra"), 81, second),
+        keyed(event(key, "e3", at=3, content="别的分区 MK-3 yak"), 5, first, partition=1),
         keyed(event(key, "e4", at=4, content="第四条 MK-4"), 82, first),
     )
     assert outcome.events == 2
     await store.apply(keyed(delete, 83, second), keyed(event(key, "e5", at=5, content="删除之后 MK-5"), 84, second))
-    restarted = Projector(store.session, store.settings.cassandra.keyspace, events_topic=EVENTS,
-                          summaries_topic=SUMMARIES, consumer_group="g")  # fmt: skip
-    store.projector = restarted
+    ks = store.settings.cassandra.keyspace
+    store.projector = Projector(store.session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g")
+    store.indexer = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group="g-index")
     outcome = await store.apply(
-        keyed(event(key, "e6", at=6, content="重启之后 MK-6"), 85, second),
+        keyed(event(key, "e6", at=6, content="重启之后 MK-6 walrus"), 85, second),
         keyed(event(key, "e7", at=7, content="第七条 MK-7"), 86, first),
     )
     assert outcome.events == 1
@@ -285,6 +286,9 @@ async def test_a_second_key_or_partition_of_a_session_is_dead_lettered_as_the_wo
     assert all("'键/一'" in d.reason for d in store.dead)
     assert "'another-key'" in store.dead[0].reason and "partition 1" in store.dead[1].reason
     assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e1", "e4", "e7"]
+    for query in ("zebra", "yak", "walrus", "别的键"):  # the indexer judges the same: search does not find them either
+        assert not await store.reader.session_search(key, query, "current_session", top_k=10), query
+    assert await store.reader.session_search(key, "第七条", "current_session", top_k=10)
 
 
 async def test_a_summarize_command_fixes_the_sessions_key_as_it_does_for_the_worker(
