@@ -48,6 +48,11 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
   an event the same way (``_write_events``); one refused head of a switch
   the same way, the session switching with the others (``_adopt``). Only an
   unavailable store holds the batch for a retry.
+* **What the worker refuses is not stored.** A record over the size limit,
+  one that does not decode, and one whose Kafka key or partition is not its
+  session's (``schemas.record_keys``, judged in log order by
+  ``projections.session_keys``) are dead-lettered with the worker's class and
+  reason: stored, it would show in the prompt while no summary holds it.
 """
 
 from __future__ import annotations
