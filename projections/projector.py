@@ -266,25 +266,29 @@ class Projector(CassandraStage):
         """
         outcome = BatchOutcome()
         parsed: list[tuple[SourceRecord, _Item | RecordDecodeError | ValidationError | None]] = []
+        sessions: list[SessionKey | None] = []  # per record of ``parsed``: whose key judges it (events topic)
         for record in records:
             key = (record.topic, record.partition)
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
             if record.topic == self.events_topic:
                 self._stamps.follow(key, record.offset)
             try:
-                parsed.append((record, self._parse(record)))
+                found = self._parse(record)
             except (RecordDecodeError, ValidationError) as exc:
                 parsed.append((record, exc))
-        keyed = (item.session_key for _, item in parsed if isinstance(item, _Event | _Delete | _Command))
-        keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, keyed))
+                sessions.append(None)
+                continue
+            parsed.append((record, found))
+            sessions.append(found.session_key if isinstance(found, _Event | _Delete | _Command) else None)
+        keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, filter(None, sessions)))
         segment: list[_Event | _Summary] = []
-        for record, item in parsed:
+        for (record, item), session in zip(parsed, sessions, strict=True):
             if isinstance(item, RecordDecodeError | ValidationError):
                 reason = validation_reason(item) if isinstance(item, ValidationError) else None
                 outcome.dead_letters.append(dead_letter(record, item, reason, stage=STAGE))
                 continue
-            if isinstance(item, _Event | _Delete | _Command):
-                problem = keys.judge(record.key, record.partition, record.offset, item.session_key,
+            if session is not None:
+                problem = keys.judge(record.key, record.partition, record.offset, session,
                                      fixes=not isinstance(item, _Delete))  # fmt: skip
                 if problem is not None and not isinstance(item, _Command):
                     # The worker refuses it with this reason (and dead-letters it too): never in a summary.
