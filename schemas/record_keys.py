@@ -22,9 +22,8 @@ same key, so the rule is:
   state, the projector in ``session_record_keys`` (both outlive a
   ``delete_session``, so both sides judge every later record alike). Within a
   partition "first" is the lowest offset, on both sides, in a replay too; for
-  records of one session on two partitions it is whichever each side reads
-  first, so only the partition that lost is guaranteed refused there (see the
-  README's promise).
+  records of one session sent to two partitions at once it is whichever each
+  side reads first, which may differ (see the README's "Record keys").
 
 A refused record goes to the dead-letter topic with the reason (its bytes and
 key kept, so it can be re-sent with the right key); nothing else is lost.
