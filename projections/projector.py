@@ -94,6 +94,7 @@ from projections.stage import (
     Row,
     SourceRecord,
     dead_letter,
+    record_key_row,
     refuse_oversized,
     refuse_unstorable,
 )
@@ -238,6 +239,7 @@ class Projector(CassandraStage):
             "event_position": q.SELECT_EVENT_POSITION,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
+        self._bind_record_key = RowBinder(self._stage_p["insert_record_key"])
         self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
                                                                "session_source", "late")}  # fmt: skip
         for table in q.SESSION_TABLES:
@@ -297,18 +299,18 @@ class Projector(CassandraStage):
             if item is None or isinstance(item, _Command):
                 outcome.ignored += 1
             elif isinstance(item, _Delete):
-                await self._flush(segment, outcome)
+                await self._flush(segment, outcome, keys)
                 segment = []
                 if await self._refusable(item.record, self._delete(item), "delete", outcome):
                     outcome.deletes += 1
             elif isinstance(item, _Adopt):
-                await self._flush(segment, outcome)
+                await self._flush(segment, outcome, keys)
                 segment = []
                 what = f"epoch switch of session {_named(item.adoption.session_key)}"
                 outcome.adoptions += await self._refusable(item.record, self._adopt(item, outcome), what, outcome)
             else:
                 segment.append(item)
-        await self._flush(segment, outcome)
+        await self._flush(segment, outcome, keys)
         await self._write_record_keys(keys, self.events_topic)
         for letter in outcome.dead_letters:
             await dead_letters(letter)
@@ -356,15 +358,15 @@ class Projector(CassandraStage):
             return 0
         return 1 if done is None else done
 
-    async def _flush(self, items: list[_Event | _Summary], outcome: BatchOutcome) -> None:
+    async def _flush(self, items: list[_Event | _Summary], outcome: BatchOutcome, keys: SessionKeys) -> None:
         events = [i for i in items if isinstance(i, _Event)]
         summaries = [i for i in items if isinstance(i, _Summary)]
         if events:
-            await self._write_events(events, outcome)
+            await self._write_events(events, outcome, keys)
         if summaries:
             await self._write_summaries(summaries, outcome)
 
-    async def _write_events(self, items: list[_Event], outcome: BatchOutcome) -> None:
+    async def _write_events(self, items: list[_Event], outcome: BatchOutcome, keys: SessionKeys) -> None:
         """Write the rows of ``items`` as unlogged batches, run concurrently.
 
         The session tables share the partition key ``(app_name, user_id,
@@ -378,7 +380,7 @@ class Projector(CassandraStage):
         (``_write_pipelined``).
         """
         placements = await self._place(items)
-        rejected = await self._write_pipelined(len(items), lambda a, b: self._batches(items, placements, a, b))
+        rejected = await self._write_pipelined(len(items), lambda a, b: self._batches(items, placements, keys, a, b))
         for index, exc in sorted(rejected.items()):
             outcome.dead_letters.append(
                 dead_letter(items[index].record, exc, f"cassandra rejected the event: {exc}", stage=STAGE)
@@ -411,8 +413,11 @@ class Projector(CassandraStage):
         records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
         return place_late(records, late, stored, ties)
 
-    def _batches(self, items: list[_Event], placements: dict[int, Placement], start: int, stop: int) -> list[Batch]:
-        """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``)."""
+    def _batches(
+        self, items: list[_Event], placements: dict[int, Placement], keys: SessionKeys, start: int, stop: int
+    ) -> list[Batch]:
+        """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``); the
+        key an event fixed (``keys``) goes with its rows (one partition key: no message of its own)."""
         groups: dict[tuple[str, str, str], list[Row]] = {}
         p = self._bind
         stmt_event, stmt_event_id, stmt_turn = p["event"], p["event_id"], p["turn"]
@@ -430,6 +435,9 @@ class Projector(CassandraStage):
                 group = groups[pk] = []
                 group.append((stmt_source, (*pk, item.record.topic, item.record.partition), index, 64))
             group.append((stmt_event, rows.event, index, rows.size))
+            fixed = keys.take(item.record.partition, item.record.offset)
+            if fixed is not None:  # the session's first accepted record (once per session)
+                group.append((self._bind_record_key, record_key_row(fixed, item.record.topic), index, 64))
             if placed is not None and placed.late:
                 group.append((stmt_late, late_row(ev, seq), index, 96))
             if rows.turn is not None:

@@ -66,6 +66,8 @@ class SessionKeys:
         self._batch: dict[SessionKey, Fixed] = {}
         self.fixed: list[tuple[SessionKey, Fixed, int]] = []
         """``(session, (key, partition), offset of the record that fixed it)``."""
+        self._at: dict[tuple[int, int], int] = {}
+        """``(partition, offset)`` of a record that fixed a key → its entry in ``fixed``, until it is taken."""
 
     def judge(self, key: bytes | None, partition: int, offset: int, session: SessionKey, *, fixes: bool) -> str | None:
         """Why a record of ``session`` keyed ``key`` at ``partition``/``offset`` is refused (``None``: accepted).
@@ -85,8 +87,19 @@ class SessionKeys:
         )  # fmt: skip
         if problem is None and fixed is None and fixes and key is not None:
             self._batch[session] = (key, partition)
+            self._at[partition, offset] = len(self.fixed)
             self.fixed.append((session, (key, partition), offset))
         return problem
+
+    def take(self, partition: int, offset: int) -> tuple[SessionKey, Fixed, int] | None:
+        """What the record at ``partition``/``offset`` fixed, for a caller that writes it with the record's own
+        rows (then :meth:`untaken` leaves it out); ``None``: nothing, or taken already."""
+        index = self._at.pop((partition, offset), None)
+        return None if index is None else self.fixed[index]
+
+    def untaken(self) -> list[tuple[SessionKey, Fixed, int]]:
+        """What the batch fixed and no caller took (a command's fix, or a stage that writes them apart)."""
+        return [self.fixed[i] for i in self._at.values()]
 
     def remember(self) -> None:
         """The batch's keys are durable: remember them (and what was read)."""

@@ -193,6 +193,12 @@ def refuse_unstorable(raw: bytes, data: object = None) -> None:
         _refuse_lone_surrogates(json_object(raw) if data is None else data)
 
 
+def record_key_row(fixed: tuple[SessionKey, Fixed, int], topic: str) -> tuple[Any, ...]:
+    """The ``session_record_keys`` row (``INSERT_RECORD_KEY``) of one entry of ``SessionKeys.fixed``."""
+    session, (key, partition), offset = fixed
+    return (*session, key, topic, partition, offset)
+
+
 @dataclass
 class Batch:
     """Rows of one Cassandra partition written together: ``(binder, row, index of the record)``."""
@@ -446,11 +452,10 @@ class CassandraStage:
         return read
 
     async def _write_record_keys(self, keys: SessionKeys, topic: str) -> None:
-        """Store what a batch fixed, before its offsets (a batch delivered again decides the same), then
-        remember it. The projector and the indexer each store what they fix: from the same log, in the same
-        order, the same row."""
-        work = [(self._stage_p["insert_record_key"], (*session, key, topic, partition, offset))
-                for session, (key, partition), offset in keys.fixed]  # fmt: skip
+        """Store what a batch fixed and no write of its rows took, before its offsets (a batch delivered again
+        decides the same), then remember it. The projector and the indexer each store what they fix: from the
+        same log, in the same order, the same row."""
+        work = [(self._stage_p["insert_record_key"], record_key_row(fixed, topic)) for fixed in keys.untaken()]
         failed = await self._run_concurrent(work)
         if failed:
             raise StoreUnavailable(f"cassandra failed to store a session's record key: {failed[0][1]}")

@@ -68,3 +68,14 @@ def test_the_memory_is_bounded_least_recently_used_out() -> None:
 )  # fmt: skip
 def test_which_records_fix_a_sessions_key(record: object, fixes: bool) -> None:
     assert fixes_session_key(record) is fixes
+
+
+def test_a_fix_taken_with_its_records_rows_is_not_written_again_and_all_are_remembered() -> None:
+    other = SessionKey("应用", "用户", "另一个")
+    known = KnownKeys()
+    keys = SessionKeys(known, {S: None, other: None})
+    assert keys.judge(KEY, 0, 5, S, fixes=True) is None and keys.judge(b"o", 0, 6, other, fixes=True) is None
+    assert keys.take(0, 5) == (S, (KEY, 0), 5) and keys.take(0, 5) is None and keys.take(0, 7) is None
+    assert keys.untaken() == [(other, (b"o", 0), 6)]
+    keys.remember()
+    assert known.missing([S, other]) == []
