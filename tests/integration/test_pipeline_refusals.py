@@ -5,7 +5,8 @@ Every event carries a marker. The promise: each marker is in the served summary 
 marker of its request, the previous summary's included), or among the events the assembled request shows
 (the projector's rows), or in a dead letter with the reason — and a record one side refuses, the other
 refuses too, with the same reason. A record the worker refused but the projector stored showed in the
-prompt until a boundary hid it, and no summary ever held it.
+prompt until a boundary hid it, and no summary ever held it; a delete the worker refused but the projector
+applied removed events from the prompt that the worker went on summarizing.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from aiokafka.partitioner import murmur2
 
 from projections.context_read import ContextRead, ContextReader
-from schemas import SessionEvent, SessionKey
+from schemas import DeleteSession, SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
@@ -119,17 +120,20 @@ async def test_a_second_key_or_partition_is_refused_by_the_worker_and_the_projec
         # own partition, both have fixed its key there, and a record on another partition is the second.
         await dead_letters(settings, s.b.session, {("track", *second), ("project", *second)})
         (moved,) = await publish(client, other_partition, refused[1:])
+        # A delete under another key is refused too: it removes nothing, on either side.
+        delete = DeleteSession(app_name=APP, user_id=s.b.user_id, session_id=s.b.session, command_id="d1")
+        deleted = await client.publish_raw(same_partition, delete.model_dump_json().encode())
         await publish(client, first, s.events(2))
     kept = [m for m in s.markers if not any(m in e.message.content for e in refused if e.message.content)]
     gone = [m for m in s.markers if m not in kept]
 
-    letters = await dead_letters(settings, s.b.session, {(stage, *c) for stage in ("track", "project")
-                                                          for c in (second, moved)})  # fmt: skip
+    refusals = {(stage, *c) for stage in ("track", "project") for c in (second, moved, deleted)}
+    letters = await dead_letters(settings, s.b.session, refusals)
     read, summary = await settled(settings, cql, key, kept)
 
     # Worker and projector refuse the same records, with the same class and reason.
-    assert set(letters) == {(stage, *c) for stage in ("track", "project") for c in (second, moved)}, letters
-    for coords in (second, moved):
+    assert set(letters) == refusals, letters
+    for coords in (second, moved, deleted):
         track, project = letters[("track", *coords)], letters[("project", *coords)]
         assert track["error_class"] == project["error_class"] == "RecordKeyError"
         assert track["reason"] == project["reason"] and repr(first.decode()) in track["reason"]
