@@ -36,9 +36,10 @@ from schemas import DeleteSession, SessionEvent, SessionKey, SessionSummary
 from schemas.base import as_utc
 from schemas.reads import AppliedSummary, ContextRead
 from schemas.settings import Settings
+from streams.adapters.native import NATIVE_FIELD
 from streams.client import DistillClient
 from streams.clients.recall_reader import CassandraRecallReader
-from streams.context.history import covered_mask
+from streams.context.history import calls_for_retained_results, covered_mask
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.errors import DistillError
 from streams.rules.boundaries import covers
@@ -78,6 +79,14 @@ class SessionView:
     ``truncated``: the read stopped at its event cap (``ContextReader.max_events``),
     so the oldest events after the boundary (the oldest of the whole history
     without a summary) are missing from ``events`` (also logged as a warning).
+
+    ``calls_only``: the covered events ``events`` holds only for some of their
+    tool calls — by event id, the ids of those calls, whose results lie after
+    the boundary. Such an event is shown as those calls alone (its text, its
+    reasoning and its other calls are the summary's: a call whose result the
+    boundary covers has no result in the view, and the API refuses a call
+    without one). ``events`` holds the whole event (the framework record, the
+    item indices of ``pop_item``); :meth:`shown` applies the reduction.
     """
 
     key: SessionKey
@@ -86,6 +95,19 @@ class SessionView:
     events: tuple[SessionEvent, ...]
     stored_events: int
     truncated: bool = False
+    calls_only: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def shown(self, event: SessionEvent) -> SessionEvent:
+        """``event`` as the view shows it: a covered event of :attr:`calls_only` reduced to those calls, its
+        framework record (``native``) left out (it holds the whole event); any other event as it is."""
+        ids = self.calls_only.get(event.event_id)
+        if ids is None:
+            return event
+        calls = tuple(c for c in event.message.tool_calls if c.id in ids)
+        message = event.message.model_copy(update={"tool_calls": calls, "content": None, "reasoning_content": None})
+        data = event.model_dump()
+        data.pop(NATIVE_FIELD, None)
+        return SessionEvent.model_validate({**data, "message": message.model_dump()})
 
 
 @dataclass
@@ -292,8 +314,15 @@ class SessionBackend:
         merged = [e for e in log if not e.partial and visible(e.filter_key, filter_key)]
         covered = covered_mask(merged, summary.boundary if summary is not None else None, log=log)
         after = {e.event_id for e, c in zip(merged, covered, strict=True) if not c}
-        answered = {e.message.tool_call_id for e in merged if e.event_id in after and e.message.tool_call_id}
-        kept = [e for e in merged if e.event_id in after or any(c.id in answered for c in e.message.tool_calls)]
+        # A covered call event stays for the calls whose results are after the boundary, and only for them:
+        # a parallel call answered before the boundary has its result covered (absent), and a call shown
+        # without its result makes the provider refuse every request (as ``project_history`` reduces it).
+        indices = range(len(merged))
+        restored = calls_for_retained_results(
+            [e.message for e in merged], covered, {i for i in indices if not covered[i]}
+        )
+        calls_only = {merged[i].event_id: frozenset(ids) for i, ids in restored.items()}
+        kept = [e for e in merged if e.event_id in after or e.event_id in calls_only]
         total = int(stats.get("events") or 0) + len(extra)
         if read.stats.truncated:
             logger.warning(
@@ -302,7 +331,8 @@ class SessionBackend:
                 extra={"session_id": key.session_id, "app_name": key.app_name, "filter_key": filter_key,
                        "event_rows": read.stats.event_rows},
             )  # fmt: skip
-        return SessionView(key, filter_key, summary, tuple(kept), total, truncated=read.stats.truncated)
+        return SessionView(key, filter_key, summary, tuple(kept), total, truncated=read.stats.truncated,
+                           calls_only=calls_only)  # fmt: skip
 
     async def _delete_projected(self, key: SessionKey, deleted: _Deleted) -> bool:
         """Whether the projector has applied this process's tombstone of ``key`` (``deleted_sessions``)."""

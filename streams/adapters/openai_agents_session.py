@@ -224,13 +224,23 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
     def _shown_items(
         self, view: SessionView, texts: dict[str, str] | None = None
     ) -> list[tuple[SessionEvent, int, dict[str, Any]]]:
-        """The items ``view`` shows, each with its event and its index among the event's items."""
+        """The items ``view`` shows, each with its event and its index among the event's items.
+
+        The index is among the whole event's items (what ``pop_item``'s markers record), also for a
+        covered event the view shows for some of its calls only (``SessionView.calls_only``): of its
+        items, those calls alone are shown.
+        """
         taken = self._taken_back(view)
         out: list[tuple[SessionEvent, int, dict[str, Any]]] = []
         for event in self._visible(view):
             gone = taken.get(event.event_id, set()) or set()
             items = event_to_items(event, (texts or {}).get(event.event_id))
-            out.extend((event, i, item) for i, item in enumerate(items) if i not in gone)
+            only = view.calls_only.get(event.event_id)
+            out.extend(
+                (event, i, item)
+                for i, item in enumerate(items)
+                if i not in gone and (only is None or _call_id_of(item) in only)
+            )
         return out
 
     @classmethod
@@ -266,6 +276,13 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
         view = await self._view()
         if view.events:
             self._request_id = view.events[-1].request_id or None
+
+
+def _call_id_of(item: dict[str, Any]) -> str | None:
+    """The call id of a ``function_call`` / ``custom_tool_call`` item (``None``: another item)."""
+    if item.get("type") not in ("function_call", "custom_tool_call"):
+        return None
+    return str(item.get("call_id") or item.get("id") or "call")  # as ``item_message`` names the call
 
 
 def _is_marker(event: SessionEvent) -> bool:

@@ -28,7 +28,7 @@ parts, actions, flags, metadata.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -191,25 +191,54 @@ def to_session_events(
     return out
 
 
-def to_trpc_events(events: Iterable[SessionEvent]) -> list[Event]:
+def to_trpc_events(
+    events: Iterable[SessionEvent], calls_only: Mapping[str, Collection[str]] | None = None
+) -> list[Event]:
     """trpc events back from distill events (in order; split events joined again).
 
     A piece whose head is not among ``events`` (a summary boundary between the
     pieces of one event) and events of other producers are rebuilt from their
-    chat message.
+    chat message. ``calls_only`` (``SessionView.calls_only``): covered events
+    shown for some of their calls only (their results lie after the boundary),
+    which give an event of those ``function_call`` parts alone — the record's
+    own parts (ids, thought signatures) when it has one; its other pieces in
+    ``events`` are then rebuilt on their own.
     """
     events = list(events)
-    heads = {e.event_id for e in events if native_of(e, EVENT_FORMAT) is not None}
+    only = calls_only or {}
+    heads = {e.event_id for e in events if native_of(e, EVENT_FORMAT) is not None and e.event_id not in only}
     out: list[Event] = []
     for event in events:
         block = native_of(event, EVENT_FORMAT)
+        ids = only.get(event.event_id)
         if block is not None:
-            out.append(Event.model_validate(restore_record(block, event.message.content)))
+            trpc_event = Event.model_validate(restore_record(block, event.message.content))
+            out.append(trpc_event if ids is None else _calls_alone(trpc_event, set(ids)))
         elif part_of(event) in heads:
             continue
+        elif ids is not None:
+            calls = tuple(c for c in event.message.tool_calls if c.id in ids)
+            message = event.message.model_copy(update={"tool_calls": calls, "content": None,
+                                                       "reasoning_content": None})  # fmt: skip
+            out.append(from_message(event.model_copy(update={"message": message})))
         else:
             out.append(from_message(event))
     return out
+
+
+def _calls_alone(event: Event, ids: set[str]) -> Event:
+    """``event`` with only its ``function_call`` parts whose call ids are in ``ids`` (:func:`call_id`)."""
+    parts = list(event.content.parts or []) if event.content is not None else []
+    kept: list[Part] = []
+    n = 0
+    for part in parts:
+        if part.function_call is None:
+            continue
+        if call_id(part.function_call, event.id, n) in ids:
+            kept.append(part)
+        n += 1
+    content = event.content.model_copy(update={"parts": kept}) if event.content is not None else None
+    return event.model_copy(update={"content": content})
 
 
 def from_message(event: SessionEvent) -> Event:

@@ -122,7 +122,7 @@ class DistillSummarizerManager(CompactSummarizerManagerABC):  # type: ignore[mis
         record = view.summary
         return DefaultSessionSummary(
             session_id=session.id, summary_text=record.summary, original_event_count=view.stored_events,
-            compressed_event_count=1 + len(to_trpc_events(view.events)),
+            compressed_event_count=1 + len(to_trpc_events(view.events, view.calls_only)),
             summary_timestamp=record.created_at.timestamp(), model_name=record.model or "",
             metadata={"version": record.version, "filter_key": record.filter_key,
                       "boundary": record.boundary.model_dump(mode="json"), "stats": record.stats.model_dump()},
@@ -242,7 +242,9 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
 
     async def _fill(self, session: Session, view: SessionView) -> None:
         events = [e for e in view.events if e.message.role != "system" or (e.model_extra or {}).get("native")]
-        trpc_events = [e for e in to_trpc_events(events) if e.content is not None or e.actions.state_delta]
+        trpc_events = [
+            e for e in to_trpc_events(events, view.calls_only) if e.content is not None or e.actions.state_delta
+        ]
         session.events = [summary_event(view.summary)] if view.summary and view.summary.summary.strip() else []
         session.events += trpc_events
         state = state_of(view.events)

@@ -9,7 +9,7 @@ boundary passes them; their payload stays stored and recallable
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from schemas import Message, SessionEvent, SummaryBoundary
@@ -124,7 +124,7 @@ def project_history(
     if not n_covered:
         return Projection([chosen[i] for i in sorted(chosen)], left_out=left_out)
 
-    needed_calls = _calls_for_retained_results(messages, covered, chosen)
+    needed_calls = calls_for_retained_results(messages, covered, chosen)
     resume = latest_complete_round(events, messages, covered, current_index)
     resume_indices: set[int] = set()
     if resume is not None:
@@ -166,10 +166,15 @@ def _result_indices(resume: ResumeRound | None) -> tuple[int, ...]:
     return () if resume is None else resume.result_indices
 
 
-def _calls_for_retained_results(
-    messages: Sequence[Message | None], covered: Sequence[bool], chosen: dict[int, HistoryItem]
+def calls_for_retained_results(
+    messages: Sequence[Message | None], covered: Sequence[bool], chosen: Container[int]
 ) -> dict[int, set[str]]:
-    """Covered call events (index → call ids) that retained tool results answer."""
+    """Covered call events (index → call ids) that retained tool results answer.
+
+    ``chosen``: the indices of the messages kept (after the boundary, and the current one). A kept
+    result answers the latest call with its id before it; when that call is covered, its event is
+    brought back for that call only (its other calls may have results the boundary covers).
+    """
     latest_covered_call: dict[str, int] = {}
     retained_calls: set[str] = set()
     needed: dict[int, set[str]] = {}
