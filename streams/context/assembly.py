@@ -253,7 +253,10 @@ def assemble(
     in_user_turn = use_summary and opts.injection_mode == "user"
     if use_summary and not in_user_turn:
         head = merge_into_system(head, block)
-    left_out = list(dict.fromkeys([*projection.left_out, *pairing.left_out]))
+    log_order = {e.event_id: i for i, e in enumerate(events)}
+    # In log order: the note names the newest by id and the older ones (past its bound) by where they lie.
+    left_out = sorted(dict.fromkeys([*projection.left_out, *pairing.left_out]),
+                      key=lambda eid: log_order.get(eid, len(log_order)))  # fmt: skip
     left_note = "\n\n".join(n for n in (
         runs_note(runs_left_out, opts.max_history_runs, session_load=session_load),
         left_out_note(left_out, session_load=session_load),
@@ -281,7 +284,7 @@ def assemble(
         left_note,
         session_load,
         stands_for=replaced_by(pairing.replaced_results),
-        log_order={e.event_id: i for i, e in enumerate(events)},
+        log_order=log_order,
     )
     sent = tailored.messages
     tokens = tailored.tokens

@@ -2,10 +2,11 @@
 
 One marker format for every cut (:func:`cut_marker`), one way to say how the
 model reads a payload back (:func:`recall_hint`), one JSON key for arguments
-replaced by a note (:data:`CONTEXT_NOTE_KEY`). A note names at most
-``NOTE_IDS_SHOWN`` event ids, whatever the number of events it concerns: a
-long session must not turn a note into a list of thousands of ids (it takes
-the room the history needed). Pure: no I/O.
+replaced by a note (:data:`CONTEXT_NOTE_KEY`). A note of a range (rounds
+dropped oldest first) names ``NOTE_IDS_SHOWN`` ids and the count; a note of
+scattered events names each, up to ``NOTE_IDS_LISTED``, then a range of the
+older ones: a long session must not turn a note into a list of thousands of
+ids (it takes the room the history needed). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -29,12 +30,28 @@ def event_span(event_ids: Sequence[str]) -> str:
     return f"event_id={', '.join(ids[: NOTE_IDS_SHOWN - 1])} … {ids[-1]} ({len(ids)} events)"
 
 
-def event_sample(event_ids: Sequence[str]) -> str:
-    """``event_id=a, b`` for a few ids; else the first ones and how many more (scattered events, no range)."""
+NOTE_IDS_LISTED = 50
+"""The most ids a note of scattered events names one by one (:func:`event_list`); older ones go as a range."""
+
+
+def event_list(event_ids: Sequence[str]) -> str:
+    """Every id of scattered events (in log order, oldest first): ``event_id=a, b, c``.
+
+    Scattered events have no range that holds them alone, so each is named, up to
+    ``NOTE_IDS_LISTED``; beyond that the newest ``NOTE_IDS_LISTED`` are named and
+    the older ones stated by how many there are and where the log holds them:
+    ``event_id=f, g, … and 70 older ones logged from a to e (120 events)``. The
+    note's size stays bounded whatever the session, and no event goes unmentioned
+    (a count alone, ``and 6 more``, named neither these events nor where they are).
+    """
     ids = list(event_ids)
-    if len(ids) <= NOTE_IDS_SHOWN:
+    if len(ids) <= NOTE_IDS_LISTED:
         return f"event_id={', '.join(ids)}"
-    return f"event_id={', '.join(ids[:NOTE_IDS_SHOWN])} and {len(ids) - NOTE_IDS_SHOWN} more ({len(ids)} events)"
+    older, newest = ids[:-NOTE_IDS_LISTED], ids[-NOTE_IDS_LISTED:]
+    return (
+        f"event_id={', '.join(newest)} and {len(older)} older ones logged from {older[0]} to {older[-1]} "
+        f"({len(ids)} events)"
+    )
 
 
 CONTEXT_NOTE_KEY = "_distill_context_note"

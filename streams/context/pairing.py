@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from streams.context.items import HistoryItem
-from streams.context.notes import event_sample, recall_hint
+from streams.context.notes import event_list, recall_hint
 
 REPLACED_MARK = "[distill: replaces earlier result"
 """Starts the note appended to a result that replaced an earlier one of its call."""
@@ -166,13 +166,13 @@ def left_out_note(event_ids: Sequence[str], *, session_load: bool) -> str:
 
     A call without its result (a tool cancelled mid-reply, one still pending), a result without its
     call, a call without a function name and a result without a call id are refused by the API; after
-    the boundary no summary holds them yet: the note names their events, which stay stored (the first
-    few and a count: :func:`.notes.event_sample`; :attr:`PairingReport.left_out` lists them all).
+    the boundary no summary holds them yet: the note names their events, which stay stored. ``event_ids``
+    in log order: each is named, up to :data:`.notes.NOTE_IDS_LISTED` (the newest), the older ones
+    beyond by their count and the ids the log holds them between (:func:`.notes.event_list`).
     """
     if not event_ids:
         return ""
     where = recall_hint(session_load, many=True)
     return (
-        f"{LEFT_OUT_MARK} (a call without its result, or a result without its call): "
-        f"{event_sample(event_ids)}; {where}]"
+        f"{LEFT_OUT_MARK} (a call without its result, or a result without its call): {event_list(event_ids)}; {where}]"
     )

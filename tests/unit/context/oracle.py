@@ -30,13 +30,15 @@ def _named(text: str, event_id: str) -> bool:
 
 
 _SPAN = re.compile(r"event_id=([\w-]+)(?:, [\w-]+)* … ([\w-]+) \(\d+ events\)")
+_OLDER = re.compile(r"event_id=[\w-]+(?:, [\w-]+)* and \d+ older ones logged from ([\w-]+) to ([\w-]+) \(\d+ events\)")
 
 
 def _spanned(text: str, order: list[str]) -> set[str]:
-    """Ids inside a note's range ``event_id=a, b … z (N events)``: from ``a`` to ``z`` in log order."""
+    """Ids inside a note's range ``event_id=a, b … z (N events)``: from ``a`` to ``z`` in log order; and the
+    older ones of a list past its bound (``… and N older ones logged from a to z``)."""
     position = {event_id: i for i, event_id in enumerate(order)}
     out: set[str] = set()
-    for first, last in _SPAN.findall(text):
+    for first, last in [*_SPAN.findall(text), *_OLDER.findall(text)]:
         if "[distill:" in text and first in position and last in position:
             out.update(order[position[first] : position[last] + 1])
     return out

@@ -9,7 +9,7 @@ import pytest
 
 from schemas import Message
 from streams.context import AssemblyOptions, InjectionMode, RecallCapabilities, assemble
-from streams.context.notes import event_sample, event_span
+from streams.context.notes import NOTE_IDS_LISTED, event_list, event_span
 from streams.context.pairing import LEFT_OUT_MARK, left_out_note
 from streams.context.tailoring import DROPPED_MARK, round_starts, tailor
 from streams.rules.tokens import SimpleTokenCounter
@@ -138,9 +138,12 @@ def test_a_note_names_a_few_ids_and_a_count() -> None:
     ids = [f"e{i}" for i in range(1, 101)]
     assert event_span(ids[:3]) == "event_id=e1, e2, e3"
     assert event_span(ids) == "event_id=e1, e2, e3 … e100 (100 events)"
-    assert event_sample(ids) == "event_id=e1, e2, e3, e4 and 96 more (100 events)"
+
+    assert event_list(ids[:10]) == f"event_id={', '.join(ids[:10])}"  # scattered events: each named
+    newest = ", ".join(ids[-NOTE_IDS_LISTED:])
+    assert event_list(ids) == f"event_id={newest} and 50 older ones logged from e1 to e50 (100 events)"
     note = left_out_note(ids, session_load=True)
-    assert "e5," not in note and "(100 events)" in note and len(note) < 300
+    assert note.count("e") < 2_000 and len(note) < 1_000  # bounded: 50 ids, then a range
 
 
 @pytest.mark.parametrize("mode", ["system", "user"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from schemas import Message
 from streams.context import AssemblyOptions, assemble
 from streams.context.items import HistoryItem, to_chat_message
+from streams.context.notes import NOTE_IDS_LISTED
 from streams.context.pairing import REPLACED_MARK, ReplacedResult, repair_pairing
 from streams.context.validity import InvalidMessages, assert_valid, find_violations
 from streams.rules.tokens import ScriptAwareTokenCounter
@@ -185,3 +187,29 @@ def test_a_call_without_result_and_a_result_without_call_are_named_in_the_reques
     cancelled = s.events[1].model_copy(update={"message": s.events[1].message.model_copy(
         update={"tool_calls": s.events[1].message.tool_calls[1:]})})  # fmt: skip
     assert unaccounted(req.messages, [cancelled]) == [], "the cancelled call's arguments are shown or named"
+
+
+@pytest.mark.parametrize("pending", [5, 12, 60])
+def test_every_call_left_out_is_named_in_the_request_not_only_in_the_report(pending: int) -> None:
+    """Calls still pending in many rounds (a tool that never answers): each is left out of the request.
+
+    The note named the first four and ``and N more``: the newest ones — the calls the model made last —
+    were named only in ``report.pairing.left_out``. Each is named now, up to the note's bound, and the
+    older ones past it by the range of the log they lie in.
+    """
+    s = Session()
+    for r in range(pending):
+        s.turn(f"r{r}").user(f"第{r}个任务 {marker(3 * r + 1)}")
+        s.call((f"c{r}", "slow_job", f'{{"task": "{marker(3 * r + 2)}"}}'))  # never answered
+        s.answer(f"已提交 {marker(3 * r + 3)}")
+    s.turn("last").user("进度如何？")
+    req = assemble("sys", None, s.events, None)
+    assert find_violations(req.messages) == []
+    calls = [e.event_id for e in s.events if e.message.tool_calls]
+    assert req.report.pairing.left_out == calls
+    assert unaccounted(req.messages, s.events) == []
+    text = str(req.messages)
+    listed = re.search(r"event_id=((?:[\w-]+, )*[\w-]+)", text)
+    assert listed is not None and listed.group(1).split(", ") == calls[-NOTE_IDS_LISTED:], "each of the newest named"
+    older = calls[:-NOTE_IDS_LISTED]
+    assert not older or f"and {len(older)} older ones logged from {older[0]} to {older[-1]}" in text
