@@ -39,6 +39,7 @@ from schemas.settings import Settings
 from streams.adapters.native import NATIVE_FIELD
 from streams.client import DistillClient
 from streams.clients.recall_reader import CassandraRecallReader
+from streams.context.from_read import read_cap_note
 from streams.context.history import calls_for_retained_results, covered_mask
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.errors import DistillError
@@ -96,6 +97,15 @@ class SessionView:
     stored_events: int
     truncated: bool = False
     calls_only: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def cap_note(self, *, session_load: bool) -> str:
+        """The note the history must carry when :attr:`truncated` (``""`` otherwise): older events are left out
+        of it, from which event on it holds the history, and how to read them back
+        (:func:`streams.context.from_read.read_cap_note`, the note of the assembled request)."""
+        if not self.truncated:
+            return ""
+        first = next((e.event_id for e in self.events if e.event_id not in self.calls_only), None)
+        return read_cap_note(first, after_summary=self.summary is not None, session_load=session_load)
 
     def shown(self, event: SessionEvent) -> SessionEvent:
         """``event`` as the view shows it: a covered event of :attr:`calls_only` reduced to those calls, its

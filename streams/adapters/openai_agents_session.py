@@ -93,11 +93,17 @@ class DistillSession(SessionABC):  # type: ignore[misc]  # the SDK is an optiona
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The summary item (when there is a summary), then the items after its boundary (compacted).
 
+        When the read stopped at its event cap (``last_view.truncated``), a system item after the summary's
+        says which older events are left out and how to read them back (``SessionView.cap_note``).
+
         With ``limit`` (else ``session_settings.limit``), the latest ``limit`` items after the summary item.
         """
         view = await self._view()
         items = self.items_of(view)
         head = [summary_item(view.summary.summary)] if view.summary and view.summary.summary.strip() else []
+        note = view.cap_note(session_load=self.backend.recall_capabilities.load)
+        if note:  # the read stopped at its event cap: the history says what it leaves out (never popped)
+            head.append({"role": "system", "content": note})
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit >= 0:  # SQLiteSession's semantics: 0 gives none, a negative limit all
             items = items[-limit:] if limit > 0 else []

@@ -23,6 +23,7 @@ is not called: distill's ``[llm]`` writes the summaries.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -58,13 +59,24 @@ SUMMARY_PREFIX = "Previous conversation summary: "
 """The guide's summary event text (``DefaultSessionSummarizer``), kept so agents see the same anchor."""
 
 
-def summary_event(summary: SessionSummary) -> Event:
-    """The guide's summary anchor event for a distill summary (first event of the session view)."""
+def summary_event(summary: SessionSummary, note: str = "") -> Event:
+    """The guide's summary anchor event for a distill summary (first event of the session view); ``note``
+    (a ``[distill: …]`` note of the view) after its text."""
+    text = SUMMARY_PREFIX + summary.summary + (f"\n\n{note}" if note else "")
     event = Event(
         id=f"distill-summary-{summary.filter_key or 'session'}-v{summary.version}", invocation_id="summary",
         author="system", timestamp=summary.boundary.cutoff_at.timestamp(),
-        content=Content(role="user", parts=[Part.from_text(text=SUMMARY_PREFIX + summary.summary)]),
+        content=Content(role="user", parts=[Part.from_text(text=text)]),
     )  # fmt: skip
+    event.set_summary_event(True)
+    return event
+
+
+def note_event(note: str, before: float) -> Event:
+    """The anchor event of a view without a summary that must say what it leaves out (``note``): first,
+    stamped just ``before`` the view's first event, kept in front by trpc's windows as the summary's is."""
+    event = Event(id="distill-note", invocation_id="summary", author="system", timestamp=before - 0.001,
+                  content=Content(role="user", parts=[Part.from_text(text=note)]))  # fmt: skip
     event.set_summary_event(True)
     return event
 
@@ -245,7 +257,15 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         trpc_events = [
             e for e in to_trpc_events(events, view.calls_only) if e.content is not None or e.actions.state_delta
         ]
-        session.events = [summary_event(view.summary)] if view.summary and view.summary.summary.strip() else []
+        # The read stopped at its event cap: the history says which older events it leaves out, in the anchor
+        # event trpc's windows keep in front (the summary's, else one of its own).
+        note = view.cap_note(session_load=self._backend.recall_capabilities.load)
+        if view.summary and view.summary.summary.strip():
+            session.events = [summary_event(view.summary, note)]
+        elif note:
+            session.events = [note_event(note, min((e.timestamp for e in trpc_events), default=time.time()))]
+        else:
+            session.events = []
         session.events += trpc_events
         state = state_of(view.events)
         if state is None and view.summary is not None:

@@ -201,6 +201,8 @@ def assemble(
     current_user_message: CurrentMessage = None,
     tools: Sequence[Mapping[str, Any]] = (),
     options: AssemblyOptions | None = None,
+    *,
+    notes: Sequence[str] = (),
 ) -> AssembledRequest:
     """Build the request for the next model call.
 
@@ -213,7 +215,10 @@ def assemble(
     out, the boundary event's place among them still counts.
     ``current_user_message`` is the turn being answered: a stored event (kept
     in place, even when the boundary covers it), a new message not yet stored
-    (appended), or ``None`` for the latest user event. The result always
+    (appended), or ``None`` for the latest user event. ``notes``: ``[distill: …]``
+    notes the caller needs in the request (what its read left out:
+    :func:`.from_read.assemble_from_read`), put before the request's own in its
+    latest user turn and counted against the budget like them. The result always
     passes :func:`streams.context.validity.find_violations`.
     """
     opts = options or AssemblyOptions()
@@ -258,6 +263,7 @@ def assemble(
     left_out = sorted(dict.fromkeys([*projection.left_out, *pairing.left_out]),
                       key=lambda eid: log_order.get(eid, len(log_order)))  # fmt: skip
     left_note = "\n\n".join(n for n in (
+        *notes,
         runs_note(runs_left_out, opts.max_history_runs, session_load=session_load),
         left_out_note(left_out, session_load=session_load),
     ) if n)  # fmt: skip

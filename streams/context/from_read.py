@@ -8,7 +8,13 @@ from typing import Any
 
 from schemas.reads import ContextRead
 from streams.context.assembly import AssembledRequest, AssemblyOptions, CurrentMessage, assemble, summary_block
+from streams.context.history import covered_mask
+from streams.context.recall_tools import SESSION_LOAD
 from streams.errors import DistillError
+from streams.rules.filter_keys import related
+
+READ_CAP_MARK = "[distill: older events left out of this request"
+"""Starts the note of a read its event cap stopped (in the request's latest user turn)."""
 
 
 class ReadKeyMismatch(DistillError, ValueError):
@@ -62,4 +68,41 @@ def assemble_from_read(
     current = current_user_message
     if current is None and read.current_event_id is not None:
         current = next((e for e in read.events if e.event_id == read.current_event_id), None)
-    return assemble(system_prompt, read.summary, read.events, current, tools, opts)
+    notes = [read_cap_note_of(read, opts, tools)] if read.stats.truncated else []
+    return assemble(system_prompt, read.summary, read.events, current, tools, opts, notes=notes)
+
+
+def read_cap_note_of(read: ContextRead, options: AssemblyOptions, tools: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The note of a read its event cap stopped (``stats.truncated``): the events logged before the oldest one
+    the request can show after the summary's boundary (or the history's first, without the summary) are not
+    read (:func:`read_cap_note`)."""
+    shown = bool(summary_block(read.summary, options))
+    visible = [e for e in read.events if related(e.filter_key, read.filter_key)]
+    boundary = read.summary.boundary if shown and read.summary is not None else None
+    covered = covered_mask(visible, boundary, log=read.events)
+    first = next((e.event_id for e, c in zip(visible, covered, strict=True) if not c), None)
+    offered = {str((t.get("function") or {}).get("name", "")) for t in tools}
+    load = options.recall.load or SESSION_LOAD in offered
+    return read_cap_note(first, after_summary=shown, session_load=load)
+
+
+def read_cap_note(first_event_id: str | None, *, after_summary: bool, session_load: bool) -> str:
+    """The request's note when the read stopped at its event cap (``ContextReader.max_events``): older events
+    are left out, from where to where, and how to read them back.
+
+    The read takes the newest events (20 000 by default): what lies before them — the oldest of the
+    history without a summary shown, else the oldest after the summary's boundary — is in neither the
+    request nor the summary it shows. The note says so, names the event the request's history starts at
+    (the events before it, back to the boundary, are the ones missing) and how to reach them.
+    """
+    since = " after the summary's boundary" if after_summary else ""
+    if first_event_id is None:
+        return f"{READ_CAP_MARK}: the session's read stops at its event cap, older events{since} are not shown]"
+    if session_load:
+        back = f'session_load(event_id="{first_event_id}", before=4) reads back from it'
+    else:
+        back = "they stay stored in the session"
+    return (
+        f"{READ_CAP_MARK}: the session's read stops at its event cap; the events logged{since} before "
+        f"event_id={first_event_id} (where this history starts) are not shown; {back}]"
+    )

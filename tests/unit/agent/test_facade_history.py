@@ -19,6 +19,7 @@ from schemas.reads import ContextRead, ReadStats
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent.facade import AgentRequest, DistillAgent
+from streams.context.from_read import READ_CAP_MARK
 from streams.context.history import covered_mask
 from tests.unit.context.oracle import marker, unaccounted
 from tests.unit.context.sessions import Session, summary_at
@@ -92,8 +93,35 @@ async def test_with_the_summary_shown_the_read_stays_cut_at_its_boundary() -> No
     assert request.summary is not None and reader.full_reads == [False, False]
 
 
+def _cap_note(request: AgentRequest) -> str:
+    notes = [m["content"] for m in request.messages if READ_CAP_MARK in str(m.get("content"))]
+    assert len(notes) == 1, "the request itself says what the read left out"
+    note = str(notes[0])
+    return note[note.index(READ_CAP_MARK) : note.index("]", note.index(READ_CAP_MARK)) + 1]
+
+
 async def test_a_full_read_stopped_by_its_event_cap_is_reported() -> None:
     events, summary = _session()
     request = await _request(FakeContextReader(events, summary, max_events=7), add_session_summary=False)
     assert request.read_truncated
     assert unaccounted(request.messages, events[2:]) == []
+    # The oldest two events are in neither the request nor a summary: the request says so, from where on.
+    note = _cap_note(request)
+    assert f"before event_id={events[2].event_id}" in note and 'session_load(event_id="e3", before=4)' in note
+    assert marker(1) not in str(request.messages)
+
+
+async def test_a_read_after_the_boundary_stopped_by_its_event_cap_is_noted_in_the_request() -> None:
+    """More events after the boundary than the read takes (20 000 by default): the oldest of them are in
+    no summary and not read; the request names where its history starts."""
+    events, summary = _session()
+    request = await _request(FakeContextReader(events, summary, max_events=3))
+    assert request.read_truncated and request.summary is not None
+    note = _cap_note(request)
+    assert f"after the summary's boundary before event_id={events[6].event_id}" in note
+
+
+async def test_a_whole_read_has_no_cap_note() -> None:
+    events, summary = _session()
+    request = await _request(FakeContextReader(events, summary), add_session_summary=False)
+    assert not request.read_truncated and READ_CAP_MARK not in str(request.messages)
