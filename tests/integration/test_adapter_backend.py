@@ -40,6 +40,50 @@ async def test_a_late_results_covered_call_stays_in_the_view(store: Store, key: 
     assert view.stored_events == len(values)
 
 
+async def test_a_summary_between_parallel_results_leaves_no_call_without_its_result(
+    store: Store, key: SessionKey
+) -> None:
+    """Calls c1 and c2 in one event; the summary's boundary is c1's result. The real read brings the covered
+    call event back for c2's result; the view, and the trpc and OpenAI Agents histories built on it, show it
+    as c2 alone (c1's result is covered: a call without it is refused by the provider)."""
+    pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
+    pytest.importorskip("agents")
+    from agents.models.chatcmpl_converter import Converter
+
+    from streams.adapters.openai_agents_session import DistillSession
+    from streams.adapters.trpc_session import DistillSessionService
+    from streams.context.compaction import CompactionConfig
+    from streams.context.validity import find_violations
+
+    calls = [*_call("c1"), *_call("c2")]
+    values = [
+        event(key, "u1", at=1, content="上海和北京的天气？ 标记0001号"),
+        event(key, "a1", at=2, role="assistant", content="查两个城市 标记0002号", tool_calls=calls),
+        event(key, "t1", at=3, role="tool", content="上海小雨 标记0003号", tool_call_id="c1"),
+        event(key, "t2", at=4, role="tool", content="北京晴 标记0004号", tool_call_id="c2"),
+        event(key, "a2", at=5, role="assistant", content="上海小雨，北京晴 标记0005号"),
+    ]
+    await store.events(*values)
+    await store.summaries(summary(key, 1, text="摘要 标记0001号 标记0002号 标记0003号", cutoff=3, last_event_id="t1"))
+    async with SessionBackend(store.settings) as backend:
+        view = await backend.view(key)
+        assert [e.event_id for e in view.events] == ["a1", "t2", "a2"] and view.calls_only == {"a1": {"c2"}}
+        service = DistillSessionService(backend=backend)
+        session = await service.get_session(app_name=key.app_name, user_id=key.user_id, session_id=key.session_id)
+        agents = DistillSession(key.session_id, backend, app_name=key.app_name, user_id=key.user_id,
+                                compaction=CompactionConfig(enabled=False))  # fmt: skip
+        items = await agents.get_items()
+    assert session is not None
+    trpc_calls = [p.function_call.id for e in session.events if e.content for p in e.content.parts or []
+                  if p.function_call]  # fmt: skip
+    trpc_results = [p.function_response.id for e in session.events if e.content for p in e.content.parts or []
+                    if p.function_response]  # fmt: skip
+    assert trpc_calls == trpc_results == ["c2"]
+    assert find_violations(Converter.items_to_messages(items)) == []
+    shown = str(items)
+    assert all(f"标记{n:04d}号" in shown for n in range(1, 6)), "every marker in the summary item or the history"
+
+
 async def test_a_branch_sees_its_ancestors_summary(store: Store, key: SessionKey) -> None:
     """A branch without a summary of its own: the session's summary applies, its covered events stay out."""
     values = [
