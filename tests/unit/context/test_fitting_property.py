@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from projections.context_read import applicable_summary
 from projections.filter_keys import related
+from schemas.reads import ContextRead, ReadStats
 from streams.context.assembly import AssemblyOptions, assemble
 from streams.context.compaction import CompactionConfig
 from streams.context.fitting import fit
+from streams.context.from_read import READ_CAP_MARK, assemble_from_read
 from streams.context.history import covered_mask
 from streams.context.recall_tools import RecallCapabilities
 from streams.context.validity import assert_valid
@@ -123,3 +127,43 @@ def test_every_event_after_the_boundary_is_in_the_fitted_request_or_named(s: Ses
     assert missing == [], (missing, fitted.request.report)
     if use_summary and summary is not None:
         assert summary.summary in "\n".join(str(m.get("content")) for m in messages)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sessions(), st.data())
+def test_a_read_stopped_at_its_event_cap_is_noted_in_the_fitted_request(s: Session, data: st.DataObject) -> None:
+    """The read takes the newest ``max_events`` events after the boundary (of the whole history without the
+    summary shown): the request holds or names every event it read, and a note names the event its history
+    starts at — each event the read left out is logged before it, after the boundary."""
+    draw = data.draw
+    filter_key = draw(st.sampled_from(KEYS))
+    on_line = [i for i, e in enumerate(s.events) if related(e.filter_key, filter_key)]
+    at = draw(st.sampled_from([-1, *on_line]))
+    summary = summary_at(s.events[at], f"前情提要 {marker(9999)}") if at >= 0 else None
+    shows = summary is not None and draw(st.booleans())
+    options = AssemblyOptions(
+        add_session_summary=shows, filter_key=filter_key, recall=LOAD,
+        token_budget=draw(st.sampled_from([None, 800, 6000])), token_counter=SimpleTokenCounter(),
+    )  # fmt: skip
+    covered = covered_mask(s.events, summary.boundary if shows and summary is not None else None)
+    owed = [e for e, c in zip(s.events, covered, strict=True) if not c and related(e.filter_key, filter_key)]
+    cap = draw(st.integers(1, max(1, len(owed))))
+    dropped = {e.event_id for e in owed[: len(owed) - cap]}
+    applied = applicable_summary([summary], filter_key) if summary is not None else None
+    read = ContextRead(
+        app_name="app", user_id="u1", session_id=s.session_id, filter_key=filter_key, summary=applied,
+        events=tuple(e for e in s.events if e.event_id not in dropped), full_history=not shows,
+        stats=ReadStats(truncated=bool(dropped)),
+    )  # fmt: skip
+    fitted = fit(lambda o: assemble_from_read("你是助手。", read, options=o), options)
+    messages = fitted.request.messages
+    assert_valid(messages)
+    text = "\n".join(str(m.get("content")) for m in messages)
+    notes = re.findall(r"before event_id=([\w-]+) \(where this history starts\)", text)
+    if not dropped:
+        assert READ_CAP_MARK not in text
+    else:
+        first = owed[len(owed) - cap].event_id
+        assert notes == [first], "the request names where its history starts, after the events the read left out"
+    missing = [eid for eid in unaccounted(messages, s.events) if eid in {e.event_id for e in owed} - dropped]
+    assert missing == [], (missing, fitted.request.report)
