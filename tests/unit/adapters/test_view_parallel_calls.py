@@ -13,13 +13,17 @@ are a log in memory.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import dataclasses
 import json
 import re
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schemas import SessionEvent, SessionKey
 from schemas.reads import ContextRead
@@ -212,3 +216,47 @@ async def test_an_item_popped_before_the_summary_stays_taken_back_from_the_reduc
     items = await ours.get_items()
     assert not any(i.get("call_id") == "c2" for i in items), "the popped call is back"
     assert find_violations(Converter.items_to_messages(items)) == []
+
+
+@st.composite
+def _parallel_sessions(draw: st.DrawFn) -> list[SessionEvent]:
+    """Rounds of parallel calls whose results come in any order, some never."""
+    s = Session()
+    n = 0
+
+    def mark() -> str:
+        nonlocal n
+        n += 1
+        return marker(n)
+
+    for r in range(draw(st.integers(1, 4))):
+        s.turn(f"r{r}").user(f"问题 {mark()}")
+        ids = [f"c{r}_{c}" for c in range(draw(st.integers(1, 3)))]
+        s.add("assistant", content=draw(st.sampled_from([None, f"我来查 {mark()}"])),
+              tool_calls=[_call(i, mark()) for i in ids])  # fmt: skip
+        for i in draw(st.permutations(ids)):
+            if draw(st.integers(0, 4)):
+                s.result(i, f"结果 {mark()}")
+        if draw(st.booleans()):
+            s.answer(f"回答 {mark()}")
+    return s.events
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_parallel_sessions(), st.data())
+def test_any_boundary_leaves_no_covered_call_without_its_result_in_the_view(
+    events: list[SessionEvent], data: st.DataObject
+) -> None:
+    """Property: wherever the summary's boundary falls, each call the view shows of a covered event has its
+    result in the view, and every event's marker is in the summary or the view."""
+    boundary = data.draw(st.sampled_from(events))
+    store = CallsStore()
+    store.append(*events, echo_summary(events, boundary))
+    store.project()
+    view = asyncio.run(_backend(store).view(KEY))
+    results = {e.message.tool_call_id for e in view.events if e.message.tool_call_id}
+    for event_id in view.calls_only:
+        shown = view.shown(next(e for e in view.events if e.event_id == event_id))
+        assert shown.message.tool_calls and {c.id for c in shown.message.tool_calls} <= results
+    as_shown = dataclasses.replace(view, events=tuple(map(view.shown, view.events)), calls_only={})
+    assert unaccounted(as_shown, events) == []
