@@ -327,10 +327,8 @@ class SessionBackend:
         # A covered call event stays for the calls whose results are after the boundary, and only for them:
         # a parallel call answered before the boundary has its result covered (absent), and a call shown
         # without its result makes the provider refuse every request (as ``project_history`` reduces it).
-        indices = range(len(merged))
-        restored = calls_for_retained_results(
-            [e.message for e in merged], covered, {i for i in indices if not covered[i]}
-        )
+        kept_at = {i for i, c in enumerate(covered) if not c}
+        restored = calls_for_retained_results([e.message for e in merged], covered, kept_at)
         calls_only = {merged[i].event_id: frozenset(ids) for i, ids in restored.items()}
         kept = [e for e in merged if e.event_id in after or e.event_id in calls_only]
         total = int(stats.get("events") or 0) + len(extra)
