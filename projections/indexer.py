@@ -104,11 +104,11 @@ from projections.stage import (
     SourceRecord,
     dead_letter,
     refuse_oversized,
-    refuse_unstorable,
 )
 from schemas import DeleteSession, SessionEvent, SessionKey
 from schemas.record_keys import fixes_session_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data
+from schemas.storable import refuse_unstorable
 
 log = logging.getLogger("distill.indexer")
 
@@ -358,7 +358,10 @@ class RecallIndexer(CassandraStage):
             else:
                 segment.append(_Item(record, item))
         await self._index(segment, outcome)
-        await self._write_record_keys(keys, self.events_topic)
+        # The projector's rows are the record keys' one written copy: the indexer reads them and never writes
+        # (a lagging indexer's fix, written last, had replaced the projector's, which then refused the
+        # session's own records after a restart). What it fixed itself it keeps in memory only.
+        keys.remember()
         for letter in outcome.dead_letters:
             await dead_letters(letter)
         kept = {tp: off for tp, off in outcome.offsets.items() if save_offsets(tp)}

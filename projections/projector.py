@@ -96,12 +96,12 @@ from projections.stage import (
     dead_letter,
     record_key_row,
     refuse_oversized,
-    refuse_unstorable,
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
 from schemas.headers import EVENTS_OFFSET, header_int
 from schemas.record_keys import fixes_session_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
+from schemas.storable import refuse_unstorable
 
 log = logging.getLogger("distill.projector")
 

@@ -34,7 +34,6 @@ from projections.errors import OversizedRecord, StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
 from projections.session_keys import Fixed, KnownKeys, SessionKeys
 from schemas import DeadLetter, SessionKey
-from schemas.records import RecordDecodeError, json_object
 
 _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
 PROJECT_STAGE = "project"
@@ -125,72 +124,11 @@ def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = N
     )
 
 
-_MAYBE_SURROGATE = b"\\ud"
-_MAYBE_SURROGATE_UPPER = b"\\uD"
-
-
-def _refuse_lone_surrogates(value: object, path: str = "") -> None:
-    """``RecordDecodeError`` naming the first string of ``value`` holding a lone UTF-16 surrogate.
-
-    The json module decodes ``"\\ud800"`` into a string no UTF-8 column can
-    store: the driver (and the stored JSON) would fail on it at every retry
-    of the batch. A paired surrogate (an emoji written as two escapes) is
-    fine. Only records holding a ``\\ud…`` escape are walked.
-    """
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise RecordDecodeError(f"{path or 'the record'} holds a lone UTF-16 surrogate: {exc.reason}") from exc
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_lone_surrogates(key, path)
-            _refuse_lone_surrogates(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _refuse_lone_surrogates(item, f"{path}[{i}]")
-
-
-MAX_KEY_BYTES = 65535
-"""Cassandra's limit on one key component; the driver packs each partition-key part's length in 16 bits."""
-PARTITION_KEY_FIELDS = ("app_name", "user_id", "session_id")
-
-
-def _refuse_oversized_partition_key(data: object) -> None:
-    """``RecordDecodeError`` naming a session-key field over ``MAX_KEY_BYTES`` in UTF-8.
-
-    No row of such a session can be written or even routed (the driver fails
-    before sending); a record naming it goes to the dead letters instead of
-    failing its batch at every retry.
-    """
-    if not isinstance(data, dict):
-        return
-    for name in PARTITION_KEY_FIELDS:
-        value = data.get(name)
-        if isinstance(value, str) and len(value) > MAX_KEY_BYTES // 4:
-            size = len(value.encode("utf-8", "surrogatepass"))
-            if size > MAX_KEY_BYTES:
-                raise RecordDecodeError(
-                    f"{name} is {size} bytes in UTF-8, over Cassandra's key limit ({MAX_KEY_BYTES})"
-                )
-
-
 def refuse_oversized(record: SourceRecord, limit: int | None) -> None:
     """``OversizedRecord`` when ``record``'s value is over ``limit`` bytes (``None``: no limit), in the words
     of the worker's refusal (``streams.app.decoding``)."""
     if limit is not None and record.value is not None and len(record.value) > limit:
         raise OversizedRecord(f"record of {len(record.value)} bytes exceeds the limit of {limit} bytes")
-
-
-def refuse_unstorable(raw: bytes, data: object = None) -> None:
-    """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds text no
-    column can store, or a session key no partition can have. Costs a substring search unless ``raw``
-    holds a ``\\ud…`` escape or is longer than a key may be."""
-    if len(raw) > MAX_KEY_BYTES:
-        data = json_object(raw) if data is None else data
-        _refuse_oversized_partition_key(data)
-    if _MAYBE_SURROGATE in raw or _MAYBE_SURROGATE_UPPER in raw:
-        _refuse_lone_surrogates(json_object(raw) if data is None else data)
 
 
 def record_key_row(fixed: tuple[SessionKey, Fixed, int], topic: str) -> tuple[Any, ...]:
@@ -453,8 +391,7 @@ class CassandraStage:
 
     async def _write_record_keys(self, keys: SessionKeys, topic: str) -> None:
         """Store what a batch fixed and no write of its rows took, before its offsets (a batch delivered again
-        decides the same), then remember it. The projector and the indexer each store what they fix: from the
-        same log, in the same order, the same row."""
+        decides the same), then remember it. Only the projector stores them (the indexer reads them)."""
         work = [(self._stage_p["insert_record_key"], record_key_row(fixed, topic)) for fixed in keys.untaken()]
         failed = await self._run_concurrent(work)
         if failed:

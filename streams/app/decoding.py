@@ -24,6 +24,14 @@ from schemas import (
     parse_event_record,
 )
 from schemas.records import json_object, validation_reason
+from schemas.storable import (
+    MAX_KEY_BYTES,
+    MAYBE_SURROGATE,
+    MAYBE_SURROGATE_UPPER,
+    PARTITION_KEY_FIELDS,
+    refuse_lone_surrogates,
+    refuse_oversized_partition_key,
+)
 
 SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
 """A record of the summaries topic: every consumer handles the four (a reply and a switch are no summary)."""
@@ -42,6 +50,23 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
     """Validate one events-topic record (at most ``max_bytes``; ``None``: any size); never raises."""
     if max_bytes is not None and len(raw) > max_bytes:
         return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
+    # What the projector cannot store (schemas.storable) is refused here too: accepted by one side only, such a
+    # record would fix its session's Kafka key on that side alone. A substring search for most records.
+    if MAYBE_SURROGATE in raw or MAYBE_SURROGATE_UPPER in raw:
+        try:
+            refuse_lone_surrogates(json_object(raw))
+        except RecordDecodeError as exc:
+            return Rejected(raw, "RecordDecodeError", str(exc))
+    record = _decode(raw)
+    if len(raw) > MAX_KEY_BYTES and not isinstance(record, Rejected):  # only a long record can hold a long key
+        try:
+            refuse_oversized_partition_key({name: getattr(record, name, None) for name in PARTITION_KEY_FIELDS})
+        except RecordDecodeError as exc:
+            return Rejected(raw, "RecordDecodeError", str(exc))
+    return record
+
+
+def _decode(raw: bytes) -> EventTopicRecord | Rejected:
     # The one-byte scans (memchr) first: a record without an "N" (an "I") holds no "NaN" ("Infinity").
     if (b"N" not in raw or b"NaN" not in raw) and (b"I" not in raw or b"Infinity" not in raw):
         try:

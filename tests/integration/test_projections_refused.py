@@ -16,7 +16,7 @@ import pytest
 from projections.indexer import RecallIndexer
 from projections.projector import Projector
 from projections.stage import SourceRecord
-from schemas import SessionKey
+from schemas import DeadLetter, SessionKey
 from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, event, key, record, store, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -304,3 +304,36 @@ async def test_a_summarize_command_fixes_the_sessions_key_as_it_does_for_the_wor
     )  # fmt: skip
     assert [(d.source_offset, d.error_class) for d in store.dead] == [(91, "RecordKeyError")]
     assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e2"]
+
+
+async def test_an_indexer_ahead_of_the_projector_never_replaces_the_key_the_projector_fixed(
+    store: Store, key: SessionKey
+) -> None:
+    """The review's sequence: a session projected before ``session_record_keys`` existed (no row), its next
+    records keyed K2 (wrong: the worker refused it) then K1. An indexer behind the projector, reading the
+    K2 record, fixed K2 and wrote it: the projector then read K2 and refused every K1 event the worker
+    summarizes and the prompt must show (also after a restart, whenever the indexer's write came last).
+    The indexer now reads the projector's rows and writes none."""
+
+    def keyed(value: dict[str, Any], offset: int, record_key: bytes) -> SourceRecord:
+        return dataclasses.replace(record(EVENTS, value, offset=offset), key=record_key)
+
+    async def sink(letter: DeadLetter) -> None:
+        store.dead.append(letter)
+
+    wrong, right = (
+        keyed(event(key, "e1", at=1, content="错的键 MK-1"), 60, b"K2"),
+        keyed(event(key, "e2", at=2, content="对的键 MK-2"), 61, "键/一".encode()),
+    )
+    # Upgraded: the projector stored the wrong record before the rule existed and is past it; the
+    # indexer, behind, reads it now and fixes K2 for itself; then the projector reads the right one.
+    await store.indexer.project([wrong], sink)
+    assert (await store.projector.project([right], sink)).events == 1, [d.reason for d in store.dead]
+    await store.indexer.project([right], sink)
+    ks = store.settings.cassandra.keyspace
+    store.projector = Projector(store.session, ks, events_topic=EVENTS, summaries_topic=SUMMARIES, consumer_group="g")
+    outcome = await store.projector.project(
+        [keyed(event(key, "e3", at=3, content="重启之后 MK-3"), 62, "键/一".encode())], sink
+    )
+    assert outcome.events == 1, [d.reason for d in store.dead]
+    assert [e.event_id for e in await store.reader.events_after_boundary(key)] == ["e2", "e3"]
