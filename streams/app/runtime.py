@@ -660,6 +660,8 @@ class _Run:
     unexpected: int = 0
     window: int | None = None
     calls: list[CallReport] = field(default_factory=list)
+    counted: int = 0
+    """How many of ``calls`` a line of the job has counted (:meth:`model_calls`)."""
     attempt: asyncio.Task[JobResult] | None = None
     """The attempt running now (``sessions_deleted`` cancels it)."""
     deleted: bool = False
@@ -676,8 +678,11 @@ class _Run:
             self.calls.extend(report.calls)
 
     def model_calls(self) -> int:
-        """The calls of the failed attempts that reached the model."""
-        return sum(1 for c in self.calls if c.mode != "custom_response")
+        """The calls of the failed attempts that reached the model and no earlier line of the job counted (a
+        job run again after an epoch switch logs a line per run: ``distill replay`` adds them up)."""
+        fresh = self.calls[self.counted :]
+        self.counted = len(self.calls)
+        return sum(1 for c in fresh if c.mode != "custom_response")
 
     def retry_with_window(self, window: int) -> bool:
         """Whether to try again budgeted with ``window`` (once per smaller window)."""

@@ -303,7 +303,7 @@ def summarize_extractive(
     Tool calls are folded into their results (``name(args) → result``), recall
     traffic (``session_search``, ``session_load``, ``"historical_context": true``)
     is left out, near-identical sentences are kept once, and the result never
-    has more than ``max_words`` words (default 200; each CJK character is a word)
+    has more than ``max_words`` words (default 200; each Chinese or Japanese character is a word)
     nor, when given, more than ``max_chars`` characters (``max_summary_length``:
     sentences are left out to fit rather than the text cut afterwards).
     """

@@ -22,14 +22,15 @@ _HISTORICAL = re.compile(r'"historical_context"\s*:\s*true')
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-# Chinese, Japanese and Korean write without spaces between words: each of their characters counts as
-# a word (as word processors count them), so a limit in words bounds CJK text as it bounds English.
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+# Chinese and Japanese write without spaces between words: each of their characters counts as a word (as
+# word processors count them), so a limit in words bounds their text as it bounds English. Korean puts
+# spaces between its words, so its syllables are not counted one by one.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
 
 
 def word_count(text: str) -> int:
-    """Words in ``text``: whitespace-separated runs, each CJK character counted as one word."""
+    """Words in ``text``: whitespace-separated runs, each Chinese or Japanese character counted as one word."""
     return len(_WORD.findall(text))
 
 

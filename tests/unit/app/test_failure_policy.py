@@ -259,3 +259,19 @@ async def test_the_lines_of_a_job_name_every_model_call_its_attempts_made(caplog
     await run(rt, job(3))
     given_up = next(r for r in caplog.records if r.getMessage() == "summary job given up")
     assert given_up.__dict__["model_calls"] == len(model.requests) == 2
+
+
+def test_a_failed_attempts_calls_are_counted_by_one_line_of_the_job_only() -> None:
+    """A job run again after an epoch switch logs a second line: its earlier failed calls are not in it again."""
+    from schemas.summaries import CallReport
+    from streams.app.runtime import _Run
+
+    run = _Run(job(3))
+    run.calls.append(CallReport(mode="standalone", model="m", outcome="failed", error="HTTP 500"))
+    assert run.model_calls() == 1  # the first run's "summary made"
+    assert run.model_calls() == 0  # the run after the switch: nothing new failed
+    run.calls += [
+        CallReport(mode="standalone", model="m", outcome="failed"),
+        CallReport(mode="custom_response", model="m"),
+    ]
+    assert run.model_calls() == 1  # a callback's answer is no call

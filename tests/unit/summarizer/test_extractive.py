@@ -282,3 +282,10 @@ async def test_the_extractive_model_fits_max_summary_length_by_selection_not_by_
     sources = CHINESE.replace("user: ", "").replace("assistant: ", "")
     assert all(line.partition(": ")[2] in sources for line in result.text.splitlines()), "a line was cut"
     assert len(result.text.splitlines()) == 2, "the cap left room for two whole lines"
+
+
+def test_korean_words_are_counted_by_their_spaces() -> None:
+    from streams.summarizer.extractive_tools import word_count
+
+    assert word_count("안녕하세요 여러분 반갑습니다") == 3  # Korean spaces its words
+    assert word_count("预算五千 budget 予算") == 7
