@@ -310,6 +310,12 @@ class WorkerSettings(_Section):
     few ms of CPU whatever its size, most of it waking up (``benchmarks/bench_wake.py``): at 500
     events/s, 30 ms gave 170-193 µs CPU/event and 40 ms 149-156 (saturated: ~45), at up to this
     much more event→job latency."""
+    changelog_hold_ms: int = Field(default=100, ge=0, le=1000)
+    """A batch of events that wrote only track-table rows (no job, reply or dead letter) holds them
+    back up to this long and sends them with the next batch's writes (``streams.app.write_behind``):
+    at a low rate, one produce round trip per few fetch cycles instead of one per cycle. Its
+    events are acked (become committable) once the rows are on the broker; jobs never wait for it.
+    0: every batch sends its rows at once."""
     jobs_give_way_ms: int = Field(default=50, ge=0, le=1000)
     """Between its steps a summary job waits up to this long while events wait for the track agent
     (until the agent took its next batch): a burst of jobs on the worker's one event loop otherwise

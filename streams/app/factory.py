@@ -41,7 +41,7 @@ from projections.kafka_metadata import install as track_sent_topics
 from schemas import AdoptEpoch, DeleteSession, SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams import metrics
-from streams.app import batch_drain
+from streams.app import batch_drain, write_behind
 from streams.app.batch import TableBatch
 from streams.app.batch_produce import OrderedBatchSender, SentBatch, produce_fields
 from streams.app.cache import SummaryCache
@@ -66,6 +66,7 @@ from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import TrackedKey, table_key
+from streams.app.write_behind import WriteBehind
 from streams.rules.policy import policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
 from streams.summarizer.deferred_model import DeferredModel
@@ -352,11 +353,12 @@ def create_app(
                 return fresh
 
     async def take_batches(stream: Any, sink: RecordSink, most: int, body: Callable[[Any, list[Any]], Any],
-                           what: str) -> None:  # fmt: skip
+                           what: str, acks: bool = True) -> None:  # fmt: skip
         """Run ``body`` on each batch of ``sink``'s records, for ever.
 
         Outputs are on the broker before a batch is acked: its records are acked only once
-        ``body`` is done with them, so a commit never passes unfinished work.
+        ``body`` is done with them, so a commit never passes unfinished work (``acks=False``:
+        ``body`` acks them itself, once its writes are on the broker).
         """
         aiter(cast(Any, stream).channel)  # what iterating the stream does first: subscribe the topic
         while True:
@@ -370,7 +372,8 @@ def create_app(
                 log.exception(f"{what} failed; stopping the worker", extra={"records": len(fresh)})
                 await app.crash(exc)
                 raise
-            sink.ack(fresh)
+            if acks:
+                sink.ack(fresh)
 
     def enter_partition(stream: Any, batch: TableBatch, last_of: dict[int, Any], msg: Any) -> None:
         """Make ``msg``'s partition the batch's and the stream's current one.
@@ -387,7 +390,7 @@ def create_app(
     @app.agent(events_topic, name="track", concurrency=1)
     async def track_sessions(stream: faust.StreamT[Any]) -> None:
         # Batches: one changelog record per changed key per batch (not per event).
-        await take_batches(stream, sink, TRACK_BATCH, track_batch, "track batch")
+        await take_batches(stream, sink, TRACK_BATCH, track_batch, "track batch", acks=False)
 
     async def track_batch(stream: Any, messages: list[Any]) -> None:
         batch = TableBatch(table_reader())
@@ -437,7 +440,9 @@ def create_app(
             runtime.sessions_deleted(deleted)
         for kind, n in kinds.items():
             metrics.EVENTS.labels(kind).inc(n)
-        await send_all(outgoing)
+        # Only table writes: they may wait for the next batch's (nothing but these acks waits for them).
+        only_table = all(topic == changelog_name for topic, _, _, _ in outgoing)
+        await writes.write(outgoing, messages, hold=only_table)
 
     def table_reader() -> Any:
         """What a batch reads the table through: its store, as ``write_table`` writes it (Faust's
@@ -496,6 +501,16 @@ def create_app(
             sent = await ordered_sender.queue(outgoing, partial(_sent, cast(Any, table).data))
             await asyncio.gather(*(batch.delivered for batch in sent))
 
+    # A low rate's small batches send their table writes together (streams.app.write_behind).
+    writes = WriteBehind(
+        send_all,
+        sink.ack,
+        settings.worker.changelog_hold_ms / 1000,
+        app.crash,
+        must_send=lambda: bool(app.rebalancing or not app.flow_control.is_active()),
+    )
+    write_behind.install(app, writes)
+
     def _sent(store: Any, batch: SentBatch, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled():
             return
@@ -534,7 +549,7 @@ def create_app(
             track.on_summary_record(record, batch, msg.offset)
         outgoing: list[tuple[str, bytes, bytes | None, int]] = []
         write_table(stream, batch, last_of, outgoing)
-        await send_all(outgoing)
+        await writes.write(outgoing, hold=False)  # after the held table writes (their order on the changelog)
 
     revoked_generation: list[int | None] = [None]  # see current_job; set by _revoked
 

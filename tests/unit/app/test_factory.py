@@ -156,3 +156,12 @@ def test_a_workers_model_calls_run_in_their_own_thread_unless_turned_off(tmp_pat
         assert not shared.inner.started  # its thread starts at the first call
     else:
         assert isinstance(shared.inner, OpenAIChatModel)
+
+
+def test_the_worker_holds_a_small_batchs_table_writes_and_sends_them_when_partitions_are_revoked(
+    tmp_path: Any,
+) -> None:
+    assert Settings().worker.changelog_hold_ms > 0
+    app = create_app(_settings(tmp_path))
+    assert app._producer_flush.__module__ == "streams.app.write_behind"
+    assert app._stop_consumer.__module__ == "streams.app.write_behind"
