@@ -8,8 +8,9 @@ for the fetched records). Most such batches write nothing but changelog records,
 waits for those but the batch's acks.
 
 :class:`WriteBehind` holds such records (and the messages whose acks wait for them) for up
-to ``hold_s`` and sends them ahead of the next records that go out, or when the hold is
-over. Every guarantee stays:
+to ``hold_s`` and sends them ahead of the next records that go out: with a write that comes
+once half the hold is over (a steady stream: one send per ``hold_s / 2`` or so, no timer
+fires) or, at the latest, when the hold is over (a timer). Every guarantee stays:
 
 * a message is acked only once everything its batch wrote is on the broker (its records
   are sent, in order, with or before the records of any later write);
@@ -89,11 +90,13 @@ class WriteBehind:
         now = loop.time()
         if self._since is None:
             self._since = now
+        # Past half its hold the next write would likely come after the timer: send with this one
+        # (in a steady stream the timer then never fires, a wake-up of its own).
         if (
             not hold
             or self.hold_s <= 0
             or len(self._records) >= self.most
-            or now - self._since >= self.hold_s
+            or now - self._since >= self.hold_s / 2
             or self._must_send()
         ):
             await self.flush()
