@@ -311,8 +311,9 @@ class WorkerSettings(_Section):
     events/s, 30 ms gave 170-193 µs CPU/event and 40 ms 149-156 (saturated: ~45), at up to this
     much more event→job latency."""
     changelog_hold_ms: int = Field(default=100, ge=0, le=1000)
-    """A batch of events that wrote only track-table rows (no job, reply or dead letter) holds them
-    back up to this long and sends them with the next batch's writes (``streams.app.write_behind``):
+    """A batch of events that wrote only track-table rows (no job, reply or dead letter), with no
+    further events waiting for the track agent (a thin stream, not a backlog), holds them back up to
+    this long and sends them with the next batch's writes (``streams.app.write_behind``):
     at a low rate, one produce round trip per few fetch cycles instead of one per cycle. Its
     events are acked (become committable) once the rows are on the broker; jobs never wait for it.
     0: every batch sends its rows at once."""

@@ -440,9 +440,10 @@ def create_app(
             runtime.sessions_deleted(deleted)
         for kind, n in kinds.items():
             metrics.EVENTS.labels(kind).inc(n)
-        # Only table writes: they may wait for the next batch's (nothing but these acks waits for them).
-        only_table = all(topic == changelog_name for topic, _, _, _ in outgoing)
-        await writes.write(outgoing, messages, hold=only_table)
+        # Only table writes, and no record waits for this agent (a thin stream, not a backlog, where
+        # waiting for the broker lets the next batch grow): they may wait for the next batch's.
+        hold = not sink.waiting() and all(topic == changelog_name for topic, _, _, _ in outgoing)
+        await writes.write(outgoing, messages, hold=hold)
 
     def table_reader() -> Any:
         """What a batch reads the table through: its store, as ``write_table`` writes it (Faust's
