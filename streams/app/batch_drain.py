@@ -513,10 +513,12 @@ CPU, not the wait, made it: ``bench_pipeline.py``).
 
 Most of that per-cycle cost is the machine's, not the code's: after a sleep the same decoding
 costs ~3-4x its CPU back to back (``bench_wake.py``: cold caches on a vCPU that idled), so only
-fewer wake-ups per event bring it down. Per cycle the worker now wakes its event loop twice (the
+fewer wake-ups per event bring it down. Per cycle the worker wakes its event loop twice (the
 fetch's records, the produce's answer) and its consumer thread twice (the fetch request, the
 broker's answer); it took ~2.3 ms of event-loop and ~1.4 ms of consumer-thread CPU per cycle of
-~17 events at 500 events/s (issue 14: 170-193 µs/event; 40 ms: 149-156). The default; a worker
+~17 events at 500 events/s (issue 14: 170-193 µs/event; 40 ms: 149-156). Since the table writes of
+such cycles share a produce (``streams.app.write_behind``) the loop wakes ~1.3 times per cycle
+(median 208 → 178 µs/event). The default; a worker
 takes ``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at
 30, before issue 14's cuts)."""
 IDLE_FETCH = (1, 1500)
