@@ -46,3 +46,12 @@ def test_a_record_that_is_no_job_is_rejected_with_the_reason(raw: bytes | None, 
     assert decoded.error_class == error_class and reason in decoded.reason, decoded.reason
     assert decoded.raw == (raw or b"")
     assert "秘密" not in decoded.reason  # the reason is logged: it never quotes the record
+
+
+def test_the_one_step_path_takes_what_the_json_path_refuses_never() -> None:
+    """Jobs are parsed by pydantic in one step first; what the json path refuses is still refused."""
+    digits = JOB.model_dump_json().replace('"attempt":0', '"attempt":' + "9" * 4400).encode()
+    decoded = decode_job_record(digits)
+    assert isinstance(decoded, Rejected) and "digits" in decoded.reason
+    nan = JOB.model_dump_json().replace('"attempt":0', '"attempt":NaN').encode()
+    assert isinstance(decode_job_record(nan), Rejected)
