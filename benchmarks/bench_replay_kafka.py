@@ -21,7 +21,7 @@ the figure to compare two builds by) and from their launch (boot included). The 
 of (a) and (b) must equal the live run's (checked). Every topic and consumer group the run
 makes is deleted.
 
-    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--workers 1,2] [--hit-only] [--profile PATH]
+    .venv/bin/python benchmarks/bench_replay_kafka.py [--sessions 200] [--rounds 60] [--event-threshold 12] [--workers 1,2] [--hit-only] [--recent-events-mb N] [--profile PATH]
 """
 
 from __future__ import annotations
@@ -168,6 +168,8 @@ def line(name: str, run: ReplayRun) -> str:
 async def main(args: argparse.Namespace) -> None:
     with OpenAIServer() as llm:
         settings, run_prefix, group = await bench_topics(llm.base_url, args.event_threshold)
+        if args.recent_events_mb is not None:  # a replay larger than the workers' record buffer
+            settings.worker.recent_events_mb = args.recent_events_mb
         tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
         try:
             records = backlog(args.sessions, args.rounds * 2, "r")
@@ -213,6 +215,9 @@ if __name__ == "__main__":
         "--profile", help="py-spy raw profile of the replay's first worker (full cache hit runs) to PATH"
     )
     parser.add_argument("--hit-only", action="store_true", help="only the full cache hit runs (no changed prompt)")
+    parser.add_argument(
+        "--recent-events-mb", type=int, help="the workers' record buffer (worker.recent_events_mb; default its default)"
+    )
     parser.add_argument(
         "--workers",
         default="1,2",
