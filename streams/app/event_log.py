@@ -203,6 +203,10 @@ class RecentEvents:
 
 FETCH_BYTES = 64 * 1024
 """``max_partition_fetch_bytes`` of the consumers fetching a key's offsets one by one."""
+READ_ON_AT_MOST = 500
+"""Records a read by offsets goes through to reach its next offset rather than seeking to it (a seek drops
+what the last fetch holds: a fetch round trip for each record or two of a session interleaved with a few
+dozen others)."""
 
 
 class _Pool:
@@ -309,7 +313,8 @@ class EventLogReader:
     async def _fetch(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, offsets: list[int], key: bytes
     ) -> list[RawEvent]:
-        """The records of ``key`` at ``offsets`` (ascending): a seek to each one not yet read.
+        """The records of ``key`` at ``offsets`` (ascending): a seek to each one not yet read, unless it
+        lies at most :data:`READ_ON_AT_MOST` records ahead (read on to it).
 
         Each fetch returns the record batch holding the offset and what follows it, so
         neighbouring offsets come with one round trip; the cost per job follows its own
@@ -318,16 +323,19 @@ class EventLogReader:
         self._assign(consumer, tp)
         found: list[RawEvent] = []
         i = 0
+        position = -1  # the offset the consumer returns next without a seek (-1: none yet)
         while i < len(offsets):
             wanted = offsets[i]
-            consumer.seek(tp, wanted)
+            if position < 0 or not 0 <= wanted - position <= READ_ON_AT_MOST:
+                consumer.seek(tp, wanted)
+                position = wanted
             last_progress = time.monotonic()
             reached = -1
             # As many records as reach the next wanted offset (a fetch holds whole record batches:
             # the records past it are left unread, not turned into Python objects).
             upto = offsets[i + 1] if i + 1 < len(offsets) else wanted
-            gap = upto - wanted + 1
-            want_records = gap if gap <= 500 else 1
+            gap = upto - position + 1
+            want_records = gap if upto - wanted <= 500 else wanted - position + 1
             while reached < wanted:
                 batch = await consumer.getmany(tp, timeout_ms=500, max_records=want_records)
                 messages = batch.get(tp, [])
@@ -339,6 +347,7 @@ class EventLogReader:
                 for msg in messages:
                     self.records_scanned += 1
                     reached = msg.offset
+                    position = msg.offset + 1
                     while i < len(offsets) and offsets[i] < msg.offset:
                         i += 1  # not a record of the log (a compacted-away or control offset)
                     if i < len(offsets) and offsets[i] == msg.offset:

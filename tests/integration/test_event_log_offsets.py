@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas.settings import Settings
 from streams.app.event_log import EventLogReader, RecentEvents
@@ -106,3 +108,33 @@ async def test_one_consumer_reads_partitions_in_turn(isolated_settings: Settings
     finally:
         await reader.stop()
         await scanner.stop()
+
+
+async def test_a_session_among_fewer_than_the_read_on_bound_is_read_on_with_one_seek(
+    isolated_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seek drops what the last fetch holds: a session interleaved with 300 others (its records 300
+    offsets apart, within ``READ_ON_AT_MOST``) is read on from its first record, not sought to every
+    other one (a fetch round trip each: 4.7 → 1.4 ms of CPU per job at 50 sessions, bench_event_log)."""
+    written = await _write(isolated_settings)
+    seeks: list[int] = []
+    seek = AIOKafkaConsumer.seek
+
+    def counted(self: Any, tp: Any, offset: int) -> None:
+        seeks.append(offset)
+        seek(self, tp, offset)
+
+    monkeypatch.setattr(AIOKafkaConsumer, "seek", counted)
+    reader = EventLogReader(isolated_settings.kafka, isolated_settings.topics.events)
+    reader.recent = RecentEvents(max_bytes=0)  # the values fell out of the buffer; the offsets are known
+    for offset, key, value in written:
+        reader.recent.add(0, offset, key, value)
+    try:
+        key = b"app/u/s17"
+        expected = [(o, v) for o, k, v in written if k == key]
+        found = await reader.read(0, written[0][0], written[-1][0], key)
+        assert [(e.offset, e.value) for e in found] == expected
+        assert seeks == [expected[0][0]]
+        assert reader.records_scanned == expected[-1][0] - expected[0][0] + 1 < len(written)
+    finally:
+        await reader.stop()
