@@ -26,12 +26,15 @@ def pokable(entry: TrackedKey, *, idle: bool) -> bool:
     """Whether the sweep can ever poke ``entry``, the clock aside.
 
     A job in flight whose emission time is known (job timeout), or — with the
-    idle sweep on — pending content with no job in flight and no emission time.
+    idle sweep on — pending content with no job in flight. An emission time left
+    on a key whose jobs are all answered (values written before the track side
+    cleared it) does not hold the sweep back: the events after the last job's
+    target would wait for an event that may never come.
     """
     state = entry.state
     if state.in_flight is not None:
         return entry.emitted_wall is not None
-    return idle and bool(state.pending) and state.content > 0 and entry.emitted_wall is None
+    return idle and bool(state.pending) and state.content > 0
 
 
 def sweep_commands(

@@ -2,7 +2,7 @@
 
 :func:`~streams.app.sweep.sweep_commands` only ever pokes a key with a job in
 flight (emission time known: job timeout) or, when the idle sweep is on, a key
-with pending content, no job in flight and no emission time. Every other
+with pending content and no job in flight. Every other
 value is skipped whatever the clock says, so the sweep looks at this index
 instead of decoding the whole table (a RocksDB table decodes every value it
 lists: seconds of event-loop time at 100k+ sessions).

@@ -450,7 +450,9 @@ class TrackHandler:
                                   at=to_micros(record.created_at), window=record.context_window,
                                   offset=offset)  # fmt: skip
         if state is not found.state:  # one per answered job: ``replace`` runs the dataclass's ``__init__``
-            store[key] = tracked_key(state, found.first_offset, found.partition, found.emitted_wall, found.record_key)
+            # The emission time is the in-flight job's timeout clock: none once every job is answered.
+            wall = found.emitted_wall if state.in_flight is not None else None
+            store[key] = tracked_key(state, found.first_offset, found.partition, wall, found.record_key)
 
     def _on_adoption(self, record: EpochAdopted, store: StateStore, offset: int | None) -> None:
         """Every key of the session follows the adopted epoch's head (``on_adoption``)."""
