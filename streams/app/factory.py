@@ -67,7 +67,7 @@ from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import TrackedKey, table_key
 from streams.app.write_behind import WriteBehind
-from streams.rules.policy import policies_from_settings
+from streams.rules.policy import PolicySet, policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
 from streams.summarizer.deferred_model import DeferredModel
 from streams.summarizer.factory import build_model
@@ -619,7 +619,7 @@ def create_app(
                 runtime.cache_ready.set()
 
     if watch is not None:  # not in replay mode (see ``watch``)
-        _register_sweep(app, table, watch, settings, topics)
+        _register_sweep(app, table, watch, settings, topics, policies)
 
     lag_topics = {topics.events, topics.jobs, topics.summaries}
 
@@ -638,7 +638,9 @@ def create_app(
     return app
 
 
-def _register_sweep(app: faust.App, table: Any, watch: SweepWatch, settings: Settings, topics: Topics) -> None:
+def _register_sweep(
+    app: faust.App, table: Any, watch: SweepWatch, settings: Settings, topics: Topics, policies: PolicySet
+) -> None:
     """The ``_sweep`` timer: idle sweep and timed-out job re-emission, commands to the events topic.
 
     It looks at ``watch`` (the keys it can poke, noted at every table write), not at the
@@ -655,7 +657,11 @@ def _register_sweep(app: faust.App, table: Any, watch: SweepWatch, settings: Set
             await _seed_watch(app, table, watch)
         now = datetime.now(UTC)
         commands = sweep_commands(
-            watch.entries(), now=now, idle_after_s=idle_after, job_timeout_s=settings.summary.job_timeout_s
+            watch.entries(),
+            now=now,
+            idle_after_s=idle_after,
+            job_timeout_s=settings.summary.job_timeout_s,
+            policies=policies,
         )
         for partition, key, command in commands:
             await app.producer.send(

@@ -20,6 +20,8 @@ from datetime import datetime
 from schemas import SessionKey, Summarize
 from streams.app.tracked import TrackedKey
 from streams.rules.boundaries import to_micros
+from streams.rules.policy import PolicySet
+from streams.rules.trigger_state import cooling_down
 
 
 def pokable(entry: TrackedKey, *, idle: bool) -> bool:
@@ -43,11 +45,14 @@ def sweep_commands(
     now: datetime,
     idle_after_s: float | None,
     job_timeout_s: float,
+    policies: PolicySet | None = None,
 ) -> list[tuple[int | None, bytes, Summarize]]:
     """``(partition, record key, command)`` for every key that needs a poke.
 
     The command is to be sent with the session's own record key (the track agent
-    refuses a record of a session with another key).
+    refuses a record of a session with another key). With ``policies``, a key that
+    still cools down after a given-up job (at ``now``) gets no idle poke: the track
+    agent would refuse it, and the sweep would send one at every run of the cooldown.
     """
     now_us = to_micros(now)
     out: list[tuple[int | None, bytes, Summarize]] = []
@@ -59,7 +64,11 @@ def sweep_commands(
         if state.in_flight is not None:
             if now.timestamp() - (entry.emitted_wall or 0.0) > job_timeout_s:
                 origin = "retry"
-        elif idle_after_s is not None and now_us - state.pending[-1].ts > idle_after_s * 1e6:
+        elif (
+            idle_after_s is not None
+            and now_us - state.pending[-1].ts > idle_after_s * 1e6
+            and (policies is None or not cooling_down(state, policies.for_app(state.app_name), now_us))
+        ):
             origin = "idle_sweep"
         if origin is None:
             continue

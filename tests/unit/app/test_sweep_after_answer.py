@@ -16,6 +16,8 @@ from streams.app.sweep import sweep_commands
 from streams.app.sweep_watch import SweepWatch
 from streams.app.track import TrackHandler
 from streams.app.tracked import TrackedKey, table_key
+from streams.rules.checks import EventThreshold
+from streams.rules.policy import PolicySet, SummaryPolicy
 from tests.unit.app.test_track_handler import T0, _given_up, event, feed, handler
 
 KEY = table_key("a", "u", "s", "")
@@ -94,3 +96,25 @@ def test_a_value_written_with_the_answered_jobs_emission_time_left_on_it_is_swep
     assert table[KEY].emitted_wall == T0.timestamp()
     (idle,) = swept(h, table)
     assert idle.origin == "idle_sweep" and idle.upto.last_event_id == "e3"
+
+
+def test_a_given_up_key_is_swept_once_its_cooldown_is_over_and_not_poked_during_it() -> None:
+    """The failure gives the job's range back; the sweep pokes it when the cooldown allows a job.
+
+    During the cooldown the track agent refuses the poke: sent at every run of the sweep, it would
+    add a record to the events topic each time for nothing.
+    """
+    policies = PolicySet(SummaryPolicy(checks=(EventThreshold(1),), failure_cooldown_s=600))
+    h = TrackHandler(policies, wall_clock=lambda: T0.timestamp())
+    table: dict[str, TrackedKey] = {}
+    (job,) = feed(h, table, [event(1, "user"), event(2)])
+    h.on_summary_record(_given_up(job), table, 0)
+    assert table[KEY].state.in_flight is None and table[KEY].state.failed is not None
+    watch = SweepWatch(idle=True)
+    watch.note(KEY, table[KEY])
+    kw = {"idle_after_s": 60.0, "job_timeout_s": 1e9, "policies": policies}
+    assert not sweep_commands(watch.entries(), now=T0 + timedelta(seconds=300), **kw)  # cooling down
+    after = T0 + timedelta(seconds=700)
+    (poke,) = sweep_commands(watch.entries(), now=after, **kw)
+    (retry,) = h.on_record(poke[2], Coordinates("ev", 1, 10), table, log_time=after).jobs
+    assert retry.origin == "idle_sweep" and retry.upto.last_event_id == "e2"
