@@ -188,6 +188,9 @@ class SummarySettings(_Section):
     The first job after the cooldown is the half-open retry; a summary resets it. 0: off."""
     failure_cooldown_max_s: float = Field(default=1800.0, ge=0)
     idle_summary_after_s: float | None = Field(default=None, gt=0)
+    """The idle sweep (off: ``None``): a key with content after its decided boundary, no job in flight
+    and no event for this long (event time against the wall clock) gets a job (``idle_sweep``) — the
+    events that came while its last job ran too; not while it cools down after a given-up job."""
     apps: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
