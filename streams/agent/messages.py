@@ -36,14 +36,18 @@ def to_message(value: Message | Mapping[str, Any] | object) -> Message:
 
     Takes a ``Message``, a chat-completions message dict, or an SDK object with
     ``model_dump()`` (the ``openai`` client's ``ChatCompletionMessage``). Only
-    the chat-completions fields are kept (``refusal``, ``annotations``, ... are
+    the chat-completions fields are kept (``annotations``, ``audio`` data, ... are
     not part of the session); ``reasoning_content`` is kept when the provider
-    sends it.
+    sends it. What the model answered in place of ``content`` is its text: a
+    ``refusal`` and a spoken reply's ``audio.transcript`` (:func:`_content`).
     """
     if isinstance(value, Message):
         return value
     data = _plain(value, "a message")
     picked = {k: data[k] for k in _MESSAGE_FIELDS if data.get(k) is not None}
+    content = _content(data)
+    if content is not None:
+        picked["content"] = content
     calls = picked.get("tool_calls")
     if isinstance(calls, list | tuple):
         picked["tool_calls"] = [
@@ -53,6 +57,35 @@ def to_message(value: Message | Mapping[str, Any] | object) -> Message:
         return Message.model_validate(picked)
     except ValidationError as exc:
         raise InvalidMessageError(f"not a chat-completions message: {_first_error(exc)}") from exc
+
+
+def _content(data: Mapping[str, Any]) -> Any:
+    """The message's ``content`` with what the model answered outside it: its text (``None``: no content).
+
+    A refusal (structured outputs: the ``refusal`` field, or a ``refusal`` part of a list content) and a
+    spoken reply's ``audio.transcript`` come beside a null or partial ``content``: left out, the session
+    held an assistant turn without what the user was told, in no request and no summary. They follow the
+    content, each on a line of its own.
+    """
+    content = data.get("content")
+    if isinstance(content, list):
+        content = [_refusal_as_text(p) for p in content]
+    extra = [data.get("refusal")]
+    audio = data.get("audio")
+    if isinstance(audio, Mapping):
+        extra.append(audio.get("transcript"))
+    found = [t for t in extra if isinstance(t, str) and t.strip()]
+    if not found:
+        return content
+    if isinstance(content, list):
+        return [*content, *({"type": "text", "text": f"\n{t}"} for t in found)]
+    return "\n".join([content, *found] if isinstance(content, str) and content else found)
+
+
+def _refusal_as_text(part: Any) -> Any:
+    if isinstance(part, Mapping) and part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+        return {"type": "text", "text": part["refusal"]}
+    return part
 
 
 def to_usage(value: Usage | Mapping[str, Any] | object | None) -> Usage | None:

@@ -54,3 +54,19 @@ def test_usage() -> None:
     assert to_usage(None) is None
     with pytest.raises(InvalidMessageError, match="prompt_tokens"):
         to_usage({"prompt_tokens": "many"})
+
+
+def test_what_the_model_answered_outside_content_is_its_text() -> None:
+    """A refusal or a spoken reply comes with ``content`` null: the session keeps what the user was told."""
+    refused = ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": None, "refusal": "我不能帮你做这件事 🙅"}
+    )
+    assert to_message(refused).content == "我不能帮你做这件事 🙅"
+    audio = {"id": "audio_1", "data": "UklGR...", "expires_at": 1, "transcript": "明天里斯本晴。"}
+    spoken = {"role": "assistant", "content": None, "audio": audio}
+    assert to_message(spoken).content == "明天里斯本晴。"
+    both = {"role": "assistant", "content": "Partly:", "refusal": "the rest I cannot answer."}
+    assert to_message(both).content == "Partly:\nthe rest I cannot answer."
+    parts = [{"type": "text", "text": "好的"}, {"type": "refusal", "refusal": "但这部分不行"}]
+    assert to_message({"role": "assistant", "content": parts}).content == "好的但这部分不行"
+    assert to_message({"role": "assistant", "content": "ok", "refusal": None}).content == "ok"
