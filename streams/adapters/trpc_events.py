@@ -17,9 +17,13 @@ trpc set one (its graph writer does; ``/``-separated, as distill's), else its
 branch) belong to the whole session — ``""``, or the service's key — and a
 sub-agent's branch ``root.research.web`` is the key ``<app>/research/web``.
 
-``partial``, ``actions.skip_summarization``, ``author``, ``invocation_id``,
-``request_id`` (else the invocation id: one ``Runner.run_async`` is one top-level
-request), the error and the token usage map onto their distill fields. The
+``partial``, ``author``, ``invocation_id``, ``request_id`` (else the invocation
+id: one ``Runner.run_async`` is one top-level request), the error and the token
+usage map onto their distill fields. ``actions.skip_summarization`` does not: trpc
+sets it on a tool's response that is the turn's answer (``AgentTool(...,
+skip_summarization=True)``: no model call rephrases it), while distill's flag says
+the producer need not remember the event (never summarized, hidden once a boundary
+passes it), which would lose that answer; it stays in the native record. The
 whole event rides in the head's ``native`` block (see :mod:`.native`), so
 :func:`to_trpc_events` gives every event back exactly — ids, float timestamp,
 parts, actions, flags, metadata.
@@ -160,7 +164,6 @@ def to_session_events(
         "invocation_id": event.invocation_id, "request_id": event.request_id or event.invocation_id,
         "author": event.author or "unknown", "partial": bool(event.partial),
         "filter_key": filter_key_of(event, key.app_name, base_key),
-        "skip_summarization": bool(event.actions.skip_summarization),
     }  # fmt: skip
     extra: dict[str, Any] = {}
     if event.error_code or event.error_message:

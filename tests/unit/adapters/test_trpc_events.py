@@ -109,7 +109,7 @@ def test_the_chat_messages_are_what_distill_summarizes() -> None:
     assert second.event_id == f"{results.id}~1"
     flags = _event(Part.from_text(text="debug"), partial=True, actions=EventActions(skip_summarization=True))
     [flagged] = to_session_events(flags, KEY, clock)
-    assert flagged.partial and flagged.skip_summarization
+    assert flagged.partial and not flagged.skip_summarization  # trpc's flag is not distill's (see below)
     [state_only] = to_session_events(Event(invocation_id="i", author="a", actions=EventActions(state_delta={"k": 1})),
                                      KEY, clock, state={"k": 1})  # fmt: skip
     assert state_only.message.role == "system" and state_of([state_only]) == {"k": 1}
@@ -166,6 +166,33 @@ async def test_code_an_executor_ran_and_its_output_are_in_the_summary_input() ->
     lost = {part: ms for part, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text))}
     assert not lost, f"{sorted(lost)} are neither in the summary nor visible once the summary covers their events"
     assert "```python\nprint(sum(map(int, str(2**100))))" in sent and "```tool_output\n115" in sent
+
+
+async def test_a_tool_response_that_is_the_turns_answer_is_in_the_summary_input() -> None:
+    """Oracle: trpc's ``actions.skip_summarization`` marks a tool's response that is the turn's answer
+    (``AgentTool(..., skip_summarization=True)``: no model call rephrases it). Read as distill's flag (the
+    producer need not remember the event), that answer was left out of every summary and hidden once the
+    boundary passed it: in neither the summary nor the request.
+    """
+    book, clock = MarkerBook(), Clock()
+    booked = {"result": f"已订 NH-110，座位 32A {book.mint('answer')}"}
+    turns = [
+        _event(Part.from_text(text=f"帮我订明天去东京的机票 ✈️{book.mint('ask')}"), author="user"),
+        _event(Part(function_call=FunctionCall(id="c1", name="booking_agent",
+                                               args={"request": f"东京 明天{book.mint('call')}"}))),
+        _event(Part(function_response=FunctionResponse(id="c1", name="booking_agent", response=booked)),
+               actions=EventActions(skip_summarization=True)),
+        _event(Part.from_text(text=f"好的，谢谢 🙏{book.mint('thanks')}"), author="user"),
+    ]  # fmt: skip
+    events = [e for turn in turns for e in to_session_events(turn, KEY, clock)]
+    assert to_trpc_events(events) == turns  # the flag is kept in the record: trpc gets its event back
+    with OpenAIServer(default=MarkerEcho()) as server:
+        model = OpenAIChatModel(LLMSettings(base_url=server.base_url, api_key=SecretStr("k"), model="m",
+                                            context_window=64_000))  # fmt: skip
+        result = await Summarizer(model).summarize("", events, session=KEY)
+    assert result.last_event is not None and result.last_event.event_id == events[-1].event_id
+    lost = {part: ms for part, ms in book.by_event.items() if not set(ms) <= set(find_markers(result.text))}
+    assert not lost, f"{sorted(lost)} are neither in the summary nor visible once the summary covers their events"
 
 
 def test_images_and_files_are_named_in_the_text_never_copied() -> None:
