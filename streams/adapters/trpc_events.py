@@ -19,11 +19,13 @@ sub-agent's branch ``root.research.web`` is the key ``<app>/research/web``.
 
 ``partial``, ``author``, ``invocation_id``, ``request_id`` (else the invocation
 id: one ``Runner.run_async`` is one top-level request), the error and the token
-usage map onto their distill fields. ``actions.skip_summarization`` does not: trpc
-sets it on a tool's response that is the turn's answer (``AgentTool(...,
-skip_summarization=True)``: no model call rephrases it), while distill's flag says
-the producer need not remember the event (never summarized, hidden once a boundary
-passes it), which would lose that answer; it stays in the native record. The
+usage map onto their distill fields. ``actions.skip_summarization`` maps onto
+distill's flag (the producer need not remember the event: never summarized, hidden
+once a boundary passes it) on an event without a function response, as the Python
+guide uses it ("Debug information"); not on a function response, where trpc sets it
+on the tool's response that is the turn's answer (``AgentTool(...,
+skip_summarization=True)``: no model call rephrases it), which must be remembered.
+It stays in the native record either way. The
 whole event rides in the head's ``native`` block (see :mod:`.native`), so
 :func:`to_trpc_events` gives every event back exactly — ids, float timestamp,
 parts, actions, flags, metadata.
@@ -164,6 +166,8 @@ def to_session_events(
         "invocation_id": event.invocation_id, "request_id": event.request_id or event.invocation_id,
         "author": event.author or "unknown", "partial": bool(event.partial),
         "filter_key": filter_key_of(event, key.app_name, base_key),
+        # A function response with the flag is the turn's answer (see the module): summarized.
+        "skip_summarization": bool(event.actions.skip_summarization) and not responses,
     }  # fmt: skip
     extra: dict[str, Any] = {}
     if event.error_code or event.error_message:

@@ -109,7 +109,8 @@ def test_the_chat_messages_are_what_distill_summarizes() -> None:
     assert second.event_id == f"{results.id}~1"
     flags = _event(Part.from_text(text="debug"), partial=True, actions=EventActions(skip_summarization=True))
     [flagged] = to_session_events(flags, KEY, clock)
-    assert flagged.partial and not flagged.skip_summarization  # trpc's flag is not distill's (see below)
+    # The Python guide's use: a debug event skipped by the summary (a function response is not: see below)
+    assert flagged.partial and flagged.skip_summarization
     [state_only] = to_session_events(Event(invocation_id="i", author="a", actions=EventActions(state_delta={"k": 1})),
                                      KEY, clock, state={"k": 1})  # fmt: skip
     assert state_only.message.role == "system" and state_of([state_only]) == {"k": 1}
