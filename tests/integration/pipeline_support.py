@@ -221,6 +221,24 @@ def live_pipeline(settings: Settings, keyspace: str, tmp: Path) -> Iterator[Any]
         cluster.shutdown()
 
 
+@contextmanager
+def marker_echo_pipeline(service_settings: Settings, keyspaces: Any, tmp: Path) -> Iterator[tuple[Settings, Any]]:
+    """A live pipeline (:func:`live_pipeline`: worker and projector, two partitions, event threshold 3)
+    summarizing with a scripted model that echoes the markers it read (:func:`marker_echo`), on a keyspace
+    leased from ``keyspaces`` (a ``KeyspacePool``) and released on the way out: yields its settings and a
+    CQL session."""
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer(default=marker_echo) as llm:
+        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
+        keyspace = keyspaces.lease()
+        try:
+            with live_pipeline(settings, keyspace, tmp) as cql:
+                yield settings, cql
+        finally:
+            keyspaces.release(keyspace)
+
+
 def isolated_worker_settings(settings: Settings, **summary: Any) -> Settings:
     data = settings.model_dump()
     data["worker"]["app_id"] = register_prefix(f"distill-test-{uuid.uuid4().hex[:8]}")

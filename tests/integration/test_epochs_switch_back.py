@@ -30,14 +30,11 @@ from streams.context import AssemblyOptions, assemble_from_read
 from tests.integration.pipeline_support import (
     DISTILL,
     SessionBuilder,
-    live_pipeline,
-    marker_echo,
-    scripted_pipeline_settings,
+    marker_echo_pipeline,
     worker_env,
 )
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MarkerBook, find_markers
-from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
@@ -48,14 +45,8 @@ KEYS = ("", "sb", "sb/a")
 def pipeline(
     service_settings: Settings, keyspaces: KeyspacePool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Settings, Any]]:
-    with OpenAIServer(default=marker_echo) as llm:
-        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
-        keyspace = keyspaces.lease()
-        try:
-            with live_pipeline(settings, keyspace, tmp_path_factory.mktemp("switch-back")) as cql:
-                yield settings, cql
-        finally:
-            keyspaces.release(keyspace)
+    with marker_echo_pipeline(service_settings, keyspaces, tmp_path_factory.mktemp("switch-back")) as running:
+        yield running
 
 
 def distill(settings: Settings, *args: str, timeout: float = 150) -> str:

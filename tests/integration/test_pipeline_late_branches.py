@@ -28,10 +28,9 @@ from schemas import SessionEvent, SessionKey, Summarize
 from schemas.settings import Settings
 from streams.client import DistillClient
 from streams.context import AssemblyOptions, assemble_from_read
-from tests.integration.pipeline_support import SessionBuilder, live_pipeline, marker_echo, scripted_pipeline_settings
+from tests.integration.pipeline_support import SessionBuilder, marker_echo_pipeline
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MarkerBook, find_markers
-from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
@@ -43,14 +42,8 @@ BRANCHES = ("lt", "lt/a", "lt/b")
 def pipeline(
     service_settings: Settings, keyspaces: KeyspacePool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Settings, Any]]:
-    with OpenAIServer(default=marker_echo) as llm:
-        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
-        keyspace = keyspaces.lease()
-        try:
-            with live_pipeline(settings, keyspace, tmp_path_factory.mktemp("late-branches")) as cql:
-                yield settings, cql
-        finally:
-            keyspaces.release(keyspace)
+    with marker_echo_pipeline(service_settings, keyspaces, tmp_path_factory.mktemp("late-branches")) as running:
+        yield running
 
 
 class Scenario:

@@ -30,17 +30,14 @@ from streams.client import DistillClient
 from tests.integration.pipeline_support import (
     DISTILL,
     SessionBuilder,
-    live_pipeline,
-    marker_echo,
+    marker_echo_pipeline,
     read_topic,
     replay_output,
-    scripted_pipeline_settings,
     start_replay,
     worker_env,
 )
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MarkerBook
-from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.integration
 
@@ -51,14 +48,8 @@ ROUNDS = 4  # 8 events, event threshold 3: two live boundaries before the replay
 def pipeline(
     service_settings: Settings, keyspaces: KeyspacePool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Settings, Any]]:
-    with OpenAIServer(default=marker_echo) as llm:
-        settings = scripted_pipeline_settings(service_settings, llm.base_url, partitions=2, event_threshold=3)
-        keyspace = keyspaces.lease()
-        try:
-            with live_pipeline(settings, keyspace, tmp_path_factory.mktemp("replay-history")) as cql:
-                yield settings, cql
-        finally:
-            keyspaces.release(keyspace)
+    with marker_echo_pipeline(service_settings, keyspaces, tmp_path_factory.mktemp("replay-history")) as running:
+        yield running
 
 
 def round_of(book: MarkerBook, b: SessionBuilder, r: int) -> list[Any]:
