@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from schemas import FunctionCall, Message, SessionEvent, SessionKey, ToolCall
+from schemas.text import utf8_record
 from streams.adapters.attachments import attachment_text, inline_size, is_inline, kind_of
 from streams.adapters.native import Path, native_block, native_of, restore_record
 
@@ -155,7 +156,7 @@ def item_to_event(
     record = json.loads(json.dumps(item, ensure_ascii=False))
     message, path = item_message(record)
     author = "user" if message.role == "user" else agent_name
-    return SessionEvent.model_validate(
+    event = SessionEvent.model_validate(
         {
             "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
             "event_id": event_id, "timestamp": timestamp, "request_id": request_id, "invocation_id": request_id,
@@ -163,6 +164,7 @@ def item_to_event(
             "native": native_block(ITEM_FORMAT, record, path, message.content),
         }
     )  # fmt: skip
+    return utf8_record(event)  # a lone surrogate (a tool's output of non-UTF-8 bytes) could not be published
 
 
 def event_to_items(event: SessionEvent, content: str | None = None) -> list[dict[str, Any]]:

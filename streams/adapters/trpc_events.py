@@ -43,6 +43,7 @@ from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part, 
 
 from schemas import Message, SessionEvent, SessionKey, ToolCall
 from schemas.events import FunctionCall as ChatFunction
+from schemas.text import utf8_record
 from streams.adapters.attachments import attachment_text, kind_of
 from streams.adapters.native import PART_OF_FIELD, Clock, Path, native_block, native_of, part_of, restore_record
 
@@ -194,7 +195,7 @@ def to_session_events(
         else:
             fields["event_id"] = f"{event.id}~{n}"
             fields[PART_OF_FIELD] = event.id
-        out.append(SessionEvent.model_validate(fields))
+        out.append(utf8_record(SessionEvent.model_validate(fields)))  # a lone surrogate could not be published
     return out
 
 

@@ -40,9 +40,10 @@ from projections.errors import AnchorNotFound
 from schemas import Message, SessionEvent, SessionKey, SessionSummary, ToolCall
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag
 from schemas.settings import AgentSettings
+from schemas.text import utf8_record
 from streams.adapters.backend import SessionBackend
 from streams.adapters.native import Clock
-from streams.agent.messages import InvalidMessageError, to_message, to_usage
+from streams.agent.messages import InvalidMessageError, is_function_result, to_message, to_usage
 from streams.agent.options import assembly_options, recall_capabilities, refresh_at
 from streams.agent.tools import LocalTool, error_result, run_local_tool
 from streams.client import SummaryTimeoutError, SummaryUnavailableError, encode_record
@@ -120,6 +121,8 @@ class _Run:
     invocation_id: str
     user_event_id: str | None = None
     model_calls: int = 0
+    legacy_call: ToolCall | None = None
+    """The last ``function_call`` (functions API) recorded, unanswered: a ``role: "function"`` result answers it."""
 
 
 class DistillAgent:
@@ -190,14 +193,46 @@ class DistillAgent:
         Takes a :class:`~schemas.Message`, a chat-completions dict or the ``openai``
         client's message object; ``usage`` is the response's token counts. A user
         message starts a new run (as :meth:`user`).
+
+        A reply of the deprecated functions API (``function_call``) is recorded with
+        its one tool call, id ``call-<the event's id>``; the ``role: "function"``
+        result recorded after it (which names the function, not the call) is that
+        call's ``tool`` result. A ``function`` result with no such call before it in
+        the run raises ``InvalidMessageError``.
         """
-        msg = to_message(message)
-        if msg.role == "user":
-            return await self.user(msg)
-        run = await self._current_run()
-        event = self._event(msg, run, usage=to_usage(usage))
+        event_id = _new_event_id()
+        if is_function_result(message):
+            run = await self._current_run()
+            msg = to_message(message, call_id=self._legacy_answered(run, message))
+        else:
+            msg = to_message(message, call_id=f"call-{event_id}")
+            if msg.role == "user":
+                return await self.user(msg)
+            run = await self._current_run()
+        event = self._event(msg, run, usage=to_usage(usage), event_id=event_id)
         await self._publish([event])
+        self._note_legacy(run, event)
         return event
+
+    def _legacy_answered(self, run: _Run, message: object) -> str:
+        """The id of the recorded ``function_call`` a ``role: "function"`` result answers."""
+        pending = run.legacy_call
+        name = message.get("name") if isinstance(message, Mapping) else getattr(message, "name", None)
+        if pending is None or (name is not None and name != pending.function.name):
+            raise InvalidMessageError(
+                f"a role 'function' result (function {name!r}) answers no function_call recorded before it "
+                "in this run: send it as role 'tool' with the call's tool_call_id"
+            )
+        return pending.id
+
+    @staticmethod
+    def _note_legacy(run: _Run, event: SessionEvent) -> None:
+        """Keep the run's unanswered functions-API call up to date with an event published."""
+        msg = event.message
+        if msg.role == "assistant" and [c.id for c in msg.tool_calls] == [f"call-{event.event_id}"]:
+            run.legacy_call = msg.tool_calls[0]
+        elif msg.role == "tool" and run.legacy_call is not None and msg.tool_call_id == run.legacy_call.id:
+            run.legacy_call = None
 
     async def run_tools(
         self, reply: Message | Mapping[str, Any] | object, tools: Mapping[str, LocalTool] | None = None
@@ -211,7 +246,7 @@ class DistillAgent:
         ``{"error": ...}``, never raised; so is a result too large to record (over
         ``kafka.max_record_bytes`` as an event): what the model is shown is what the session keeps.
         """
-        calls = to_message(reply).tool_calls
+        calls = await self._calls_of(reply)
         if not calls:
             return []
         results: list[Message] = []
@@ -227,7 +262,18 @@ class DistillAgent:
                 events = [self._recordable(self._event(result, run), call) for result, call in answered]
                 results[:] = [e.message for e in events]
                 await asyncio.shield(self._publish(events))
+                for event in events:
+                    self._note_legacy(run, event)
         return results
+
+    async def _calls_of(self, reply: Message | Mapping[str, Any] | object) -> tuple[ToolCall, ...]:
+        """``reply``'s tool calls; a functions-API ``function_call`` has the id it was recorded with."""
+        pending = self._run.legacy_call if self._run is not None else None
+        if pending is not None:
+            calls = to_message(reply, call_id=pending.id).tool_calls
+            if len(calls) == 1 and calls[0] == pending:
+                return calls
+        return to_message(reply).tool_calls
 
     def _recordable(self, event: SessionEvent, call: ToolCall) -> SessionEvent:
         """``event``, or, when it is over the record limit, the same event answering ``call`` with an error.
@@ -435,14 +481,15 @@ class DistillAgent:
 
     # -- events ----------------------------------------------------------------------------------------------
 
-    def _event(self, msg: Message, run: _Run, *, usage: Any = None) -> SessionEvent:
-        return SessionEvent(
+    def _event(self, msg: Message, run: _Run, *, usage: Any = None, event_id: str | None = None) -> SessionEvent:
+        # utf8_record: a text holding a lone surrogate (a name of non-UTF-8 bytes) could not be published
+        return utf8_record(SessionEvent(
             app_name=self.key.app_name, user_id=self.key.user_id, session_id=self.key.session_id,
-            event_id=f"ev-{uuid.uuid4().hex}", timestamp=self._clock.next(datetime.now(UTC)),
+            event_id=event_id or _new_event_id(), timestamp=self._clock.next(datetime.now(UTC)),
             invocation_id=run.invocation_id, request_id=run.request_id,
             author="user" if msg.role == "user" else self.agent_name, filter_key=self.filter_key, message=msg,
             model=self.model, context_window=self.options.context_window, usage=usage,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     async def _publish(self, events: Sequence[SessionEvent]) -> None:
         offsets = await self.backend.client.publish_logged(events)
@@ -468,7 +515,14 @@ class DistillAgent:
             later = read.events[read.events.index(current) + 1 :]  # log order
             after = [e for e in later if e.message.role == "assistant" and self._shows(e)]
             self._run = _Run(current.request_id, current.invocation_id, current.event_id, model_calls=len(after))
+            for event in later:  # a functions-API call the run left unanswered (a restarted runtime answers it)
+                if self._shows(event):
+                    self._note_legacy(self._run, event)
         return self._run
+
+
+def _new_event_id() -> str:
+    return f"ev-{uuid.uuid4().hex}"
 
 
 def _own_version(read: ContextRead, filter_key: str) -> int:

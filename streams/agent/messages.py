@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +32,7 @@ def _plain(value: object, what: str) -> dict[str, Any]:
     )
 
 
-def to_message(value: Message | Mapping[str, Any] | object) -> Message:
+def to_message(value: Message | Mapping[str, Any] | object, *, call_id: str | None = None) -> Message:
     """``value`` as a :class:`~schemas.Message`.
 
     Takes a ``Message``, a chat-completions message dict, or an SDK object with
@@ -40,11 +41,20 @@ def to_message(value: Message | Mapping[str, Any] | object) -> Message:
     not part of the session); ``reasoning_content`` is kept when the provider
     sends it. What the model answered in place of ``content`` is its text: a
     ``refusal`` and a spoken reply's ``audio.transcript`` (:func:`_content`).
+
+    The deprecated functions API: an assistant ``function_call`` (``{name, arguments}``,
+    ``content`` null) is the reply's one tool call, id ``call_id`` (default: one derived
+    from the call, :func:`function_call_id`); left out, the reply was an empty turn. A
+    ``role: "function"`` result names its function, not a call: it is the ``tool``
+    result of call ``call_id``; without one, ``InvalidMessageError`` (distill cannot
+    tell which call it answers: send ``role: "tool"`` with the call's ``tool_call_id``,
+    or let :meth:`DistillAgent.record` pair it with the call it recorded before).
     """
     if isinstance(value, Message):
         return value
     data = _plain(value, "a message")
     picked = {k: data[k] for k in _MESSAGE_FIELDS if data.get(k) is not None}
+    _legacy_function(data, picked, call_id)
     content = _content(data)
     if content is not None:
         picked["content"] = content
@@ -57,6 +67,39 @@ def to_message(value: Message | Mapping[str, Any] | object) -> Message:
         return Message.model_validate(picked)
     except ValidationError as exc:
         raise InvalidMessageError(f"not a chat-completions message: {_first_error(exc)}") from exc
+
+
+def is_function_result(value: Message | Mapping[str, Any] | object) -> bool:
+    """Whether ``value`` is a result of the deprecated functions API (``role: "function"``)."""
+    if isinstance(value, Message):
+        return False
+    role = value.get("role") if isinstance(value, Mapping) else getattr(value, "role", None)
+    return role == "function"
+
+
+def function_call_id(name: str, arguments: str) -> str:
+    """The id a legacy ``function_call`` gets without one given: the same call, the same id."""
+    digest = hashlib.sha256(f"{name}\0{arguments}".encode("utf-8", "backslashreplace")).hexdigest()
+    return f"call-fn-{digest[:24]}"
+
+
+def _legacy_function(data: Mapping[str, Any], picked: dict[str, Any], call_id: str | None) -> None:
+    """``picked`` with a functions-API call or result in the chat-completions shape (see :func:`to_message`)."""
+    call = data.get("function_call")
+    if isinstance(call, Mapping) and not picked.get("tool_calls"):
+        name, arguments = call.get("name"), call.get("arguments") or ""
+        if not isinstance(name, str) or not isinstance(arguments, str):
+            raise InvalidMessageError("not a chat-completions message: function_call needs a name and text arguments")
+        cid = call_id or function_call_id(name, arguments)
+        picked["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}]
+    if data.get("role") == "function":
+        answered = picked.get("tool_call_id") or call_id
+        if not answered:
+            raise InvalidMessageError(
+                f"a role 'function' result (function {data.get('name')!r}) names no call: send it as role 'tool' "
+                "with the call's tool_call_id, or record it right after the function_call it answers"
+            )
+        picked |= {"role": "tool", "tool_call_id": answered}
 
 
 def _content(data: Mapping[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from schemas import Message, ToolCall
+from schemas.text import utf8_text
 
 log = logging.getLogger(__name__)
 
@@ -25,21 +26,6 @@ LocalTool = Callable[..., Any]
 
 def tool_result(call: ToolCall, content: str) -> Message:
     return Message(role="tool", tool_call_id=call.id, name=call.function.name, content=utf8_text(content))
-
-
-def utf8_text(text: str) -> str:
-    """``text`` with each character UTF-8 cannot hold written as its escape (``\\udce9``).
-
-    Such a character is a lone surrogate: a file name ``os.listdir`` / ``os.fsdecode`` gave for bytes that
-    are not UTF-8, half of an escaped pair in JSON. An event holding one cannot be encoded: ``run_tools``
-    raised, and the batch's other results, their tools run, were never published. The escape keeps what
-    the character was, in the text the model and the summary read.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def error_result(call: ToolCall, error: str) -> Message:

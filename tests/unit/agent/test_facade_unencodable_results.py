@@ -15,6 +15,7 @@ from schemas import Message, SessionEvent, SessionKey
 from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent.facade import DistillAgent
+from streams.client import encode_record
 from tests.unit.agent.test_facade_clock import LogAndCut
 from tests.unit.context.sessions import summary_at
 
@@ -62,3 +63,23 @@ async def test_a_result_utf8_cannot_hold_is_published_with_the_character_escaped
     request = await agent.next_request("sys")
     text = str(request.messages)
     assert all(m in text for m in ("标记2", "标记3", "标记4", "标记5", "标记6"))
+
+
+async def test_a_user_message_or_a_reply_utf8_cannot_hold_is_published_with_the_character_escaped() -> None:
+    first = SessionEvent(app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id, event_id="e0",
+                         timestamp=datetime.now(UTC) - timedelta(seconds=5), author="user",
+                         message=Message(role="user", content="你好"), request_id="r0", invocation_id="r0")  # fmt: skip
+    log = LogAndCut([first], summary_at(first, "空"))
+    backend = SessionBackend(Settings(), client=log, reader=log, context=log)  # type: ignore[arg-type]
+    agent = DistillAgent(backend, app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id)
+    name = os.fsdecode(b"caf\xe9 \xe6\xa0\x87\xe8\xae\xb01.txt")
+    asked = await agent.user(f"打开 {name}")
+    arguments = json.dumps({"path": name}, ensure_ascii=False)
+    call = {"id": "c1", "type": "function", "function": {"name": "open", "arguments": arguments}}
+    replied = await agent.record({"role": "assistant", "content": f"好的，打开 {name}", "tool_calls": [call]})
+    for event in (asked, replied):
+        encode_record(event)  # what the Kafka client sends: it raised
+    assert asked.message.content == "打开 caf\\udce9 标记1.txt"
+    assert replied.message.content == "好的，打开 caf\\udce9 标记1.txt"
+    assert replied.message.tool_calls[0].function.arguments == '{"path": "caf\\udce9 标记1.txt"}'
+    assert [e.event_id for e in log.log] == ["e0", asked.event_id, replied.event_id]
