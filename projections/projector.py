@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cassandra import InvalidRequest
+from cassandra import DriverException, InvalidRequest
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from pydantic import ValidationError
@@ -72,6 +72,7 @@ from pydantic import ValidationError
 from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
+from projections.cassandra_paging import afetch_all
 from projections.errors import RecordKeyError, StoreRefused, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
@@ -248,6 +249,9 @@ class Projector(CassandraStage):
             out[f"delete_{table}"] = self._session.prepare(cql.format(ks=self._ks, table=table))
         for table in q.RECALL_TABLES:
             out[f"delete_{table}"] = self._session.prepare(q.DELETE_RECALL_AT.format(ks=self._ks, table=table))
+            out[f"delete_event_{table}"] = self._session.prepare(q.DELETE_RECALL_EVENT.format(ks=self._ks, table=table))
+        for table in _SEQ_TABLES:
+            out[f"seqs_{table}"] = self._session.prepare(q.SELECT_RECALL_SEQS.format(ks=self._ks, table=table))
         return out
 
     # -- the batch -------------------------------------------------------------------------------------------
@@ -627,6 +631,12 @@ class Projector(CassandraStage):
         rows a faster indexer already wrote for events *after* it (the session
         started again) stay. What a lagging indexer would write for events
         before it, the marker stops (``projections.indexer``).
+
+        The rows a lagging indexer wrote for events before it *after* it was
+        published, and checked before the marker was there, outlive that
+        tombstone (their write time is later): session_search found the deleted
+        text until the indexer reached the command. They are read back after
+        the tombstone and removed one by one (:meth:`_delete_indexed_before`).
         """
         c = item.command
         pk = (c.app_name, c.user_id, c.session_id)
@@ -642,6 +652,39 @@ class Projector(CassandraStage):
             raise StoreRefused(f"cassandra refused the delete: {failed[0][1]}")
         if failed:
             raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+        await self._delete_indexed_before(pk, item.record, deleted_at)
+
+    async def _delete_indexed_before(
+        self, pk: tuple[str, str, str], command: SourceRecord, deleted_at: datetime
+    ) -> None:
+        """Remove the recall rows left of events logged before the delete command ``command``.
+
+        Read after the marker was stored: a row the indexer writes later, it removes itself (its check
+        after the write sees the marker), so between the two no row of the deleted history stays.
+        """
+        try:
+            pages = await asyncio.gather(*(afetch_all(self._session, self._p[f"seqs_{t}"], pk) for t in _SEQ_TABLES))
+        except DriverException as exc:
+            raise StoreUnavailable(f"cassandra read failed: {type(exc).__name__}: {exc}") from exc
+        before = {(r.ts, r.event_id) for rows in pages for r in rows if _logged_before(r, command, deleted_at)}
+        if not before:
+            return
+        work = [(self._p[f"delete_event_{t}"], (*pk, ts, event_id)) for ts, event_id in before for t in q.RECALL_TABLES]
+        failed = await self._run_concurrent(work)
+        if failed:
+            raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
+        log.info("removed the recall rows of %d deleted events indexed after the deletion was published", len(before))
+
+
+_SEQ_TABLES = ("recall_docs", "recall_chunks")
+"""The recall tables holding each row's ``seq`` (``recall_lines`` rows go with their event's)."""
+
+
+def _logged_before(row: Any, command: SourceRecord, deleted_at: datetime) -> bool:
+    """Whether a recall row is of an event the delete command removed (logged before it)."""
+    if row.seq is not None and command.offset is not None:
+        return bool(row.seq < command.offset)  # a session's events and its commands share a partition
+    return row.ts is not None and row.ts.replace(tzinfo=UTC) <= deleted_at
 
 
 def _pk(event: SessionEvent) -> tuple[str, str, str]:

@@ -109,6 +109,8 @@ SELECT_RECALL_SEQ = (
     "SELECT seq FROM {ks}.recall_docs WHERE app_name = ? AND user_id = ? AND session_id = ? AND ts = ? AND event_id = ?"
 )
 """Where the index placed an event (``seq``): an event published again keeps that place."""
+SELECT_RECALL_SEQS = "SELECT ts, event_id, seq FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
+"""A session's rows in ``recall_docs`` / ``recall_chunks`` with their log position (what a deletion left)."""
 DELETE_RECALL_EVENT = (
     "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ? AND ts = ? AND event_id = ?"
 )

@@ -213,6 +213,24 @@ async def test_a_deletion_landing_while_the_indexer_writes_removes_what_it_just_
     assert await store.reader.session_search(key, "quokka", "current_session") == []
 
 
+async def test_a_deletion_applied_after_the_indexer_checked_leaves_no_deleted_text_searchable(store: Store) -> None:
+    # The indexer, lagging behind the log, writes the rows of a session's events after the delete_session was
+    # published (their write time is later than its stamp) and checks before the projector, also behind,
+    # stored the marker. The projector's tombstone, stamped at the command, did not cover those rows:
+    # session_search found the deleted text until the indexer reached the command itself.
+    key = _key("after-check")
+    before = [record(EVENTS, event(key, f"e{i}", at=i, content=f"hidden secret {i} 秘密 okapi")) for i in range(3)]
+    delete = record(EVENTS, _delete(key), timestamp_ms=int(time.time() * 1000) - 60_000)
+    assert all(r.offset < delete.offset for r in before)
+    await _index(store, *before)  # written and checked: no marker yet
+    await _project(store, *before, delete)
+    assert await store.reader.session_search(key, "okapi", "current_session") == []
+    assert await store.reader.session_search(key, "秘密", "current_session") == []
+    assert _recall_count(store, key) == 0
+    await _index(store, delete)
+    assert _recall_count(store, key) == 0
+
+
 async def test_a_faster_indexer_keeps_the_events_after_a_deletion(store: Store) -> None:
     key = _key("ahead")
     old = record(EVENTS, event(key, "e1", at=1, content="old words walrus"))
