@@ -40,6 +40,7 @@ from trpc_agent_sdk.utils import user_key
 
 from schemas import FunctionCall, SessionEvent, SessionKey, SessionSummary, ToolCall
 from schemas.settings import Settings, load_settings
+from schemas.text import utf8_record
 from streams.adapters.backend import SessionBackend, SessionView
 from streams.adapters.native import Clock
 from streams.adapters.trpc_events import (
@@ -344,14 +345,14 @@ class DistillSessionService(BaseSessionService):  # type: ignore[misc]  # option
         backend = await self.ready()
         key = self.key_of(session)
         self._stored[key] = dict(state)
-        event = SessionEvent.model_validate(
+        event = utf8_record(SessionEvent.model_validate(
             {
                 "app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id,
                 "event_id": f"state-{uuid.uuid4().hex}", "timestamp": self._clock(key).next(datetime.now(UTC)),
                 "author": "distill", "message": {"role": "system", "content": None}, "skip_summarization": True,
                 STATE_FIELD: json.loads(json.dumps(state, default=str)),
             }
-        )  # fmt: skip
+        ))  # fmt: skip
         await backend.publish([event])
 
     async def close(self) -> None:

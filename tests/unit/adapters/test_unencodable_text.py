@@ -61,7 +61,7 @@ async def test_agents_items_with_a_lone_surrogate_are_kept_escaped() -> None:
 
 async def test_trpc_events_with_a_lone_surrogate_are_kept_escaped() -> None:
     pytest.importorskip("trpc_agent_sdk.events", exc_type=ImportError)
-    from trpc_agent_sdk.events import Event
+    from trpc_agent_sdk.events import Event, EventActions
     from trpc_agent_sdk.types import Content, FunctionCall, FunctionResponse, Part
 
     from streams.adapters.trpc_session import DistillSessionService
@@ -71,6 +71,7 @@ async def test_trpc_events_with_a_lone_surrogate_are_kept_escaped() -> None:
     session = await service.create_session(app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id)
     events = [
         Event(invocation_id="i1", author="user", timestamp=time.time(),
+              actions=EventActions(state_delta={"file": NAME}),
               content=Content(role="user", parts=[Part.from_text(text=f"打开 {NAME}")])),
         Event(invocation_id="i1", author="agent", timestamp=time.time(),
               content=Content(role="model", parts=[Part(function_call=FunctionCall(id="c1", name="ls", args={}))])),
@@ -89,3 +90,7 @@ async def test_trpc_events_with_a_lone_surrogate_are_kept_escaped() -> None:
     assert parts[0].text == f"打开 {ESCAPED}"
     response = next(p.function_response for p in parts if p.function_response is not None)
     assert response.response == {"result": f"文件: {ESCAPED} 和 报告.txt"}
+    assert read.state["file"] == ESCAPED
+    await service.update_session_state(read, {"also": f"报告 {NAME}"})  # a state-only event
+    again = await service.get_session(app_name=KEY.app_name, user_id=KEY.user_id, session_id=KEY.session_id)
+    assert again is not None and again.state["also"] == f"报告 {ESCAPED}"
