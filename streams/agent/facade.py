@@ -246,7 +246,7 @@ class DistillAgent:
         ``{"error": ...}``, never raised; so is a result too large to record (over
         ``kafka.max_record_bytes`` as an event): what the model is shown is what the session keeps.
         """
-        calls = await self._calls_of(reply)
+        calls = self._calls_of(reply)
         if not calls:
             return []
         results: list[Message] = []
@@ -266,7 +266,7 @@ class DistillAgent:
                     self._note_legacy(run, event)
         return results
 
-    async def _calls_of(self, reply: Message | Mapping[str, Any] | object) -> tuple[ToolCall, ...]:
+    def _calls_of(self, reply: Message | Mapping[str, Any] | object) -> tuple[ToolCall, ...]:
         """``reply``'s tool calls; a functions-API ``function_call`` has the id it was recorded with."""
         pending = self._run.legacy_call if self._run is not None else None
         if pending is not None:
