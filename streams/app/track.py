@@ -424,8 +424,9 @@ class TrackHandler:
             old = found.state
             # What orders the key's records survives: its version, the offsets it has folded and
             # answered, and its epoch switch (records delivered again stay ignored).
+            # The deletion's offset: a summary of the history before it, answered after it, moves no boundary.
             fresh = replace(new_state(*sk, k), version=old.version, high_offset=old.high_offset,
-                            answered_at=old.answered_at, adopted_at=old.adopted_at)  # fmt: skip
+                            answered_at=old.answered_at, adopted_at=old.adopted_at, deleted_at=offset)  # fmt: skip
             store[table_key(*sk, k)] = TrackedKey(fresh, None, found.partition, None, found.record_key)
 
     def on_summary_record(self, record: SummaryRecord, store: StateStore, offset: int | None = None) -> None:

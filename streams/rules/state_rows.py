@@ -15,7 +15,9 @@ queued behind the in-flight one), is written once a key has decided a job
 summaries-topic offset of the session's last epoch switch, only once there was
 one (the 13th and 14th are then ``null`` when empty). A 16th, the summaries-topic
 offset of the last answer applied to the key (``answered_at``), once it had one
-read with its offset (the 13th to 15th are then ``null`` when empty).
+read with its offset (the 13th to 15th are then ``null`` when empty). A 17th, the events-topic
+offset of the session's last ``delete_session`` (``deleted_at``), once one was folded (the 13th
+to 16th are then ``null`` when empty).
 
 ``ROW_FORMAT`` versions the layout; the object form of
 :func:`~streams.rules.trigger_state.to_dict` (format 1) stays readable.
@@ -63,8 +65,9 @@ _PARTS = (
     "decided boundary",
     "epoch switch offset",
     "answers offset",
+    "deletion offset",
 )
-_BASE_FIELDS = len(_PARTS) - 4
+_BASE_FIELDS = len(_PARTS) - 5
 _STRINGS = range(4)
 
 
@@ -85,7 +88,8 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         state.high_offset,
     ]
     decided = state.decided_id is not None or state.queued
-    answered = state.answered_at is not None
+    deleted = state.deleted_at is not None
+    answered = deleted or state.answered_at is not None
     adopted = answered or state.adopted_at is not None
     if adopted or decided or state.failed is not None or state.learned_window is not None:
         row.append(failure_row(state) if state.failed is not None or state.learned_window is not None else None)
@@ -95,6 +99,8 @@ def state_to_row(state: SessionTriggerState) -> list[Any]:
         row.append(state.adopted_at)
     if answered:
         row.append(state.answered_at)
+    if deleted:
+        row.append(state.deleted_at)
     return row
 
 
@@ -126,6 +132,8 @@ def state_from_row(row: Any) -> SessionTriggerState:
         adopted_at = offset_in(row[14] if len(row) > _BASE_FIELDS + 2 else None)
         part = 15
         answered_at = offset_in(row[15] if len(row) > _BASE_FIELDS + 3 else None)
+        part = 16
+        deleted_at = offset_in(row[16] if len(row) > _BASE_FIELDS + 4 else None)
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
         ids = "/".join(str(x) for x in row[:3])
         raise CorruptTriggerStateError(f"trigger state {ids} key {row[3]!r}: malformed {_PARTS[part]}: {exc}") from exc
@@ -148,6 +156,7 @@ def state_from_row(row: Any) -> SessionTriggerState:
     )
     state.adopted_at = adopted_at
     state.answered_at = answered_at
+    state.deleted_at = deleted_at
     return with_decided(state, decided_id, queued)
 
 

@@ -26,7 +26,9 @@ Contracts (the track agent relies on them):
   included) and answers the queued jobs up to the summary's. The decided view
   does not move. Stale or duplicate summaries (``version`` not above the
   state's) are ignored, so replay is idempotent; so is any answer (summary or
-  failure) read at a summaries-topic offset at or before ``answered_at``.
+  failure) read at a summaries-topic offset at or before ``answered_at``. A
+  summary of history a ``delete_session`` deleted (its chain began before the
+  deletion: :func:`of_deleted_history`) moves no boundary; only its version is kept.
 * ``state = on_job_failed(state, job_id, gave_up=..., at=..., window=..., offset=...)``
   releases the job from the key's queue. A job *given up* (not a sync command
   that had nothing to do) gives its range back: the decided boundary returns to
@@ -172,6 +174,9 @@ class SessionTriggerState:
     """Summaries-topic offset of the last answer (summary or failure) applied to the key: one at or
     before it is a delivery again (a restart or rebalance resumes from the last commit) and changes
     nothing — a failure counted twice would lengthen the cooldown, and move later boundaries."""
+    deleted_at: int | None = None
+    """Events-topic offset of the session's last ``delete_session`` (``None``: none folded). A summary
+    whose chain began before it (``chain_from_offset``) summarizes deleted history: see :func:`on_summary`."""
     encoded: Any = field(default=None, init=False, compare=False, repr=False)
     """Not state: a cache the changelog encoder keeps of ``pending`` (``streams.app.tracked``), valid
     while ``pending`` is the same list and only grew. Never copied; the rules do not read it."""
@@ -233,6 +238,7 @@ class SessionTriggerState:
             self.skip,
             self.adopted_at,
             self.answered_at,
+            self.deleted_at,
         )
 
     def _replace(self, **changes: Any) -> SessionTriggerState:
@@ -278,6 +284,7 @@ def seed_branch_state(full: SessionTriggerState, filter_key: str) -> SessionTrig
         own=Scope(Counters.of(entries), activity),
         high_offset=full.high_offset,
         learned_window=full.learned_window,
+        deleted_at=full.deleted_at,
     )
 
 
@@ -391,6 +398,11 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int 
     Returns a new state (``state`` is not modified), or ``state`` itself for a
     stale, duplicate or foreign summary — or one read at summaries-topic
     ``offset`` before the key's last epoch switch (a line the session left).
+    A summary of deleted history (:func:`of_deleted_history`: a job in flight at the session's
+    deletion, answered after it) only raises the version: its boundary is the deleted events',
+    and would cut the events published since out of the pending index (and be the boundary a
+    ``summarize_sync`` joins). The jobs in the queue were all decided after the deletion: it
+    answers none of them, even one of the same id (history re-imported with its event ids).
     The boundary's event id is looked up in the pending index; a boundary on an
     event the state never indexed (partial, skipped, or already covered) falls
     back to the timestamp rule, which keeps events at the cutoff instant.
@@ -403,6 +415,15 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int 
         or answered_before(state, offset)
     ):
         return state
+    if of_deleted_history(state, summary):
+        # Its job was decided before the deletion and answered after it (the queue it answers was
+        # dropped then). Its version still counts: the summarize side numbers the next summary after
+        # it, and a job built on a lower version would be judged covered by it and never run.
+        out = state.copy()
+        out.version = summary.version
+        if offset is not None:
+            out.answered_at = offset
+        return out
     boundary = summary.boundary
     remaining = delta_after(
         state.pending,
@@ -415,6 +436,17 @@ def on_summary(state: SessionTriggerState, summary: SessionSummary, offset: int 
     if offset is not None:
         out.answered_at = offset
     return out
+
+
+def of_deleted_history(state: SessionTriggerState, summary: SessionSummary) -> bool:
+    """``summary``'s chain began before the session's last deletion: it summarizes deleted events.
+
+    A job carries the session's first offset as it was when decided, and a summary carries it on
+    (``chain_from_offset``); a deletion resets it to the first record after the deletion. Not known
+    (a summary of an older build, a state that folded no deletion) is not deleted history.
+    """
+    start = summary.chain_from_offset
+    return start is not None and state.deleted_at is not None and start < state.deleted_at
 
 
 def already_applied(state: SessionTriggerState | None, offset: int | None) -> bool:
@@ -507,6 +539,7 @@ def rebase(
         0,
         state.adopted_at,
         state.answered_at,
+        state.deleted_at,
     )
     _recount(out, _skip_for(entries, state.decided_id))
     return out
@@ -859,6 +892,8 @@ def to_dict(state: SessionTriggerState) -> dict[str, Any]:
         out["ad"] = state.adopted_at
     if state.answered_at is not None:
         out["an"] = state.answered_at
+    if state.deleted_at is not None:
+        out["dl"] = state.deleted_at
     return out
 
 
@@ -920,6 +955,7 @@ _STATE_FIELDS = {
     "d": "decided boundary",
     "ad": "epoch switch offset",
     "an": "answers offset",
+    "dl": "deletion offset",
 }
 
 
@@ -961,6 +997,8 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
         adopted_at = offset_in(data.get("ad"))
         part = "an"
         answered_at = offset_in(data.get("an"))
+        part = "dl"
+        deleted_at = offset_in(data.get("dl"))
     except KeyError as exc:
         raise CorruptTriggerStateError(f"{_state_label(data)}: missing {_part_label(part)}") from exc
     except (TypeError, ValueError, IndexError, AttributeError) as exc:
@@ -984,6 +1022,7 @@ def from_dict(data: Mapping[str, Any]) -> SessionTriggerState:
     )
     state.adopted_at = adopted_at
     state.answered_at = answered_at
+    state.deleted_at = deleted_at
     return with_decided(state, decided_id, queued)
 
 

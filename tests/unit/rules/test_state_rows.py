@@ -67,7 +67,7 @@ def test_a_malformed_part_raises_a_typed_error_naming_it(index: int, value: obje
 
 @pytest.mark.parametrize("row", [{"a": 1}, [1, 2, 3], None])
 def test_a_row_of_the_wrong_shape_is_rejected(row: object) -> None:
-    with pytest.raises(CorruptTriggerStateError, match="list of 12 to 16 fields"):
+    with pytest.raises(CorruptTriggerStateError, match="list of 12 to 17 fields"):
         state_from_row(row)
 
 
@@ -82,3 +82,17 @@ def test_the_answers_offset_survives_both_forms_and_old_rows_read_without_it() -
     assert from_dict(json.loads(json.dumps(to_dict(state)))).answered_at == 41
     assert state_from_row(row[:12]).answered_at is None  # a row written before the field
     assert on_summary(state, summary(2, "r1-u", 0), offset=41) is state  # delivered again: ignored
+
+
+def test_the_deletion_offset_survives_both_forms_and_old_rows_read_without_it() -> None:
+    from dataclasses import replace
+
+    from streams.rules.trigger_state import from_dict, to_dict
+
+    state = replace(fold([*request("r1", 0, answers=2)]).copy(), deleted_at=7)
+    row = json.loads(json.dumps(state_to_row(state)))
+    assert len(row) == 17 and row[16] == 7 and row[12:16] == [None, None, None, None]
+    assert state_from_row(row) == state
+    assert from_dict(json.loads(json.dumps(to_dict(state)))).deleted_at == 7
+    assert state_from_row(row[:16]).deleted_at is None  # a row written before the field
+    assert from_dict({k: v for k, v in to_dict(state).items() if k != "dl"}).deleted_at is None
