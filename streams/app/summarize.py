@@ -146,7 +146,14 @@ class SummarizeHandler:
         # Versions count per epoch: a job decided on the line the session left may carry a
         # from_version above the adopted head's, so only a job built on this very version is exempt
         # (it runs: its empty delta is answered below), unless a request waits for the covering summary.
-        if head is not None and covers(head, job) and (version != job.from_version or job.reply_to is not None):
+        # A head of deleted history covers nothing of the session since (history re-imported with its
+        # event ids and timestamps seems covered by it): a request is never answered with it.
+        if (
+            head is not None
+            and covers(head, job)
+            and (version != job.from_version or job.reply_to is not None)
+            and not before_session_start(head, job)
+        ):
             if job.reply_to is None:
                 return JobResult("stale")
             return JobResult("replied", self._reply(job, head, job.reply_to))

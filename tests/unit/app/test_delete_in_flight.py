@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from projections.boundary import Deletion, outlived_by_deletion
-from schemas import DeleteSession, SessionEvent, SessionSummary, SummaryJob
+from schemas import DeleteSession, SessionEvent, SessionSummary, SummarizeSync, SummaryJob, SummaryReply
 from schemas.settings import Settings
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
@@ -46,8 +46,10 @@ class Pipeline:
         self.answers = 0
         self.queue: list[SummaryJob] = []
         self.summaries: list[SessionSummary] = []
+        self.replies: list[SessionSummary] = []
+        """The summaries the sync requests were answered with."""
 
-    def send(self, record: SessionEvent | DeleteSession) -> None:
+    def send(self, record: SessionEvent | DeleteSession | SummarizeSync) -> None:
         value = record.model_dump_json().encode()
         key = record.session_key.kafka_key()
         self.log.add(0, key, self.offset, value)
@@ -65,17 +67,21 @@ class Pipeline:
             if isinstance(record, SessionSummary):
                 self.ledger.heads[summary_key(record)] = head_of(record, result.events_offset)
                 self.summaries.append(record)
+            if record is not None and record.reply_to is not None:
+                self.replies.append(record.summary if isinstance(record, SummaryReply) else record)  # type: ignore[arg-type]
             if record is not None:
                 self.track.on_summary_record(record, self.store, self.answers)  # type: ignore[arg-type]
                 self.answers += 1
 
 
-def event(n: int) -> SessionEvent:
+def event(n: int, marker: int | None = None) -> SessionEvent:
+    """Event ``n`` (stamped ``T0 + n`` s) carrying marker ``M<marker>`` (default: ``n``)."""
     role = "user" if n % 2 == 0 else "assistant"
+    marker = n if marker is None else marker
     return SessionEvent(
         app_name="app", user_id="u", session_id="s", event_id=f"e{n}", timestamp=T0 + timedelta(seconds=n),
         request_id=f"r{n // 2}", author="user" if role == "user" else "agent",
-        message={"role": role, "content": f"{'我的地址是' if role == 'user' else '收到'} M{n}"},
+        message={"role": role, "content": f"{'我的地址是' if role == 'user' else '收到'} M{marker}"},
     )  # fmt: skip
 
 
@@ -118,3 +124,52 @@ def test_a_summary_of_the_events_before_a_deletion_is_stale_whenever_it_was_made
     assert not outlived_by_deletion(made_after, None, deletion)  # no header (an older worker): its time decides
     assert not outlived_by_deletion(made_after, 39, Deletion(T0 + timedelta(seconds=50)))  # an older marker
     assert not outlived_by_deletion(made_after, 39, None)
+
+
+def markers(summary: SessionSummary) -> set[int]:
+    return {int(m) for m in MARKER.findall(summary.summary)}
+
+
+@pytest.mark.parametrize("ids", ["the same ids", "new ids"])
+async def test_history_re_imported_after_a_deletion_with_its_timestamps_is_summarized(ids: str) -> None:
+    """Published again after the deletion (original timestamps, new text), while the job decided
+    before it is answered: every re-imported event reaches a summary, and a sync request is
+    answered with the re-imported history, never the deleted one."""
+    pipe = Pipeline()
+    for n in range(4):
+        pipe.send(event(n))
+    assert pipe.queue, "a job is in flight when the session is deleted"
+    pipe.send(deletion(50))
+
+    def again(n: int) -> SessionEvent:
+        e = event(n, marker=100 + n)
+        return e if ids == "the same ids" else e.model_copy(update={"event_id": f"x{n}"})
+
+    for n in range(3):
+        pipe.send(again(n))
+    await pipe.answer_all()  # the deleted history's summary comes back after the events since
+    pipe.send(again(3))
+    await pipe.answer_all()
+    pipe.send(SummarizeSync(app_name="app", user_id="u", session_id="s", command_id="c", reply_to="r", force=True))
+    await pipe.answer_all()
+    (reply,) = pipe.replies
+    assert markers(reply) == {100, 101, 102, 103}, reply.summary
+    last = max(pipe.summaries, key=lambda s: s.version)
+    assert markers(last) == {100, 101, 102, 103}, last.summary
+
+
+async def test_a_sync_request_aimed_at_the_deleted_boundary_is_not_answered_with_the_deleted_history() -> None:
+    """The event at the deleted summary's boundary is published again (same id and timestamp): a
+    forced sync request's job aims at it, and the deleted summary's boundary seems to cover it."""
+    pipe = Pipeline()
+    for n in range(4):
+        pipe.send(event(n))
+    (job,) = pipe.queue
+    target = int((job.upto.last_event_id or "")[1:])
+    pipe.send(deletion(50))
+    await pipe.answer_all()
+    pipe.send(event(target, marker=100 + target))
+    pipe.send(SummarizeSync(app_name="app", user_id="u", session_id="s", command_id="c", reply_to="r", force=True))
+    await pipe.answer_all()
+    (reply,) = pipe.replies
+    assert markers(reply) == {100 + target}, reply.summary
