@@ -251,6 +251,10 @@ class SummaryFailure(ContractModel):
     context_window: int | None = Field(default=None, gt=0)
     upto_event_id: str | None = None
     """The target event of the job that failed (``None``: an answer that is no job's failure)."""
+    events_from_offset: int | None = Field(default=None, ge=0)
+    """The failed job's ``events_from_offset``: the session's first events-topic offset as the job
+    knew it (a ``delete_session`` resets it). A failure of a job decided before the session's last
+    deletion starts no cooldown of the session since. ``None``: not known (an older build, no job)."""
 
 
 class SummaryReply(ContractModel):

@@ -243,6 +243,7 @@ class SummarizeHandler:
             reason=str(exc)[:2000],
             created_at=self.clock(),
             upto_event_id=job.upto.last_event_id,
+            events_from_offset=job.events_from_offset,
         )
 
     def _join(self, job: SummaryJob, partition: int, key: str, head: Head | None) -> JobResult:

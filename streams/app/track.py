@@ -56,6 +56,7 @@ from streams.rules.record_keys import RECORD_KEY_ERROR, encode_key, key_problem
 from streams.rules.trigger_state import (
     SessionTriggerState,
     already_applied,
+    before_deletion,
     cooldown_until,
     cooling_down,
     new_state,
@@ -447,7 +448,11 @@ class TrackHandler:
         if isinstance(record, SessionSummary):
             state = on_summary(found.state, record, offset)
         else:
-            state = on_job_failed(found.state, record.job_id, gave_up=record.gave_up,
+            # A job decided before the session's deletion failed: it gives no range back (the queue it was
+            # in is gone) and starts no cooldown of the history since, which re-imported events with
+            # timestamps before the failure would never have left.
+            gave_up = record.gave_up and not before_deletion(found.state, record.events_from_offset)
+            state = on_job_failed(found.state, record.job_id, gave_up=gave_up,
                                   at=to_micros(record.created_at), window=record.context_window,
                                   offset=offset)  # fmt: skip
         if state is not found.state:  # one per answered job: ``replace`` runs the dataclass's ``__init__``

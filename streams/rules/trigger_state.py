@@ -445,8 +445,13 @@ def of_deleted_history(state: SessionTriggerState, summary: SessionSummary) -> b
     (``chain_from_offset``); a deletion resets it to the first record after the deletion. Not known
     (a summary of an older build, a state that folded no deletion) is not deleted history.
     """
-    start = summary.chain_from_offset
-    return start is not None and state.deleted_at is not None and start < state.deleted_at
+    return before_deletion(state, summary.chain_from_offset)
+
+
+def before_deletion(state: SessionTriggerState, first_offset: int | None) -> bool:
+    """A job that read the session from events-topic ``first_offset`` was decided before its last deletion
+    (``None``: not known, so not before)."""
+    return first_offset is not None and state.deleted_at is not None and first_offset < state.deleted_at
 
 
 def already_applied(state: SessionTriggerState | None, offset: int | None) -> bool:

@@ -8,6 +8,7 @@ original timestamps) out of the pending index, and a ``summarize_sync`` would jo
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from schemas import (
@@ -15,6 +16,7 @@ from schemas import (
     SessionEvent,
     SessionSummary,
     SummaryBoundary,
+    SummaryFailure,
     SummaryJob,
     SummaryReport,
     TriggerReport,
@@ -120,3 +122,28 @@ def test_the_deletion_offset_survives_the_changelog() -> None:
     back = TrackedKey.from_bytes(s.table[KEY].to_bytes())
     assert back.state.deleted_at == 2 and back.state == s.state
     assert from_dict(to_dict(s.state)).deleted_at == 2
+
+
+def test_a_failure_of_a_job_decided_before_the_deletion_starts_no_cooldown() -> None:
+    s, job = deleted_then([])
+    failure = SummaryFailure(
+        app_name="a", user_id="u", session_id="s", job_id=job.job_id, error_class="X", reason="r",
+        created_at=T0 + timedelta(hours=1), gave_up=True, upto_event_id=job.upto.last_event_id,
+        events_from_offset=job.events_from_offset,
+    )  # fmt: skip
+    s.h.on_summary_record(failure, s.table, 0)
+    assert s.state.failed is None and s.state.decided_id is None
+    # Re-imported history is stamped before the failure: a cooldown anchored there never ended for it.
+    jobs = [j for n in range(1, 5) for j in s.send(reimported(n, "user" if n % 2 else "assistant"))]
+    assert [j.upto.last_event_id for j in jobs] == ["x2", "x4"]
+
+
+def test_a_failure_of_a_job_decided_since_the_deletion_still_cools_the_key_down() -> None:
+    s, _ = deleted_then([reimported(1, "user")])
+    (job,) = s.send(reimported(2))
+    failure = SummaryFailure(
+        app_name="a", user_id="u", session_id="s", job_id=job.job_id, error_class="X", reason="r",
+        created_at=T0, gave_up=True, upto_event_id=job.upto.last_event_id, events_from_offset=job.events_from_offset,
+    )  # fmt: skip
+    s.h.on_summary_record(failure, s.table, 0)
+    assert s.state.failed is not None and s.state.failed.failures == 1 and s.state.in_flight is None
