@@ -673,7 +673,9 @@ class Projector(CassandraStage):
         failed = await self._run_concurrent(work)
         if failed:
             raise StoreUnavailable(f"cassandra delete failed: {failed[0][1]}")
-        log.info("removed the recall rows of %d deleted events indexed after the deletion was published", len(before))
+        log.info("removed the recall rows of %d deleted events indexed after the deletion was published", len(before),
+                 extra={"topic": command.topic, "partition": command.partition, "offset": command.offset,
+                        "app_name": pk[0], "session_id": pk[2]})  # fmt: skip
 
 
 _SEQ_TABLES = ("recall_docs", "recall_chunks")
