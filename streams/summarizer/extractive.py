@@ -14,13 +14,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from streams.summarizer.extractive_tools import (
-    clip_chars,
     clip_words,
     is_recall_call,
     is_recall_result,
     outcome_line,
     word_count,
 )
+from streams.summarizer.length import cap_length
 from streams.summarizer.model import ModelResponse, ModelUsage
 from streams.summarizer.request import ChatRequest, SummarySource
 
@@ -334,7 +334,7 @@ def summarize_extractive(
             elif not chosen and budget == limit:
                 text = clip_words(item.text, limit)
                 if max_chars:
-                    text = clip_chars(text, max_chars)
+                    text = cap_length(text, max_chars)
                 chosen.append(_Item("", text, item.score, item.order, item.group))
                 kept.append(tokens)
                 used = limit

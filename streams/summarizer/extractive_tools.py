@@ -46,11 +46,6 @@ def clip_words(text: str, limit: int) -> str:
     return " ".join(text[:end].split()) + ELLIPSIS
 
 
-def clip_chars(text: str, limit: int) -> str:
-    """At most ``limit`` characters of ``text``, the last one ``…`` when some were cut."""
-    return text if len(text) <= limit else text[: max(limit - 1, 0)] + ELLIPSIS
-
-
 def _parse_json(text: str) -> Any:
     try:
         return json.loads(text)

@@ -289,3 +289,10 @@ def test_korean_words_are_counted_by_their_spaces() -> None:
 
     assert word_count("안녕하세요 여러분 반갑습니다") == 3  # Korean spaces its words
     assert word_count("预算五千 budget 予算") == 7
+
+
+def test_a_line_over_the_character_cap_is_cut_on_a_character_boundary() -> None:
+    # The one line is longer than max_summary_length: cut by the cap's own rule (never inside an emoji sequence).
+    text = summarize_extractive("user: " + "好👍🏽" * 40, max_words=200, max_chars=30)
+    assert 0 < len(text) <= 30 and text.endswith("…")
+    assert "👍…" not in text, "the cut split a skin-tone sequence"
