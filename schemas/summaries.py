@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
@@ -113,6 +114,11 @@ class LengthCut(ContractModel):
     """Length of the stored summary (the cut of the shorter of the two)."""
 
 
+def count_model_calls(calls: Iterable[CallReport]) -> int:
+    """How many of ``calls`` reached the model (a ``custom_response`` is a callback's answer, no call)."""
+    return sum(1 for c in calls if c.mode != "custom_response")
+
+
 class SummaryReport(ContractModel):
     """Why and how a summary was produced.
 
@@ -134,8 +140,8 @@ class SummaryReport(ContractModel):
 
     @property
     def model_calls(self) -> int:
-        """The calls that reached the model (a ``custom_response`` is a callback's answer, no call)."""
-        return sum(1 for c in self.calls if c.mode != "custom_response")
+        """The calls that reached the model (:func:`count_model_calls`)."""
+        return count_model_calls(self.calls)
 
 
 class SummaryStats(ContractModel):

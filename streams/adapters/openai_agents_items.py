@@ -122,13 +122,18 @@ def item_text(item: Mapping[str, Any]) -> str | None:
     return f"[{item.get('type') or 'item'}] {json.dumps(fields, ensure_ascii=False)}"
 
 
+def item_call_id(item: Mapping[str, Any]) -> str:
+    """The id a call item's tool call gets in distill (and its result's ``tool_call_id``)."""
+    return str(item.get("call_id") or item.get("id") or "call")
+
+
 def item_message(item: Mapping[str, Any]) -> tuple[Message, Path | None]:
     """The chat message standing for ``item`` and the path of its text inside the item."""
     kind = item.get("type")
     if kind in ("function_call", "custom_tool_call"):
         arguments = item.get("arguments" if kind == "function_call" else "input", "")
         function = FunctionCall(name=str(item.get("name", "")), arguments=str(arguments))
-        call = ToolCall(id=str(item.get("call_id") or item.get("id") or "call"), function=function)
+        call = ToolCall(id=item_call_id(item), function=function)
         return Message(role="assistant", content=None, tool_calls=(call,)), None
     if kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")

@@ -29,7 +29,7 @@ from agents.memory.session_settings import resolve_session_limit
 from schemas import FunctionCall, SessionEvent, SessionKey, SessionSummary, ToolCall
 from streams.adapters.backend import SessionBackend, SessionView
 from streams.adapters.native import Clock
-from streams.adapters.openai_agents_items import event_to_items, item_to_event, summary_item
+from streams.adapters.openai_agents_items import event_to_items, item_call_id, item_to_event, summary_item
 from streams.context.compaction import CompactionConfig, compact
 from streams.context.items import HistoryItem
 from streams.context.recall_tools import RecallCapabilities, recall_tools
@@ -288,7 +288,7 @@ def _call_id_of(item: dict[str, Any]) -> str | None:
     """The call id of a ``function_call`` / ``custom_tool_call`` item (``None``: another item)."""
     if item.get("type") not in ("function_call", "custom_tool_call"):
         return None
-    return str(item.get("call_id") or item.get("id") or "call")  # as ``item_message`` names the call
+    return item_call_id(item)
 
 
 def _is_marker(event: SessionEvent) -> bool:

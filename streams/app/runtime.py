@@ -28,6 +28,7 @@ from schemas import (
     SummaryReport,
 )
 from schemas.settings import Settings
+from schemas.summaries import count_model_calls
 from streams import metrics
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
@@ -682,7 +683,7 @@ class _Run:
         job run again after an epoch switch logs a line per run: ``distill replay`` adds them up)."""
         fresh = self.calls[self.counted :]
         self.counted = len(self.calls)
-        return sum(1 for c in fresh if c.mode != "custom_response")
+        return count_model_calls(fresh)
 
     def retry_with_window(self, window: int) -> bool:
         """Whether to try again budgeted with ``window`` (once per smaller window)."""
