@@ -64,12 +64,28 @@ def refuse_oversized_partition_key(data: object) -> None:
                 )
 
 
-def refuse_unstorable(raw: bytes, data: object = None) -> None:
-    """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds text no
-    column can store, or a session key no partition can have. Costs a substring search unless ``raw``
-    holds a ``\\ud…`` escape or is longer than a key may be."""
-    if len(raw) > MAX_KEY_BYTES:
-        data = json_object(raw) if data is None else data
-        refuse_oversized_partition_key(data)
+def refuse_surrogates_in(raw: bytes, data: object = None) -> None:
+    """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds a lone
+    surrogate; costs a substring search unless ``raw`` holds a ``\\ud…`` escape."""
     if MAYBE_SURROGATE in raw or MAYBE_SURROGATE_UPPER in raw:
         refuse_lone_surrogates(json_object(raw) if data is None else data)
+
+
+def refuse_oversized_session_key(raw: bytes, data: object) -> None:
+    """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, a dict or a model with the session
+    fields) names a session key over ``MAX_KEY_BYTES``; only a record longer than that can."""
+    if len(raw) > MAX_KEY_BYTES:
+        if not isinstance(data, Mapping):
+            data = {name: getattr(data, name, None) for name in PARTITION_KEY_FIELDS}
+        refuse_oversized_partition_key(data)
+
+
+def refuse_unstorable(raw: bytes, data: object = None) -> None:
+    """``RecordDecodeError`` when the record ``raw`` (decoded: ``data``, else decoded here) holds text no
+    column can store, or a session key no partition can have (the projector's and the indexer's check; the
+    worker's decoder makes the same two, :func:`refuse_surrogates_in` before it decodes and
+    :func:`refuse_oversized_session_key` after). Costs a substring search unless ``raw`` holds a ``\\ud…``
+    escape or is longer than a key may be."""
+    if len(raw) > MAX_KEY_BYTES:
+        refuse_oversized_session_key(raw, json_object(raw) if data is None else data)
+    refuse_surrogates_in(raw, data)

@@ -24,14 +24,7 @@ from schemas import (
     parse_event_record,
 )
 from schemas.records import json_object, validation_reason
-from schemas.storable import (
-    MAX_KEY_BYTES,
-    MAYBE_SURROGATE,
-    MAYBE_SURROGATE_UPPER,
-    PARTITION_KEY_FIELDS,
-    refuse_lone_surrogates,
-    refuse_oversized_partition_key,
-)
+from schemas.storable import refuse_oversized_session_key, refuse_surrogates_in
 
 SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
 """A record of the summaries topic: every consumer handles the four (a reply and a switch are no summary)."""
@@ -52,17 +45,13 @@ def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicR
         return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
     # What the projector cannot store (schemas.storable) is refused here too: accepted by one side only, such a
     # record would fix its session's Kafka key on that side alone. A substring search for most records.
-    if MAYBE_SURROGATE in raw or MAYBE_SURROGATE_UPPER in raw:
-        try:
-            refuse_lone_surrogates(json_object(raw))
-        except RecordDecodeError as exc:
-            return Rejected(raw, "RecordDecodeError", str(exc))
-    record = _decode(raw)
-    if len(raw) > MAX_KEY_BYTES and not isinstance(record, Rejected):  # only a long record can hold a long key
-        try:
-            refuse_oversized_partition_key({name: getattr(record, name, None) for name in PARTITION_KEY_FIELDS})
-        except RecordDecodeError as exc:
-            return Rejected(raw, "RecordDecodeError", str(exc))
+    try:
+        refuse_surrogates_in(raw)
+        record = _decode(raw)
+        if not isinstance(record, Rejected):
+            refuse_oversized_session_key(raw, record)
+    except RecordDecodeError as exc:
+        return Rejected(raw, "RecordDecodeError", str(exc))
     return record
 
 
