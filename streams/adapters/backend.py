@@ -40,7 +40,7 @@ from streams.adapters.native import NATIVE_FIELD
 from streams.client import DistillClient
 from streams.clients.recall_reader import CassandraRecallReader
 from streams.context.from_read import read_cap_note
-from streams.context.history import calls_for_retained_results, covered_mask
+from streams.context.history import calls_alone, calls_for_retained_results, covered_mask
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.errors import DistillError
 from streams.rules.boundaries import covers
@@ -113,8 +113,7 @@ class SessionView:
         ids = self.calls_only.get(event.event_id)
         if ids is None:
             return event
-        calls = tuple(c for c in event.message.tool_calls if c.id in ids)
-        message = event.message.model_copy(update={"tool_calls": calls, "content": None, "reasoning_content": None})
+        message = calls_alone(event.message, ids)
         data = event.model_dump()
         data.pop(NATIVE_FIELD, None)
         return SessionEvent.model_validate({**data, "message": message.model_dump()})

@@ -46,6 +46,7 @@ from schemas.events import FunctionCall as ChatFunction
 from schemas.text import utf8_record
 from streams.adapters.attachments import attachment_text, kind_of
 from streams.adapters.native import PART_OF_FIELD, Clock, Path, native_block, native_of, part_of, restore_record
+from streams.context.history import calls_alone
 
 EVENT_FORMAT = "trpc-agent-py/event"
 STATE_FIELD = "session_state"
@@ -225,10 +226,7 @@ def to_trpc_events(
         elif part_of(event) in heads:
             continue
         elif ids is not None:
-            calls = tuple(c for c in event.message.tool_calls if c.id in ids)
-            message = event.message.model_copy(update={"tool_calls": calls, "content": None,
-                                                       "reasoning_content": None})  # fmt: skip
-            out.append(from_message(event.model_copy(update={"message": message})))
+            out.append(from_message(event.model_copy(update={"message": calls_alone(event.message, ids)})))
         else:
             out.append(from_message(event))
     return out

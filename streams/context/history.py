@@ -9,7 +9,7 @@ boundary passes them; their payload stays stored and recallable
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass
 
 from schemas import Message, SessionEvent, SummaryBoundary
@@ -134,9 +134,7 @@ def project_history(
     for j, ids in needed_calls.items():
         msg = messages[j]
         assert msg is not None
-        calls = tuple(call for call in msg.tool_calls if call.id in ids)
-        reduced = msg.model_copy(update={"tool_calls": calls, "content": None, "reasoning_content": None})
-        chosen[j] = _item(events[j], reduced, "resume" if j in resume_indices else "restored")
+        chosen[j] = _item(events[j], calls_alone(msg, ids), "resume" if j in resume_indices else "restored")
         restored += j not in resume_indices
     for r in _result_indices(resume):
         msg = messages[r]
@@ -164,6 +162,13 @@ def _unshowable(event: SessionEvent) -> bool:
 
 def _result_indices(resume: ResumeRound | None) -> tuple[int, ...]:
     return () if resume is None else resume.result_indices
+
+
+def calls_alone(message: Message, ids: Collection[str]) -> Message:
+    """``message`` as a covered call event kept for some of its calls shows it: those calls alone (its text,
+    its reasoning and its other calls are the summary's; a call shown without its result is refused)."""
+    calls = tuple(call for call in message.tool_calls if call.id in ids)
+    return message.model_copy(update={"tool_calls": calls, "content": None, "reasoning_content": None})
 
 
 def calls_for_retained_results(
