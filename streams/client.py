@@ -62,6 +62,15 @@ class SummaryTimeoutError(DistillError):
     """No answer to a ``summarize_sync`` within the timeout."""
 
 
+def encoded_within(record: EventTopicRecord, limit: int) -> bytes:
+    """``record``'s JSON, within the record limit ``limit`` (else ``RecordTooLargeError``: the worker would
+    refuse it while the broker, whose topics take a little more, stored it for the other stages)."""
+    value = encode_record(record)
+    if len(value) > limit:
+        raise RecordTooLargeError(_named(record), len(value), limit)
+    return value
+
+
 class DistillClient:
     """Producer of events/commands and consumer of the summaries topic."""
 
@@ -120,12 +129,7 @@ class DistillClient:
         return md.partition, md.offset
 
     def _value(self, record: EventTopicRecord) -> bytes:
-        """``record``'s JSON, within the record limit (else ``RecordTooLargeError``: the worker refuses it)."""
-        value = encode_record(record)
-        limit = self.settings.kafka.max_record_bytes
-        if len(value) > limit:
-            raise RecordTooLargeError(_named(record), len(value), limit)
-        return value
+        return encoded_within(record, self.settings.kafka.max_record_bytes)
 
     async def summaries(
         self,

@@ -46,14 +46,14 @@ from streams.adapters.native import Clock
 from streams.agent.messages import InvalidMessageError, is_function_result, to_message, to_usage
 from streams.agent.options import assembly_options, recall_capabilities, refresh_at
 from streams.agent.tools import LocalTool, error_result, run_local_tool
-from streams.client import SummaryTimeoutError, SummaryUnavailableError, encode_record
+from streams.client import SummaryTimeoutError, SummaryUnavailableError, encoded_within
 from streams.context.assembly import AssemblyOptions, AssemblyReport
 from streams.context.fitting import Fitted, fit
 from streams.context.from_read import assemble_from_read, needs_full_history
 from streams.context.history import covered_mask
 from streams.context.injection import SummaryFormatter
 from streams.context.recall_tools import RecallExecutor
-from streams.errors import DistillError
+from streams.errors import DistillError, RecordTooLargeError
 from streams.rules.boundaries import covers
 from streams.rules.filter_keys import related
 
@@ -281,10 +281,11 @@ class DistillAgent:
         Raised instead (``RecordTooLargeError``), the batch's other results, their tools run, were
         never published; sent, the worker refused it and no summary held it.
         """
-        limit = self.backend.settings.kafka.max_record_bytes
-        size = len(encode_record(event))
-        if size <= limit:
+        try:
+            encoded_within(event, self.backend.settings.kafka.max_record_bytes)
             return event
+        except RecordTooLargeError as exc:
+            size, limit = exc.size, exc.limit
         log.warning("tool result over the record limit answered as an error",
                     extra={"session_id": self.key.session_id, "event_id": event.event_id,
                            "tool_name": call.function.name, "bytes": size, "limit": limit})  # fmt: skip
