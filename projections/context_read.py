@@ -19,7 +19,8 @@ checks it over thousands of generated sessions). It reads:
    from the boundary cannot reach;
 3. **the current user message**: the latest visible user turn of the tail, else
    a backward page scan from the boundary to it (the covered head of the
-   current run), of at most ``max_events`` rows (then ``stats.truncated``),
+   current run), of at most ``max_events`` rows (then ``stats.current_unread``:
+   not ``truncated``, as a request answering a new message lacks nothing),
    and the late user turns logged after the one found;
 4. **the resume tail**: the covered assistant/tool events of the current
    invocation, through the ``session_turns`` index (one slice per invocation);
@@ -250,7 +251,8 @@ class ContextReader:
             event_seqs={event_id: pos.seq for event_id, (pos, _) in run.got.events.items()},
             current_event_id=current.event_id if current else None, projection_lag=lag, index_lag=index_lag,
             deep_index_lag=deep_index_lag,
-            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=run.truncated),
+            stats=ReadStats(queries=run.queries, event_rows=run.rows, truncated=run.truncated,
+                            current_unread=run.current_unread),
         )  # fmt: skip
 
     async def _lag(self, key: SessionKey, run: _Run) -> tuple[ProjectionLag, ProjectionLag, ProjectionLag]:
@@ -312,7 +314,9 @@ class _Run:
         self.rows = 0
         self.served_epoch = 0
         self.truncated = False
-        """A bounded scan stopped at ``max_events`` (the tail's or the current message's)."""
+        """A bounded scan of the events after the boundary (or of the whole history) stopped at ``max_events``."""
+        self.current_unread = False
+        """A bounded scan back for the current user message stopped at ``max_events`` (``ReadStats``)."""
 
     async def q(self, stmt: PreparedStatement, params: Sequence[object]) -> list[Any]:
         self.queries += 1
@@ -408,7 +412,7 @@ class _Run:
         upto = cut.anchor_seq if cut.anchor_seq is not None else _LAST_SEQ
         rows = await self._late(after, upto)
         if len(rows) >= self.r.max_events:
-            self.truncated = True
+            self.current_unread = True
         await self._fetch_at([(r.ts, r.event_id) for r in rows if r.role == "user" and self.keep(r) and not r.partial])
         return self._latest_user_turn()
 
@@ -420,7 +424,7 @@ class _Run:
         while True:
             if seen >= self.r.max_events:
                 # No visible user turn within ``max_events`` before the boundary: bounded like the tail.
-                self.truncated = True
+                self.current_unread = True
                 return None
             limit = min(page, self.r.max_events - seen)
             rows = await self.q(self.r._before, (*self.pk, *position, limit))

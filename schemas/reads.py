@@ -68,8 +68,13 @@ class ReadStats(ContractModel):
     queries: int = 0
     event_rows: int = 0
     truncated: bool = False
-    """``True`` when the ``max_events`` cap stopped the read: the oldest events after the boundary are missing,
-    or no visible user message lies within ``max_events`` events before the boundary (none is current)."""
+    """``True`` when the ``max_events`` cap stopped a read of events the request shows: the oldest events after
+    the boundary (or of the history, read whole) are missing."""
+    current_unread: bool = False
+    """``True`` when the scan back from the boundary for the current user message stopped at ``max_events``
+    without finding one (none is current). Only a request answering the read's current message misses it: one
+    answering a new message, or one named by id, lacks nothing (the events before the boundary are the
+    summary's)."""
 
 
 class ContextRead(ContractModel):

@@ -49,7 +49,7 @@ from streams.agent.tools import LocalTool, error_result, run_local_tool
 from streams.client import SummaryTimeoutError, SummaryUnavailableError, encoded_within
 from streams.context.assembly import AssemblyOptions, AssemblyReport
 from streams.context.fitting import Fitted, fit
-from streams.context.from_read import assemble_from_read, needs_full_history
+from streams.context.from_read import assemble_from_read, left_out_by_cap, needs_full_history
 from streams.context.history import covered_mask
 from streams.context.injection import SummaryFormatter
 from streams.context.recall_tools import RecallExecutor
@@ -102,7 +102,8 @@ class AgentRequest:
     """How far the index's deep stage is behind: a detail deep in a newer large tool result may not be found yet."""
     read_truncated: bool = False
     """The read stopped at its event cap (``ContextReader.max_events``): the oldest events it would show are
-    missing (with summaries off, or a summary not shown, the oldest of the whole history)."""
+    missing (with summaries off, or a summary not shown, the oldest of the whole history), or the user message
+    the request answers (``streams.context.from_read.left_out_by_cap``)."""
 
     @property
     def dropped_messages(self) -> int:
@@ -372,7 +373,8 @@ class DistillAgent:
                 extra={"session_id": self.key.session_id, "filter_key": self.filter_key,
                        "budget": assembly.token_budget, "prompt_tokens": request.report.prompt_tokens},
             )  # fmt: skip
-        if read.stats.truncated:
+        read_truncated = left_out_by_cap(read, answers_read_current=True)
+        if read_truncated:
             log.warning(
                 "context read stopped at its event cap: the oldest events of the history it shows are missing",
                 extra={"session_id": self.key.session_id, "filter_key": self.filter_key,
@@ -382,7 +384,7 @@ class DistillAgent:
             messages=request.messages, tools=request.tools, report=request.report,
             summary=read.summary if request.report.summary_injected else None, budget=assembly.token_budget,
             summary_refreshed=refreshed, cut_tokens=fitted.cut_tokens, projection_lag=read.projection_lag,
-            index_lag=read.index_lag, deep_index_lag=read.deep_index_lag, read_truncated=read.stats.truncated,
+            index_lag=read.index_lag, deep_index_lag=read.deep_index_lag, read_truncated=read_truncated,
         )  # fmt: skip
 
     def _fit(

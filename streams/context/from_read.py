@@ -9,6 +9,7 @@ from typing import Any
 from schemas.reads import ContextRead
 from streams.context.assembly import AssembledRequest, AssemblyOptions, CurrentMessage, assemble, summary_block
 from streams.context.history import covered_mask
+from streams.context.notes import recall_hint
 from streams.context.recall_tools import SESSION_LOAD
 from streams.errors import DistillError
 from streams.rules.filter_keys import related
@@ -68,8 +69,24 @@ def assemble_from_read(
     current = current_user_message
     if current is None and read.current_event_id is not None:
         current = next((e for e in read.events if e.event_id == read.current_event_id), None)
-    notes = [read_cap_note_of(read, opts, tools)] if read.stats.truncated else []
+    notes = []
+    if read.stats.truncated:
+        notes.append(read_cap_note_of(read, opts, tools))
+    elif read.stats.current_unread and current_user_message is None:
+        notes.append(current_unread_note())
     return assemble(system_prompt, read.summary, read.events, current, tools, opts, notes=notes)
+
+
+def left_out_by_cap(read: ContextRead, *, answers_read_current: bool) -> bool:
+    """Whether the read's event cap left out an event a request built from it shows: an event after the
+    boundary (``stats.truncated``), or — for a request answering the read's current user message rather than
+    a new one — that message (``stats.current_unread``). What :func:`assemble_from_read` puts a note for."""
+    return read.stats.truncated or (answers_read_current and read.stats.current_unread)
+
+
+def _offers_load(options: AssemblyOptions, tools: Sequence[Mapping[str, Any]]) -> bool:
+    offered = {str((t.get("function") or {}).get("name", "")) for t in tools}
+    return options.recall.load or SESSION_LOAD in offered
 
 
 def read_cap_note_of(read: ContextRead, options: AssemblyOptions, tools: Sequence[Mapping[str, Any]] = ()) -> str:
@@ -81,9 +98,7 @@ def read_cap_note_of(read: ContextRead, options: AssemblyOptions, tools: Sequenc
     boundary = read.summary.boundary if shown and read.summary is not None else None
     covered = covered_mask(visible, boundary, log=read.events)
     first = next((e.event_id for e, c in zip(visible, covered, strict=True) if not c), None)
-    offered = {str((t.get("function") or {}).get("name", "")) for t in tools}
-    load = options.recall.load or SESSION_LOAD in offered
-    return read_cap_note(first, after_summary=shown, session_load=load)
+    return read_cap_note(first, after_summary=shown, session_load=_offers_load(options, tools))
 
 
 def read_cap_note(first_event_id: str | None, *, after_summary: bool, session_load: bool) -> str:
@@ -105,4 +120,14 @@ def read_cap_note(first_event_id: str | None, *, after_summary: bool, session_lo
     return (
         f"{READ_CAP_MARK}: the session's read stops at its event cap; the events logged{since} before "
         f"event_id={first_event_id} (where this history starts) are not shown; {back}]"
+    )
+
+
+def current_unread_note() -> str:
+    """The request's note when the read's scan back for the user message it answers stopped at its event cap
+    (``stats.current_unread``): that message lies further before the summary's boundary than the cap reaches,
+    so the request answers without it. The events after the boundary are all read: nothing else is missing."""
+    return (
+        f"{READ_CAP_MARK}: the session's read stops at its event cap before reaching the user message this "
+        f"request answers (it lies before the summary's boundary); {recall_hint(False)}]"
     )

@@ -16,6 +16,7 @@ from projections.projector import PartitionProgress, Projector
 from schemas import SessionEvent, SessionKey, SessionSummary
 from schemas.settings import Settings
 from streams.context import AssemblyOptions, assemble, assemble_from_read
+from streams.context.from_read import READ_CAP_MARK, left_out_by_cap
 from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, event, key, record, store, summary
 from tests.support.tcp_proxy import TcpProxy
 
@@ -111,6 +112,9 @@ async def test_a_request_that_will_not_show_the_summary_reads_the_history_before
         key, full_history=True
     )
     assert capped.stats.truncated  # said, not silent
+    for current in (None, "a new question 新问题"):  # events the request shows are unread: the note, always
+        request = assemble_from_read("sys", capped, current, options=AssemblyOptions(add_session_summary=False))
+        assert READ_CAP_MARK in str(request.messages)
 
 
 async def test_the_scan_back_to_the_current_message_is_bounded(store: Store, key: SessionKey) -> None:
@@ -125,10 +129,22 @@ async def test_the_scan_back_to_the_current_message_is_bounded(store: Store, key
     ks = store.settings.cassandra.keyspace
     bounded = await ContextReader(store.session, ks, page_size=32, max_events=100).read(key, "app/b")
     # Before: the scan read all 200 rows back to u0 (the whole partition before the boundary).
-    assert bounded.stats.event_rows <= 100 + 1 and bounded.stats.truncated
+    assert bounded.stats.event_rows <= 100 + 1 and bounded.stats.current_unread
     assert bounded.current_event_id is None
+    # Every event after the boundary is read: only the message being answered may be missing.
+    assert not bounded.stats.truncated
+    opts = AssemblyOptions(add_session_summary=True)
+    answering_new = assemble_from_read("sys", bounded, "a new question 新问题", options=opts)
+    assert READ_CAP_MARK not in str(answering_new.messages)
+    assert answering_new.messages == assemble("sys", SessionSummary.model_validate(s), [
+        SessionEvent.model_validate(v) for v in values], "a new question 新问题", (), AssemblyOptions(
+        add_session_summary=True, filter_key="app/b")).messages  # fmt: skip
+    assert not left_out_by_cap(bounded, answers_read_current=False)
+    answering_stored = assemble_from_read("sys", bounded, options=opts)  # u0 would be the current: not read
+    assert READ_CAP_MARK in str(answering_stored.messages)
+    assert left_out_by_cap(bounded, answers_read_current=True)
     whole = await ContextReader(store.session, ks, page_size=32).read(key, "app/b")
-    assert whole.current_event_id == "u0" and not whole.stats.truncated
+    assert whole.current_event_id == "u0" and not whole.stats.truncated and not whole.stats.current_unread
 
 
 async def test_unknown_current_event_and_lag(store: Store, key: SessionKey) -> None:
