@@ -25,7 +25,8 @@ checks it over thousands of generated sessions). It reads:
 4. **the resume tail**: the covered assistant/tool events of the current
    invocation, through the ``session_turns`` index (one slice per invocation);
 5. **late results**: the covered call event of each tail tool result whose
-   call is not in the tail (``tool_calls`` → ``event_ids`` → the row);
+   call is not in the tail (``tool_call_events``: every call and result of
+   its id, paired as the full history pairs them → the row);
 6. **turn anchors**: the covered user messages of every turn the events above
    belong to that does not surely start after the boundary (``session_turns``);
 7. the heartbeats of the session's partition: the projector's (``projection_lag``),
@@ -45,8 +46,9 @@ event is the prompt's) or the caller asks for ``full_history`` (a request that
 will not show the summary shows every event; still at most ``max_events``).
 Extra covered events never change the assembled request (they are cut); what
 matters is that none of the events the rules of ``streams.context.history``
-bring back is missing. Tool call ids are taken to
-be unique within a session (``tool_calls`` keeps one call event per id).
+bring back is missing. Tool call ids may repeat within a session (a framework
+numbering calls afresh each turn): a result pairs with its own turn's call
+(``tool_call_events``, step 5).
 """
 
 from __future__ import annotations
@@ -195,6 +197,10 @@ class ContextReader:
         self._at_ts = self._prep(f"{ev} AND ts = ?")
         self._at = self._prep(f"{ev} AND ts = ? AND event_id = ?")
         self._calls = self._prep(f"SELECT call_event_id, call_ts FROM {ks}.tool_calls WHERE {pk} AND tool_call_id IN ?")
+        self._call_events = self._prep(
+            f"SELECT tool_call_id, seq, event_id, ts, role, filter_key, partial, tool_name FROM {ks}.tool_call_events "
+            f"WHERE {pk} AND tool_call_id IN ?"
+        )
         self._at_many = self._prep(f"{ev} AND (ts, event_id) IN ?")
         self._late = self._prep(
             f"SELECT {_LATE_COLS} FROM {ks}.late_events WHERE {pk} AND seq > ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
@@ -466,21 +472,50 @@ class _Run:
         return self.got.add(row)
 
     async def late_calls(self) -> None:
-        """The covered call events of tail tool results whose calls are not in the tail."""
-        known: set[str] = set()
-        missing: list[str] = []
-        tail = set(self.tail_ids)
-        for event in self.got.ordered():
-            msg = event.message
-            known.update(call.id for call in msg.tool_calls)
-            tail_result = event.event_id in tail and msg.role == "tool" and msg.tool_call_id
-            if tail_result and msg.tool_call_id not in known:
-                missing.append(msg.tool_call_id or "")
+        """The covered call events tail tool results answer (:func:`pair_rows`: ids reused across turns pair
+        within their turn).
 
-        ids = list(dict.fromkeys(missing))
-        rows = [r for start in range(0, len(ids), _IN_CHUNK)
-                for r in await self.q(self.r._calls, (*self.pk, ids[start : start + _IN_CHUNK]))]  # fmt: skip
-        await self._fetch_at([(r.call_ts, r.call_event_id) for r in rows if r.call_event_id and r.call_ts])
+        A tail result answered by a tail call before it, no other result of its id between, is paired
+        within the read. The others are paired over every call and result of their ids
+        (``tool_call_events``); an id that table holds no call of (projected before it existed) takes its
+        latest call (``tool_calls``), as before.
+        """
+        ids = list(dict.fromkeys(self._unpaired_in_tail()))
+        if not ids:
+            return
+        chunks = [ids[start : start + _IN_CHUNK] for start in range(0, len(ids), _IN_CHUNK)]
+        rows = [r for found in await asyncio.gather(*(self.q(self.r._call_events, (*self.pk, c)) for c in chunks))
+                for r in found]  # fmt: skip
+        self.rows += len(rows)
+        shown = [r for r in rows if self.keep(r) and not r.partial]
+        pairs = pair_rows(shown)
+        calls = [pairs[event_id] for event_id in self.tail_ids if event_id in pairs]
+        wanted = [(r.ts, r.event_id) for r in calls if r.event_id not in self.got.events]
+        indexed = {r.tool_call_id for r in shown if r.role == "assistant" and r.tool_name}
+        old = [i for i in ids if i not in indexed]
+        wanted += [(r.call_ts, r.call_event_id) for start in range(0, len(old), _IN_CHUNK)
+                   for r in await self.q(self.r._calls, (*self.pk, old[start : start + _IN_CHUNK]))
+                   if r.call_event_id and r.call_ts]  # fmt: skip
+        await self._fetch_at(wanted)
+
+    def _unpaired_in_tail(self) -> list[str]:
+        """The ids of tail results :func:`pair_rows` over the events read does not pair with a tail call."""
+        tail = set(self.tail_ids)
+        waiting: dict[str, list[str]] = {}
+        out: list[str] = []
+        for event in self.got.ordered():
+            if not self.shown(event):
+                continue
+            msg = event.message
+            if msg.role == "assistant":
+                for call_id in dict.fromkeys(c.id for c in msg.tool_calls if c.function.name):
+                    waiting.setdefault(call_id, []).append(event.event_id)
+            elif msg.role == "tool" and msg.tool_call_id:
+                stack = waiting.get(msg.tool_call_id)
+                call = stack.pop() if stack else None
+                if event.event_id in tail and (call is None or call not in tail):
+                    out.append(msg.tool_call_id)
+        return out
 
     async def _fetch_at(self, positions: Sequence[tuple[datetime, str]], *, tail: bool = False) -> None:
         """The visible, complete events at ``positions`` (one ``IN`` query per chunk), added (``tail``: as
@@ -531,6 +566,29 @@ class _Run:
         await self._fetch_rows(r for rows in indexes for r in rows if r.role == "user")
 
 
+def pair_rows(rows: Iterable[Any]) -> dict[str, Any]:
+    """Result event id → the row of the call it answers, over ``tool_call_events`` rows a key sees.
+
+    Restates ``streams.context.pairing.pair_results`` (the full history's rule): in log order, a result
+    answers the nearest earlier call with its id no result answered yet, else the latest earlier call
+    with its id. A call counts when named (a prompt drops unnamed calls); results are role ``tool``.
+    """
+    waiting: dict[str, list[Any]] = {}
+    latest: dict[str, Any] = {}
+    out: dict[str, Any] = {}
+    for row in sorted(rows, key=lambda r: (r.seq, r.event_id)):
+        call_id = row.tool_call_id
+        if row.role == "assistant" and row.tool_name:
+            waiting.setdefault(call_id, []).append(row)
+            latest[call_id] = row
+        elif row.role == "tool":
+            stack = waiting.get(call_id)
+            call = stack.pop() if stack else latest.get(call_id)
+            if call is not None:
+                out[row.event_id] = call
+    return out
+
+
 def _surely_after(cut: Cut, pos: _Pos) -> bool:
     """Whether an event at ``pos`` is after the boundary whatever else the read holds: logged after an
     exact boundary's event, else stamped after the cutoff (strictly: an event in the cutoff's millisecond
@@ -545,6 +603,7 @@ __all__ = [
     "ancestors_nearest_first",
     "applicable_summary",
     "is_prompt_user_turn",
+    "pair_rows",
     "projection_lag",
     "visible",
 ]  # fmt: skip

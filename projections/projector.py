@@ -237,12 +237,12 @@ class Projector(CassandraStage):
             "latest_delete": q.DELETE_SUMMARY_LATEST, "adoption": q.INSERT_ADOPTION,
             "select_deleted": q.SELECT_DELETED, "insert_deleted": q.INSERT_DELETED, "turn": q.INSERT_TURN,
             "session_source": q.UPSERT_SESSION_SOURCE, "late": q.INSERT_LATE_EVENT, "latest_ts": q.SELECT_LATEST_TS,
-            "event_position": q.SELECT_EVENT_POSITION,
+            "event_position": q.SELECT_EVENT_POSITION, "call_event": q.INSERT_TOOL_CALL_EVENT,
         }  # fmt: skip
         out = {name: self._session.prepare(cql.format(ks=self._ks)) for name, cql in names.items()}
         self._bind_record_key = RowBinder(self._stage_p["insert_record_key"])
         self._bind = {name: RowBinder(out[name]) for name in ("event", "event_id", "tool_call", "tool_result", "turn",
-                                                               "session_source", "late")}  # fmt: skip
+                                                               "session_source", "late", "call_event")}  # fmt: skip
         for table in q.SESSION_TABLES:
             # The served epoch outlives a deletion: the worker keeps serving the session from it.
             cql = q.DELETE_SESSION_ROWS if table == "summaries_latest" else q.DELETE_SESSION_PARTITION
@@ -426,7 +426,7 @@ class Projector(CassandraStage):
         p = self._bind
         stmt_event, stmt_event_id, stmt_turn = p["event"], p["event_id"], p["turn"]
         stmt_call, stmt_result, stmt_source = p["tool_call"], p["tool_result"], p["session_source"]
-        stmt_late = p["late"]
+        stmt_late, stmt_call_event = p["late"], p["call_event"]
         for index in range(start, stop):
             item = items[index]
             ev = item.event
@@ -452,6 +452,8 @@ class Projector(CassandraStage):
             if rows.tool_result is not None:
                 r = rows.tool_result
                 group.append((stmt_result, (r[4], r[5], r[0], r[1], r[2], r[3]), index, 64))
+            for r in rows.call_events:
+                group.append((stmt_call_event, r, index, 96))
         return self._cut(groups)
 
     async def _write_summaries(self, summaries: list[_Summary], outcome: BatchOutcome) -> None:

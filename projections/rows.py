@@ -121,6 +121,8 @@ class EventRows:
     tool_result: tuple[object, ...] | None
     turn: tuple[object, ...] | None = None
     """The ``session_turns`` row (events of an invocation or request)."""
+    call_events: tuple[tuple[object, ...], ...] = ()
+    """The ``tool_call_events`` rows: one per distinct call id of the event's calls, one for its result."""
     size: int = 0
     """Approximate bytes of the event row (for batch sizing)."""
 
@@ -147,6 +149,16 @@ def event_rows(
     result = None
     if msg.role == "tool" and msg.tool_call_id and not event.partial:
         result = (app, user, sid, msg.tool_call_id, event.event_id, event.timestamp)
+    named: dict[str, str] = {}  # a call id once, named when any of its calls is (a prompt keeps named calls)
+    for tc in msg.tool_calls:
+        named[tc.id] = named.get(tc.id) or tc.function.name
+    if msg.tool_call_id and msg.tool_call_id not in named:
+        named[msg.tool_call_id] = msg.name or ""
+    call_events = tuple(
+        (app, user, sid, call_id, seq, event.event_id, event.timestamp, msg.role, event.filter_key, event.partial,
+         name)
+        for call_id, name in named.items()
+    )  # fmt: skip
     turn = None
     if event.invocation_id or event.request_id:
         turn = (
@@ -160,6 +172,7 @@ def event_rows(
         tool_calls=calls,
         tool_result=result,
         turn=turn,
+        call_events=call_events,
     )
 
 

@@ -31,6 +31,11 @@ UPSERT_TOOL_RESULT = (
     "UPDATE {ks}.tool_calls SET result_event_id = ?, result_ts = ? "
     "WHERE app_name = ? AND user_id = ? AND session_id = ? AND tool_call_id = ?"
 )
+INSERT_TOOL_CALL_EVENT = (
+    "INSERT INTO {ks}.tool_call_events (app_name, user_id, session_id, tool_call_id, seq, event_id, ts, role, "
+    "filter_key, partial, tool_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+"""A call or a result of a tool-call id at its log position (``011_tool_call_events``)."""
 INSERT_RECALL = (
     "INSERT INTO {ks}.recall_docs (app_name, user_id, session_id, ts, event_id, seq, filter_key, role, text, "
     "tool_call_id, tool_name, content_bytes, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -116,7 +121,7 @@ DELETE_RECALL_EVENT = (
 )
 SESSION_TABLES = (
     "events_by_session", "event_ids", "tool_calls", "summaries_latest", "summaries_history", "session_turns",
-    "session_sources", "summaries_epoch_history", "summary_adoptions", "late_events",
+    "session_sources", "summaries_epoch_history", "summary_adoptions", "late_events", "tool_call_events",
 )  # fmt: skip
 DELETE_SESSION_PARTITION = "DELETE FROM {ks}.{table} WHERE app_name = ? AND user_id = ? AND session_id = ?"
 DELETE_SESSION_ROWS = (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from schemas import Message, SessionEvent, SummaryBoundary
 from streams.context.items import HistoryItem, Origin
 from streams.context.notes import event_span, recall_hint
+from streams.context.pairing import pair_results
 from streams.context.resume import ResumeRound, latest_complete_round
 from streams.rules.boundaries import events_after
 from streams.rules.eligibility import is_user_turn_message, shown_message
@@ -177,26 +178,15 @@ def calls_for_retained_results(
     """Covered call events (index → call ids) that retained tool results answer.
 
     ``chosen``: the indices of the messages kept (after the boundary, and the current one). A kept
-    result answers the latest call with its id before it; when that call is covered, its event is
-    brought back for that call only (its other calls may have results the boundary covers).
+    result answers the call :func:`.pairing.pair_results` pairs it with (the nearest earlier call with
+    its id still unanswered: ids reused across turns pair within their turn); when that call is covered,
+    its event is brought back for that call only (its other calls may have results the boundary covers).
     """
-    latest_covered_call: dict[str, int] = {}
-    retained_calls: set[str] = set()
     needed: dict[int, set[str]] = {}
-    for i, msg in enumerate(messages):
-        if msg is None:
-            continue
-        if msg.role == "assistant" and msg.tool_calls:
-            for call in msg.tool_calls:
-                if i in chosen:
-                    retained_calls.add(call.id)
-                    latest_covered_call.pop(call.id, None)
-                elif covered[i]:
-                    latest_covered_call[call.id] = i
-        elif msg.role == "tool" and i in chosen and msg.tool_call_id not in retained_calls:
-            j = latest_covered_call.get(msg.tool_call_id or "")
-            if j is not None:
-                needed.setdefault(j, set()).add(msg.tool_call_id or "")
+    for r, j in pair_results(messages).items():
+        result = messages[r]
+        if r in chosen and j not in chosen and covered[j] and result is not None:
+            needed.setdefault(j, set()).add(result.tool_call_id or "")
     return needed
 
 

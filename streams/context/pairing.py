@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from schemas import Message
 from streams.context.items import HistoryItem
 from streams.context.notes import event_list, recall_hint
 
@@ -74,20 +75,52 @@ def _with_note(item: HistoryItem, replaced: list[str | None]) -> str:
     return f"{content}\n\n{note}" if content else note
 
 
+def pair_results(messages: Sequence[Message | None]) -> dict[int, int]:
+    """Which call each tool result answers: result index → index of the assistant message holding the call.
+
+    Turn-aware, for ids reused across turns (frameworks that number calls
+    ``call_0``, ``call_1``… afresh each turn): a result answers the nearest
+    earlier call with its id that no result answered yet; when every earlier
+    call with its id is answered, the latest of them (the result replaces
+    that call's, as a long-running tool's final result replaces its interim
+    one). A result with no earlier call with its id is in no pair. ``None``
+    entries (events a prompt shows nothing of) are skipped.
+    ``projections.context_read`` restates this rule over its index rows.
+    """
+    open_calls: dict[str, list[int]] = {}
+    latest: dict[str, int] = {}
+    out: dict[int, int] = {}
+    for i, msg in enumerate(messages):
+        if msg is None:
+            continue
+        if msg.role == "assistant" and msg.tool_calls:
+            for call_id in dict.fromkeys(call.id for call in msg.tool_calls):
+                open_calls.setdefault(call_id, []).append(i)
+                latest[call_id] = i
+        elif msg.role == "tool" and msg.tool_call_id:
+            waiting = open_calls.get(msg.tool_call_id)
+            if waiting:
+                out[i] = waiting.pop()
+            elif msg.tool_call_id in latest:
+                out[i] = latest[msg.tool_call_id]
+    return out
+
+
 def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], PairingReport]:
     """Reorder and prune so every call is answered right after it and every result is expected.
 
-    A result is matched to the latest earlier call with its id that is still
-    unanswered and moved directly after that call (keeping call order). Calls
-    that get no result — pending, long-running, or cut away — are removed
-    from their assistant message; the message goes too when nothing is left.
-    Results with no call are dropped. A later result for an answered call (no
-    open call with its id) replaces the earlier one in the call's place, and
-    the kept result ends with a note naming the replaced events.
+    A result is matched as :func:`pair_results` says — the nearest earlier
+    call with its id that is still unanswered — and moved directly after that
+    call (keeping call order). Calls that get no result — pending,
+    long-running, or cut away — are removed from their assistant message; the
+    message goes too when nothing is left. Results with no call are dropped.
+    A later result for an answered call (no open call with its id) replaces
+    the earlier one in the latest answered call's place, and the kept result
+    ends with a note naming the replaced events.
     """
     report = PairingReport()
     order: list[_Slot | HistoryItem] = []
-    open_calls: dict[str, _Slot] = {}
+    open_calls: dict[str, list[_Slot]] = {}
     answered: dict[str, _Slot] = {}
     for item in items:
         msg = item.message
@@ -95,11 +128,12 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             ids = list(dict.fromkeys(call.id for call in msg.tool_calls))
             slot = _Slot(item, ids)
             for call_id in ids:
-                open_calls[call_id] = slot
+                open_calls.setdefault(call_id, []).append(slot)
             order.append(slot)
         elif msg.role == "tool":
             call_id = msg.tool_call_id or ""
-            owner = open_calls.pop(call_id, None)
+            waiting = open_calls.get(call_id)
+            owner = waiting.pop() if waiting else None
             if owner is not None:
                 owner.results[call_id] = item
                 answered[call_id] = owner

@@ -11,7 +11,9 @@ the latest one. The sessions hold late events (stamped before events logged
 before them): the full history is in log order, so one logged after a
 boundary event is in the expected request, and the read must find it.
 ``DISTILL_CONTEXT_READ_SESSIONS`` sessions (2000 unless set), seed
-``DISTILL_CONTEXT_READ_SEED``.
+``DISTILL_CONTEXT_READ_SEED``; then ``DISTILL_CONTEXT_READ_REUSED_SESSIONS`` (600) sessions whose tool-call
+ids repeat across turns, where every tool result after the boundary must also be in the request or named
+in a note.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import time
 from typing import Any
 
@@ -29,6 +32,7 @@ from projections.context_read import ContextReader, visible
 from projections.projector import SourceRecord
 from schemas import DeadLetter, SessionEvent, SessionKey, SessionSummary
 from streams.context import AssemblyOptions, assemble, assemble_from_read, find_violations
+from streams.context.history import covered_mask
 from tests.integration.test_projections_support import EVENTS, SUMMARIES, Store, store
 from tests.support.context_sessions import KEYS, Generated, applicable, generate
 
@@ -36,6 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")
 __all__ = ["store"]
 
 SESSIONS = int(os.environ.get("DISTILL_CONTEXT_READ_SESSIONS", "2000"))
+REUSED_SESSIONS = int(os.environ.get("DISTILL_CONTEXT_READ_REUSED_SESSIONS", "600"))
 SEED = int(os.environ.get("DISTILL_CONTEXT_READ_SEED", "12"))
 SYSTEM = "You are a travel agent. 你是旅行助手。"
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look up", "parameters": {}}}]
@@ -64,10 +69,34 @@ def _oracle(g: Generated, upto: int, filter_key: str, current: str | SessionEven
 
 
 async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> None:
+    await _equivalence(store, SESSIONS, reuse_call_ids=False)
+
+
+async def test_reused_call_ids_read_as_the_full_history(store: Store) -> None:
+    """Tool-call ids numbered afresh each run (``call1`` in every turn): a late result answers its own
+    turn's call on both paths (the read used to find only the id's latest call, so the result was left
+    out of the request built from the read), and every tool result after the boundary is in the request
+    or named in it."""
+    await _equivalence(store, REUSED_SESSIONS, reuse_call_ids=True)
+
+
+def _unnamed_results(g: Generated, upto: int, summary: SessionSummary | None, filter_key: str, text: str) -> list[str]:
+    """The tool results after the boundary (as the key sees them) whose id the request neither shows in the
+    result's text nor names in a note."""
+    log = [s for s in g.steps[:upto] if isinstance(s, SessionEvent)]
+    mine = [e for e in log if visible(e.filter_key, filter_key) and not e.partial]
+    covered = covered_mask(mine, summary.boundary if summary is not None else None, log=log)
+    named = set(re.findall(r"[rs]\d+-e\d+", text))
+    return [e.event_id for e, c in zip(mine, covered, strict=True)
+            if not c and e.message.role == "tool" and e.event_id not in named]  # fmt: skip
+
+
+async def _equivalence(store: Store, count: int, *, reuse_call_ids: bool) -> None:
     # Pages of 8 rows: generated sessions are short, and the tail and the scan back must cross pages.
     reader = ContextReader(store.session, store.settings.cassandra.keyspace, page_size=8)
     rng = random.Random(SEED)
-    sessions = [generate(rng, f"s{i}") for i in range(SESSIONS)]
+    prefix = "r" if reuse_call_ids else "s"
+    sessions = [generate(rng, f"{prefix}{i}", reuse_call_ids=reuse_call_ids) for i in range(count)]
     written = [0] * len(sessions)
     offsets: dict[str, int] = {}
     dead: list[DeadLetter] = []
@@ -106,6 +135,11 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
             want_key = None if expected_summary is None else (expected_summary.filter_key, expected_summary.version)
             got_key = None if read.summary is None else (read.summary.filter_key, read.summary.version)
             problems = find_violations(got.messages)
+            unnamed = _unnamed_results(
+                g, upto, expected_summary, filter_key, json.dumps(got.messages, ensure_ascii=False)
+            )
+            if unnamed:
+                problems = [*problems, f"tool results in neither the request nor a note: {unnamed}"]
             if got.messages != expected.messages or got.tools != expected.tools or want_key != got_key or problems:
                 failures.append(
                     f"session {g.session_id} after {upto} steps, key {filter_key!r}, current {current!r}: "
@@ -133,9 +167,12 @@ async def test_read_call_assembles_what_the_full_history_gives(store: Store) -> 
         stats["checks"] += len(due)
     elapsed = time.monotonic() - started
     cpu = sum(os.times()[:2]) - cpu_started
-    print(f"\ncontext read equivalence: {len(sessions)} sessions, {stats} in {elapsed:.1f}s ({cpu:.1f}s CPU here)")
+    print(
+        f"\ncontext read equivalence (reused call ids: {reuse_call_ids}): {len(sessions)} sessions, {stats} "
+        f"in {elapsed:.1f}s ({cpu:.1f}s CPU here)"
+    )
     assert dead == []
     assert not failures, f"{len(failures)} of {stats['reads']} reads differ; first:\n" + "\n\n".join(failures[:3])
     assert stats["checks"] == sum(len(g.checks) for g in sessions)
     assert stats["reads"] >= len(sessions) * KEYS_PER_CHECK
-    assert stats["named"] > 0 or SESSIONS < 50  # a fifth of the checks: some in any run of 50 sessions
+    assert stats["named"] > 0 or count < 50  # a fifth of the checks: some in any run of 50 sessions

@@ -54,8 +54,9 @@ class Generated:
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, session_id: str) -> None:
+    def __init__(self, rng: random.Random, session_id: str, reuse_call_ids: bool = False) -> None:
         self.rng = rng
+        self.reuse_call_ids = reuse_call_ids
         self.g = Generated(session_id)
         self.events: list[SessionEvent] = []
         self.micros = 0
@@ -75,11 +76,14 @@ class _Builder:
         self.micros += self.rng.choice((1, 999, 1000, 1500, 40_000))
         return T0 + timedelta(microseconds=self.micros)
 
+    def next_id(self) -> str:
+        return f"{self.g.session_id}-e{len(self.events) + 1}"
+
     def event(self, role: str, key: str, inv: str, req: str, **message: Any) -> SessionEvent:
         extra: dict[str, Any] = message.pop("extra", {})
         ev = SessionEvent(
             app_name="app", user_id="u", session_id=self.g.session_id,
-            event_id=f"{self.g.session_id}-e{len(self.events) + 1}", timestamp=self._ts(), invocation_id=inv,
+            event_id=self.next_id(), timestamp=self._ts(), invocation_id=inv,
             request_id=req, author="user" if role == "user" else "agent", filter_key=key,
             message={"role": role, **message}, skip_summarization=self.rng.random() < 0.08, **extra,
         )  # fmt: skip
@@ -121,7 +125,11 @@ class _Builder:
         else:
             self.event("user", user_key, inv, req, content=f"{rng.choice(TEXTS)} #{n}")
         self.maybe_summary()
+        if self.reuse_call_ids:
+            self.calls = 0  # numbered afresh each run (call1, call2… again), as some frameworks do
         for _ in range(rng.choice((0, 1, 1, 2))):
+            if self.reuse_call_ids and rng.random() < 0.3:
+                self.calls = 0  # or afresh each model response
             rkey = key if rng.random() < 0.8 else rng.choice(KEYS)
             if rng.random() < 0.15:
                 self.event("assistant", rkey, inv, req, content="思考中…", extra={"partial": True})
@@ -138,20 +146,26 @@ class _Builder:
                 if rng.random() < 0.15:
                     self.pending.append((c, rkey, inv, req))
                 else:
-                    self.event("tool", rkey, inv, req, tool_call_id=c, content=f"result {c} 晴 " * rng.randint(1, 3))
+                    marker = self.next_id()  # the event's id in its text: a check finds it in the request
+                    self.event(
+                        "tool", rkey, inv, req, tool_call_id=c, content=f"result {c} {marker} 晴 " * rng.randint(1, 3)
+                    )
                 self.maybe_summary()
         if self.pending and rng.random() < 0.5:
             c, rkey, pinv, preq = self.pending.pop(rng.randrange(len(self.pending)))
-            self.event("tool", rkey, pinv, preq, tool_call_id=c, content=f"late result {c} 迟到")
+            self.event("tool", rkey, pinv, preq, tool_call_id=c, content=f"late result {c} {self.next_id()} 迟到")
         if rng.random() < 0.2:
             self.event("assistant", rng.choice(KEYS), inv, req, content="sub-agent note 子代理")
         self.event("assistant", key, inv, req, content=f"answer {n} 好的")
         self.maybe_summary()
 
 
-def generate(rng: random.Random, session_id: str) -> Generated:
-    """One session of 2-4 runs with 1-3 check points (always one at the end)."""
-    b = _Builder(rng, session_id)
+def generate(rng: random.Random, session_id: str, *, reuse_call_ids: bool = False) -> Generated:
+    """One session of 2-4 runs with 1-3 check points (always one at the end).
+
+    ``reuse_call_ids``: tool-call ids are numbered afresh each run, and sometimes each model response, so
+    one id names calls of several turns (a late result then answers its own turn's call)."""
+    b = _Builder(rng, session_id, reuse_call_ids)
     runs = rng.randint(2, 4)
     for n in range(1, runs + 1):
         b.run(n)
