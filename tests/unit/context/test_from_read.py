@@ -12,8 +12,9 @@ import pytest
 
 from projections.context_read import applicable_summary
 from schemas import SessionEvent, SessionSummary
-from schemas.reads import ContextRead
+from schemas.reads import ContextRead, ReadStats
 from streams.context import AssemblyOptions, HistoryNotReadError, assemble, assemble_from_read
+from streams.context.from_read import READ_CAP_MARK, left_out_by_cap
 from streams.context.history import covered_mask
 from tests.unit.context.oracle import marker, unaccounted
 from tests.unit.context.sessions import Session, summary_at
@@ -64,3 +65,29 @@ def test_with_the_summary_shown_a_cut_read_and_a_full_read_build_one_request() -
     assert cut.messages == full.messages and cut.report.summary_injected
     assert "前两轮的摘要" in cut.messages[0]["content"]
     assert unaccounted(cut.messages, events[4:]) == []
+
+
+def _capped(events: list[SessionEvent], summary: SessionSummary, stats: ReadStats) -> ContextRead:
+    """A cut read whose cap stopped a scan: no current user message found (``current_event_id`` unset)."""
+    read = _read(events, summary, full=False)
+    return read.model_copy(update={"stats": stats, "current_event_id": None})
+
+
+def test_a_scan_back_stopped_by_the_cap_is_noted_only_for_a_request_answering_the_reads_current() -> None:
+    """Only the look-back for the current user message stopped (``current_unread``): a request answering a
+    new message lacks nothing, so it carries no note; one answering the read's current message says so."""
+    events, summary = _session()
+    read = _capped(events, summary, ReadStats(current_unread=True))
+    new = assemble_from_read("sys", read, "a new question 新问题", options=SUMMARY_ON)
+    assert READ_CAP_MARK not in str(new.messages) and not left_out_by_cap(read, answers_read_current=False)
+    stored = assemble_from_read("sys", read, options=SUMMARY_ON)
+    assert READ_CAP_MARK in str(stored.messages) and left_out_by_cap(read, answers_read_current=True)
+
+
+def test_events_after_the_boundary_left_unread_are_noted_whatever_the_request_answers() -> None:
+    events, summary = _session()
+    read = _capped(events, summary, ReadStats(truncated=True, current_unread=True))
+    for current in ("a new question 新问题", None):
+        request = assemble_from_read("sys", read, current, options=SUMMARY_ON)
+        assert READ_CAP_MARK in str(request.messages)
+    assert left_out_by_cap(read, answers_read_current=False)
