@@ -122,7 +122,8 @@ class EventRows:
     turn: tuple[object, ...] | None = None
     """The ``session_turns`` row (events of an invocation or request)."""
     call_events: tuple[tuple[object, ...], ...] = ()
-    """The ``tool_call_events`` rows: one per distinct call id of the event's calls, one for its result."""
+    """The ``tool_call_events`` rows: one per distinct call id of an assistant event's calls, one for a tool
+    result (the calls and results ``streams.context.pairing.pair_results`` pairs)."""
     size: int = 0
     """Approximate bytes of the event row (for batch sizing)."""
 
@@ -150,9 +151,10 @@ def event_rows(
     if msg.role == "tool" and msg.tool_call_id and not event.partial:
         result = (app, user, sid, msg.tool_call_id, event.event_id, event.timestamp)
     named: dict[str, str] = {}  # a call id once, named when any of its calls is (a prompt keeps named calls)
-    for tc in msg.tool_calls:
-        named[tc.id] = named.get(tc.id) or tc.function.name
-    if msg.tool_call_id and msg.tool_call_id not in named:
+    if msg.role == "assistant":
+        for tc in msg.tool_calls:
+            named[tc.id] = named.get(tc.id) or tc.function.name
+    elif msg.role == "tool" and msg.tool_call_id:
         named[msg.tool_call_id] = msg.name or ""
     call_events = tuple(
         (app, user, sid, call_id, seq, event.event_id, event.timestamp, msg.role, event.filter_key, event.partial,

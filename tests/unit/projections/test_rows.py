@@ -134,3 +134,23 @@ def test_the_context_line_of_a_document_is_its_first_chunk_on_one_line() -> None
     assert rows.line[:5] == rows.doc[:5] and rows.line[5] == "tool"
     line = rows.line[6]
     assert isinstance(line, str) and line.startswith("first line second 中文 xxx") and len(line) == lexical.LINE_CHARS
+
+
+def test_tool_call_events_rows_are_one_per_call_id_and_one_per_result() -> None:
+    """``tool_call_events``: what the context read pairs a result over (every call and result of its id)."""
+    ts = datetime(2025, 1, 1, tzinfo=UTC)
+    call = SessionEvent.model_validate(
+        {"app_name": "a", "user_id": "u", "session_id": "s", "event_id": "e2", "author": "agent",
+         "timestamp": ts.isoformat(), "filter_key": "a/b", "message": {"role": "assistant", "tool_calls": [
+             {"id": "call_0", "type": "function", "function": {"name": "", "arguments": "{}"}},
+             {"id": "call_0", "type": "function", "function": {"name": "grep", "arguments": "{}"}},
+             {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}}
+    )  # fmt: skip
+    assert event_rows(call, 9, estimate_tokens).call_events == (
+        ("a", "u", "s", "call_0", 9, "e2", ts, "assistant", "a/b", False, "grep"),
+        ("a", "u", "s", "call_1", 9, "e2", ts, "assistant", "a/b", False, "ls"),
+    )
+    assert event_rows(_event("found"), 10, estimate_tokens).call_events == (
+        ("a", "u", "s", "c1", 10, "e1", ts, "tool", "", False, "grep"),
+    )
+    assert event_rows(_event("hi", "user"), 11, estimate_tokens).call_events == ()
