@@ -66,14 +66,24 @@ class StoredEvent:
 
     @property
     def loadable(self) -> bool:
-        """An anchor by event id: complete, with a payload (non-empty text or tool calls), any role.
+        """An anchor by event id: any complete event, any role, whatever its payload.
 
         Wider than the Go window rule because every payload cut for a request
         names its event for ``session_load`` (:mod:`streams.summarizer.payloads`
-        cuts tool-call arguments and system messages too), and that load must
-        return what was cut.
+        cuts tool-call arguments and system messages too), and so does every
+        note of events a request leaves out — an error event without text, a
+        tool result of blank text among them: that load must return what the
+        request stood for, not say the event does not exist.
         """
-        return not self.partial and (self.has_tool_calls or bool(self.text.strip()))
+        return not self.partial
+
+    @property
+    def payload_text(self) -> str:
+        """The text a request shows of the event (``SessionEvent.shown_text``): the ``text`` column, else an
+        error event's error (needs ``event_json``)."""
+        if self.text or self.event_json is None:
+            return self.text
+        return self.event().shown_text
 
     def event(self) -> SessionEvent:
         if self.event_json is None:
@@ -329,7 +339,8 @@ class EventWindows(SummaryReads):
         for ev, name in zip(window, names, strict=True):
             is_anchor = ev.event_id == anchor.event_id
             calls = _calls_of(ev) if is_anchor else ()
-            page = slice_payload([ev.text, *(c.function.arguments for c in calls)], offset if is_anchor else 0, limit)
+            text = ev.payload_text if is_anchor else ev.text
+            page = slice_payload([text, *(c.function.arguments for c in calls)], offset if is_anchor else 0, limit)
             part = page.parts[0]
             text = part.text
             if tool_name_prefix and ev.role == "tool" and name and not part.truncated:

@@ -135,6 +135,15 @@ class SessionEvent(SessionRecord):
     context: RequestContext = Field(default_factory=dict)
     """Per-request markers for custom checks and the summarizer (see ``schemas.base.RequestContext``)."""
 
+    @property
+    def shown_text(self) -> str:
+        """The text a request shows of this event: its content, else (an error event without text) the error as
+        ``type: <t>, message: <m>`` (the Go rule). What a cut or a note naming the event stands for, so what
+        ``session_load`` returns of it."""
+        if self.message.content or self.error is None:
+            return self.message.content or ""
+        return f"type: {self.error.type}, message: {self.error.message}"
+
     @field_validator("timestamp", mode="before")
     @classmethod
     def _timestamp_rfc3339(cls, value: Any) -> Any:

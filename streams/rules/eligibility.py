@@ -57,7 +57,7 @@ def error_content(event: SessionEvent) -> str | None:
     """
     if event.message.content or event.error is None:
         return None
-    return f"type: {event.error.type}, message: {event.error.message}"
+    return event.shown_text
 
 
 def shown_message(event: SessionEvent) -> Message:

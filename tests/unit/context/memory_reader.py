@@ -25,8 +25,8 @@ def _eligible(event: SessionEvent) -> bool:
 
 
 def _loadable(event: SessionEvent) -> bool:
-    """An anchor by event id (the read API's rule): complete, with text or tool calls."""
-    return not event.partial and (bool(event.message.tool_calls) or bool(_text(event).strip()))
+    """An anchor by event id (the read API's rule): any complete event."""
+    return not event.partial
 
 
 class InMemoryReadAPI:
@@ -104,7 +104,7 @@ class InMemoryReadAPI:
 
     @staticmethod
     def _sliced(event: SessionEvent, anchor: bool, query: WindowQuery) -> WindowEvent:
-        full = _text(event)
+        full = event.shown_text if anchor else _text(event)
         calls = event.message.tool_calls if anchor else ()
         page = slice_payload([full, *(c.function.arguments for c in calls)], query.content_offset if anchor else 0,
                              query.content_limit)  # fmt: skip

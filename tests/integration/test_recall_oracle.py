@@ -1,0 +1,397 @@
+"""Recall oracle: whatever a request cuts or leaves out comes back, exactly, by following its own note.
+
+Seeded random sessions (CJK, Japanese, Korean in precomposed and conjoining
+jamo, emoji ZWJ sequences, flags and skin tones, combining marks, lone
+surrogates as the facade publishes them — escaped —, 50–500 KB tool results,
+JSON results and arguments, list-of-parts content, parallel tool calls, error
+events without text, a branch filter key) are projected into real Cassandra;
+each request is assembled through the agent's read path (``ContextReader`` +
+``assemble_from_read`` fitted into a tight budget, as the facade does). Then,
+for every payload cut and every event a note names, the note is followed as an
+agent follows it — ``session_load`` through the recall executor, paging with
+``next_content_offset`` — and what comes back must be the payload the request
+stands for, character for character; each visible piece of a cut is the
+payload's head or tail, cut on a character boundary. Every event the request
+shows no whole copy of must be cut or named.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from projections.context_read import ContextReader
+from projections.textcut import is_boundary
+from schemas import FunctionCall, SessionEvent, SessionKey, ToolCall
+from schemas.settings import Settings
+from schemas.text import utf8_text
+from streams.clients.recall_reader import CassandraRecallReader
+from streams.context.assembly import AssemblyOptions
+from streams.context.compaction import CompactionConfig
+from streams.context.fitting import fit
+from streams.context.from_read import assemble_from_read
+from streams.context.history import event_message
+from streams.context.recall_tools import RecallCapabilities, RecallExecutor
+from streams.rules.tokens import ScriptAwareTokenCounter
+from tests.integration.test_projections_support import Store, close_store, event, open_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+APP = "shop"
+BRANCH = f"{APP}/research"
+PIECES = (
+    "The deployment log shows worker restarts and queue depth figures. ",
+    "数据库连接池在夜间批处理时耗尽，重试队列不断增长。",
+    "東京の倉庫で在庫を確認しました。カタカナもひらがなも。",
+    "서울 지점의 재고를 확인했습니다. ",
+    "\u1112\u1161\u11ab\u1100\u1173\u11af ",  # 한글 in conjoining jamo (NFD)
+    "family 👩\u200d👩\u200d👧\u200d👦 flag 🇯🇵🇰🇷 ok 👍🏽 ",
+    "cafe\u0301 a\u0308\u0323 n\u0303 ",
+    utf8_text("file \udce9\udcff name "),  # a lone surrogate, escaped as the facade publishes it
+    "❤\ufe0f keycap 1\ufe0f\u20e3 ",
+)
+
+
+def _text(rng: random.Random, chars: int) -> str:
+    out: list[str] = []
+    n = 0
+    while n < chars:
+        piece = rng.choice(PIECES)
+        out.append(piece)
+        n += len(piece)
+    return "".join(out)
+
+
+@dataclass
+class Session:
+    key: SessionKey
+    records: list[dict[str, Any]]
+    events: dict[str, SessionEvent]
+    order: list[str]
+
+
+def build_session(seed: int, rounds: int = 7) -> Session:
+    """A seeded session: rounds of a user turn, parallel calls with their results, a reply; a branch; errors."""
+    rng = random.Random(seed)
+    key = SessionKey(APP, "oracle", f"s-{seed}")
+    records: list[dict[str, Any]] = []
+    at = 0.0
+    round_no = 0
+
+    def add(eid: str, **kw: Any) -> dict[str, Any]:
+        nonlocal at
+        at += 1
+        rec = event(key, eid, at=at, **kw)
+        rec["request_id"] = rec["invocation_id"] = f"q{round_no}"
+        records.append(rec)
+        return rec
+
+    big_done = False
+    for r in range(rounds):
+        round_no = r
+        branch = BRANCH if rng.random() < 0.2 else ""
+        content: Any = _text(rng, rng.choice((40, 300, 4000)))
+        if rng.random() < 0.3:  # list-of-parts content: its text parts joined
+            content = [{"type": "text", "text": _text(rng, 200)}, {"type": "text", "text": _text(rng, 3000)}]
+        add(f"u{r}", content=content, filter_key=branch)
+        calls = []
+        for c in range(rng.choice((0, 1, 2, 3))):
+            if rng.random() < 0.3:
+                arguments = _text(rng, 2500)  # not JSON
+            else:
+                value = {"query": _text(rng, rng.choice((50, 3000))), "limit": c,
+                         "tags": [_text(rng, 30), _text(rng, 1500)]}  # fmt: skip
+                arguments = json.dumps(value, ensure_ascii=rng.random() < 0.5)
+            function = {"name": rng.choice(("search", "読む")), "arguments": arguments}
+            calls.append({"id": f"c{r}-{c}", "type": "function", "function": function})
+        if calls:
+            add(f"a{r}", role="assistant", content=_text(rng, 100) if rng.random() < 0.5 else None,
+                tool_calls=calls, filter_key=branch)  # fmt: skip
+            for call in calls:
+                size = rng.choice((300, 6000, 50_000))
+                if not big_done and rng.random() < 0.4:
+                    size, big_done = rng.choice((120_000, 500_000)), True
+                result = _text(rng, size)
+                if rng.random() < 0.3:
+                    result = json.dumps({"rows": [_text(rng, 100) for _ in range(size // 120 + 1)], "ok": True},
+                                        ensure_ascii=False)  # fmt: skip
+                if rng.random() < 0.15:  # a failed tool: its error is its only text
+                    rec = add(f"t{call['id']}", role="tool", content=None, tool_call_id=call["id"],
+                              name=call["function"]["name"], filter_key=branch)  # fmt: skip
+                    rec["error"] = {"type": "tool_error", "message": _text(rng, rng.choice((80, 5000)))}
+                else:
+                    add(f"t{call['id']}", role="tool", content=result, tool_call_id=call["id"],
+                        name=call["function"]["name"], filter_key=branch)  # fmt: skip
+        if rng.random() < 0.2:  # a failed model call: no text, only the error
+            rec = add(f"x{r}", role="assistant", content=None, filter_key=branch)
+            rec["error"] = {"type": "model_error", "message": _text(rng, rng.choice((60, 4000)))}
+        add(f"r{r}", role="assistant", content=_text(rng, rng.choice((200, 5000))), filter_key=branch)
+    round_no = rounds
+    add("u-last", content="继续 — what next? 다음은?")
+    events = {r["event_id"]: SessionEvent.model_validate(r) for r in records}
+    return Session(key, records, events, [r["event_id"] for r in records])
+
+
+# -- what the request says -------------------------------------------------------------------------------------
+
+_CUT = re.compile(
+    r"\[distill: (?P<n>\d+) characters cut from the middle of (?P<what>this message|these tool-call arguments|"
+    r"this tool result); (?P<details>[^\]]*)\]"
+)
+_IDS = re.compile(r"event_id=(?P<event>[^;\s\]]+)(?:; tool_call_id=(?P<call>[^;\s\]]*))?")
+_PLACEHOLDER = re.compile(r"^event_id: (?P<event>\S+)$", re.M)
+_COMPACT = re.compile(r"\[distill: event_id=(?P<event>[^;]*); tool_call_id=(?P<call>[^;]*); session_load\]")
+_NOTE = re.compile(r"\[distill: (?:left out|earlier runs left out)[^\]]*?event_id=(?P<ids>[^;\]]*);[^\]]*\]")
+_RANGE = re.compile(r"^(?P<first>.+?) … (?P<last>\S+) \((?P<n>\d+) events\)$")
+_OLDER = re.compile(
+    r"^(?P<newest>.+) and (?P<k>\d+) older ones logged from (?P<first>\S+) to (?P<last>\S+) \(\d+ events\)$"
+)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A cut found in the request: the event (and call) it names, what was cut, and the visible ends."""
+
+    event_id: str
+    call_id: str | None
+    head: str
+    tail: str
+    removed: int
+    path: tuple[Any, ...] = ()
+    """For arguments cut inside a JSON string: where that string sits in the arguments' JSON."""
+
+
+def _split_cut(text: str, m: re.Match[str], pad: str) -> tuple[str, str]:
+    head, tail = text[: m.start()], text[m.end() :]
+    assert head.endswith(pad) and tail.startswith(pad), (head[-20:], tail[:20])
+    return head[: len(head) - len(pad)], tail[len(pad) :]
+
+
+def _strings(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, list):
+        return [s for i, v in enumerate(value) for s in _strings(v, (*path, i))]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, (*path, k))]
+    return []
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        value = value[step]
+    return value
+
+
+def cuts_in(messages: list[dict[str, Any]]) -> tuple[list[Cut], list[str]]:
+    """Every cut marker in the request, and the raw text of every note naming events."""
+    cuts: list[Cut] = []
+    notes: list[str] = []
+    for msg in messages:
+        content = msg.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content)
+        notes.extend(m.group(0) for m in _NOTE.finditer(content))
+        for m in _CUT.finditer(content):
+            ids = _IDS.search(m["details"])
+            assert ids is not None, m.group(0)
+            head, tail = _split_cut(content, m, "\n\n")
+            cuts.append(Cut(ids["event"], None, head, tail, int(m["n"])))
+        for m in _COMPACT.finditer(content):
+            cuts.append(Cut(m["event"], None, "", "", -1))
+        if content.startswith("[distill: tool output elided]"):
+            cuts.extend(Cut(m["event"], None, "", "", -1) for m in _PLACEHOLDER.finditer(content))
+        for call in msg.get("tool_calls") or []:
+            arguments = call["function"]["arguments"]
+            value = json.loads(arguments)  # a cut keeps the arguments a JSON object
+            if isinstance(value, dict) and "_distill_context_note" in value:
+                note = value["_distill_context_note"]
+                m = _CUT.search(note)
+                if m is None:  # the resume tail's placeholder: the whole arguments named
+                    assert "session_load" in note, note
+                    cuts.append(Cut(_IDS.search(note.replace('"', ""))["event"], call["id"], "", "", -1))  # type: ignore[index]
+                    continue
+                ids = _IDS.search(m["details"])
+                assert ids is not None and ids["call"] == call["id"]
+                cuts.append(Cut(ids["event"], call["id"], value["head"], value["tail"], int(m["n"])))
+                continue
+            for path, s in _strings(value):
+                for m in _CUT.finditer(s):
+                    ids = _IDS.search(m["details"])
+                    assert ids is not None and ids["call"] == call["id"]
+                    head, tail = _split_cut(s, m, " ")
+                    cuts.append(Cut(ids["event"], call["id"], head, tail, int(m["n"]), path))
+    return cuts, notes
+
+
+def named_in(note: str, order: list[str]) -> tuple[list[str], list[str]]:
+    """The ids a note names, and the ids it names only as part of a range (by the log's ``order``)."""
+    ids = _NOTE.search(note)["ids"].strip()  # type: ignore[index]
+    span = _RANGE.match(ids)
+    if span:
+        named = [*span["first"].split(", "), span["last"]]
+        lo, hi = order.index(named[0]), order.index(named[-1])
+        return named, [e for e in order[lo : hi + 1] if e not in named]
+    older = _OLDER.match(ids)
+    if older:
+        named = older["newest"].split(", ")
+        lo, hi = order.index(older["first"]), order.index(older["last"])
+        return [older["first"], older["last"], *named], order[lo + 1 : hi]
+    return ids.split(", "), []
+
+
+# -- following a note -------------------------------------------------------------------------------------------
+
+
+async def _call(executor: RecallExecutor, tool: str, **args: Any) -> dict[str, Any]:
+    call = ToolCall(id="r1", function=FunctionCall(name=tool, arguments=json.dumps(args)))
+    return json.loads((await executor.execute(call)).content or "")
+
+
+async def load_whole(executor: RecallExecutor, event_id: str, limit: int | None = None) -> tuple[str, dict[str, str]]:
+    """The named event's text and each call's arguments, every page read (``next_content_offset``)."""
+    text: list[str] = []
+    calls: dict[str, list[str]] = {}
+    offset: int | None = 0
+    while offset is not None:
+        args: dict[str, Any] = {"event_id": event_id, "content_offset": offset}
+        if limit is not None:
+            args["content_limit"] = limit
+        answer = await _call(executor, "session_load", **args)
+        assert "error" not in answer, (event_id, answer)
+        [anchor] = [m for m in answer["messages"] if m["anchor"]]
+        assert anchor["event_id"] == event_id
+        assert anchor["returned_bytes"] == len(anchor["content"].encode())
+        text.append(anchor["content"])
+        for call in anchor.get("tool_calls", []):
+            calls.setdefault(call["id"], []).append(call["arguments"])
+        offset = anchor.get("next_content_offset")
+    return "".join(text), {k: "".join(v) for k, v in calls.items()}
+
+
+def shown(ev: SessionEvent) -> tuple[str, dict[str, str]]:
+    """What the request stands for of ``ev``: the text it shows and each call's arguments."""
+    msg = event_message(ev)
+    assert msg is not None
+    return msg.content or "", {c.id: c.function.arguments for c in msg.tool_calls}
+
+
+def check_visible(cut: Cut, original: str) -> None:
+    """The visible pieces are the payload's head and tail, on character boundaries, the count exact."""
+    if cut.path:
+        original = _at(json.loads(original), cut.path)
+    assert original.startswith(cut.head) and original.endswith(cut.tail), cut.event_id
+    assert len(cut.head) + len(cut.tail) + cut.removed == len(original), cut.event_id
+    assert is_boundary(original, len(cut.head)), (cut.event_id, cut.head[-4:])
+    assert is_boundary(original, len(original) - len(cut.tail)), (cut.event_id, cut.tail[:4])
+
+
+# -- the test ---------------------------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def store(pooled_settings: Settings) -> AsyncIterator[Store]:
+    s = open_store(pooled_settings)
+    try:
+        yield s
+    finally:
+        close_store(s)
+
+
+def _options(budget: int, filter_key: str, pass1: bool) -> AssemblyOptions:
+    compaction = CompactionConfig(enabled=True, keep_recent_requests=1, tool_result_max_tokens=2000) if pass1 \
+        else CompactionConfig()  # fmt: skip
+    return AssemblyOptions(
+        filter_key=filter_key, token_budget=budget, token_counter=ScriptAwareTokenCounter(),
+        recall=RecallCapabilities(search=True, load=True), compaction=compaction,
+    )  # fmt: skip
+
+
+class Follower:
+    """Follows a request's cuts and notes through the recall executor, each event loaded once."""
+
+    def __init__(self, session: Session, executor: RecallExecutor) -> None:
+        self.session, self.executor = session, executor
+        self.loaded: dict[str, tuple[str, dict[str, str]]] = {}
+
+    async def load(self, event_id: str) -> tuple[str, dict[str, str]]:
+        if event_id not in self.loaded:
+            self.loaded[event_id] = await load_whole(self.executor, event_id)
+        return self.loaded[event_id]
+
+    async def check(self, messages: list[dict[str, Any]], filter_key: str) -> None:
+        """Every cut and note of ``messages`` followed; every event of ``filter_key`` accounted for."""
+        cuts, notes = cuts_in(messages)
+        for cut in cuts:
+            text, calls = shown(self.session.events[cut.event_id])
+            original = calls[cut.call_id] if cut.call_id else text
+            if cut.removed >= 0:
+                check_visible(cut, original)
+            got_text, got_calls = await self.load(cut.event_id)
+            assert (got_calls[cut.call_id] if cut.call_id else got_text) == original, (filter_key, cut.event_id)
+        in_notes: set[str] = set()
+        for note in notes:
+            named, ranged = named_in(note, self.session.order)
+            for event_id in named:
+                assert (await self.load(event_id)) == shown(self.session.events[event_id]), (filter_key, event_id)
+            in_notes.update(named, ranged)
+        # Every event the request stands for is there whole, or cut, or named.
+        texts = [m.get("content") or "" for m in messages]
+        arguments = {c["id"]: c["function"]["arguments"] for m in messages for c in m.get("tool_calls") or []}
+        cut_ids = {c.event_id for c in cuts}
+        for eid in self.session.order:
+            ev = self.session.events[eid]
+            if event_message(ev) is None or not (filter_key == "" or ev.filter_key in ("", filter_key)):
+                continue
+            text, calls = shown(ev)
+            whole = (not text or any(text in t for t in texts)) and all(arguments.get(c) == a for c, a in calls.items())
+            assert whole or eid in cut_ids or eid in in_notes, (filter_key, eid)
+
+
+@pytest.mark.parametrize("seed", [3, 11, 29, 47])
+async def test_every_cut_and_left_out_event_loads_back_exactly(store: Store, seed: int) -> None:
+    session = build_session(seed)
+    await store.events(*session.records)
+    assert store.dead == []
+    reader = ContextReader(store.session, store.settings.cassandra.keyspace)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=session.key.app_name,
+                              user_id=session.key.user_id, session_id=session.key.session_id)  # fmt: skip
+    follower = Follower(session, executor)
+    for filter_key, budget, pass1 in (("", 6000, False), (BRANCH, 3000, True), ("", 1500, seed % 2 == 0)):
+        read = await reader.read(session.key, filter_key, full_history=True)
+        options = _options(budget, filter_key, pass1)
+        fitted = fit(lambda o, read=read: assemble_from_read("You are helpful.", read, options=o), options)
+        await follower.check(fitted.request.messages, filter_key)
+    # Any page size gives the same payloads back.
+    rng = random.Random(seed)
+    for event_id in rng.sample(sorted(follower.loaded), 3):
+        assert await load_whole(executor, event_id, rng.randint(1, 70_000)) == follower.loaded[event_id]
+
+
+async def test_events_shown_without_text_of_their_own_load_back_as_shown(store: Store) -> None:
+    """An error event without text (shown as ``type: …, message: …``), a blank or empty tool result: a request
+    shows them, a cut or a note may name them, so ``session_load`` of their id returns what was shown."""
+    key = SessionKey(APP, "oracle", "no-text")
+    failed = event(key, "x1", at=2, role="assistant", content=None)
+    failed["error"] = {"type": "model_error", "message": "上游超时 " * 400}
+    tool_failed = event(key, "t1", at=4, role="tool", content=None, tool_call_id="c1", name="search")
+    tool_failed["error"] = {"type": "tool_error", "message": "timeout"}
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    call2 = {**call, "id": "c2"}
+    calls = event(key, "a1", at=3, role="assistant", content=None, tool_calls=[call, call2])
+    blank = event(key, "t2", at=5, role="tool", content=" \n" * 50, tool_call_id="c2", name="search")
+    records = [event(key, "u1", at=1), failed, calls, tool_failed, blank]
+    await store.events(*records)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                              session_id=key.session_id)  # fmt: skip
+    for rec in records[1:]:
+        ev = SessionEvent.model_validate(rec)
+        assert await load_whole(executor, ev.event_id, 1000) == shown(ev)
+    assert shown(SessionEvent.model_validate(failed))[0].startswith("type: model_error, message: 上游超时")
