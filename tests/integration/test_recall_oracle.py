@@ -28,6 +28,7 @@ import pytest
 import pytest_asyncio
 
 from projections.context_read import ContextReader
+from projections.indexer import RecallIndexer, deep_group_of
 from projections.textcut import is_boundary
 from schemas import FunctionCall, SessionEvent, SessionKey, ToolCall
 from schemas.settings import Settings
@@ -40,7 +41,7 @@ from streams.context.from_read import assemble_from_read
 from streams.context.history import event_message
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.rules.tokens import ScriptAwareTokenCounter
-from tests.integration.test_projections_support import Store, close_store, event, open_store
+from tests.integration.test_projections_support import EVENTS, Store, close_store, event, open_store, record, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -395,3 +396,53 @@ async def test_events_shown_without_text_of_their_own_load_back_as_shown(store: 
         ev = SessionEvent.model_validate(rec)
         assert await load_whole(executor, ev.event_id, 1000) == shown(ev)
     assert shown(SessionEvent.model_validate(failed))[0].startswith("type: model_error, message: 上游超时")
+
+
+FACTS = ("armadillo 4417 vault", "钥匙藏在第七号仓库北墙", "合言葉はさくら餅です", "비밀번호는 청포도입니다")
+
+
+async def test_a_fact_deep_in_a_large_result_is_found_and_the_hit_loads_it(store: Store) -> None:
+    """Once both index stages caught up, ``session_search`` finds a fact planted deep in a large tool result
+    (ASCII, Chinese, Japanese, Korean), and the hit's event, loaded page by page, is the result holding it."""
+    rng = random.Random(5)
+    key = SessionKey(APP, "oracle", "deep-facts")
+    records: list[dict[str, Any]] = [event(key, "u0", at=0, content="look these up")]
+    planted: dict[str, str] = {}
+    for i, fact in enumerate(FACTS):
+        size = rng.choice((60_000, 150_000, 400_000))
+        filler = _text(rng, size)
+        at = rng.randrange(40_000, len(filler) - 100)
+        while not is_boundary(filler, at):
+            at += 1
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+        records.append(event(key, f"a{i}", at=2 * i + 1, role="assistant", content=None, tool_calls=[call]))
+        records.append(event(key, f"t{i}", at=2 * i + 2, role="tool", content=f"{filler[:at]} {fact} {filler[at:]}",
+                             tool_call_id=f"c{i}", name="fetch"))  # fmt: skip
+        planted[fact] = f"t{i}"
+    group = f"g-oracle-{rng.randrange(1 << 30):x}"
+    ks = store.settings.cassandra.keyspace
+    primary = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=group, scope="primary")
+    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=deep_group_of(group), scope="deep",
+                         primary_wait_s=5.0, primary_check_s=0.02)  # fmt: skip
+    sources = [record(EVENTS, r) for r in records]
+
+    async def dead(letter: Any) -> None:
+        raise AssertionError(letter)
+
+    await store.projector.project(sources, dead)
+    await primary.project(sources, dead)
+    await deep.project(sources, dead)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                              session_id=key.session_id)  # fmt: skip
+    contents = {r["event_id"]: r["message"]["content"] for r in records}
+    # A summary covers them all: the default scope (what the summary hides) finds them as the whole session does.
+    await store.summaries(
+        summary(key, 1, text="looked things up", cutoff=2 * len(FACTS), last_event_id=f"t{len(FACTS) - 1}")
+    )
+    for fact, event_id in planted.items():
+        for scope in ("current_session", "current_hidden"):
+            answer = await _call(executor, "session_search", query=fact, scope=scope, top_k=3)
+            hits = [h["event_id"] for h in answer["results"]]
+            assert hits[:1] == [event_id], (fact, scope, answer)
+        text, _ = await load_whole(executor, hits[0])
+        assert text == contents[event_id] and fact in text
