@@ -31,7 +31,7 @@ LOAD_NOTE = (
 )
 _EVENT_COLS = (
     "ts, event_id, seq, filter_key, author, role, text, tool_call_id, tool_name, has_tool_calls, partial, "
-    "skip_summarization, token_count, content_size"
+    "skip_summarization, token_count, content_size, tool_call_ids"
 )
 
 
@@ -54,6 +54,7 @@ class StoredEvent:
     token_count: int
     content_size: int
     event_json: str | None = None
+    tool_call_ids: tuple[str, ...] = ()
 
     @property
     def recall_eligible(self) -> bool:
@@ -133,8 +134,22 @@ class LoadedMessage:
 
 
 @dataclass(frozen=True)
+class SkippedEvent:
+    """An event a window passes over between its messages (the Go window rule skips it): named, to be loaded."""
+
+    event_id: str
+    role: str
+    tool_call_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LoadResult:
-    """A session_load answer: the window, chronological, and the fixed historical-context note."""
+    """A session_load answer: the window, chronological, and the fixed historical-context note.
+
+    ``skipped``: the complete events between the window's first and last message that it does not show
+    (tool-call events, events without text), chronological: a request may leave them out as part of a
+    range of events, and only their ids make them loadable.
+    """
 
     session_id: str
     anchor_event_id: str
@@ -142,6 +157,7 @@ class LoadResult:
     after: int
     messages: tuple[LoadedMessage, ...]
     note: str = LOAD_NOTE
+    skipped: tuple[SkippedEvent, ...] = ()
 
 
 class EventWindows(SummaryReads):
@@ -251,10 +267,15 @@ class EventWindows(SummaryReads):
             raise AnchorNotFound(f'tool_call_id "{tool_call_id}" not found in session "{key.session_id}"')
         return anchor
 
-    async def _neighbours(self, key: SessionKey, anchor: StoredEvent, n: int, forward: bool) -> list[StoredEvent]:
+    async def _neighbours(
+        self, key: SessionKey, anchor: StoredEvent, n: int, forward: bool
+    ) -> tuple[list[StoredEvent], list[StoredEvent]]:
+        """Up to ``n`` eligible events beside ``anchor`` and the complete ones passed over on the way
+        (up to the farthest one returned, or the session's end), both chronological."""
         if n <= 0:
-            return []
+            return [], []
         out: list[StoredEvent] = []
+        passed: list[StoredEvent] = []
         ts, eid = anchor.ts, anchor.event_id
         page = max(8, n * 4)
         while len(out) < n:
@@ -266,10 +287,12 @@ class EventWindows(SummaryReads):
                     out.append(ev)
                     if len(out) == n:
                         break
+                elif not ev.partial:
+                    passed.append(ev)
             if len(rows) < page:
                 break
             ts, eid = _utc(rows[-1].ts), rows[-1].event_id
-        return out if forward else out[::-1]
+        return (out, passed) if forward else (out[::-1], passed[::-1])
 
     async def _tool_name(self, key: SessionKey, ev: StoredEvent) -> str | None:
         if ev.tool_name or not ev.tool_call_id:
@@ -330,7 +353,7 @@ class EventWindows(SummaryReads):
         if anchor is None:
             assert tool_call_id is not None
             anchor = await self._resolve_tool_call(key, tool_call_id)
-        earlier, later = await asyncio.gather(
+        (earlier, passed_before), (later, passed_after) = await asyncio.gather(
             self._neighbours(key, anchor, b, forward=False), self._neighbours(key, anchor, a, forward=True)
         )
         window = [*earlier, anchor, *later]
@@ -364,7 +387,8 @@ class EventWindows(SummaryReads):
                     next_content_offset=page.next_offset if is_anchor else None,
                 )
             )
-        return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages))
+        skipped = tuple(SkippedEvent(ev.event_id, ev.role, ev.tool_call_ids) for ev in (*passed_before, *passed_after))
+        return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages), skipped=skipped)
 
 
 def _calls_of(ev: StoredEvent) -> tuple[ToolCall, ...]:
@@ -397,4 +421,5 @@ def _event(row: Any) -> StoredEvent:
         has_tool_calls=bool(row.has_tool_calls), partial=bool(row.partial),
         skip_summarization=bool(row.skip_summarization), token_count=row.token_count or 0,
         content_size=row.content_size or 0, event_json=getattr(row, "event_json", None),
+        tool_call_ids=tuple(getattr(row, "tool_call_ids", None) or ()),
     )  # fmt: skip

@@ -15,7 +15,15 @@ from projections.errors import AnchorNotFound
 from projections.lexical import MIN_SCORE
 from projections.read_api import SessionReader
 from schemas import SessionKey
-from streams.context.recall_tools import SearchHit, SearchQuery, Window, WindowCall, WindowEvent, WindowQuery
+from streams.context.recall_tools import (
+    SearchHit,
+    SearchQuery,
+    Window,
+    WindowCall,
+    WindowEvent,
+    WindowQuery,
+    WindowSkip,
+)
 
 
 class CassandraRecallReader:
@@ -94,4 +102,5 @@ class CassandraRecallReader:
                 )
                 for m in result.messages
             ],
+            [WindowSkip(e.event_id, e.role, e.tool_call_ids) for e in result.skipped],
         )

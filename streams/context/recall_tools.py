@@ -113,7 +113,8 @@ _LOAD_SCHEMA: dict[str, Any] = {
             "tool result), e.g. to read an elided tool output or tool-call arguments exactly. The "
             "anchor's content, then its tool calls' arguments, are one stream returned in pages of at "
             "most content_limit bytes: while the answer's anchor has next_content_offset, call again "
-            "with content_offset set to it to read on."
+            "with content_offset set to it to read on. Events the window passes over (tool calls, events "
+            "without text) are listed in skipped_events: load one by its event_id."
         ),
         "parameters": {
             "type": "object",
@@ -292,11 +293,25 @@ class WindowEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowSkip:
+    """An event a window passes over (a tool-call event, an event without text): only its id and role."""
+
+    event_id: str
+    role: str
+    tool_call_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Window:
-    """A ``session_load`` answer: the resolved anchor and the window in chronological order."""
+    """A ``session_load`` answer: the resolved anchor and the window in chronological order.
+
+    ``skipped``: the events between its first and last message it does not show (the window rule skips
+    them), chronological; named so that walking a range of events from window to window reaches each.
+    """
 
     anchor_event_id: str
     events: Sequence[WindowEvent]
+    skipped: Sequence[WindowSkip] = ()
 
 
 class RecallReader(Protocol):
@@ -484,6 +499,12 @@ class RecallExecutor:
             "after": after,
             "messages": [self._window_message(e) for e in window.events],
         }
+        if window.skipped:
+            answer["skipped_events"] = [
+                {"event_id": e.event_id, "role": e.role, **({"tool_call_ids": list(e.tool_call_ids)}
+                                                            if e.tool_call_ids else {})}
+                for e in window.skipped
+            ]  # fmt: skip
         if (asked_before or 0) > before or (asked_after or 0) > after:
             # The window's span is capped: say so, or a smaller window reads as all there is.
             answer["warning"] = (

@@ -9,6 +9,7 @@ import pytest
 from projections import lexical, recall_search
 from projections.cassandra_session import aexecute
 from projections.errors import AnchorNotFound, InvalidRequest
+from projections.event_windows import SkippedEvent
 from schemas import SessionKey
 from streams.context import AssembledRequest, AssemblyOptions, assemble
 from tests.integration.test_projections_support import (
@@ -217,6 +218,12 @@ async def test_session_load_window_and_anchor_errors(store: Store, key: SessionK
     await _conversation(store, key, "rain" * 10)
     r = await store.reader.session_load(key, event_id="a2")
     assert [m.event_id for m in r.messages] == ["t1", "a2", "u2"]  # a1 (tool call) and p1 (partial) skipped
+    assert r.skipped == ()  # nothing complete lies between its messages (p1 is a streaming chunk)
+    # The events a window passes over between its messages are named (a range walked window by window
+    # reaches each); the tool call's event with its call ids.
+    r = await store.reader.session_load(key, event_id="t1", before=1, after=0)
+    assert [m.event_id for m in r.messages] == ["u1", "t1"]
+    assert r.skipped == (SkippedEvent("a1", "assistant", ("call-1",)),)
     r = await store.reader.session_load(key, event_id="a2", before=0, after=2)
     assert (r.before, r.after) == (0, 2) and [m.event_id for m in r.messages] == ["a2", "u2", "a3"]
     r = await store.reader.session_load(key, event_id="u2", before=5, after=5)

@@ -327,6 +327,20 @@ class Follower:
             self.loaded[event_id] = await load_whole(self.executor, event_id)
         return self.loaded[event_id]
 
+    async def walk(self, first: str, last: str) -> set[str]:
+        """Every event id the windows from ``first`` on name (anchored on each window's last message), to
+        ``last``."""
+        reached = {first}
+        anchor = first
+        while last not in reached:
+            answer = await _call(self.executor, "session_load", event_id=anchor, before=0, after=4, content_limit=1)
+            reached.update(m["event_id"] for m in answer["messages"])
+            reached.update(e["event_id"] for e in answer.get("skipped_events", []))
+            if answer["messages"][-1]["event_id"] == anchor:
+                break
+            anchor = answer["messages"][-1]["event_id"]
+        return reached
+
     async def check(self, messages: list[dict[str, Any]], filter_key: str) -> None:
         """Every cut and note of ``messages`` followed; every event of ``filter_key`` accounted for."""
         cuts, notes = cuts_in(messages)
@@ -340,7 +354,11 @@ class Follower:
         in_notes: set[str] = set()
         for note in notes:
             named, ranged = named_in(note, self.session.order)
-            for event_id in named:
+            # The ids of a range the note does not name are found by walking its windows (messages, then
+            # the events each window passes over); each loads back like a named one.
+            reached = await self.walk(named[0], named[-1]) if ranged else set()
+            assert [e for e in ranged if e not in reached] == [], (filter_key, note)
+            for event_id in [*named, *ranged]:
                 assert (await self.load(event_id)) == shown(self.session.events[event_id]), (filter_key, event_id)
             in_notes.update(named, ranged)
         # Every event the request stands for is there whole, or cut, or named.

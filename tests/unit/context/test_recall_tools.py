@@ -18,6 +18,9 @@ from streams.context.recall_tools import (
     RecallCapabilities,
     RecallExecutor,
     RecallReader,
+    Window,
+    WindowEvent,
+    WindowSkip,
     recall_tools,
     usage_note,
 )
@@ -362,3 +365,27 @@ def test_every_paging_hint_names_next_content_offset() -> None:
         assert "next_content_offset" in text, where
         assert "in slices" not in text, where
     assert "one stream" in texts["tool"] and "tool calls' arguments" in texts["content_offset"]
+
+
+class _SkippingReader:
+    """A reader whose window passes over a tool-call event and an error event without text."""
+
+    async def search(self, query: Any) -> list[Any]:
+        return []
+
+    async def load_window(self, query: Any) -> Window:
+        events = [WindowEvent("u1", "user", "hi", anchor=True, content_bytes=2, returned_bytes=2),
+                  WindowEvent("t1", "tool", "ok", tool_call_id="c1", content_bytes=2, returned_bytes=2)]  # fmt: skip
+        return Window("u1", events, [WindowSkip("a1", "assistant", ("c1",)), WindowSkip("x1", "assistant")])
+
+
+async def test_load_names_the_events_its_window_passes_over() -> None:
+    executor = RecallExecutor(_SkippingReader(), app_name="a", user_id="u", session_id="s")
+    call = ToolCall(id="r", function=FunctionCall(name="session_load", arguments='{"event_id": "u1", "after": 3}'))
+    answer = json.loads((await executor.execute(call)).content or "")
+    assert [m["event_id"] for m in answer["messages"]] == ["u1", "t1"]
+    assert answer["skipped_events"] == [
+        {"event_id": "a1", "role": "assistant", "tool_call_ids": ["c1"]},
+        {"event_id": "x1", "role": "assistant"},
+    ]
+    assert "skipped_events" in recall_tools(BOTH)[1]["function"]["description"]
