@@ -26,6 +26,7 @@ from typing import Any
 
 from projections.textcut import head_and_tail
 from schemas import Message, ToolCall
+from schemas.text import utf8_text
 from streams.context.compaction import PLACEHOLDER_MARK
 from streams.context.cut_search import longest_fit
 from streams.context.items import HistoryItem
@@ -142,7 +143,9 @@ def _longest_string(value: Any) -> int:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    # A lone surrogate can only come from a string's escape (arguments are UTF-8 text): written raw, no client
+    # can encode the request; escaped again (utf8_text writes the JSON escape), the value reads the same.
+    return utf8_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def cut_arguments(arguments: str, fits: Callable[[str], bool], marker: Marker) -> str:

@@ -109,7 +109,10 @@ def build_session(seed: int, rounds: int = 7) -> Session:
             else:
                 value = {"query": _text(rng, rng.choice((50, 3000))), "limit": c,
                          "tags": [_text(rng, 30), _text(rng, 1500)]}  # fmt: skip
-                arguments = json.dumps(value, ensure_ascii=rng.random() < 0.5)
+                ascii_only = rng.random() < 0.5
+                if ascii_only:  # a file name of non-UTF-8 bytes: its lone surrogates escaped in the JSON text
+                    value["query"] = "dir/\udce9\udcff/" + value["query"]
+                arguments = json.dumps(value, ensure_ascii=ascii_only)
             function = {"name": rng.choice(("search", "読む")), "arguments": arguments}
             calls.append({"id": f"c{r}-{c}", "type": "function", "function": function})
         if calls:
@@ -343,6 +346,7 @@ class Follower:
 
     async def check(self, messages: list[dict[str, Any]], filter_key: str) -> None:
         """Every cut and note of ``messages`` followed; every event of ``filter_key`` accounted for."""
+        json.dumps(messages, ensure_ascii=False).encode("utf-8")  # what the client sends: UTF-8
         cuts, notes = cuts_in(messages)
         for cut in cuts:
             text, calls = shown(self.session.events[cut.event_id])

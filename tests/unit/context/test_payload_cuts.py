@@ -56,6 +56,19 @@ def test_cut_arguments_cut_string_values_and_stay_json() -> None:
     assert "event_id=e3; tool_call_id=c1" in value["content"] and COUNTER.count_text(cut) <= 300
 
 
+def test_cut_arguments_holding_an_escaped_lone_surrogate_stay_utf8() -> None:
+    """Arguments that escape a lone surrogate (``"\\udce9"``: a file name of non-UTF-8 bytes) are plain text,
+    but a cut decodes them: written back raw, the lone surrogate made the request unsendable (the client
+    encodes it as UTF-8). The cut writes it back escaped, so the arguments still decode to the same value."""
+    name = "报告\udce9\udcff.md"
+    args = json.dumps({"path": name, "content": name + "数据" * 3000 + "结尾"})
+    assert args.isascii()
+    cut = cut_arguments(args, lambda s: COUNTER.count_text(s) <= 300, arguments_marker("e3", "c1", session_load=True))
+    cut.encode("utf-8")
+    value = json.loads(cut)
+    assert value["path"] == name and value["content"].startswith(name) and value["content"].endswith("结尾")
+
+
 @pytest.mark.parametrize("args", ["not json " + "字" * 4000, json.dumps(list(range(3000)))])
 def test_arguments_not_in_strings_are_wrapped_head_and_tail_as_json(args: str) -> None:
     cut = cut_arguments(args, lambda s: COUNTER.count_text(s) <= 300, arguments_marker("e3", "c1", session_load=False))
