@@ -41,6 +41,7 @@ from streams.context.from_read import assemble_from_read
 from streams.context.history import event_message
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.rules.tokens import ScriptAwareTokenCounter
+from streams.summarizer.payloads import cut_event
 from tests.integration.test_projections_support import EVENTS, Store, close_store, event, open_store, record, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -468,3 +469,41 @@ async def test_a_fact_deep_in_a_large_result_is_found_and_the_hit_loads_it(store
             assert hits[:1] == [event_id], (fact, scope, answer)
         text, _ = await load_whole(executor, hits[0])
         assert text == contents[event_id] and fact in text
+
+
+_SUMMARY_CUT = re.compile(
+    r"\n\[… (?P<n>[\d,]+) chars of (?P<what>this tool result|the arguments of this tool call|this message)"
+    r"(?: \(call (?P<call>[^)]+)\))? left out; session_load\(event_id=\"(?P<event>[^\"]+)\"\) returns (?:it|them) "
+    r"whole …\]\n"
+)
+
+
+async def test_every_summary_input_cut_loads_back_exactly(store: Store) -> None:
+    """The summarizer's cuts (``streams.summarizer.payloads``) of the same sessions: each names a load that
+    returns the payload exactly, and keeps its head and tail on character boundaries."""
+    session = build_session(61, rounds=5)
+    await store.events(*session.records)
+    assert store.dead == []
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=session.key.app_name,
+                              user_id=session.key.user_id, session_id=session.key.session_id)  # fmt: skip
+    follower = Follower(session, executor)
+    rng = random.Random(61)
+    kinds: set[str] = set()
+    for ev in session.events.values():
+        cut, records = cut_event(ev, rng.choice((64, 500, 3000)))
+        found = 0
+        pieces = [(cut.message.content or "", None), *((c.function.arguments, c.id) for c in cut.message.tool_calls)]
+        for text, call_id in pieces:
+            for m in _SUMMARY_CUT.finditer(text):
+                found += 1
+                kinds.add(m["what"] if ev.message.content or ev.message.tool_calls else "error")
+                arguments = m["what"] == "the arguments of this tool call"
+                assert m["event"] == ev.event_id and (m["call"] == call_id if arguments else True)
+                payload_text, calls = shown(ev)
+                original = calls[m["call"]] if arguments else payload_text
+                check_visible(Cut(ev.event_id, None, text[: m.start()], text[m.end() :], int(m["n"].replace(",", ""))),
+                              original)  # fmt: skip
+                got_text, got_calls = await follower.load(ev.event_id)
+                assert (got_calls[m["call"]] if arguments else got_text) == original, ev.event_id
+        assert found == len(records), ev.event_id
+    assert kinds == {"this tool result", "the arguments of this tool call", "this message", "error"}
