@@ -17,6 +17,7 @@ shows no whole copy of must be cut or named.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -150,7 +151,7 @@ _CUT = re.compile(
     r"\[distill: (?P<n>\d+) characters cut from the middle of (?P<what>this message|these tool-call arguments|"
     r"this tool result); (?P<details>[^\]]*)\]"
 )
-_IDS = re.compile(r"event_id=(?P<event>[^;\s\]]+)(?:; tool_call_id=(?P<call>[^;\s\]]*))?")
+_IDS = re.compile(r"event_id=(?P<event>[^;\s\])]+)(?:; tool_call_id=(?P<call>[^;\s\]]*))?")
 _PLACEHOLDER = re.compile(r"^event_id: (?P<event>\S+)$", re.M)
 _COMPACT = re.compile(r"\[distill: event_id=(?P<event>[^;]*); tool_call_id=(?P<call>[^;]*); session_load\]")
 _NOTE = re.compile(r"\[distill: (?:left out|earlier runs left out)[^\]]*?event_id=(?P<ids>[^;\]]*);[^\]]*\]")
@@ -345,8 +346,11 @@ class Follower:
             anchor = answer["messages"][-1]["event_id"]
         return reached
 
-    async def check(self, messages: list[dict[str, Any]], filter_key: str) -> None:
-        """Every cut and note of ``messages`` followed; every event of ``filter_key`` accounted for."""
+    async def check(
+        self, messages: list[dict[str, Any]], filter_key: str, covered: frozenset[str] = frozenset()
+    ) -> None:
+        """Every cut and note of ``messages`` followed; every event of ``filter_key`` accounted for (but the
+        ``covered`` ones: the summary the request shows holds them)."""
         json.dumps(messages, ensure_ascii=False).encode("utf-8")  # what the client sends: UTF-8
         cuts, notes = cuts_in(messages)
         for cut in cuts:
@@ -372,7 +376,11 @@ class Follower:
         cut_ids = {c.event_id for c in cuts}
         for eid in self.session.order:
             ev = self.session.events[eid]
-            if event_message(ev) is None or not (filter_key == "" or ev.filter_key in ("", filter_key)):
+            if (
+                eid in covered
+                or event_message(ev) is None
+                or not (filter_key == "" or ev.filter_key in ("", filter_key))
+            ):
                 continue
             text, calls = shown(ev)
             whole = (not text or any(text in t for t in texts)) and all(arguments.get(c) == a for c, a in calls.items())
@@ -393,6 +401,18 @@ async def test_every_cut_and_left_out_event_loads_back_exactly(store: Store, see
         options = _options(budget, filter_key, pass1)
         fitted = fit(lambda o, read=read: assemble_from_read("You are helpful.", read, options=o), options)
         await follower.check(fitted.request.messages, filter_key)
+    # A summary whose boundary lies inside the last round: the request shows the summary, the events after
+    # its boundary and the round's covered events as its resume tail (their large payloads replaced).
+    last = max(int(e[1:]) for e in session.order if re.fullmatch(r"u\d+", e))
+    end = session.order.index(f"r{last}") - 1  # the round's last tool result (or its user message)
+    await store.summaries(
+        summary(session.key, 1, text="what happened so far", cutoff=end + 1, last_event_id=session.order[end])
+    )
+    read = await reader.read(session.key, "", current_event_id=f"u{last}")
+    options = dataclasses.replace(_options(1500, "", True), add_session_summary=True)
+    fitted = fit(lambda o: assemble_from_read("You are helpful.", read, options=o), options)
+    assert fitted.request.report.summary_injected
+    await follower.check(fitted.request.messages, "", frozenset(session.order[: end + 1]))
     # Any page size gives the same payloads back.
     rng = random.Random(seed)
     for event_id in rng.sample(sorted(follower.loaded), 3):
