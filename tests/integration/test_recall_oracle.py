@@ -527,3 +527,32 @@ async def test_every_summary_input_cut_loads_back_exactly(store: Store) -> None:
                 assert (got_calls[m["call"]] if arguments else got_text) == original, ev.event_id
         assert found == len(records), ev.event_id
     assert kinds == {"this tool result", "the arguments of this tool call", "this message", "error"}
+
+
+async def test_a_load_outside_what_the_session_holds_is_an_error_never_an_empty_window(store: Store) -> None:
+    """An unknown id, another session's id (without its session_id), an id of a deleted session, by event id or
+    tool call id: the agent is told the anchor is not found, never answered with an empty window that reads as
+    "nothing there"; with the other session's id named, its event loads."""
+    here, there = SessionKey(APP, "oracle", "here"), SessionKey(APP, "oracle", "there")
+    call = {"id": "c9", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+    result = event(there, "o3", at=3, role="tool", content="result", tool_call_id="c9", name="fetch")
+    await store.events(event(here, "h1", at=1, content="here 数据"), event(there, "o1", at=1, content="there ☃"),
+                       event(there, "o2", at=2, role="assistant", content=None, tool_calls=[call]), result)  # fmt: skip
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=here.app_name, user_id=here.user_id,
+                              session_id=here.session_id)  # fmt: skip
+    assert await _call(executor, "session_load", event_id="nope") == {"error": "anchor event not found: nope"}
+    assert await _call(executor, "session_load", event_id="o1") == {"error": "anchor event not found: o1"}
+    assert (await load_whole(executor, "h1"))[0] == "here 数据"
+    answer = await _call(executor, "session_load", event_id="o1", session_id="there", after=4)
+    assert [m["event_id"] for m in answer["messages"]] == ["o1", "o3"]
+    assert answer["skipped_events"] == [{"event_id": "o2", "role": "assistant", "tool_call_ids": ["c9"]}]
+    await store.apply(record(EVENTS, {"type": "delete_session", "command_id": "del-there", "app_name": APP,
+                                      "user_id": there.user_id, "session_id": there.session_id}))  # fmt: skip
+    for args, error in (
+        ({"event_id": "o1"}, "anchor event not found: o1"),
+        ({"event_id": "o2", "before": 0, "after": 4}, "anchor event not found: o2"),
+        ({"tool_call_id": "c9"}, 'tool_call_id "c9" not found in session "there"'),
+    ):
+        assert await _call(executor, "session_load", session_id="there", **args) == {"error": error}
+    found = await _call(executor, "session_search", query="result", scope="other_sessions")
+    assert found["results"] == []
