@@ -128,7 +128,13 @@ def build_session(seed: int, rounds: int = 7) -> Session:
                 if rng.random() < 0.3:
                     result = json.dumps({"rows": [_text(rng, 100) for _ in range(size // 120 + 1)], "ok": True},
                                         ensure_ascii=False)  # fmt: skip
-                if rng.random() < 0.15:  # a failed tool: its error is its only text
+                roll = rng.random()
+                if roll < 0.07:  # a call left without its result (cancelled), or a result without its call id
+                    if roll < 0.035:
+                        add(f"t{call['id']}", role="tool", content=result, name=call["function"]["name"],
+                            filter_key=branch)  # fmt: skip
+                    continue
+                if roll < 0.2:  # a failed tool: its error is its only text
                     rec = add(f"t{call['id']}", role="tool", content=None, tool_call_id=call["id"],
                               name=call["function"]["name"], filter_key=branch)  # fmt: skip
                     rec["error"] = {"type": "tool_error", "message": _text(rng, rng.choice((80, 5000)))}
@@ -284,8 +290,7 @@ async def load_whole(executor: RecallExecutor, event_id: str, limit: int | None 
 
 def shown(ev: SessionEvent) -> tuple[str, dict[str, str]]:
     """What the request stands for of ``ev``: the text it shows and each call's arguments."""
-    msg = event_message(ev)
-    assert msg is not None
+    msg = event_message(ev) or ev.message  # a result without a call id: not shown, its text named
     return msg.content or "", {c.id: c.function.arguments for c in msg.tool_calls}
 
 
@@ -378,7 +383,7 @@ class Follower:
             ev = self.session.events[eid]
             if (
                 eid in covered
-                or event_message(ev) is None
+                or (event_message(ev) is None and not (ev.message.role == "tool" and not ev.message.tool_call_id))
                 or not (filter_key == "" or ev.filter_key in ("", filter_key))
             ):
                 continue
