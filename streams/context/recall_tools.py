@@ -114,7 +114,7 @@ _LOAD_SCHEMA: dict[str, Any] = {
             "anchor's content, then its tool calls' arguments, are one stream returned in pages of at "
             "most content_limit bytes: while the answer's anchor has next_content_offset, call again "
             "with content_offset set to it to read on. Events the window passes over (tool calls, events "
-            "without text) are listed in skipped_events: load one by its event_id."
+            "without text) are listed in skipped_events: load one by its event_id (also to read on past them)."
         ),
         "parameters": {
             "type": "object",

@@ -29,6 +29,7 @@ import pytest
 import pytest_asyncio
 
 from projections.context_read import ContextReader
+from projections.event_windows import MAX_SKIPPED
 from projections.indexer import RecallIndexer, deep_group_of
 from projections.textcut import is_boundary
 from schemas import FunctionCall, SessionEvent, SessionKey, ToolCall
@@ -288,6 +289,22 @@ async def load_whole(executor: RecallExecutor, event_id: str, limit: int | None 
     return "".join(text), {k: "".join(v) for k, v in calls.items()}
 
 
+async def walk(executor: RecallExecutor, order: list[str], first: str, last: str) -> set[str]:
+    """Every event id the windows from ``first`` on name (its messages and the events it passes over), each
+    window anchored on the latest id the one before named, until ``last`` is named or nothing new comes."""
+    reached = {first}
+    anchor = first
+    while last not in reached:
+        answer = await _call(executor, "session_load", event_id=anchor, before=0, after=4, content_limit=1)
+        ids = [m["event_id"] for m in answer["messages"]] + [e["event_id"] for e in answer.get("skipped_events", [])]
+        reached.update(ids)
+        latest = max(ids, key=order.index)
+        if latest == anchor:
+            break
+        anchor = latest
+    return reached
+
+
 def shown(ev: SessionEvent) -> tuple[str, dict[str, str]]:
     """What the request stands for of ``ev``: the text it shows and each call's arguments."""
     msg = event_message(ev) or ev.message  # a result without a call id: not shown, its text named
@@ -338,18 +355,8 @@ class Follower:
         return self.loaded[event_id]
 
     async def walk(self, first: str, last: str) -> set[str]:
-        """Every event id the windows from ``first`` on name (anchored on each window's last message), to
-        ``last``."""
-        reached = {first}
-        anchor = first
-        while last not in reached:
-            answer = await _call(self.executor, "session_load", event_id=anchor, before=0, after=4, content_limit=1)
-            reached.update(m["event_id"] for m in answer["messages"])
-            reached.update(e["event_id"] for e in answer.get("skipped_events", []))
-            if answer["messages"][-1]["event_id"] == anchor:
-                break
-            anchor = answer["messages"][-1]["event_id"]
-        return reached
+        """Every event id the windows from ``first`` on name, to ``last``."""
+        return await walk(self.executor, self.session.order, first, last)
 
     async def check(
         self, messages: list[dict[str, Any]], filter_key: str, covered: frozenset[str] = frozenset()
@@ -561,3 +568,22 @@ async def test_a_load_outside_what_the_session_holds_is_an_error_never_an_empty_
         assert await _call(executor, "session_load", session_id="there", **args) == {"error": error}
     found = await _call(executor, "session_search", query="result", scope="other_sessions")
     assert found["results"] == []
+
+
+async def test_a_long_run_of_tool_calls_is_walked_window_by_window(store: Store) -> None:
+    """Forty tool-call events in a row: a window names at most ``MAX_SKIPPED`` of them and stops there, and
+    anchoring on the last one named reads on to the end."""
+    key = SessionKey(APP, "oracle", "many-calls")
+    records = [event(key, "u1", at=0, content="go")]
+    for i in range(40):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "step", "arguments": f'{{"i": {i}}}'}}
+        records.append(event(key, f"a{i}", at=i + 1, role="assistant", content=None, tool_calls=[call]))
+    records.append(event(key, "r1", at=50, role="assistant", content="done"))
+    await store.events(*records)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                              session_id=key.session_id)  # fmt: skip
+    answer = await _call(executor, "session_load", event_id="u1", before=0, after=1)
+    assert [m["event_id"] for m in answer["messages"]] == ["u1"]
+    assert [e["event_id"] for e in answer["skipped_events"]] == [f"a{i}" for i in range(MAX_SKIPPED)]
+    order = [r["event_id"] for r in records]
+    assert await walk(executor, order, "u1", "r1") == set(order)
