@@ -7,8 +7,10 @@ Beyond that a cut never falls before a combining mark, a variation selector,
 an emoji modifier or tag, a zero-width (non-)joiner or the character after a
 joiner, inside a regional-indicator flag pair, or inside a Hangul syllable
 spelled with conjoining jamo (decomposed, NFD: a leading consonant joins the
-vowel or syllable after it, vowels and final consonants the character before).
-CJK text has no spaces: any other code point boundary is a valid cut.
+vowel or syllable after it, vowels and final consonants the character before),
+between a carriage return and its line feed, or inside an Indic conjunct (a
+consonant after a virama of its script, Unicode's rule GB9c). CJK text has no
+spaces: any other code point boundary is a valid cut.
 """
 
 from __future__ import annotations
@@ -45,6 +47,24 @@ def _joins_leading_jamo(ch: str) -> bool:
     return _leading_jamo(ch) or 0xAC00 <= ord(ch) <= 0xD7A3
 
 
+_LINKERS = frozenset("\u094d\u09cd\u0acd\u0b4d\u0c4d\u0d4d")
+"""The viramas that join the consonants around them into one conjunct (Devanagari, Bengali, Gujarati, Oriya,
+Telugu, Malayalam: Unicode's ``Indic_Conjunct_Break=Linker``)."""
+
+
+def _joins_conjunct(text: str, i: int) -> bool:
+    """Whether ``text[i]``, a letter, follows a virama of its own script (across marks): one conjunct."""
+    after = text[i]
+    if not ("\u0900" <= after <= "\u0d7f") or unicodedata.category(after) != "Lo":
+        return False
+    j = i - 1
+    while j >= 0 and _extends(text[j]):
+        if text[j] in _LINKERS:
+            return ord(text[j]) >> 7 == ord(after) >> 7  # the same 128-character script block
+        j -= 1
+    return False
+
+
 def _regional(ch: str) -> bool:
     return 0x1F1E6 <= ord(ch) <= 0x1F1FF
 
@@ -54,7 +74,9 @@ def is_boundary(text: str, i: int) -> bool:
     if i <= 0 or i >= len(text):
         return True
     after, before = text[i], text[i - 1]
-    if _extends(after) or before == _ZWJ:
+    if _extends(after) or before == _ZWJ or (before == "\r" and after == "\n"):
+        return False
+    if _joins_conjunct(text, i):
         return False
     if _leading_jamo(before) and _joins_leading_jamo(after):
         return False
