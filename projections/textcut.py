@@ -53,9 +53,10 @@ Telugu, Malayalam: Unicode's ``Indic_Conjunct_Break=Linker``)."""
 
 
 def _joins_conjunct(text: str, i: int) -> bool:
-    """Whether ``text[i]``, a letter, follows a virama of its own script (across marks): one conjunct."""
+    """Whether ``text[i]`` (in the Indic blocks), a letter, follows a virama of its own script (across marks):
+    one conjunct."""
     after = text[i]
-    if not ("\u0900" <= after <= "\u0d7f") or unicodedata.category(after) != "Lo":
+    if unicodedata.category(after) != "Lo":
         return False
     j = i - 1
     while j >= 0 and _extends(text[j]):
@@ -76,7 +77,7 @@ def is_boundary(text: str, i: int) -> bool:
     after, before = text[i], text[i - 1]
     if _extends(after) or before == _ZWJ or (before == "\r" and after == "\n"):
         return False
-    if _joins_conjunct(text, i):
+    if "\u0900" <= after <= "\u0d7f" and _joins_conjunct(text, i):
         return False
     if _leading_jamo(before) and _joins_leading_jamo(after):
         return False
