@@ -114,6 +114,8 @@ CONTEXT_MAX_VALUE_CHARS = 1024
 
 
 def _bounded_context(value: dict[str, str]) -> dict[str, str]:
+    if not value:  # most records carry no context
+        return value
     if len(value) > CONTEXT_MAX_ENTRIES:
         raise ValueError(f"context holds {len(value)} entries, at most {CONTEXT_MAX_ENTRIES} are allowed")
     for key, item in value.items():

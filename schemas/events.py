@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
@@ -159,7 +159,9 @@ class SessionEvent(SessionRecord):
         if not isinstance(value, str) or not _TIMESTAMP_RE.match(value):
             raise ValueError("timestamp must be an RFC 3339 date-time string, e.g. 2026-05-02T09:00:00Z")
         try:
-            return as_utc(datetime.fromisoformat(value.upper()))
+            parsed = datetime.fromisoformat(value.upper())
+            # Most stamps end in ``Z``: parsed in UTC already (``as_utc`` would convert them again).
+            return parsed if parsed.tzinfo is UTC else as_utc(parsed)
         except (ValueError, OverflowError):
             # Not the parser's text: it quotes the value (a dead letter's reason never does).
             raise ValueError("timestamp is not a valid date-time (a day, time or UTC instant out of range)") from None

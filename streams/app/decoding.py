@@ -39,6 +39,10 @@ class Rejected:
     reason: str
 
 
+_validate_event_json = SessionEvent.__pydantic_validator__.validate_json
+"""``SessionEvent.model_validate_json`` without its Python wrapper (once per record of the events topic)."""
+
+
 def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicRecord | Rejected:
     """Validate one events-topic record (at most ``max_bytes``; ``None``: any size); never raises."""
     if max_bytes is not None and len(raw) > max_bytes:
@@ -64,7 +68,8 @@ def _decode(raw: bytes) -> EventTopicRecord | Rejected:
             # which decides the model or the rejection reason exactly as before. pydantic reads
             # NaN and Infinity (not JSON; written back as null): a record that may hold one takes
             # the full path, whose parser refuses them (and takes them inside strings for text).
-            return SessionEvent.model_validate_json(raw)
+            event: SessionEvent = _validate_event_json(raw)
+            return event
         except Exception:  # the full path below decides, and names, every refusal
             pass
     try:
