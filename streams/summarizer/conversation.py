@@ -71,11 +71,23 @@ class ConversationFormatter:
     def event_text(self, event: SessionEvent) -> str:
         """One event's lines joined by newlines (``""`` when nothing is left)."""
         message = event.message
-        if not message.tool_calls and not is_tool_result(message) and type(self).event_lines is _EVENT_LINES:
+        if (
+            not message.tool_calls
+            and message.role != "tool"
+            and not message.tool_call_id
+            and type(self).event_lines is _EVENT_LINES
+        ):
             # A plain message (most events; the text of every job's request) is one line at most:
-            # ``event_lines``' own, without its list and the join.
-            shown = shown_message(event)
-            return _content_line(event.author or UNKNOWN_AUTHOR, shown) if is_summarizable(event) else ""
+            # ``event_lines``' own, without its list and the join (``is_tool_result`` and
+            # ``is_summarizable`` inlined: this runs for every event of every job's cache key).
+            if event.partial or event.skip_summarization:
+                return ""
+            content = message.content
+            if content:
+                content = content.strip()
+                return f"{event.author or UNKNOWN_AUTHOR}: {content}" if content else ""
+            # No content: an error event reads as its error (``shown_message``).
+            return _content_line(event.author or UNKNOWN_AUTHOR, shown_message(event))
         return "\n".join(self.event_lines(event))
 
     def conversation_text(self, events: Iterable[SessionEvent], previous_summary: str = "") -> str:

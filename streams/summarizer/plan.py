@@ -195,6 +195,22 @@ def plan_pass(
     return plan(k, MIN_PAYLOAD_KEEP, truncate_middle(previous, keep), True)
 
 
+def first_request(
+    events: Sequence[SessionEvent],
+    previous: str,
+    budget: int,
+    builder: RequestBuilder,
+    formatter: ConversationFormatter,
+) -> ChatRequest:
+    """``plan_pass(events, previous, budget, builder, formatter).request``: the same request, without
+    the plan around it when the whole delta fits (the cache key of every job builds it)."""
+    text = "\n".join([t for t in map(formatter.event_text, events) if t])
+    request = builder.request(text, previous)
+    if fits_budget(request, builder.counter, budget):
+        return request
+    return plan_pass(events, previous, budget, builder, formatter).request
+
+
 def covered_prefix(
     planned: Sequence[SessionEvent], edited: Sequence[SessionEvent], original: Sequence[SessionEvent]
 ) -> list[SessionEvent] | None:

@@ -57,7 +57,14 @@ from streams.summarizer.hooks import (
 )
 from streams.summarizer.length import cap_length
 from streams.summarizer.model import ContextLengthError, ModelResponse, SummaryModel
-from streams.summarizer.plan import PassPlan, RequestBuilder, SourceTooLargeError, covered_prefix, plan_pass
+from streams.summarizer.plan import (
+    PassPlan,
+    RequestBuilder,
+    SourceTooLargeError,
+    covered_prefix,
+    first_request,
+    plan_pass,
+)
 from streams.summarizer.prompts import PromptSet, build_prompts
 from streams.summarizer.report import MANUAL_TRIGGER, attach_report, compression_stats, emit_report
 from streams.summarizer.request import ChatRequest, SummarySource, count_request, standalone_request
@@ -367,12 +374,13 @@ class Summarizer:
                 for h in (hooks.pre_summary, hooks.post_summary, hooks.before_model, hooks.after_model)
             ],
         }
-        digest = hashlib.sha256(json.dumps(head, sort_keys=True, ensure_ascii=False, default=str).encode())
+        digest = hashlib.sha256(_KEY_JSON(head).encode())
+        update = digest.update
         for event in selected:
             # ``model_dump_json().encode()`` without the str round trip (the same bytes: one per event).
             raw = event.__pydantic_serializer__.to_json(event)
-            digest.update(len(raw).to_bytes(8, "big"))
-            digest.update(raw)
+            update(len(raw).to_bytes(8, "big"))
+            update(raw)
         return digest.hexdigest()
 
     def _first_request(
@@ -392,7 +400,7 @@ class Summarizer:
             )
             if forked is not None:
                 return forked
-        return plan_pass(events, previous, budget, builder, self.formatter).request
+        return first_request(events, previous, budget, builder, self.formatter)
 
     async def _summarize(
         self,
@@ -834,6 +842,11 @@ class _Hooked:
     """Set unless the hook rewrote the text: the input is these events, planned again at each budget."""
     wrap: tuple[str, str] = ("", "")
     """What the hook added before and after the conversation text."""
+
+
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+"""``json.dumps(head, sort_keys=True, ensure_ascii=False, default=str)`` (the same text) without building
+an encoder per call: the head of every cache key, per job."""
 
 
 def _callable_name(hook: object) -> str | None:

@@ -77,6 +77,10 @@ def _varied_events() -> list[SessionEvent]:
         event(8, "tool", "结果", tool_call_id="c1", name="run"),
         event(9, "agent", "result by role", role="tool"),
         event(10, "system", "系统消息", role="system"),
+        event(11, "agent", None, error={"type": "RateLimit", "message": "slow down"}),
+        event(12, "agent", "", error={"type": "Timeout", "message": None}),
+        event(13, "agent", " 有内容的错误 ", error={"type": "Partial", "message": "cut"}),
+        event(14, "agent", "error, skipped", skip_summarization=True, error={"type": "E", "message": "m"}),
     ]
 
 
