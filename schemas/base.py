@@ -80,6 +80,20 @@ def construct(cls: type[_Model], /, **values: Any) -> _Model:
     return cls.model_construct(**values)
 
 
+def copy_with(model: _Model, update: dict[str, Any]) -> _Model:
+    """``model.model_copy(update=update)``: the same copy (fields, ``model_fields_set``), built directly when
+    ``model`` holds no extra fields and no private attributes (a job, a summary: one copy or two per job of
+    the track and summarize agents). Any other model is ``model_copy``'s own."""
+    if model.__pydantic_extra__ is not None or model.__pydantic_private__ is not None:
+        return model.model_copy(update=update)
+    out = type(model).__new__(type(model))
+    _set_attribute(out, "__dict__", {**model.__dict__, **update})
+    _set_attribute(out, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    _set_attribute(out, "__pydantic_extra__", None)
+    _set_attribute(out, "__pydantic_private__", None)
+    return out
+
+
 class ProducerModel(BaseModel):
     """A record written by producers we do not control.
 

@@ -46,6 +46,7 @@ from schemas import (
     SummaryJob,
     SummaryReply,
 )
+from schemas.base import copy_with
 from streams.app.cache import SummaryCache, input_hash
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent
@@ -361,8 +362,9 @@ class SummarizeHandler:
         (``boundary.version`` is the boundary *format* version, not the summary's)."""
         new_version = version + 1
         prev_boundary = previous.boundary if previous is not None else None
-        return cached.model_copy(
-            update={
+        return copy_with(
+            cached,
+            {
                 "version": new_version,
                 "previous_version": version or None,
                 "epoch": epoch,
@@ -371,7 +373,7 @@ class SummarizeHandler:
                 "reply_to": job.reply_to,
                 "created_at": self.clock(),
                 "chain_from_offset": chain_start(previous, job),
-            }
+            },
         )
 
 

@@ -34,6 +34,7 @@ from schemas import (
     SummaryJob,
     SummaryReply,
 )
+from schemas.base import copy_with
 from schemas.commands import KEY_COOLING_DOWN, NOTHING_TO_SUMMARIZE
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected, SummaryRecord
@@ -409,7 +410,7 @@ class TrackHandler:
             update["origin"] = "retry"
         elif self.job_origin == "replay":
             update["origin"] = "replay"
-        return job.model_copy(update=update)
+        return copy_with(job, update)
 
     def _on_delete(self, command: DeleteSession, store: StateStore, offset: int) -> None:
         """Drop the session's state; keep each key's version so later summaries keep growing."""

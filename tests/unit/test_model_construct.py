@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, PrivateAttr
 
 from schemas import JobBoundary, SessionEvent, SummaryBoundary, SummaryJob, TriggerReport
-from schemas.base import ContractModel, construct
+from schemas.base import ContractModel, construct, copy_with
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -90,3 +90,28 @@ def test_models_with_extra_private_or_aliased_fields_are_left_to_model_construct
     _same(construct(SessionEvent, **event, vendor=1), SessionEvent.model_construct(**event, vendor=1))
     _same(construct(_Private, a=1), _Private.model_construct(a=1))
     _same(construct(_Aliased, A=1), _Aliased.model_construct(A=1))
+
+
+def test_copy_with_is_model_copys_very_copy() -> None:
+    job = SummaryJob.model_validate(_job_fields())
+    built = construct(SummaryJob, schema_version=1, job_id="j2", app_name="a", user_id="u", session_id="s",
+                      filter_key="", cascade_full_session=False, from_version=0, previous_boundary=None,
+                      upto=JobBoundary.model_construct(last_event_id="e9", cutoff_at=T, offset=7),
+                      trigger=TriggerReport(name="force"))  # fmt: skip
+    for model in (job, built):
+        for update in ({}, {"events_from_offset": 4}, {"origin": "retry", "attempt": 2, "reply_to": "r"}):
+            copied = copy_with(model, update)
+            _same(copied, model.model_copy(update=update))
+            assert copied is not model and copied.__dict__ is not model.__dict__
+            assert copied.model_fields_set is not model.model_fields_set
+    assert job.events_from_offset == 0, "the copied model is left as it was"
+
+
+def test_copy_with_leaves_models_with_extra_or_private_attributes_to_model_copy() -> None:
+    event = SessionEvent.model_validate(
+        {"app_name": "a", "user_id": "u", "session_id": "s", "event_id": "e", "timestamp": T, "author": "x",
+         "message": {"role": "user", "content": "hi"}, "vendor": 1}
+    )  # fmt: skip
+    _same(copy_with(event, {"event_id": "e2"}), event.model_copy(update={"event_id": "e2"}))
+    private = _Private(a=1)
+    _same(copy_with(private, {"a": 2}), private.model_copy(update={"a": 2}))
