@@ -103,11 +103,10 @@ from projections.stage import (
     Row,
     SourceRecord,
     dead_letter,
-    refuse_oversized,
 )
 from schemas import DeleteSession, SessionEvent, SessionKey
 from schemas.record_keys import fixes_session_key
-from schemas.records import RecordDecodeError, json_object, parse_event_data
+from schemas.records import RecordDecodeError, json_object, parse_event_data, refuse_oversized
 from schemas.storable import refuse_unstorable
 
 log = logging.getLogger("distill.indexer")
@@ -324,7 +323,7 @@ class RecallIndexer(CassandraStage):
                 parsed.append((record, None))
                 continue
             try:
-                refuse_oversized(record, self.max_record_bytes)
+                refuse_oversized(record.value, self.max_record_bytes)
                 data = json_object(record.value)
                 refuse_unstorable(record.value, data)
                 found = parse_event_data(data)

@@ -73,7 +73,7 @@ from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
 from projections.cassandra_paging import afetch_all
-from projections.errors import RecordKeyError, StoreRefused, StoreUnavailable
+from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
     TokenCounter,
@@ -96,12 +96,11 @@ from projections.stage import (
     SourceRecord,
     dead_letter,
     record_key_row,
-    refuse_oversized,
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
 from schemas.headers import EVENTS_OFFSET, header_int
-from schemas.record_keys import fixes_session_key
-from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
+from schemas.record_keys import RecordKeyError, fixes_session_key
+from schemas.records import RecordDecodeError, json_object, parse_event_data, refuse_oversized, validation_reason
 from schemas.storable import refuse_unstorable
 
 log = logging.getLogger("distill.projector")
@@ -335,7 +334,7 @@ class Projector(CassandraStage):
             return None
         if record.value is None:
             raise RecordDecodeError("empty record value")
-        refuse_oversized(record, self.max_record_bytes)
+        refuse_oversized(record.value, self.max_record_bytes)
         data = json_object(record.value)
         refuse_unstorable(record.value, data)
         parsed = parse_event_data(data)

@@ -30,7 +30,7 @@ from cassandra.query import BatchStatement, BatchType
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
-from projections.errors import OversizedRecord, StoreRefused, StoreUnavailable
+from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
 from projections.session_keys import Fixed, KnownKeys, SessionKeys
 from schemas import DeadLetter, SessionKey
@@ -122,13 +122,6 @@ def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = N
         stage=stage,
         failed_at=datetime.now(UTC),
     )
-
-
-def refuse_oversized(record: SourceRecord, limit: int | None) -> None:
-    """``OversizedRecord`` when ``record``'s value is over ``limit`` bytes (``None``: no limit), in the words
-    of the worker's refusal (``streams.app.decoding``)."""
-    if limit is not None and record.value is not None and len(record.value) > limit:
-        raise OversizedRecord(f"record of {len(record.value)} bytes exceeds the limit of {limit} bytes")
 
 
 def record_key_row(fixed: tuple[SessionKey, Fixed, int], topic: str) -> tuple[Any, ...]:

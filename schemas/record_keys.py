@@ -36,8 +36,15 @@ import base64
 from schemas.base import SessionKey
 from schemas.commands import Summarize, SummarizeSync
 from schemas.events import SessionEvent
+from schemas.records import RecordDecodeError
 
-RECORD_KEY_ERROR = "RecordKeyError"
+
+class RecordKeyError(RecordDecodeError):
+    """A record of a session without a Kafka key, or with another key or partition than the session's
+    (:func:`key_problem`): the worker and the projector refuse it, under this class name on both sides."""
+
+
+RECORD_KEY_ERROR = RecordKeyError.__name__
 """``error_class`` of a dead letter for a refused key."""
 
 
