@@ -105,7 +105,7 @@ from projections.stage import (
     dead_letter,
 )
 from schemas import DeleteSession, SessionEvent, SessionKey
-from schemas.record_keys import fixes_session_key
+from schemas.record_keys import only_fixes_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data, refuse_oversized
 from schemas.storable import refuse_unstorable
 
@@ -333,7 +333,7 @@ class RecallIndexer(CassandraStage):
             if isinstance(found, SessionEvent | DeleteSession):
                 parsed.append((record, found))
             else:  # a command: the worker's business, but it may fix its session's key (schemas.record_keys)
-                parsed.append((record, found.session_key if fixes_session_key(found) else None))
+                parsed.append((record, found.session_key if only_fixes_key(found) else None))
         keyed = (item if isinstance(item, tuple) else item.session_key for _, item in parsed if item is not None)
         keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, keyed))
         segment: list[_Item] = []

@@ -99,7 +99,7 @@ from projections.stage import (
 )
 from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
 from schemas.headers import EVENTS_OFFSET, header_int
-from schemas.record_keys import RecordKeyError, fixes_session_key
+from schemas.record_keys import RecordKeyError, only_fixes_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data, refuse_oversized, validation_reason
 from schemas.storable import refuse_unstorable
 
@@ -295,7 +295,7 @@ class Projector(CassandraStage):
             if session is not None:
                 problem = keys.judge(record.key, record.partition, record.offset, session,
                                      fixes=not isinstance(item, _Delete))  # fmt: skip
-                if problem is not None and not isinstance(item, _Command):
+                if problem is not None and not isinstance(item, _Command):  # schemas.record_keys.only_fixes_key
                     # The worker refuses it with this reason (and dead-letters it too): never in a summary.
                     outcome.dead_letters.append(dead_letter(record, RecordKeyError(problem), problem, stage=STAGE))
                     continue
@@ -342,7 +342,7 @@ class Projector(CassandraStage):
             return _Event(record, parsed, data)
         if isinstance(parsed, DeleteSession):
             return _Delete(record, parsed)
-        if fixes_session_key(parsed):  # the worker's business, but it may fix the session's key
+        if only_fixes_key(parsed):  # the worker's business, but it may fix the session's key
             return _Command(record, parsed.session_key)
         return None
 

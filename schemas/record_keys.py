@@ -32,6 +32,7 @@ key kept, so it can be re-sent with the right key); nothing else is lost.
 from __future__ import annotations
 
 import base64
+from typing import TypeGuard
 
 from schemas.base import SessionKey
 from schemas.commands import Summarize, SummarizeSync
@@ -103,4 +104,12 @@ def key_problem(
 def fixes_session_key(record: object) -> bool:
     """Whether ``record`` (an events-topic record, decoded), when accepted for a session that has no key
     yet, fixes the session's key and partition: an event or a ``summarize`` / ``summarize_sync`` command."""
-    return isinstance(record, SessionEvent | Summarize | SummarizeSync)
+    return isinstance(record, SessionEvent) or only_fixes_key(record)
+
+
+def only_fixes_key(record: object) -> TypeGuard[Summarize | SummarizeSync]:
+    """Whether ``record`` (an events-topic record, decoded) is, to the Cassandra stages, only a claim on its
+    session's key: a ``summarize`` / ``summarize_sync`` command fixes the key (:func:`fixes_session_key`), but
+    it is the worker's, which refuses (dead-letters, answers) it for its key; the stages store nothing of it
+    and never dead-letter it."""
+    return isinstance(record, Summarize | SummarizeSync)
