@@ -337,7 +337,9 @@ class RecallIndexer(CassandraStage):
 
     def _parse(self, record: SourceRecord) -> SessionItem | None:
         """A record of the events topic as both stages parse it (``None``: another topic's)."""
-        return parse_session_record(record, self.max_record_bytes) if record.topic == self.events_topic else None
+        if record.topic != self.events_topic:
+            return None
+        return parse_session_record(record, self.max_record_bytes, keep_data=False)
 
     async def _index(self, items: list[EventItem], outcome: BatchOutcome) -> None:
         if not items:
