@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from schemas.records import RecordDecodeError
-
 
 class StoreUnavailable(Exception):
     """Cassandra did not answer (down, timing out, overloaded): retry later, nothing was lost."""
@@ -33,13 +31,3 @@ class InvalidRequest(ValueError):
 
 class MigrationMismatch(RuntimeError):
     """An applied migration's file changed afterwards: the keyspace no longer matches the code."""
-
-
-class OversizedRecord(RecordDecodeError):
-    """An events-topic record over ``kafka.max_record_bytes``: the worker refuses it (``OversizedRecord``, the same
-    class name on its dead letter), so no stage stores or summarizes it (the topic takes a little more)."""
-
-
-class RecordKeyError(RecordDecodeError):
-    """An events-topic record of a session without a Kafka key: the worker refuses it (``RecordKeyError``, the
-    same class name on its dead letter), so no stage stores it."""

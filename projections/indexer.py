@@ -76,7 +76,6 @@ from typing import Any, Literal
 
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
-from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder
@@ -92,7 +91,7 @@ from projections.rows import (
     recall_rows,
     split_chunks,
 )
-from projections.session_keys import KnownKeys, SessionKeys
+from projections.session_keys import KnownKeys
 from projections.stage import (
     DEEP_INDEX_STAGE,
     INDEX_STAGE,
@@ -100,15 +99,15 @@ from projections.stage import (
     BatchOutcome,
     CassandraStage,
     DeadLetterSink,
+    DeleteItem,
+    EventItem,
     Row,
+    SessionItem,
     SourceRecord,
     dead_letter,
-    refuse_oversized,
+    parse_session_record,
 )
-from schemas import DeleteSession, SessionEvent, SessionKey
-from schemas.record_keys import fixes_session_key
-from schemas.records import RecordDecodeError, json_object, parse_event_data
-from schemas.storable import refuse_unstorable
+from schemas import DeleteSession, SessionEvent
 
 log = logging.getLogger("distill.indexer")
 
@@ -173,12 +172,6 @@ class _Marker:
             return record.partition == self.partition and record.offset < self.offset
         # A marker from before the offsets were recorded: fall back to the times.
         return self.deleted_at is not None and event.timestamp <= self.deleted_at
-
-
-@dataclass(frozen=True)
-class _Item:
-    record: SourceRecord
-    event: SessionEvent
 
 
 class RecallIndexer(CassandraStage):
@@ -314,49 +307,22 @@ class RecallIndexer(CassandraStage):
         if self.scope == "deep" and records:
             await self._follow_primary(records)
         outcome = BatchOutcome()
-        parsed: list[tuple[SourceRecord, SessionEvent | DeleteSession | SessionKey | None]] = []
-        for record in records:
-            key = (record.topic, record.partition)
-            outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
-            if record.topic == self.events_topic:
-                self._stamps.follow(key, record.offset)
-            if record.topic != self.events_topic or record.value is None:
-                parsed.append((record, None))
-                continue
-            try:
-                refuse_oversized(record, self.max_record_bytes)
-                data = json_object(record.value)
-                refuse_unstorable(record.value, data)
-                found = parse_event_data(data)
-            except (RecordDecodeError, ValidationError):
-                parsed.append((record, None))
-                continue
-            if isinstance(found, SessionEvent | DeleteSession):
-                parsed.append((record, found))
-            else:  # a command: the worker's business, but it may fix its session's key (schemas.record_keys)
-                parsed.append((record, found.session_key if fixes_session_key(found) else None))
-        keyed = (item if isinstance(item, tuple) else item.session_key for _, item in parsed if item is not None)
-        keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, keyed))
-        segment: list[_Item] = []
+        parsed, keys = await self._parse_and_judge(records, outcome, self._parse)
+        segment: list[EventItem] = []
         for record, item in parsed:
-            if item is None:
+            # Refused (what the projector dead-letters, for its key too, search does not find either), a command
+            # or a record of no session: nothing to index.
+            if not isinstance(item, EventItem | DeleteItem):
                 outcome.ignored += 1
-                continue
-            session = item if isinstance(item, tuple) else item.session_key
-            # What the projector refuses (and dead-letters) for its key, search does not find either.
-            refused = keys.judge(record.key, record.partition, record.offset, session,
-                                 fixes=not isinstance(item, DeleteSession))  # fmt: skip
-            if refused is not None or isinstance(item, tuple):
-                outcome.ignored += 1
-            elif isinstance(item, DeleteSession):
+            elif isinstance(item, DeleteItem):
                 await self._index(segment, outcome)
                 segment = []
                 if self.scope != "deep":  # the primary stage removed the session's rows, its later chunks too
-                    await self._delete(item)
-                    self._stamps.forget((record.topic, record.partition), session)
+                    await self._delete(item.command)
+                    self._stamps.forget((record.topic, record.partition), item.session_key)
                 outcome.deletes += 1
             else:
-                segment.append(_Item(record, item))
+                segment.append(item)
         await self._index(segment, outcome)
         # The projector's rows are the record keys' one written copy: the indexer reads them and never writes
         # (a lagging indexer's fix, written last, had replaced the projector's, which then refused the
@@ -369,7 +335,13 @@ class RecallIndexer(CassandraStage):
             await self._save_offsets(kept)
         return outcome
 
-    async def _index(self, items: list[_Item], outcome: BatchOutcome) -> None:
+    def _parse(self, record: SourceRecord) -> SessionItem | None:
+        """A record of the events topic as both stages parse it (``None``: another topic's)."""
+        if record.topic != self.events_topic:
+            return None
+        return parse_session_record(record, self.max_record_bytes, keep_data=False)
+
+    async def _index(self, items: list[EventItem], outcome: BatchOutcome) -> None:
         if not items:
             return
         if self.scope == "deep":
@@ -380,7 +352,7 @@ class RecallIndexer(CassandraStage):
         seqs = {id(item): placements[n].seq for n, item in enumerate(items) if n in placements}
         live = [i for i in items if not _covered(markers, i)]
         outcome.skipped_deleted += len(items) - len(live)
-        built: list[tuple[_Item, RecallRows]] = []
+        built: list[tuple[EventItem, RecallRows]] = []
         for n, item in enumerate(live, start=1):
             # The primary stage does not cut the chunks it leaves to the deep stage.
             rows = recall_rows(item.event, seqs.get(id(item), item.record.offset),
@@ -404,7 +376,7 @@ class RecallIndexer(CassandraStage):
             await self._write_vectors(written)
         await self._recheck(written)
 
-    async def _place(self, items: list[_Item]) -> dict[int, Placement]:
+    async def _place(self, items: list[EventItem]) -> dict[int, Placement]:
         """Where the events of ``items`` (in log order) that are published again go, by index: where the log
         first had them, as the projector places them (``Projector._place``; see ``projections.late_events``).
 
@@ -428,7 +400,7 @@ class RecallIndexer(CassandraStage):
         records = [((keys[n][1], i.event.event_id), i.event.timestamp, i.record.offset) for n, i in enumerate(items)]
         return place_late(records, late, stored, ties)
 
-    def _batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
+    def _batches(self, built: list[tuple[EventItem, RecallRows]], start: int, stop: int) -> list[Batch]:
         """The rows of ``built[start:stop]`` grouped by partition, cut into size-capped batches.
 
         The documents and chunks of a tenant share its partition; the context lines of a session share
@@ -452,7 +424,7 @@ class RecallIndexer(CassandraStage):
             lines.append((line_stmt, rows.line, index, _LINE_BYTES))
         return self._cut(groups)
 
-    async def _write_vectors(self, written: list[tuple[_Item, RecallRows]]) -> None:
+    async def _write_vectors(self, written: list[tuple[EventItem, RecallRows]]) -> None:
         assert self._embedder is not None
         try:
             embeddings = await self._embedder.embed([rows.text[:MAX_EMBED_CHARS] for _, rows in written])
@@ -489,15 +461,15 @@ class RecallIndexer(CassandraStage):
         finally:
             self.waited_primary_s += time.monotonic() - started
 
-    async def _primary_seqs(self, items: Sequence[_Item]) -> list[int | None]:
+    async def _primary_seqs(self, items: Sequence[EventItem]) -> list[int | None]:
         """The ``seq`` of the primary stage's document row of each of ``items`` (``None``: no row)."""
         found = await self._read_many(self._p["seq"], [(*_session(i.event), i.event.timestamp, i.event.event_id)
                                                        for i in items])  # fmt: skip
         return [next((r.seq for r in rows if r.seq is not None), None) for rows in found]
 
-    async def _index_deep(self, items: list[_Item], outcome: BatchOutcome) -> None:
+    async def _index_deep(self, items: list[EventItem], outcome: BatchOutcome) -> None:
         """Write the later chunks (beyond ``primary_chunks``) of ``items`` whose document the primary indexed."""
-        candidates: list[_Item] = []
+        candidates: list[EventItem] = []
         for n, item in enumerate(items, start=1):
             if has_later_chunks(item.event):
                 candidates.append(item)
@@ -508,7 +480,7 @@ class RecallIndexer(CassandraStage):
             return
         markers, seqs = await asyncio.gather(self._markers({_session(i.event) for i in candidates}),
                                              self._primary_seqs(candidates))  # fmt: skip
-        built: list[tuple[_Item, RecallRows]] = []
+        built: list[tuple[EventItem, RecallRows]] = []
         for n, (item, seq) in enumerate(zip(candidates, seqs, strict=True), start=1):
             if seq is None or _covered(markers, item):
                 outcome.skipped_deleted += 1  # deleted (or never indexed): its later chunks must not show
@@ -532,7 +504,7 @@ class RecallIndexer(CassandraStage):
         self.indexed_tokens += sum(rows.tokens for _, rows in written)
         await self._recheck_deep(written)
 
-    def _deep_batches(self, built: list[tuple[_Item, RecallRows]], start: int, stop: int) -> list[Batch]:
+    def _deep_batches(self, built: list[tuple[EventItem, RecallRows]], start: int, stop: int) -> list[Batch]:
         """The ``recall_chunks`` rows of ``built[start:stop]`` by tenant partition, cut into size-capped batches."""
         groups: dict[tuple[str, ...], list[Row]] = {}
         for index in range(start, stop):
@@ -542,7 +514,7 @@ class RecallIndexer(CassandraStage):
                 group.append((self._bind_chunk, chunk, index, size))
         return self._cut(groups)
 
-    async def _recheck_deep(self, written: list[tuple[_Item, RecallRows]]) -> None:
+    async def _recheck_deep(self, written: list[tuple[EventItem, RecallRows]]) -> None:
         """Remove the later chunks just written of events whose document a deletion removed meanwhile."""
         if not written:
             return
@@ -577,7 +549,7 @@ class RecallIndexer(CassandraStage):
                 out[(app, user, r.session_id)] = _Marker(r.deleted_partition, r.deleted_offset, deleted_at)
         return out
 
-    async def _recheck(self, written: list[tuple[_Item, RecallRows]]) -> None:
+    async def _recheck(self, written: list[tuple[EventItem, RecallRows]]) -> None:
         """Remove what was just written for events a deletion that landed meanwhile removed."""
         if not written:
             return
@@ -608,6 +580,6 @@ def _session(event: SessionEvent) -> _Session:
     return (event.app_name, event.user_id, event.session_id)
 
 
-def _covered(markers: dict[_Session, _Marker], item: _Item) -> bool:
+def _covered(markers: dict[_Session, _Marker], item: EventItem) -> bool:
     marker = markers.get(_session(item.event))
     return marker is not None and marker.covers(item.record, item.event)

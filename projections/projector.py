@@ -73,7 +73,7 @@ from projections import statements as q
 from projections.binding import RowBinder
 from projections.boundary import Deletion, outlived_by_deletion
 from projections.cassandra_paging import afetch_all
-from projections.errors import RecordKeyError, StoreRefused, StoreUnavailable
+from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import DEFAULT_REMEMBERED_SESSIONS, LatestStamps, Placement, place_late
 from projections.rows import (
     TokenCounter,
@@ -90,18 +90,20 @@ from projections.stage import (
     Batch,
     BatchOutcome,
     CassandraStage,
+    CommandItem,
     DeadLetterSink,
+    DeleteItem,
+    EventItem,
     PartitionProgress,
     Row,
     SourceRecord,
     dead_letter,
+    parse_session_record,
     record_key_row,
-    refuse_oversized,
 )
-from schemas import DeleteSession, EpochAdopted, SessionEvent, SessionKey, SessionSummary
+from schemas import EpochAdopted, SessionEvent, SessionKey, SessionSummary
 from schemas.headers import EVENTS_OFFSET, header_int
-from schemas.record_keys import fixes_session_key
-from schemas.records import RecordDecodeError, json_object, parse_event_data, validation_reason
+from schemas.records import RecordDecodeError, json_object, validation_reason
 from schemas.storable import refuse_unstorable
 
 log = logging.getLogger("distill.projector")
@@ -112,36 +114,6 @@ __all__ = [
     "STAGE", "BatchOutcome", "DeadLetterSink", "PartitionProgress", "Projector", "SourceRecord", "dead_letter",
     "parse_summary_record", "replay_topic_prefix",
 ]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _Event:
-    record: SourceRecord
-    event: SessionEvent
-    data: dict[str, Any]
-    """The decoded record ``event`` was validated from (its stored JSON is made from it)."""
-
-    @property
-    def session_key(self) -> SessionKey:
-        return self.event.session_key
-
-
-@dataclass(frozen=True)
-class _Delete:
-    record: SourceRecord
-    command: DeleteSession
-
-    @property
-    def session_key(self) -> SessionKey:
-        return self.command.session_key
-
-
-@dataclass(frozen=True)
-class _Command:
-    """A ``summarize`` / ``summarize_sync`` command: the worker's, but it may fix its session's key."""
-
-    record: SourceRecord
-    session_key: SessionKey
 
 
 @dataclass(frozen=True)
@@ -158,7 +130,7 @@ class _Adopt:
     adoption: EpochAdopted
 
 
-_Item = _Event | _Delete | _Command | _Summary | _Adopt
+_Item = EventItem | DeleteItem | CommandItem | _Summary | _Adopt
 
 
 def parse_summary_record(raw: bytes | None) -> SessionSummary | EpochAdopted | None:
@@ -271,38 +243,18 @@ class Projector(CassandraStage):
         simply be retried.
         """
         outcome = BatchOutcome()
-        parsed: list[tuple[SourceRecord, _Item | RecordDecodeError | ValidationError | None]] = []
-        sessions: list[SessionKey | None] = []  # per record of ``parsed``: whose key judges it (events topic)
-        for record in records:
-            key = (record.topic, record.partition)
-            outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
-            if record.topic == self.events_topic:
-                self._stamps.follow(key, record.offset)
-            try:
-                found = self._parse(record)
-            except (RecordDecodeError, ValidationError) as exc:
-                parsed.append((record, exc))
-                sessions.append(None)
-                continue
-            parsed.append((record, found))
-            sessions.append(found.session_key if isinstance(found, _Event | _Delete | _Command) else None)
-        keys = SessionKeys(self._keys, await self._read_record_keys(self._keys, filter(None, sessions)))
-        segment: list[_Event | _Summary] = []
-        for (record, item), session in zip(parsed, sessions, strict=True):
+        parsed, keys = await self._parse_and_judge(records, outcome, self._parse)
+        segment: list[EventItem | _Summary] = []
+        for record, item in parsed:
             if isinstance(item, RecordDecodeError | ValidationError):
+                # A RecordKeyError too: the worker refuses it with this reason (and dead-letters it too), so it
+                # is never in a summary.
                 reason = validation_reason(item) if isinstance(item, ValidationError) else None
                 outcome.dead_letters.append(dead_letter(record, item, reason, stage=STAGE))
                 continue
-            if session is not None:
-                problem = keys.judge(record.key, record.partition, record.offset, session,
-                                     fixes=not isinstance(item, _Delete))  # fmt: skip
-                if problem is not None and not isinstance(item, _Command):
-                    # The worker refuses it with this reason (and dead-letters it too): never in a summary.
-                    outcome.dead_letters.append(dead_letter(record, RecordKeyError(problem), problem, stage=STAGE))
-                    continue
-            if item is None or isinstance(item, _Command):
+            if item is None or isinstance(item, CommandItem):
                 outcome.ignored += 1
-            elif isinstance(item, _Delete):
+            elif isinstance(item, DeleteItem):
                 await self._flush(segment, outcome, keys)
                 segment = []
                 if await self._refusable(item.record, self._delete(item), "delete", outcome):
@@ -324,6 +276,7 @@ class Projector(CassandraStage):
         return outcome
 
     def _parse(self, record: SourceRecord) -> _Item | None:
+        """A record of the summaries topics, or of the events topic as both stages parse it."""
         live = record.topic == self.summaries_topic
         if live or record.topic.startswith(replay_topic_prefix(self.summaries_topic)):
             refuse_unstorable(record.value or b"")
@@ -333,19 +286,7 @@ class Projector(CassandraStage):
             if isinstance(parsed_summary, EpochAdopted) and live:
                 return _Adopt(record, parsed_summary)
             return None
-        if record.value is None:
-            raise RecordDecodeError("empty record value")
-        refuse_oversized(record, self.max_record_bytes)
-        data = json_object(record.value)
-        refuse_unstorable(record.value, data)
-        parsed = parse_event_data(data)
-        if isinstance(parsed, SessionEvent):
-            return _Event(record, parsed, data)
-        if isinstance(parsed, DeleteSession):
-            return _Delete(record, parsed)
-        if fixes_session_key(parsed):  # the worker's business, but it may fix the session's key
-            return _Command(record, parsed.session_key)
-        return None
+        return parse_session_record(record, self.max_record_bytes)
 
     @staticmethod
     async def _refusable(record: SourceRecord, write: Awaitable[int | None], what: str, outcome: BatchOutcome) -> int:
@@ -362,15 +303,15 @@ class Projector(CassandraStage):
             return 0
         return 1 if done is None else done
 
-    async def _flush(self, items: list[_Event | _Summary], outcome: BatchOutcome, keys: SessionKeys) -> None:
-        events = [i for i in items if isinstance(i, _Event)]
+    async def _flush(self, items: list[EventItem | _Summary], outcome: BatchOutcome, keys: SessionKeys) -> None:
+        events = [i for i in items if isinstance(i, EventItem)]
         summaries = [i for i in items if isinstance(i, _Summary)]
         if events:
             await self._write_events(events, outcome, keys)
         if summaries:
             await self._write_summaries(summaries, outcome)
 
-    async def _write_events(self, items: list[_Event], outcome: BatchOutcome, keys: SessionKeys) -> None:
+    async def _write_events(self, items: list[EventItem], outcome: BatchOutcome, keys: SessionKeys) -> None:
         """Write the rows of ``items`` as unlogged batches, run concurrently.
 
         The session tables share the partition key ``(app_name, user_id,
@@ -391,7 +332,7 @@ class Projector(CassandraStage):
             )
         outcome.events += len(items) - len(rejected)
 
-    async def _place(self, items: list[_Event]) -> dict[int, Placement]:
+    async def _place(self, items: list[EventItem]) -> dict[int, Placement]:
         """The events of ``items`` (in log order) not written plainly at their record's offset — late, or
         published again —, by index (most events have no entry).
 
@@ -418,7 +359,7 @@ class Projector(CassandraStage):
         return place_late(records, late, stored, ties)
 
     def _batches(
-        self, items: list[_Event], placements: dict[int, Placement], keys: SessionKeys, start: int, stop: int
+        self, items: list[EventItem], placements: dict[int, Placement], keys: SessionKeys, start: int, stop: int
     ) -> list[Batch]:
         """The rows of ``items[start:stop]`` grouped by session partition, then cut into batches (``_cut``); the
         key an event fixed (``keys``) goes with its rows (one partition key: no message of its own)."""
@@ -625,7 +566,7 @@ class Projector(CassandraStage):
                 return False
         raise StoreUnavailable(f"summaries_latest for {key} kept changing under the projector")
 
-    async def _delete(self, item: _Delete) -> None:
+    async def _delete(self, item: DeleteItem) -> None:
         """The marker first (the indexer's barrier, and what stops a late summary), then the rows.
 
         The recall rows are removed with a tombstone stamped at the command's

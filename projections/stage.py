@@ -6,7 +6,9 @@ and its heartbeat in ``projector_progress`` (tagged with the stage's name, so
 the read side tells "the prompt may miss events" from "search may miss
 events"). ``projections.kafka_runner.ProjectorRunner`` runs any stage.
 
-Here: the records handed over by the adapter, the outcome of a batch, dead
+Here: the records handed over by the adapter, how both stages parse an
+events-topic record and judge it by its session's key (one step, so the index
+never holds what the projector refuses), the outcome of a batch, dead
 letters, offsets and progress, and the driver bridge (concurrent writes,
 unlogged single-partition batches with a statement-by-statement replay that
 pins a rejection on the record at fault).
@@ -20,20 +22,24 @@ import struct
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from cassandra import DriverException, InvalidRequest, RequestExecutionException
 from cassandra.cluster import NoHostAvailable, Session
 from cassandra.connection import ConnectionBusy
 from cassandra.query import BatchStatement, BatchType
+from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
 from projections.cassandra_session import aexecute, aexecute_many
-from projections.errors import OversizedRecord, StoreRefused, StoreUnavailable
+from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
 from projections.session_keys import Fixed, KnownKeys, SessionKeys
-from schemas import DeadLetter, SessionKey
+from schemas import DeadLetter, DeleteSession, SessionEvent, SessionKey, Summarize, SummarizeSync
+from schemas.record_keys import RecordKeyError, fixes_session_key, only_fixes_key
+from schemas.records import RecordDecodeError, json_object, parse_event_data, refuse_oversized
+from schemas.storable import refuse_unstorable
 
 _TRANSIENT = (NoHostAvailable, RequestExecutionException, OSError, TimeoutError)
 PROJECT_STAGE = "project"
@@ -44,6 +50,8 @@ DEEP_INDEX_STAGE = "index-deep"
 """The recall indexer's deep stage (``RecallIndexer(scope="deep")``): the later chunks of long documents."""
 INDEX_STAGES = frozenset({INDEX_STAGE, DEEP_INDEX_STAGE})
 """The stages that build the recall index (not the critical path)."""
+_Parsed = TypeVar("_Parsed")
+_Command = TypeVar("_Command", DeleteSession, Summarize | SummarizeSync)
 
 
 @dataclass(frozen=True)
@@ -124,11 +132,74 @@ def dead_letter(record: SourceRecord, exc: BaseException, reason: str | None = N
     )
 
 
-def refuse_oversized(record: SourceRecord, limit: int | None) -> None:
-    """``OversizedRecord`` when ``record``'s value is over ``limit`` bytes (``None``: no limit), in the words
-    of the worker's refusal (``streams.app.decoding``)."""
-    if limit is not None and record.value is not None and len(record.value) > limit:
-        raise OversizedRecord(f"record of {len(record.value)} bytes exceeds the limit of {limit} bytes")
+@dataclass(frozen=True)
+class EventItem:
+    """An event of the events topic, parsed and judged storable (:func:`parse_session_record`)."""
+
+    record: SourceRecord
+    event: SessionEvent
+    data: dict[str, Any] | None
+    """The decoded record ``event`` was validated from (the projector's stored JSON is made from it;
+    ``None``: not kept)."""
+
+    @property
+    def session_key(self) -> SessionKey:
+        return self.event.session_key
+
+
+@dataclass(frozen=True)
+class _CommandRecord(Generic[_Command]):
+    record: SourceRecord
+    command: _Command
+
+    @property
+    def session_key(self) -> SessionKey:
+        return self.command.session_key
+
+
+class DeleteItem(_CommandRecord[DeleteSession]):
+    """A ``delete_session`` of the events topic: a barrier of both stages."""
+
+
+class CommandItem(_CommandRecord[Summarize | SummarizeSync]):
+    """A ``summarize`` / ``summarize_sync`` command: the worker's, but it may fix its session's key
+    (``schemas.record_keys.only_fixes_key``)."""
+
+
+SessionItem = EventItem | DeleteItem | CommandItem
+"""An events-topic record both stages read and judge by its session's Kafka key (``schemas.record_keys``)."""
+
+Refused = RecordDecodeError | ValidationError
+"""Why a record is refused: the worker's class and reason (``RecordKeyError`` and ``OversizedRecord`` are
+``RecordDecodeError``\ s)."""
+
+
+def parse_session_record(
+    record: SourceRecord, max_record_bytes: int | None, *, keep_data: bool = True
+) -> SessionItem | None:
+    """One events-topic record as both stages take it: its event, deletion or command (``None``: an
+    ``adopt_epoch``, the worker's alone). ``keep_data``: an event keeps its decoded record
+    (``EventItem.data``).
+
+    Raises what the worker refuses the record for, in its words: ``RecordDecodeError`` (no value, over
+    ``max_record_bytes``: ``OversizedRecord``, not a JSON object, not storable: ``schemas.storable``) or a
+    ``ValidationError``.
+    """
+    if record.value is None:
+        raise RecordDecodeError("empty record value")
+    refuse_oversized(record.value, max_record_bytes)
+    data = json_object(record.value)
+    refuse_unstorable(record.value, data)
+    parsed = parse_event_data(data)
+    if isinstance(parsed, SessionEvent):
+        # Kept only for a stage that uses it: a batch's decoded records, alive until it is written, cost the
+        # indexer ~4 µs an event of garbage collection.
+        return EventItem(record, parsed, data if keep_data else None)
+    if isinstance(parsed, DeleteSession):
+        return DeleteItem(record, parsed)
+    if only_fixes_key(parsed):
+        return CommandItem(record, parsed)
+    return None
 
 
 def record_key_row(fixed: tuple[SessionKey, Fixed, int], topic: str) -> tuple[Any, ...]:
@@ -239,6 +310,12 @@ class CassandraStage:
 
     STAGE = PROJECT_STAGE
     """The stage's name: in its dead letters and on its heartbeat rows (``projector_progress.stage``)."""
+    events_topic: str
+    """Set by the stage: the topic of the sessions' events and commands."""
+    _stamps: LatestStamps
+    """Set by the stage: its sessions' latest timestamps (``projections.late_events``)."""
+    _keys: KnownKeys
+    """Set by the stage: the record keys it remembers (``projections.session_keys``)."""
 
     def __init__(
         self, session: Session, keyspace: str, *, consumer_group: str, concurrency: int = 32,
@@ -373,6 +450,40 @@ class CassandraStage:
                     ) from single_exc
                 rejected.setdefault(batch.entries[position][2], single_exc)
         return rejected
+
+    # -- parse and judge -------------------------------------------------------------------------------------
+
+    async def _parse_and_judge(
+        self, records: Sequence[SourceRecord], outcome: BatchOutcome, parse: Callable[[SourceRecord], _Parsed],
+    ) -> tuple[list[tuple[SourceRecord, _Parsed | Refused]], SessionKeys]:  # fmt: skip
+        """Each of ``records`` (in log order) as ``parse`` makes it (``parse_session_record`` for the events
+        topic), or why it is refused: what ``parse`` raises, or, for a :data:`SessionItem` whose Kafka key or
+        partition is not its session's (``schemas.record_keys``, judged in log order), ``RecordKeyError`` with
+        the worker's reason (never for a ``CommandItem``: it only fixes the key). Also the batch's
+        ``SessionKeys``: what it fixed, to be written with its rows. Every record moves ``outcome.offsets``
+        past it, and the latest offset the stage's stamps follow.
+        """
+        parsed: list[tuple[SourceRecord, _Parsed | Refused]] = []
+        known = self._keys
+        for record in records:
+            key = (record.topic, record.partition)
+            outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
+            if record.topic == self.events_topic:
+                self._stamps.follow(key, record.offset)
+            try:
+                parsed.append((record, parse(record)))
+            except (RecordDecodeError, ValidationError) as exc:
+                parsed.append((record, exc))
+        judged = [(n, item, item.session_key) for n, (_, item) in enumerate(parsed)
+                  if isinstance(item, EventItem | DeleteItem | CommandItem)]  # fmt: skip
+        keys = SessionKeys(known, await self._read_record_keys(known, (session for _, _, session in judged)))
+        for n, item, session in judged:
+            r = item.record
+            decoded = item.event if isinstance(item, EventItem) else item.command
+            problem = keys.judge(r.key, r.partition, r.offset, session, fixes=fixes_session_key(decoded))
+            if problem is not None and not isinstance(item, CommandItem):
+                parsed[n] = (r, RecordKeyError(problem))
+        return parsed, keys
 
     # -- record keys (projections.session_keys) --------------------------------------------------------------
 

@@ -32,12 +32,20 @@ key kept, so it can be re-sent with the right key); nothing else is lost.
 from __future__ import annotations
 
 import base64
+from typing import TypeGuard
 
 from schemas.base import SessionKey
 from schemas.commands import Summarize, SummarizeSync
 from schemas.events import SessionEvent
+from schemas.records import RecordDecodeError
 
-RECORD_KEY_ERROR = "RecordKeyError"
+
+class RecordKeyError(RecordDecodeError):
+    """A record of a session without a Kafka key, or with another key or partition than the session's
+    (:func:`key_problem`): the worker and the projector refuse it, under this class name on both sides."""
+
+
+RECORD_KEY_ERROR = RecordKeyError.__name__
 """``error_class`` of a dead letter for a refused key."""
 
 
@@ -96,4 +104,12 @@ def key_problem(
 def fixes_session_key(record: object) -> bool:
     """Whether ``record`` (an events-topic record, decoded), when accepted for a session that has no key
     yet, fixes the session's key and partition: an event or a ``summarize`` / ``summarize_sync`` command."""
-    return isinstance(record, SessionEvent | Summarize | SummarizeSync)
+    return isinstance(record, SessionEvent) or only_fixes_key(record)
+
+
+def only_fixes_key(record: object) -> TypeGuard[Summarize | SummarizeSync]:
+    """Whether ``record`` (an events-topic record, decoded) is, to the Cassandra stages, only a claim on its
+    session's key: a ``summarize`` / ``summarize_sync`` command fixes the key (:func:`fixes_session_key`), but
+    it is the worker's, which refuses (dead-letters, answers) it for its key; the stages store nothing of it
+    and never dead-letter it."""
+    return isinstance(record, Summarize | SummarizeSync)

@@ -24,6 +24,19 @@ class RecordDecodeError(ValueError):
     """The bytes are not a JSON object: the reason names what is wrong."""
 
 
+class OversizedRecord(RecordDecodeError):
+    """An events-topic record over ``kafka.max_record_bytes``: the worker refuses it and the projector
+    dead-letters it (the class name is the dead letter's ``error_class`` on both sides), so no stage stores or
+    summarizes it (the topic takes a little more)."""
+
+
+def refuse_oversized(raw: bytes | None, limit: int | None) -> None:
+    """``OversizedRecord`` when ``raw`` is over ``limit`` bytes (``None``: no limit; no value: nothing to refuse);
+    the one check and reason of the worker (``streams.app.decoding``) and the stages (``projections.stage``)."""
+    if limit is not None and raw is not None and len(raw) > limit:
+        raise OversizedRecord(f"record of {len(raw)} bytes exceeds the limit of {limit} bytes")
+
+
 def parse_event_record(raw: bytes | str) -> EventTopicRecord:
     """Validate one JSON record of the events topic.
 
@@ -88,11 +101,13 @@ def validation_reason(exc: ValidationError, limit: int = 5) -> str:
 __all__ = [
     "EventRecord",
     "EventTopicRecord",
+    "OversizedRecord",
     "RecordDecodeError",
     "ValidationError",
     "json_object",
     "parse_event_data",
     "parse_event_record",
+    "refuse_oversized",
     "validation_reason",
 ]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -115,12 +115,20 @@ class DistillClient:
         """Send many records (pipelined, in order per session); returns how many were acknowledged."""
         return len(await self.publish_logged(records))
 
-    async def publish_logged(self, records: Iterable[EventTopicRecord]) -> list[int]:
+    async def publish_logged(
+        self, records: Iterable[EventTopicRecord], *, encoded: Sequence[bytes] | None = None
+    ) -> list[int]:
         """:meth:`publish_many`, returning each record's offset in the events topic, in order: its place in
-        its session's log (every record of a session shares one partition)."""
+        its session's log (every record of a session shares one partition).
+
+        ``encoded``: each record's value as :func:`encoded_within` made it, for a caller that checked the
+        records against the limit already (``None``: they are encoded and checked here)."""
         # A record that cannot be sent (too large, a NaN) stops all before any is sent.
-        encoded = [(self._value(r), _key(r)) for r in records]
-        futures = [await self.producer.send(self.settings.topics.events, value, key=key) for value, key in encoded]
+        if encoded is None:
+            sent = [(self._value(r), _key(r)) for r in records]
+        else:
+            sent = [(value, _key(r)) for r, value in zip(records, encoded, strict=True)]
+        futures = [await self.producer.send(self.settings.topics.events, value, key=key) for value, key in sent]
         return [(await future).offset for future in futures]
 
     async def publish_raw(self, key: bytes | None, value: bytes) -> tuple[int, int]:

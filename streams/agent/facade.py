@@ -260,9 +260,10 @@ class DistillAgent:
             if results:
                 run = await self._current_run()
                 answered = zip(results, calls, strict=False)  # results: the first calls' (fewer when cut short)
-                events = [self._recordable(self._event(result, run), call) for result, call in answered]
+                recorded = [self._recordable(self._event(result, run), call) for result, call in answered]
+                events = [event for event, _ in recorded]
                 results[:] = [e.message for e in events]
-                await asyncio.shield(self._publish(events))
+                await asyncio.shield(self._publish(events, [value for _, value in recorded]))
                 for event in events:
                     self._note_legacy(run, event)
         return results
@@ -276,17 +277,18 @@ class DistillAgent:
                 return calls
         return to_message(reply).tool_calls
 
-    def _recordable(self, event: SessionEvent, call: ToolCall) -> SessionEvent:
-        """``event``, or, when it is over the record limit, the same event answering ``call`` with an error.
+    def _recordable(self, event: SessionEvent, call: ToolCall) -> tuple[SessionEvent, bytes]:
+        """``event``, or, when it is over the record limit, the same event answering ``call`` with an error;
+        with its value as it is published (encoded once: the size checked is the size sent).
 
         Raised instead (``RecordTooLargeError``), the batch's other results, their tools run, were
         never published; sent, the worker refused it and no summary held it.
         """
+        limit = self.backend.settings.kafka.max_record_bytes
         try:
-            encoded_within(event, self.backend.settings.kafka.max_record_bytes)
-            return event
+            return event, encoded_within(event, limit)
         except RecordTooLargeError as exc:
-            size, limit = exc.size, exc.limit
+            size = exc.size
         log.warning("tool result over the record limit answered as an error",
                     extra={"session_id": self.key.session_id, "event_id": event.event_id,
                            "tool_name": call.function.name, "bytes": size, "limit": limit})  # fmt: skip
@@ -295,7 +297,8 @@ class DistillAgent:
             f"the tool's result is {size} bytes as a session event, over the limit of {limit} bytes "
             "(kafka.max_record_bytes): it was not kept; ask for a smaller part",
         )
-        return event.model_copy(update={"message": error})
+        answered = event.model_copy(update={"message": error})
+        return answered, encoded_within(answered, limit)
 
     async def _answer(self, call: ToolCall, tools: Mapping[str, LocalTool]) -> Message:
         recall = self.recall
@@ -494,8 +497,10 @@ class DistillAgent:
             model=self.model, context_window=self.options.context_window, usage=usage,
         ))  # fmt: skip
 
-    async def _publish(self, events: Sequence[SessionEvent]) -> None:
-        offsets = await self.backend.client.publish_logged(events)
+    async def _publish(self, events: Sequence[SessionEvent], encoded: Sequence[bytes] | None = None) -> None:
+        """Publish ``events`` (``encoded``: their values, as ``encoded_within`` made them; ``None``: the client
+        encodes them) and note them as not yet shown."""
+        offsets = await self.backend.client.publish_logged(events, encoded=encoded)
         self._unconfirmed.extend((e.event_id, e.timestamp, seq) for e, seq in zip(events, offsets, strict=True))
 
     async def _seed(self) -> None:

@@ -23,7 +23,7 @@ from schemas import (
     SummaryReply,
     parse_event_record,
 )
-from schemas.records import json_object, validation_reason
+from schemas.records import json_object, refuse_oversized, validation_reason
 from schemas.storable import refuse_oversized_session_key, refuse_surrogates_in
 
 SummaryRecord = SessionSummary | SummaryFailure | SummaryReply | EpochAdopted
@@ -45,17 +45,17 @@ _validate_event_json = SessionEvent.__pydantic_validator__.validate_json
 
 def decode_event_record(raw: bytes, max_bytes: int | None = None) -> EventTopicRecord | Rejected:
     """Validate one events-topic record (at most ``max_bytes``; ``None``: any size); never raises."""
-    if max_bytes is not None and len(raw) > max_bytes:
-        return Rejected(raw, "OversizedRecord", f"record of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
-    # What the projector cannot store (schemas.storable) is refused here too: accepted by one side only, such a
-    # record would fix its session's Kafka key on that side alone. A substring search for most records.
+    # What the projector refuses (too large: schemas.records; what it cannot store: schemas.storable) is refused
+    # here too: accepted by one side only, such a record would fix its session's Kafka key on that side alone.
+    # A substring search for most records.
     try:
+        refuse_oversized(raw, max_bytes)
         refuse_surrogates_in(raw)
         record = _decode(raw)
         if not isinstance(record, Rejected):
             refuse_oversized_session_key(raw, record)
-    except RecordDecodeError as exc:
-        return Rejected(raw, "RecordDecodeError", str(exc))
+    except RecordDecodeError as exc:  # OversizedRecord among them: the class names the dead letter
+        return Rejected(raw, type(exc).__name__, str(exc))
     return record
 
 
@@ -74,10 +74,10 @@ def _decode(raw: bytes) -> EventTopicRecord | Rejected:
             pass
     try:
         return parse_event_record(raw)
-    except RecordDecodeError as exc:
-        return Rejected(raw, "RecordDecodeError", str(exc))
+    except RecordDecodeError as exc:  # named by its class, as the projector's dead letter of it is
+        return Rejected(raw, type(exc).__name__, str(exc))
     except ValidationError as exc:
-        return Rejected(raw, "ValidationError", validation_reason(exc))
+        return Rejected(raw, type(exc).__name__, validation_reason(exc))
     except Exception as exc:
         # A validator failing other than with a ValueError (an OverflowError converting a timestamp
         # at year 1 to UTC did): raised here, the worker stopped on the record and met it again at

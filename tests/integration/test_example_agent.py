@@ -115,10 +115,10 @@ class Spy:
     def attach(self, backend: SessionBackend) -> None:
         publish = backend.client.publish_logged  # what publish_many and the facade both send through
 
-        async def spy(records: Any) -> list[int]:
+        async def spy(records: Any, **kwargs: Any) -> list[int]:
             records = list(records)
             self.published.extend((len(self.model.requests), r) for r in records if isinstance(r, SessionEvent))
-            return await publish(records)
+            return await publish(records, **kwargs)
 
         backend.client.publish_logged = spy  # type: ignore[method-assign]
 

@@ -33,7 +33,7 @@ class LogAndCut:
         self.log = list(events)
         self.summary = summary
 
-    async def publish_logged(self, records: Iterable[SessionEvent]) -> list[int]:
+    async def publish_logged(self, records: Iterable[SessionEvent], encoded: object = None) -> list[int]:
         start = len(self.log)
         self.log.extend(records)
         return list(range(start, len(self.log)))

@@ -9,7 +9,7 @@ import pytest
 
 from projections.session_keys import KnownKeys, SessionKeys
 from schemas import DeleteSession, SessionEvent, SessionKey, Summarize, SummarizeSync
-from schemas.record_keys import fixes_session_key, key_problem
+from schemas.record_keys import fixes_session_key, key_problem, only_fixes_key
 
 S = SessionKey("应用", "用户", "会话")
 KEY = "应用/用户/会话".encode()
@@ -56,18 +56,21 @@ def test_the_memory_is_bounded_least_recently_used_out() -> None:
 
 
 @pytest.mark.parametrize(
-    ("record", "fixes"),
+    ("record", "fixes", "only"),
     [
         (SessionEvent(app_name="a", user_id="u", session_id="s", event_id="e", timestamp="2025-01-01T00:00:00Z",
-                      author="user", message={"role": "user", "content": "你好"}), True),
-        (Summarize(app_name="a", user_id="u", session_id="s", command_id="c"), True),
-        (SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="r"), True),
-        (DeleteSession(app_name="a", user_id="u", session_id="s", command_id="c"), False),
-        (None, False),
+                      author="user", message={"role": "user", "content": "你好"}), True, False),
+        (Summarize(app_name="a", user_id="u", session_id="s", command_id="c"), True, True),
+        (SummarizeSync(app_name="a", user_id="u", session_id="s", command_id="c", reply_to="r"), True, True),
+        (DeleteSession(app_name="a", user_id="u", session_id="s", command_id="c"), False, False),
+        (None, False, False),
     ],
 )  # fmt: skip
-def test_which_records_fix_a_sessions_key(record: object, fixes: bool) -> None:
+def test_which_records_fix_a_sessions_key_and_which_only_that(record: object, fixes: bool, only: bool) -> None:
+    """A summarize command fixes the key as an event does, but the stages store nothing of it and never
+    dead-letter it (``only_fixes_key``): the worker refuses it."""
     assert fixes_session_key(record) is fixes
+    assert only_fixes_key(record) is only
 
 
 def test_a_fix_taken_with_its_records_rows_is_not_written_again_and_all_are_remembered() -> None:
