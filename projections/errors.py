@@ -25,6 +25,21 @@ class AnchorNotFound(LookupError):
     """session_load could not resolve its anchor; the message is the guide's error text."""
 
 
+def event_not_found(event_id: str, session_id: str) -> str:
+    """session_load's answer to an event id the session searched does not hold: Go's text
+    (``anchor event not found: <id>``) first, then the session searched and how to load another's event
+    (an agent that left out ``session_id`` searched its own session)."""
+    return (
+        f'anchor event not found: {event_id} in session "{session_id}" '
+        "(pass session_id to load an event of another session)"
+    )
+
+
+def tool_call_not_found(tool_call_id: str, session_id: str) -> str:
+    """session_load's answer to a tool-call id the session searched holds no result of (the guide's text)."""
+    return f'tool_call_id "{tool_call_id}" not found in session "{session_id}"'
+
+
 class InvalidRequest(ValueError):
     """A read request that can never succeed as given (missing anchor, bad scope...)."""
 

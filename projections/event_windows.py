@@ -17,7 +17,7 @@ from cassandra.cluster import Session
 from projections.cassandra_paging import afetch_all
 from projections.cassandra_session import aexecute
 from projections.embedding import Embedder
-from projections.errors import AnchorNotFound, InvalidRequest
+from projections.errors import AnchorNotFound, InvalidRequest, event_not_found, tool_call_not_found
 from projections.filter_keys import in_summary_input
 from projections.rows import RECALL_ROLES, restore_event_json
 from projections.summary_reads import SESSION_PK, StoredSummary, SummaryReads, _utc
@@ -266,7 +266,7 @@ class EventWindows(SummaryReads):
         if row is not None and row.result_event_id:
             anchor = await self._event_by_id(key, row.result_event_id)
         if anchor is None or not anchor.recall_eligible:
-            raise AnchorNotFound(f'tool_call_id "{tool_call_id}" not found in session "{key.session_id}"')
+            raise AnchorNotFound(tool_call_not_found(tool_call_id, key.session_id))
         return anchor
 
     async def _neighbours(
@@ -358,7 +358,7 @@ class EventWindows(SummaryReads):
             if anchor is not None and not anchor.loadable:
                 anchor = None
             if anchor is None and tool_call_id is None:
-                raise AnchorNotFound(f"anchor event not found: {event_id}")
+                raise AnchorNotFound(event_not_found(event_id, key.session_id))
         if anchor is None:
             assert tool_call_id is not None
             anchor = await self._resolve_tool_call(key, tool_call_id)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
+from projections.errors import event_not_found, tool_call_not_found
 from projections.textcut import head_end
 from projections.windows import DEFAULT_CONTENT_LIMIT, MAX_CONTENT_LIMIT, normalize_content, normalize_window
 from schemas import Message, ToolCall
@@ -488,8 +489,8 @@ class RecallExecutor:
         window = await _store(self.reader.load_window(query))
         if window is None:
             if tool_call_id:
-                raise RecallError(f'tool_call_id "{tool_call_id}" not found in session "{session_id}"')
-            raise RecallError(f"anchor event not found: {event_id}")
+                raise RecallError(tool_call_not_found(tool_call_id, session_id))
+            raise RecallError(event_not_found(event_id, session_id))
         answer: dict[str, Any] = {
             "historical_context": True,
             "note": HISTORICAL_NOTE,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from projections.errors import event_not_found
 from schemas import FunctionCall, SessionKey, ToolCall
 from schemas.settings import Settings
 from streams.clients.recall_reader import CassandraRecallReader
@@ -125,7 +126,7 @@ async def test_load_small_result_whole_and_window_by_event_id(store: Store) -> N
 
 async def test_load_errors_come_back_as_tool_answers(store: Store) -> None:
     executor = _executor(store)
-    assert await _call(executor, "session_load", event_id="nope") == {"error": "anchor event not found: nope"}
+    assert await _call(executor, "session_load", event_id="nope") == {"error": event_not_found("nope", "s1")}
     assert await _call(executor, "session_load", tool_call_id="zz") == {
         "error": 'tool_call_id "zz" not found in session "s1"'
     }
@@ -133,7 +134,7 @@ async def test_load_errors_come_back_as_tool_answers(store: Store) -> None:
     assert stale["anchor_event_id"] == "e3"
     # Another user's event id is unknown in this tenant, whatever session id the model passes.
     assert await _call(executor, "session_load", event_id="b1", session_id="s9") == {
-        "error": "anchor event not found: b1"
+        "error": event_not_found("b1", "s9")
     }
 
 

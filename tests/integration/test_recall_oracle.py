@@ -30,6 +30,7 @@ import pytest_asyncio
 import regex
 
 from projections.context_read import ContextReader
+from projections.errors import event_not_found as not_found
 from projections.event_windows import MAX_SKIPPED
 from projections.indexer import RecallIndexer, deep_group_of
 from projections.textcut import is_boundary
@@ -563,8 +564,8 @@ async def test_a_load_outside_what_the_session_holds_is_an_error_never_an_empty_
                        event(there, "o2", at=2, role="assistant", content=None, tool_calls=[call]), result)  # fmt: skip
     executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=here.app_name, user_id=here.user_id,
                               session_id=here.session_id)  # fmt: skip
-    assert await _call(executor, "session_load", event_id="nope") == {"error": "anchor event not found: nope"}
-    assert await _call(executor, "session_load", event_id="o1") == {"error": "anchor event not found: o1"}
+    assert await _call(executor, "session_load", event_id="nope") == {"error": not_found("nope", "here")}
+    assert await _call(executor, "session_load", event_id="o1") == {"error": not_found("o1", "here")}
     assert (await load_whole(executor, "h1"))[0] == "here 数据"
     answer = await _call(executor, "session_load", event_id="o1", session_id="there", after=4)
     assert [m["event_id"] for m in answer["messages"]] == ["o1", "o3"]
@@ -572,8 +573,8 @@ async def test_a_load_outside_what_the_session_holds_is_an_error_never_an_empty_
     await store.apply(record(EVENTS, {"type": "delete_session", "command_id": "del-there", "app_name": APP,
                                       "user_id": there.user_id, "session_id": there.session_id}))  # fmt: skip
     for args, error in (
-        ({"event_id": "o1"}, "anchor event not found: o1"),
-        ({"event_id": "o2", "before": 0, "after": 4}, "anchor event not found: o2"),
+        ({"event_id": "o1"}, not_found("o1", "there")),
+        ({"event_id": "o2", "before": 0, "after": 4}, not_found("o2", "there")),
         ({"tool_call_id": "c9"}, 'tool_call_id "c9" not found in session "there"'),
     ):
         assert await _call(executor, "session_load", session_id="there", **args) == {"error": error}

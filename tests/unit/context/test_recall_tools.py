@@ -316,7 +316,23 @@ async def test_load_falls_back_to_tool_call_id_for_a_stale_event_id() -> None:
     out = await _call(_executor(api), "session_load", event_id="gone", tool_call_id="c1")
     assert out["anchor_event_id"] == "e3"
     stale = await _call(_executor(api), "session_load", event_id="gone")
-    assert stale == {"error": "anchor event not found: gone"}
+    assert stale == {"error": NOT_FOUND.format(event_id="gone", session_id="s1")}
+
+
+NOT_FOUND = (
+    'anchor event not found: {event_id} in session "{session_id}" (pass session_id to load an event of another session)'
+)
+
+
+async def test_an_event_not_found_says_which_session_was_searched() -> None:
+    """Go's text first, then the session searched and the hint to pass ``session_id``: an agent that left it out
+    learns its own session was searched; one that passed another session's id sees that one named."""
+    _, api = _history()
+    own = await _call(_executor(api), "session_load", event_id="x9")
+    assert own["error"].startswith("anchor event not found: x9")
+    assert own == {"error": NOT_FOUND.format(event_id="x9", session_id="s1")}
+    other = await _call(_executor(api), "session_load", event_id="x9", session_id="s7")
+    assert other == {"error": NOT_FOUND.format(event_id="x9", session_id="s7")}
 
 
 @pytest.mark.parametrize(
