@@ -25,6 +25,7 @@ from schemas import Message, ToolCall
 from streams.context.cut_search import longest_fit
 from streams.context.items import HistoryItem
 from streams.context.notes import context_note_json, cut_marker, recall_hint
+from streams.context.pairing import pair_results
 from streams.rules.tokens import TokenCounter
 
 SESSION_LOAD = "session_load"
@@ -206,16 +207,18 @@ def _cut_points(text: str, half: int) -> tuple[int, int]:
     return head_end(text, half), tail_start(text, len(text) - half)
 
 
-def _tool_names(items: Sequence[HistoryItem]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for item in items:
-        for call in item.message.tool_calls:
-            names[call.id] = call.function.name
+def _tool_names(items: Sequence[HistoryItem]) -> dict[int, str]:
+    """Result index → the name of the call it answers (:func:`pair_results`: with call ids reused across
+    turns, the call of its own turn, not the id's latest)."""
+    names: dict[int, str] = {}
+    for result, call in pair_results([item.message for item in items]).items():
+        call_id = items[result].message.tool_call_id
+        names[result] = next((c.function.name for c in items[call].message.tool_calls if c.id == call_id), "")
     return names
 
 
-def _result_name(item: HistoryItem, names: dict[str, str]) -> str | None:
-    return item.message.name or names.get(item.message.tool_call_id or "")
+def _result_name(i: int, item: HistoryItem, names: dict[int, str]) -> str | None:
+    return item.message.name or names.get(i) or None
 
 
 def _is_placeholder(content: str | None) -> bool:
@@ -289,7 +292,7 @@ def compact(
         msg = item.message
         if msg.role != "tool" or not msg.tool_call_id:
             continue
-        name = _result_name(item, names)
+        name = _result_name(i, item, names)
         if name is not None and name in keep:
             continue
         content = msg.content or ""
@@ -369,7 +372,7 @@ def compact_resume_tail(
                 stats.arguments_elided += changed
                 out[i] = item.with_message(msg.model_copy(update={"tool_calls": calls}))
         elif msg.role == "tool":
-            name = _result_name(item, names)
+            name = _result_name(i, item, names)
             if name in config.keep_tool_names or _is_placeholder(msg.content):
                 continue
             original = counter.count_message(msg)

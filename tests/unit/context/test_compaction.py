@@ -299,3 +299,27 @@ def test_resume_tail_payloads_compacted_only_when_enabled() -> None:
     call_item = next(i for i in loadable if i.message.tool_calls)
     note = json.loads(call_item.message.tool_calls[0].function.arguments)["_distill_context_note"]
     assert f'session_load(event_id="{call_item.event_id}") returns them' in note
+
+
+def test_a_reused_call_id_gets_the_tool_of_its_own_turn() -> None:
+    """Call ids numbered afresh each turn (``call_0``…) and results that do not carry their tool's name: each
+    result is treated as its own call's tool (``keep_tool_names``, ``force_clean_tool_names``) and its
+    placeholder names that tool, not the tool of the id's latest call."""
+    s = Session()
+    for n, name in enumerate(["grep", "shell", "fetch", "shell"]):
+        s.turn(f"r{n}").user(f"q{n}")
+        s.call(("call_0", name))
+        s.result("call_0", "noise " * 100)
+        s.answer(f"a{n}")
+    config = CompactionConfig(
+        enabled=True,
+        keep_recent_requests=0,
+        tool_result_max_tokens=10,
+        force_clean_tool_names=frozenset({"shell"}),
+        keep_tool_names=frozenset({"grep"}),
+    )
+    grep0, shell1, fetch2, shell3 = _results(_run(s, config, current="req:r3"))
+    assert grep0 == "noise " * 100  # kept: its own call is grep's, however the id's latest call is named
+    assert shell1 == policy_placeholder()
+    assert fetch2.startswith(PLACEHOLDER_MARK) and "tool_name: fetch" in fetch2
+    assert shell3 == "noise " * 100  # current request
