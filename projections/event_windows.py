@@ -16,6 +16,7 @@ from cassandra.cluster import Session
 
 from projections.cassandra_paging import afetch_all
 from projections.cassandra_session import aexecute
+from projections.context_read import pair_rows
 from projections.embedding import Embedder
 from projections.errors import AnchorNotFound, InvalidRequest, event_not_found, tool_call_not_found
 from projections.filter_keys import in_summary_input
@@ -145,6 +146,18 @@ class SkippedEvent:
 
 
 @dataclass(frozen=True)
+class CallTurn:
+    """One call of a tool-call id used by more than one call (frameworks that number calls afresh each turn,
+    ``call_0``…), and the results that answer it (``projections.context_read.pair_rows``), by event id.
+
+    ``call_event_id`` is ``None`` for results answering no call of the id (their call was never stored).
+    """
+
+    call_event_id: str | None
+    result_event_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LoadResult:
     """A session_load answer: the window, chronological, and the fixed historical-context note.
 
@@ -160,6 +173,9 @@ class LoadResult:
     messages: tuple[LoadedMessage, ...]
     note: str = LOAD_NOTE
     skipped: tuple[SkippedEvent, ...] = ()
+    call_turns: tuple[CallTurn, ...] = ()
+    """A load by a tool-call id that more than one call of the session carries: every call of the id and its
+    results, in log order (the anchor is the newest result; the others load by their event ids)."""
 
 
 class EventWindows(SummaryReads):
@@ -187,6 +203,10 @@ class EventWindows(SummaryReads):
             f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) > (?, ?) LIMIT ?"
         )
         self._tool_call = self._prep(f"SELECT * FROM {ks}.tool_calls WHERE {pk} AND tool_call_id = ?")
+        self._call_events = self._prep(
+            f"SELECT tool_call_id, seq, event_id, ts, role, partial, tool_name FROM {ks}.tool_call_events "
+            f"WHERE {pk} AND tool_call_id = ?"
+        )
         self._stats = self._prep(
             f"SELECT count(*) AS n, sum(token_count) AS tokens, sum(content_size) AS bytes, min(ts) AS first, "
             f"max(ts) AS last FROM {ks}.events_by_session WHERE {pk}"
@@ -260,14 +280,37 @@ class EventWindows(SummaryReads):
         row = next(iter(await aexecute(self._s, self._event_at, (*key, pos.ts, event_id))), None)
         return _event(row) if row is not None else None
 
-    async def _resolve_tool_call(self, key: SessionKey, tool_call_id: str) -> StoredEvent:
-        row = next(iter(await aexecute(self._s, self._tool_call, (*key, tool_call_id))), None)
-        anchor = None
-        if row is not None and row.result_event_id:
-            anchor = await self._event_by_id(key, row.result_event_id)
-        if anchor is None or not anchor.recall_eligible:
-            raise AnchorNotFound(tool_call_not_found(tool_call_id, key.session_id))
-        return anchor
+    async def _call_rows(self, key: SessionKey, tool_call_id: str) -> list[Any]:
+        """The complete calls and results of ``tool_call_id`` (``tool_call_events``), in log order."""
+        rows = await afetch_all(self._s, self._call_events, (*key, tool_call_id))
+        return sorted((r for r in rows if not r.partial), key=lambda r: (r.seq, r.event_id))
+
+    async def _resolve_tool_call(self, key: SessionKey, tool_call_id: str) -> tuple[StoredEvent, tuple[CallTurn, ...]]:
+        """The newest result of ``tool_call_id`` (Go's anchor), and, when more than one call carries the id,
+        every call and its results (:class:`CallTurn`): the id alone does not say which turn a note meant;
+        then the anchor is the newest result with text (Go's window rule, :attr:`StoredEvent.recall_eligible`).
+
+        An id ``tool_call_events`` holds no call of (projected before that table existed) resolves through
+        ``tool_calls`` (its latest result), as before.
+        """
+        rows = await self._call_rows(key, tool_call_id)
+        turns: tuple[CallTurn, ...] = ()
+        if any(r.role == "assistant" for r in rows):
+            candidates = [r.event_id for r in reversed(rows) if r.role == "tool"]
+            turns = _call_turns(rows)
+            if len(turns) < 2:
+                turns = ()
+                candidates = candidates[:1]
+        else:
+            row = next(iter(await aexecute(self._s, self._tool_call, (*key, tool_call_id))), None)
+            candidates = [row.result_event_id] if row is not None and row.result_event_id else []
+        for event_id in candidates:
+            # With the id reused, an earlier turn's result stands in for a newest one without text (a failed
+            # tool): the id does have a result to show, and the turns name every other.
+            anchor = await self._event_by_id(key, event_id)
+            if anchor is not None and anchor.recall_eligible:
+                return anchor, turns
+        raise AnchorNotFound(tool_call_not_found(tool_call_id, key.session_id))
 
     async def _neighbours(
         self, key: SessionKey, anchor: StoredEvent, n: int, forward: bool
@@ -304,8 +347,13 @@ class EventWindows(SummaryReads):
         return (out, passed) if forward else (out[::-1], passed[::-1])
 
     async def _tool_name(self, key: SessionKey, ev: StoredEvent) -> str | None:
+        """A result's own name, else the name of the call it answers: the call of its turn when the id is
+        reused (``pair_rows`` over ``tool_call_events``), else the id's latest call (``tool_calls``)."""
         if ev.tool_name or not ev.tool_call_id:
             return ev.tool_name
+        call = pair_rows(await self._call_rows(key, ev.tool_call_id)).get(ev.event_id)
+        if call is not None:
+            return str(call.tool_name)
         row = next(iter(await aexecute(self._s, self._tool_call, (*key, ev.tool_call_id))), None)
         return row.tool_name if row is not None else None
 
@@ -327,7 +375,9 @@ class EventWindows(SummaryReads):
         (:attr:`StoredEvent.loadable`: an assistant event with tool calls, a
         system message too, since a cut marker may name them), else the newest
         tool result of ``tool_call_id``; a stale ``event_id`` falls back to
-        ``tool_call_id`` when both are given.
+        ``tool_call_id`` when both are given. A tool-call id more than one
+        call carries (reused across turns) names every call and its results
+        in ``call_turns``: the id alone does not say which one was meant.
         Window: before/after default 1/1, negatives → 0, both 0 → 1/1, span
         capped at 4 (the larger side shrinks, ``after`` first on ties); the
         neighbours follow the Go window rule (:attr:`StoredEvent.recall_eligible`:
@@ -353,6 +403,7 @@ class EventWindows(SummaryReads):
         b, a = normalize_window(before, after)
         offset, limit = normalize_content(content_offset, content_limit)
         anchor: StoredEvent | None = None
+        turns: tuple[CallTurn, ...] = ()
         if event_id is not None:
             anchor = await self._event_by_id(key, event_id)
             if anchor is not None and not anchor.loadable:
@@ -361,7 +412,7 @@ class EventWindows(SummaryReads):
                 raise AnchorNotFound(event_not_found(event_id, key.session_id))
         if anchor is None:
             assert tool_call_id is not None
-            anchor = await self._resolve_tool_call(key, tool_call_id)
+            anchor, turns = await self._resolve_tool_call(key, tool_call_id)
         (earlier, passed_before), (later, passed_after) = await asyncio.gather(
             self._neighbours(key, anchor, b, forward=False), self._neighbours(key, anchor, a, forward=True)
         )
@@ -397,7 +448,20 @@ class EventWindows(SummaryReads):
                 )
             )
         skipped = tuple(SkippedEvent(ev.event_id, ev.role, ev.tool_call_ids) for ev in (*passed_before, *passed_after))
-        return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages), skipped=skipped)
+        return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages), skipped=skipped, call_turns=turns)
+
+
+def _call_turns(rows: Sequence[Any]) -> tuple[CallTurn, ...]:
+    """Every call of one id in ``rows`` (its ``tool_call_events``, log order) with the results answering it."""
+    pairs = pair_rows(rows)
+    turns: dict[str | None, list[str]] = {}
+    for r in rows:
+        if r.role == "assistant" and r.tool_name:
+            turns.setdefault(r.event_id, [])
+        elif r.role == "tool":
+            call = pairs.get(r.event_id)
+            turns.setdefault(call.event_id if call is not None else None, []).append(r.event_id)
+    return tuple(CallTurn(call, tuple(results)) for call, results in turns.items())
 
 
 def _calls_of(ev: StoredEvent) -> tuple[ToolCall, ...]:

@@ -20,6 +20,7 @@ from streams.context.recall_tools import (
     SearchQuery,
     Window,
     WindowCall,
+    WindowCallTurn,
     WindowEvent,
     WindowQuery,
     WindowSkip,
@@ -103,4 +104,5 @@ class CassandraRecallReader:
                 for m in result.messages
             ],
             [WindowSkip(e.event_id, e.role, e.tool_call_ids) for e in result.skipped],
+            [WindowCallTurn(t.call_event_id, t.result_event_ids) for t in result.call_turns],
         )

@@ -115,7 +115,9 @@ _LOAD_SCHEMA: dict[str, Any] = {
             "anchor's content, then its tool calls' arguments, are one stream returned in pages of at "
             "most content_limit bytes: while the answer's anchor has next_content_offset, call again "
             "with content_offset set to it to read on. Events the window passes over (tool calls, events "
-            "without text) are listed in skipped_events: load one by its event_id (also to read on past them)."
+            "without text) are listed in skipped_events: load one by its event_id (also to read on past them). "
+            "A tool_call_id used by several calls (reused across turns) loads the newest result and lists "
+            "every call and its results in tool_call_turns."
         ),
         "parameters": {
             "type": "object",
@@ -303,6 +305,15 @@ class WindowSkip:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowCallTurn:
+    """One call of a tool-call id more than one call carries, and the results answering it, by event id
+    (``call_event_id`` ``None``: results answering no stored call of the id)."""
+
+    call_event_id: str | None
+    result_event_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Window:
     """A ``session_load`` answer: the resolved anchor and the window in chronological order.
 
@@ -313,6 +324,9 @@ class Window:
     anchor_event_id: str
     events: Sequence[WindowEvent]
     skipped: Sequence[WindowSkip] = ()
+    call_turns: Sequence[WindowCallTurn] = ()
+    """A load by a tool-call id that more than one call carries (ids reused across turns): each call and its
+    results, in log order; the window is anchored on the newest result."""
 
 
 class RecallReader(Protocol):
@@ -506,12 +520,26 @@ class RecallExecutor:
                                                             if e.tool_call_ids else {})}
                 for e in window.skipped
             ]  # fmt: skip
+        warnings = []
+        if window.call_turns:
+            # The id alone does not say which turn's call a note meant: name them all, each loads by event id.
+            answer["tool_call_turns"] = [
+                {"call_event_id": t.call_event_id, "result_event_ids": list(t.result_event_ids)}
+                for t in window.call_turns
+            ]
+            warnings.append(
+                f'tool_call_id "{tool_call_id}" is used by {len(window.call_turns)} calls in this session (ids '
+                "reused across turns): the window is anchored on the newest result; tool_call_turns lists "
+                "every call and its results, load another by its event_id"
+            )
         if (asked_before or 0) > before or (asked_after or 0) > after:
             # The window's span is capped: say so, or a smaller window reads as all there is.
-            answer["warning"] = (
+            warnings.append(
                 f"the window is limited to {before + after} events around the anchor: before={before}, "
                 f"after={after} were used; load again anchored on the first or last message to read further"
             )
+        if warnings:
+            answer["warning"] = "; ".join(warnings)
         return answer
 
     @staticmethod

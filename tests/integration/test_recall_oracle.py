@@ -43,6 +43,7 @@ from streams.context.compaction import CompactionConfig
 from streams.context.fitting import fit
 from streams.context.from_read import assemble_from_read
 from streams.context.history import event_message
+from streams.context.pairing import pair_results
 from streams.context.recall_tools import RecallCapabilities, RecallExecutor
 from streams.rules.tokens import ScriptAwareTokenCounter
 from streams.summarizer.payloads import cut_event
@@ -51,6 +52,7 @@ from tests.integration.test_projections_support import EVENTS, Store, close_stor
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 APP = "shop"
+TOOLS = ("search", "読む", "fetch", "검색")
 BRANCH = f"{APP}/research"
 PIECES = (
     "The deployment log shows worker restarts and queue depth figures. ",
@@ -84,10 +86,14 @@ class Session:
     order: list[str]
 
 
-def build_session(seed: int, rounds: int = 7) -> Session:
-    """A seeded session: rounds of a user turn, parallel calls with their results, a reply; a branch; errors."""
+def build_session(seed: int, rounds: int = 7, *, reuse_ids: bool = False) -> Session:
+    """A seeded session: rounds of a user turn, parallel calls with their results, a reply; a branch; errors.
+
+    ``reuse_ids``: call ids restart ``call_0`` each round (as frameworks that number calls afresh each turn do),
+    the tools differ from round to round and results seldom carry their tool's name.
+    """
     rng = random.Random(seed)
-    key = SessionKey(APP, "oracle", f"s-{seed}")
+    key = SessionKey(APP, "oracle", f"s-{seed}{'-reused' if reuse_ids else ''}")
     records: list[dict[str, Any]] = []
     at = 0.0
     round_no = 0
@@ -119,12 +125,14 @@ def build_session(seed: int, rounds: int = 7) -> Session:
                 if ascii_only:  # a file name of non-UTF-8 bytes: its lone surrogates escaped in the JSON text
                     value["query"] = "dir/\udce9\udcff/" + value["query"]
                 arguments = json.dumps(value, ensure_ascii=ascii_only)
-            function = {"name": rng.choice(("search", "読む")), "arguments": arguments}
-            calls.append({"id": f"c{r}-{c}", "type": "function", "function": function})
+            function = {"name": rng.choice(TOOLS[:2] if not reuse_ids else TOOLS), "arguments": arguments}
+            calls.append({"id": f"call_{c}" if reuse_ids else f"c{r}-{c}", "type": "function", "function": function})
         if calls:
             add(f"a{r}", role="assistant", content=_text(rng, 100) if rng.random() < 0.5 else None,
                 tool_calls=calls, filter_key=branch)  # fmt: skip
-            for call in calls:
+            for c, call in enumerate(calls):
+                name = call["function"]["name"] if not reuse_ids or rng.random() < 0.2 else None
+                eid = f"t{r}-{c}" if reuse_ids else f"t{call['id']}"
                 size = rng.choice((300, 6000, 50_000))
                 if not big_done and rng.random() < 0.4:
                     size, big_done = rng.choice((120_000, 500_000)), True
@@ -135,16 +143,13 @@ def build_session(seed: int, rounds: int = 7) -> Session:
                 roll = rng.random()
                 if roll < 0.07:  # a call left without its result (cancelled), or a result without its call id
                     if roll < 0.035:
-                        add(f"t{call['id']}", role="tool", content=result, name=call["function"]["name"],
-                            filter_key=branch)  # fmt: skip
+                        add(eid, role="tool", content=result, name=name, filter_key=branch)
                     continue
                 if roll < 0.2:  # a failed tool: its error is its only text
-                    rec = add(f"t{call['id']}", role="tool", content=None, tool_call_id=call["id"],
-                              name=call["function"]["name"], filter_key=branch)  # fmt: skip
+                    rec = add(eid, role="tool", content=None, tool_call_id=call["id"], name=name, filter_key=branch)
                     rec["error"] = {"type": "tool_error", "message": _text(rng, rng.choice((80, 5000)))}
                 else:
-                    add(f"t{call['id']}", role="tool", content=result, tool_call_id=call["id"],
-                        name=call["function"]["name"], filter_key=branch)  # fmt: skip
+                    add(eid, role="tool", content=result, tool_call_id=call["id"], name=name, filter_key=branch)
         if rng.random() < 0.2:  # a failed model call: no text, only the error
             rec = add(f"x{r}", role="assistant", content=None, filter_key=branch)
             rec["error"] = {"type": "model_error", "message": _text(rng, rng.choice((60, 4000)))}
@@ -163,6 +168,9 @@ _CUT = re.compile(
 )
 _IDS = re.compile(r"event_id=(?P<event>[^;\s\])]+)(?:; tool_call_id=(?P<call>[^;\s\]]*))?")
 _PLACEHOLDER = re.compile(r"^event_id: (?P<event>\S+)$", re.M)
+_PLACEHOLDER_CALL = re.compile(r"^tool_call_id: (?P<call>\S+)$", re.M)
+_PLACEHOLDER_TOOL = re.compile(r"^tool_name: (?P<tool>.+)$", re.M)
+_TOOL = re.compile(r"tool_name=(?P<tool>[^;\]]*)")
 _COMPACT = re.compile(r"\[distill: event_id=(?P<event>[^;]*); tool_call_id=(?P<call>[^;]*); session_load\]")
 _NOTE = re.compile(r"\[distill: (?:left out|earlier runs left out)[^\]]*?event_id=(?P<ids>[^;\]]*);[^\]]*\]")
 _RANGE = re.compile(r"^(?P<first>.+?) … (?P<last>\S+) \((?P<n>\d+) events\)$")
@@ -182,6 +190,10 @@ class Cut:
     removed: int
     path: tuple[Any, ...] = ()
     """For arguments cut inside a JSON string: where that string sits in the arguments' JSON."""
+    named_call: str | None = None
+    """The tool-call id the note names beside the event id (a model may load by it instead)."""
+    named_tool: str | None = None
+    """The tool name the note names."""
 
 
 def _split_cut(text: str, m: re.Match[str], pad: str) -> tuple[str, str]:
@@ -219,11 +231,16 @@ def cuts_in(messages: list[dict[str, Any]]) -> tuple[list[Cut], list[str]]:
             ids = _IDS.search(m["details"])
             assert ids is not None, m.group(0)
             head, tail = _split_cut(content, m, "\n\n")
-            cuts.append(Cut(ids["event"], None, head, tail, int(m["n"])))
+            tool = _TOOL.search(m["details"])
+            cuts.append(Cut(ids["event"], None, head, tail, int(m["n"]), named_call=ids["call"] or None,
+                            named_tool=(tool["tool"] or None) if tool else None))  # fmt: skip
         for m in _COMPACT.finditer(content):
-            cuts.append(Cut(m["event"], None, "", "", -1))
+            cuts.append(Cut(m["event"], None, "", "", -1, named_call=m["call"] or None))
         if content.startswith("[distill: tool output elided]"):
-            cuts.extend(Cut(m["event"], None, "", "", -1) for m in _PLACEHOLDER.finditer(content))
+            call, tool = _PLACEHOLDER_CALL.search(content), _PLACEHOLDER_TOOL.search(content)
+            cuts.extend(Cut(m["event"], None, "", "", -1, named_call=call["call"] if call else None,
+                            named_tool=tool["tool"] if tool else None)
+                        for m in _PLACEHOLDER.finditer(content))  # fmt: skip
         for call in msg.get("tool_calls") or []:
             arguments = call["function"]["arguments"]
             value = json.loads(arguments)  # a cut keeps the arguments a JSON object
@@ -232,18 +249,20 @@ def cuts_in(messages: list[dict[str, Any]]) -> tuple[list[Cut], list[str]]:
                 m = _CUT.search(note)
                 if m is None:  # the resume tail's placeholder: the whole arguments named
                     assert "session_load" in note, note
-                    cuts.append(Cut(_IDS.search(note.replace('"', ""))["event"], call["id"], "", "", -1))  # type: ignore[index]
+                    cuts.append(Cut(_IDS.search(note.replace('"', ""))["event"], call["id"], "", "", -1,  # type: ignore[index]
+                                    named_call=call["id"]))  # fmt: skip
                     continue
                 ids = _IDS.search(m["details"])
                 assert ids is not None and ids["call"] == call["id"]
-                cuts.append(Cut(ids["event"], call["id"], value["head"], value["tail"], int(m["n"])))
+                cuts.append(Cut(ids["event"], call["id"], value["head"], value["tail"], int(m["n"]),
+                                named_call=call["id"]))  # fmt: skip
                 continue
             for path, s in _strings(value):
                 for m in _CUT.finditer(s):
                     ids = _IDS.search(m["details"])
                     assert ids is not None and ids["call"] == call["id"]
                     head, tail = _split_cut(s, m, " ")
-                    cuts.append(Cut(ids["event"], call["id"], head, tail, int(m["n"]), path))
+                    cuts.append(Cut(ids["event"], call["id"], head, tail, int(m["n"]), path, named_call=call["id"]))
     return cuts, notes
 
 
@@ -354,12 +373,65 @@ def _options(budget: int, filter_key: str, pass1: bool) -> AssemblyOptions:
     )  # fmt: skip
 
 
+def turns_of(session: Session) -> tuple[dict[str, list[tuple[str, list[str]]]], dict[str, str]]:
+    """The oracle's pairing (``pair_results``, the full history's rule): each call id's calls in log order with
+    the results answering each, and each result's tool (the name of the call it answers)."""
+    evs = [session.events[e] for e in session.order]
+    pairs = pair_results([ev.message for ev in evs])
+    turns: dict[str, dict[str, list[str]]] = {}
+    tools: dict[str, str] = {}
+    for ev in evs:
+        for call in ev.message.tool_calls:
+            turns.setdefault(call.id, {}).setdefault(ev.event_id, [])
+    for result, call in pairs.items():
+        ev, call_ev = evs[result], evs[call]
+        call_id = ev.message.tool_call_id or ""
+        turns[call_id][call_ev.event_id].append(ev.event_id)
+        tools[ev.event_id] = next(c.function.name for c in call_ev.message.tool_calls if c.id == call_id)
+    return {i: list(t.items()) for i, t in turns.items()}, tools
+
+
 class Follower:
     """Follows a request's cuts and notes through the recall executor, each event loaded once."""
 
     def __init__(self, session: Session, executor: RecallExecutor) -> None:
         self.session, self.executor = session, executor
         self.loaded: dict[str, tuple[str, dict[str, str]]] = {}
+        self.turns, self.tools = turns_of(session)
+        self.by_call_seen: set[tuple[str, str]] = set()
+
+    async def by_call(self, cut: Cut) -> None:
+        """A note naming a tool-call id beside the event id: the tool it names is the one of the event's own
+        call; a load by the call id answers the id's newest result with text and, when the id is reused
+        across turns, names every call of the id and its results, the noted event among them."""
+        event_id, call_id = cut.event_id, cut.named_call
+        assert call_id is not None
+        if cut.named_tool is not None and event_id in self.tools:
+            assert cut.named_tool == self.tools[event_id], (event_id, cut.named_tool)
+        if (event_id, call_id) in self.by_call_seen:
+            return
+        self.by_call_seen.add((event_id, call_id))
+        turns = self.turns[call_id]
+        results = [r for _, rs in turns for r in rs]
+        with_text = [r for r in results if (self.session.events[r].message.content or "").strip()]
+        answer = await _call(self.executor, "session_load", tool_call_id=call_id, content_limit=1)
+        newest = with_text[-1:] if len(turns) > 1 else results[-1:] if results[-1:] == with_text[-1:] else []
+        if not newest:
+            assert "error" in answer, (call_id, answer)
+            return
+        assert answer["anchor_event_id"] == newest[0], (call_id, answer["anchor_event_id"], newest)
+        [anchor] = [m for m in answer["messages"] if m["anchor"]]
+        assert anchor["tool_name"] == self.tools[newest[0]], (call_id, anchor["tool_name"])
+        if len(turns) > 1:
+            listed = [(t["call_event_id"], t["result_event_ids"]) for t in answer["tool_call_turns"]]
+            assert listed == [(c, rs) for c, rs in turns], (call_id, listed, turns)
+            assert "reused" in answer["warning"]
+        else:
+            assert "tool_call_turns" not in answer
+        if event_id in self.tools:  # a tool result: loaded by its event id, named with its own call's tool
+            own = await _call(self.executor, "session_load", event_id=event_id, content_limit=1)
+            [anchor] = [m for m in own["messages"] if m["anchor"]]
+            assert anchor["tool_name"] == self.tools[event_id], (event_id, anchor["tool_name"])
 
     async def load(self, event_id: str) -> tuple[str, dict[str, str]]:
         if event_id not in self.loaded:
@@ -378,6 +450,8 @@ class Follower:
         json.dumps(messages, ensure_ascii=False).encode("utf-8")  # what the client sends: UTF-8
         cuts, notes = cuts_in(messages)
         for cut in cuts:
+            if cut.named_call is not None:
+                await self.by_call(cut)
             text, calls = shown(self.session.events[cut.event_id])
             original = calls[cut.call_id] if cut.call_id else text
             if cut.removed >= 0:
@@ -411,9 +485,10 @@ class Follower:
             assert whole or eid in cut_ids or eid in in_notes, (filter_key, eid)
 
 
-@pytest.mark.parametrize("seed", [3, 11, 29, 47])
-async def test_every_cut_and_left_out_event_loads_back_exactly(store: Store, seed: int) -> None:
-    session = build_session(seed)
+@pytest.mark.parametrize(("seed", "reuse_ids"), [(3, False), (11, False), (29, False), (47, False), (5, True),
+                                                 (23, True), (71, True)])  # fmt: skip
+async def test_every_cut_and_left_out_event_loads_back_exactly(store: Store, seed: int, reuse_ids: bool) -> None:
+    session = build_session(seed, reuse_ids=reuse_ids)
     await store.events(*session.records)
     assert store.dead == []
     reader = ContextReader(store.session, store.settings.cassandra.keyspace)
@@ -599,3 +674,48 @@ async def test_a_long_run_of_tool_calls_is_walked_window_by_window(store: Store)
     assert [e["event_id"] for e in answer["skipped_events"]] == [f"a{i}" for i in range(MAX_SKIPPED)]
     order = [r["event_id"] for r in records]
     assert await walk(executor, order, "u1", "r1") == set(order)
+
+
+async def test_a_load_by_a_call_id_reused_across_turns_names_every_turn(store: Store) -> None:
+    """``call_0`` in three turns, each a different tool, results without their tool's name, the last one a
+    failed tool (no text): a load by the call id anchors on the newest result with text and names every
+    call of the id with its results; each result loads by its event id with its own call's tool."""
+    key = SessionKey(APP, "oracle", "reused-ids")
+    records: list[dict[str, Any]] = []
+    for turn, tool in enumerate(("search", "読む", "fetch")):
+        call = {"id": "call_0", "type": "function", "function": {"name": tool, "arguments": f'{{"turn": {turn}}}'}}
+        records += [
+            event(key, f"u{turn}", at=4 * turn, content=f"question {turn}"),
+            event(key, f"a{turn}", at=4 * turn + 1, role="assistant", content=None, tool_calls=[call]),
+            event(
+                key, f"t{turn}", at=4 * turn + 2, role="tool", content=f"结果 {turn} of {tool}", tool_call_id="call_0"
+            ),
+            event(key, f"r{turn}", at=4 * turn + 3, role="assistant", content=f"answer {turn}"),
+        ]
+    records[-2]["message"]["content"] = None
+    records[-2]["error"] = {"type": "tool_error", "message": "timeout"}
+    await store.events(*records)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                              session_id=key.session_id)  # fmt: skip
+    answer = await _call(executor, "session_load", tool_call_id="call_0", before=0, after=1)
+    assert answer["anchor_event_id"] == "t1"
+    assert [(m["event_id"], m.get("tool_name"), m["content"]) for m in answer["messages"]] == [
+        ("t1", "読む", "结果 1 of 読む"), ("r1", None, "answer 1")
+    ]  # fmt: skip
+    assert answer["tool_call_turns"] == [
+        {"call_event_id": "a0", "result_event_ids": ["t0"]},
+        {"call_event_id": "a1", "result_event_ids": ["t1"]},
+        {"call_event_id": "a2", "result_event_ids": ["t2"]},
+    ]
+    assert 'tool_call_id "call_0" is used by 3 calls' in answer["warning"]
+    for turn, tool in enumerate(("search", "読む", "fetch")):
+        loaded = await _call(executor, "session_load", event_id=f"t{turn}", before=0, after=1)
+        [anchor] = [m for m in loaded["messages"] if m["anchor"]]
+        assert (anchor["event_id"], anchor["tool_name"]) == (f"t{turn}", tool)
+        assert "tool_call_turns" not in loaded
+    # An id of one call only answers as before: no turns listed.
+    solo = {"id": "solo", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+    single = event(key, "a9", at=20, role="assistant", content=None, tool_calls=[solo])
+    await store.events(single, event(key, "t9", at=21, role="tool", content="once", tool_call_id="solo"))
+    once = await _call(executor, "session_load", tool_call_id="solo")
+    assert once["anchor_event_id"] == "t9" and "tool_call_turns" not in once and "warning" not in once
