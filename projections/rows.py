@@ -105,10 +105,18 @@ def row_bytes(text: str, tokens: set[str] | None = None) -> int:
     return size + POSTING_BYTES * (len(tokens) if tokens else 0) + 256
 
 
+def recall_text(event: SessionEvent) -> str:
+    """What the recall index holds of ``event``: the text a request shows of it (``SessionEvent.shown_text``),
+    so an error event without text (a failed tool or model call) is found by its error, as the request shows
+    it (``type: <t>, message: <m>``)."""
+    return event.shown_text
+
+
 def recall_eligible(event: SessionEvent) -> bool:
-    """Searchable/loadable: complete, no tool calls, a user/assistant/tool role and non-empty text (Go rule)."""
+    """Searchable: complete, no tool calls, a user/assistant/tool role and non-empty text (Go rule), the text
+    being :func:`recall_text` (an error event's error too)."""
     msg = event.message
-    return not event.partial and not msg.tool_calls and msg.role in RECALL_ROLES and bool(message_text(msg).strip())
+    return not event.partial and not msg.tool_calls and msg.role in RECALL_ROLES and bool(recall_text(event).strip())
 
 
 @dataclass(frozen=True)
@@ -225,7 +233,7 @@ def recall_rows(event: SessionEvent, seq: int, later_chunks: int | None = None) 
         return None
     msg = event.message
     app, user, sid = event.app_name, event.user_id, event.session_id
-    text = message_text(msg)
+    text = recall_text(event)
     size = len(text.encode("utf-8"))
     indexed = text[:MAX_INDEXED_CHARS]
     tokens = doc_tokens(indexed)
@@ -281,7 +289,7 @@ def has_later_chunks(event: SessionEvent) -> bool:
     the deep stage tokenizes only such documents."""
     if not recall_eligible(event):
         return False
-    text = message_text(event.message)
+    text = recall_text(event)
     if len(text) > MAX_INDEXED_CHARS:
         return True
     # Every token starts at its own character of the folded text: a shorter text cannot reach the cap

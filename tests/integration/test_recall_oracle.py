@@ -719,3 +719,51 @@ async def test_a_load_by_a_call_id_reused_across_turns_names_every_turn(store: S
     await store.events(single, event(key, "t9", at=21, role="tool", content="once", tool_call_id="solo"))
     once = await _call(executor, "session_load", tool_call_id="solo")
     assert once["anchor_event_id"] == "t9" and "tool_call_turns" not in once and "warning" not in once
+
+
+async def test_a_fact_in_an_error_message_is_found_and_the_hit_loads_it(store: Store) -> None:
+    """An error event without text shows its error (``type: …, message: …``): a fact in that message, short
+    (primary stage) or deep in a long one (deep stage), ASCII or CJK, is found by ``session_search``, and the
+    hit's event loads back as the request shows it."""
+    rng = random.Random(9)
+    key = SessionKey(APP, "oracle", "error-facts")
+    records: list[dict[str, Any]] = [event(key, "u0", at=0, content="look these up")]
+    planted: dict[str, str] = {}
+    for i, (fact, size) in enumerate(
+        zip(("pangolin 8812 ledger", "钥匙藏在第九号仓库南墙"), (200, 90_000), strict=True)
+    ):
+        filler = _text(rng, size)
+        at = rng.randrange(len(filler) // 2, len(filler) - 10)
+        while not is_boundary(filler, at):
+            at += 1
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+        failed = event(key, f"t{i}", at=3 * i + 2, role="tool", content=None, tool_call_id=f"c{i}", name="fetch")
+        failed["error"] = {"type": "tool_error", "message": f"{filler[:at]} {fact} {filler[at:]}"}
+        records += [event(key, f"a{i}", at=3 * i + 1, role="assistant", content=None, tool_calls=[call]), failed]
+        planted[fact] = f"t{i}"
+    model = event(key, "x1", at=10, role="assistant", content=None)
+    model["error"] = {"type": "model_error", "message": _text(rng, 50_000) + " upstream quota of 7731 tokens"}
+    records.append(model)
+    planted["quota of 7731"] = "x1"
+    group = f"g-oracle-{rng.randrange(1 << 30):x}"
+    ks = store.settings.cassandra.keyspace
+    primary = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=group, scope="primary")
+    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=deep_group_of(group), scope="deep",
+                         primary_wait_s=5.0, primary_check_s=0.02)  # fmt: skip
+    sources = [record(EVENTS, r) for r in records]
+
+    async def dead(letter: Any) -> None:
+        raise AssertionError(letter)
+
+    await store.projector.project(sources, dead)
+    await primary.project(sources, dead)
+    await deep.project(sources, dead)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                              session_id=key.session_id)  # fmt: skip
+    for fact, event_id in planted.items():
+        answer = await _call(executor, "session_search", query=fact, scope="current_session", top_k=3)
+        hits = [h["event_id"] for h in answer["results"]]
+        assert hits[:1] == [event_id], (fact, answer)
+        text, _ = await load_whole(executor, event_id)
+        ev = SessionEvent.model_validate(next(r for r in records if r["event_id"] == event_id))
+        assert text == ev.shown_text and text.startswith("type: ") and fact in text

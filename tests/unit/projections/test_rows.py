@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from projections import lexical
-from projections.rows import MAX_INDEXED_CHARS, estimate_tokens, event_rows, recall_rows, restore_event_json
+from projections.rows import (
+    MAX_INDEXED_CHARS,
+    estimate_tokens,
+    event_rows,
+    has_later_chunks,
+    recall_rows,
+    restore_event_json,
+)
 from schemas import SessionEvent
 
 
@@ -154,3 +161,17 @@ def test_tool_call_events_rows_are_one_per_call_id_and_one_per_result() -> None:
         ("a", "u", "s", "c1", 10, "e1", ts, "tool", "", False, "grep"),
     )
     assert event_rows(_event("hi", "user"), 11, estimate_tokens).call_events == ()
+
+
+def test_an_error_event_without_text_is_indexed_by_its_error_as_a_request_shows_it() -> None:
+    """A failed tool or model call has no text; a request shows its error (``SessionEvent.shown_text``), so the
+    recall index holds that: the first chunk in the document row, the rest of a long one in later chunks."""
+    for role in ("tool", "assistant"):
+        error = {"type": "tool_error", "message": "数据库超时 " * 4000 + "pangolin 8812"}
+        event = SessionEvent.model_validate({**_event(None, role).model_dump(mode="json"), "error": error})
+        assert has_later_chunks(event)
+        rows = recall_rows(event, 0)
+        assert rows is not None and rows.text == event.shown_text and rows.text.startswith("type: tool_error, ")
+        assert rows.doc[8] == rows.text[:MAX_INDEXED_CHARS] and rows.doc[11] == len(rows.text.encode())
+        assert "pangolin 8812" in rows.chunks[-1][9]
+    assert recall_rows(_event(None), 0) is None  # no text and no error: nothing to find
