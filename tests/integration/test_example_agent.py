@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import random
 import re
 import sys
 import threading
@@ -41,6 +42,7 @@ from schemas.settings import Settings
 from streams.adapters.backend import SessionBackend
 from streams.agent import AgentRequest, DistillAgent, ProjectionBehindError
 from streams.services.local_pipeline import LocalPipeline
+from tests.integration import test_recall_oracle as oracle
 from tests.integration.pipeline_support import create_topics, scripted_pipeline_settings, worker_env
 from tests.support.keyspaces import KeyspacePool
 from tests.support.markers import MARKER_RE, find_cut_event_ids, find_markers
@@ -322,3 +324,55 @@ async def test_next_request_says_when_cassandra_does_not_show_the_published_even
             await agent.next_request(agent_loop.SYSTEM_PROMPT)
         assert 0.5 <= time.monotonic() - started < 5
         assert info.value.missing == (said.event_id,)
+
+
+async def test_a_facade_request_s_cuts_and_notes_load_back_exactly_through_its_recall_tools(
+    backend: SessionBackend, agent_model: OpenAIServer
+) -> None:
+    """The recall oracle (``test_recall_oracle``) through the facade and the live worker: a session recorded by
+    the facade, large CJK tool results, call ids restarting ``call_0`` each turn, a summary the worker made;
+    every cut and note of the next request, and every summary-input cut the summary shows, followed through the
+    agent's own recall tools (``run_tools``'s executor), gives back exactly what the request stands for."""
+    spy = Spy(agent_model)
+    spy.attach(backend)
+    agent = _agent(backend, SMALL_APP, context_window=6000, enable_context_compaction=True,
+                   context_compaction_tool_result_max_tokens=300)  # fmt: skip
+    rng = random.Random(17)
+
+    def fetch(q: str) -> str:
+        return oracle._text(rng, rng.choice((3000, 30_000)))
+
+    async def rounds(first: int, n: int) -> None:
+        for turn in range(first, first + n):
+            await agent.user(f"第{turn}轮：查一下仓库 {oracle._text(rng, 300)}")
+            reply = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{i}", "type": "function",
+                 "function": {"name": ("fetch", "読む")[i], "arguments": json.dumps({"q": oracle._text(rng, 1500)},
+                                                                                   ensure_ascii=False)}}
+                for i in range(2)]}  # fmt: skip
+            await agent.record(reply)
+            await agent.run_tools(reply, {"fetch": fetch, "読む": fetch})
+            await agent.record({"role": "assistant", "content": oracle._text(rng, 800)})
+
+    await rounds(0, 3)
+    assert await agent.summarize(force=True) is not None
+    await rounds(3, 2)
+    await agent.user("继续 — what next? 다음은?")
+    request = await agent.next_request("You are helpful.")
+    assert request.summary is not None
+    published = [e for _, e in spy.published if e.session_id == agent.key.session_id]
+    order = [e.event_id for e in published]
+    session = oracle.Session(agent.key, [], {e.event_id: e for e in published}, order)
+    executor = agent.recall
+    assert executor is not None
+    follower = oracle.Follower(session, executor)
+    boundary = request.summary.boundary.last_event_id
+    covered = frozenset(order[: order.index(boundary) + 1]) if boundary else frozenset()
+    await follower.check(request.messages, "", covered)
+    cuts, _ = oracle.cuts_in(request.messages)
+    assert cuts and any(c.named_call for c in cuts), "the request cut nothing: the oracle judged nothing"
+    # The summary's own cuts of its input: the scripted summarizer echoes the load each cut names.
+    named = re.findall(r'session_load\(event_id="([^"]+)"\)', request.summary.summary)
+    assert named, request.summary.summary
+    for event_id in named:
+        assert await follower.load(event_id) == oracle.shown(session.events[event_id]), event_id
