@@ -207,18 +207,38 @@ def _cut_points(text: str, half: int) -> tuple[int, int]:
     return head_end(text, half), tail_start(text, len(text) - half)
 
 
-def _tool_names(items: Sequence[HistoryItem]) -> dict[int, str]:
-    """Result index → the name of the call it answers (:func:`pair_results`: with call ids reused across
-    turns, the call of its own turn, not the id's latest)."""
-    names: dict[int, str] = {}
+@dataclass(frozen=True, slots=True)
+class _ToolNames:
+    """The tool each result answers: by call id while no id is reused, else by result index."""
+
+    by_id: dict[str, str]
+    by_result: dict[int, str] | None = None
+
+
+def _tool_names(items: Sequence[HistoryItem]) -> _ToolNames:
+    """The name of the call each result answers: with call ids reused across turns, the call of its own turn
+    (:func:`pair_results`), not the id's latest."""
+    by_id: dict[str, str] = {}
+    calls = 0
+    for item in items:
+        for tool_call in item.message.tool_calls:
+            by_id[tool_call.id] = tool_call.function.name
+            calls += 1
+    if len(by_id) == calls:  # each id names one call (the common case): pairing cannot choose another
+        return _ToolNames(by_id)
+    by_result: dict[int, str] = {}
     for result, call in pair_results([item.message for item in items]).items():
         call_id = items[result].message.tool_call_id
-        names[result] = next((c.function.name for c in items[call].message.tool_calls if c.id == call_id), "")
-    return names
+        by_result[result] = next((c.function.name for c in items[call].message.tool_calls if c.id == call_id), "")
+    return _ToolNames(by_id, by_result)
 
 
-def _result_name(i: int, item: HistoryItem, names: dict[int, str]) -> str | None:
-    return item.message.name or names.get(i) or None
+def _result_name(i: int, item: HistoryItem, names: _ToolNames) -> str | None:
+    if item.message.name:
+        return item.message.name
+    if names.by_result is not None:
+        return names.by_result.get(i) or None
+    return names.by_id.get(item.message.tool_call_id or "")
 
 
 def _is_placeholder(content: str | None) -> bool:
