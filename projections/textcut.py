@@ -53,15 +53,16 @@ Telugu, Malayalam: Unicode's ``Indic_Conjunct_Break=Linker``)."""
 
 
 def _joins_conjunct(text: str, i: int) -> bool:
-    """Whether ``text[i]`` (in the Indic blocks), a letter, follows a virama of its own script (across marks):
-    one conjunct."""
+    """Whether ``text[i]`` (in the Indic blocks), a letter, follows a virama (across marks): one conjunct."""
     after = text[i]
     if unicodedata.category(after) != "Lo":
         return False
     j = i - 1
     while j >= 0 and _extends(text[j]):
         if text[j] in _LINKERS:
-            return ord(text[j]) >> 7 == ord(after) >> 7  # the same 128-character script block
+            # Any Indic letter after a linker joins it, whatever its block (as the regex module's \X
+            # does); an independent vowel there is kept too: over-cautious, never a split cluster.
+            return True
         j -= 1
     return False
 

@@ -115,13 +115,13 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
     long-running, or cut away — are removed from their assistant message; the
     message goes too when nothing is left. Results with no call are dropped.
     A later result for an answered call (no open call with its id) replaces
-    the earlier one in the latest answered call's place, and the kept result
+    the result of the id's latest call, and the kept result
     ends with a note naming the replaced events.
     """
     report = PairingReport()
     order: list[_Slot | HistoryItem] = []
     open_calls: dict[str, list[_Slot]] = {}
-    answered: dict[str, _Slot] = {}
+    latest: dict[str, _Slot] = {}
     for item in items:
         msg = item.message
         if msg.role == "assistant" and msg.tool_calls:
@@ -129,6 +129,7 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             slot = _Slot(item, ids)
             for call_id in ids:
                 open_calls.setdefault(call_id, []).append(slot)
+                latest[call_id] = slot
             order.append(slot)
         elif msg.role == "tool":
             call_id = msg.tool_call_id or ""
@@ -136,9 +137,10 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
             owner = waiting.pop() if waiting else None
             if owner is not None:
                 owner.results[call_id] = item
-                answered[call_id] = owner
-            elif call_id in answered:
-                report.replaced_results.append(answered[call_id].replace(call_id, item))
+            elif call_id in latest:
+                # Every call with this id is answered: the latest call's result is replaced, as pair_results says
+                # (not the call answered last — turns may be answered out of order).
+                report.replaced_results.append(latest[call_id].replace(call_id, item))
             else:
                 report.orphan_results += 1
                 _note_left_out(report, item.event_id)

@@ -106,3 +106,36 @@ def test_the_read_sides_pairing_restates_the_full_historys() -> None:
         rng.shuffle(rows)  # the read's rows come clustered by id, not in log order
         expected = {f"e{r}": f"e{c}" for r, c in pair_results(messages).items()}
         assert {r: c.event_id for r, c in pair_rows(rows).items()} == expected, messages
+
+
+def test_a_result_after_turns_answered_out_of_order_replaces_the_latest_calls() -> None:
+    """Turn 2's call answered first, then turn 1's, then one more result: it replaces the result of the id's
+    latest call (turn 2's), as pair_results says — not of the call answered last (before: it went under
+    turn 1's call, showing turn 2's final result as turn 1's answer)."""
+    items = [HistoryItem(_call("x"), "a1"), HistoryItem(_call("x"), "a2"), HistoryItem(_result("x"), "ra"),
+             HistoryItem(_result("x"), "rb"), HistoryItem(_result("x"), "rc")]  # fmt: skip
+    assert pair_results([i.message for i in items]) == {2: 1, 3: 0, 4: 1}
+    out, report = repair_pairing(items)
+    assert [i.event_id for i in out] == ["a1", "rb", "a2", "rc"]
+    assert [(r.event_id, r.by_event_id) for r in report.replaced_results] == [("ra", "rc")]
+
+
+def test_repair_places_every_result_where_pair_results_pairs_it() -> None:
+    """Random calls and results over two reused ids: each result the repair keeps follows the call
+    pair_results names, and a result it replaces was paired with that same call."""
+    rng = random.Random(11)
+    for _ in range(3000):
+        items: list[HistoryItem] = []
+        for n in range(rng.randint(1, 12)):
+            call_id = rng.choice(("call_0", "call_1"))
+            items.append(HistoryItem(_call(call_id) if rng.random() < 0.5 else _result(call_id), f"e{n}"))
+        pairs = {f"e{r}": f"e{c}" for r, c in pair_results([i.message for i in items]).items()}
+        out, report = repair_pairing(items)
+        owner = ""
+        for item in out:
+            if item.message.role == "assistant":
+                owner = item.event_id or ""
+            else:
+                assert pairs[item.event_id or ""] == owner, [i.event_id for i in items]
+        for replaced in report.replaced_results:
+            assert pairs[replaced.event_id or ""] == pairs[replaced.by_event_id or ""]

@@ -18,7 +18,7 @@ regex = pytest.importorskip("regex")
 UNITS = (
     "数据库", "東京の倉庫", "カタカナ", "서울", "\u1112\u1161\u11ab\u1100\u1173\u11af", "👩\u200d👩\u200d👧\u200d👦",
     "🇯🇵🇰🇷", "👍🏽", "1\ufe0f\u20e3", "❤\ufe0f", "e\u0301", "a\u0308\u0323", "नमस्ते", "क्षत्रिय", "স্ত্রী",
-    "ક્ષ", "ଷ୍ଟ", "శ్రీ", "ന്റെ", "line\r\nnext", "\r\n", "ok ", "\\udce9",
+    "ક્ષ", "ଷ୍ଟ", "శ్రీ", "ന്റെ", "क्", "ক", "ত", "line\r\nnext", "\r\n", "ok ", "\\udce9",
 )  # fmt: skip
 
 
@@ -47,3 +47,9 @@ def test_cjk_and_emoji_text_still_cuts_at_every_cluster() -> None:
     rng = random.Random(3)
     text = "".join(rng.choice(UNITS[:12]) for _ in range(200))
     assert {i for i in range(len(text) + 1) if is_boundary(text, i)} == _clusters(text)
+
+
+def test_a_letter_of_another_indic_script_after_a_virama_is_not_cut_off() -> None:
+    """Devanagari consonant + virama + Bengali consonant is one cluster by UAX #29 (before: cut between)."""
+    text = "क्ক"
+    assert not is_boundary(text, 2) and 2 not in _clusters(text)
