@@ -444,11 +444,12 @@ def create_app(
             metrics.EVENTS.labels(kind).inc(n)
         # Only table writes, and no record waits for this agent (a thin stream, not a backlog, where
         # waiting for the broker lets the next batch grow): they may wait for the next batch's.
-        hold = not sink.waiting() and all(topic == changelog_name for topic, _, _, _ in outgoing)
-        await writes.write(outgoing, messages, hold=hold)
+        only_rows = all(topic == changelog_name for topic, _, _, _ in outgoing)
+        await writes.write(outgoing, messages, hold=only_rows and not sink.waiting())
         fetched_at = messages[0].time_in  # the oldest of the batch (its fetch stamped it)
         if fetched_at is not None:
-            fetch_wait.note(time.monotonic() - fetched_at)
+            now = time.monotonic()
+            fetch_wait.note(now - fetched_at, busy=not only_rows or len(runtime.pool) > 0, now=now)
 
     def table_reader() -> Any:
         """What a batch reads the table through: its store, as ``write_table`` writes it (Faust's

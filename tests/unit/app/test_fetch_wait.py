@@ -46,3 +46,17 @@ def test_without_a_budget_or_with_a_floor_above_it_the_wait_is_the_floor(floor: 
     for _ in range(100):
         wait.note(0.001)
     assert wait.wait_ms() == floor
+
+
+def test_after_summarization_work_the_wait_is_the_floor_until_a_quiet_stretch() -> None:
+    """A job or reply emitted, or jobs in flight: summarization crosses the same fetches, so no longer waits."""
+    wait = FetchWait(30, 50, quiet_s=1.0)
+    for _ in range(200):
+        wait.note(0.002, now=10.0)
+    quiet = wait.wait_ms(now=10.0)
+    assert quiet > 30
+    wait.note(0.002, busy=True, now=10.0)
+    assert wait.wait_ms(now=10.0) == 30
+    wait.note(0.002, now=10.5)
+    assert wait.wait_ms(now=10.9) == 30
+    assert wait.wait_ms(now=11.0) == quiet
