@@ -142,6 +142,8 @@ async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_sessi
         settings, run_prefix, group = await bench_topics(llm.base_url, 19 if args.jobs else 1_000_000)
         if args.fetch_wait_ms:
             settings.worker.batch_fetch_wait_ms = args.fetch_wait_ms
+        if args.event_job_budget_ms is not None:
+            settings.worker.event_job_budget_ms = args.event_job_budget_ms
         if args.changelog_hold_ms is not None:
             settings.worker.changelog_hold_ms = args.changelog_hold_ms
         tmp = Path(tempfile.mkdtemp(prefix="bench-backlog-"))
@@ -264,6 +266,8 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", action="store_true", help="summarize every 20 events (zero-latency LLM)")
     parser.add_argument("--fetch-wait-ms", type=int, default=0,
                         help="the workers' worker.batch_fetch_wait_ms (0: the default)")  # fmt: skip
+    parser.add_argument("--event-job-budget-ms", type=int, default=None,
+                        help="worker.event_job_budget_ms (0: a fixed fetch wait; default: the default)")  # fmt: skip
     parser.add_argument("--changelog-hold-ms", type=int, default=None,
                         help="the workers' worker.changelog_hold_ms (default: the default)")  # fmt: skip
     parser.add_argument("--rate", type=float, default=0.0, help="pace the events at this rate into running workers")

@@ -192,6 +192,8 @@ async def main(args: argparse.Namespace) -> None:
         settings.worker.log_level = "WARNING"
         if args.fetch_wait_ms:
             settings.worker.batch_fetch_wait_ms = args.fetch_wait_ms
+        if args.event_job_budget_ms is not None:
+            settings.worker.event_job_budget_ms = args.event_job_budget_ms
         if args.changelog_hold_ms is not None:
             settings.worker.changelog_hold_ms = args.changelog_hold_ms
         await create_topics(settings)
@@ -308,6 +310,8 @@ if __name__ == "__main__":
     parser.add_argument("--event-threshold", type=int, default=19, help="events per summary (above 40: no jobs at all)")
     parser.add_argument("--paced-sessions", type=int, default=50, help="paced phase sessions (40 events, 2 jobs each)")
     parser.add_argument("--fetch-wait-ms", type=int, default=0, help="worker.batch_fetch_wait_ms (0: the default)")
+    parser.add_argument("--event-job-budget-ms", type=int, default=None,
+                        help="worker.event_job_budget_ms (0: a fixed fetch wait; default: the default)")  # fmt: skip
     parser.add_argument(
         "--changelog-hold-ms", type=int, default=None, help="worker.changelog_hold_ms (default: the default)"
     )

@@ -307,12 +307,19 @@ class WorkerSettings(_Section):
     log_level: str = "INFO"
     log_json: bool = True
     batch_fetch_wait_ms: int = Field(default=30, ge=1, le=1000)
-    """While events flow, the longest a fetch waits for more of them (64 KiB) before the worker
-    takes what came: latency against CPU on a thin, steady stream (a stream that pauses gets the
-    long poll, which returns at its first record). Each fetch-and-batch cycle costs the worker a
-    few ms of CPU whatever its size, most of it waking up (``benchmarks/bench_wake.py``): at 500
-    events/s, 30 ms gave 170-193 µs CPU/event and 40 ms 149-156 (saturated: ~45), at up to this
-    much more event→job latency."""
+    """While events flow, the shortest a fetch waits for more of them (64 KiB) before the worker
+    takes what came (``event_job_budget_ms`` lets a lightly loaded worker wait longer; with it 0,
+    the wait): latency against CPU on a thin, steady stream (a stream that pauses gets the long
+    poll, which returns at its first record). Each fetch-and-batch cycle costs the worker a few ms
+    of CPU whatever its size, most of it waking up (``benchmarks/bench_wake.py``): at 500 events/s,
+    30 ms gave 170-193 µs CPU/event and 40 ms 149-156 (saturated: ~45), at up to this much more
+    event→job latency."""
+    event_job_budget_ms: int = Field(default=50, ge=0, le=10_000)
+    """The event→job latency the batching fetch wait may use up with the worker's own lag: while
+    events flow, a fetch waits this long less what the worker's recent batches took from their
+    fetch until their writes were sent, less 5 ms (``streams.app.fetch_wait``), and never less than
+    ``batch_fetch_wait_ms``. A lightly loaded worker waits longer for a fuller batch (fewer fetch
+    cycles: less CPU per event on a thin stream); 0: always ``batch_fetch_wait_ms``."""
     changelog_hold_ms: int = Field(default=100, ge=0, le=1000)
     """A batch of events that wrote only track-table rows (no job, reply or dead letter), with no
     further events waiting for the track agent (a thin stream, not a backlog), holds them back up to

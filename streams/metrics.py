@@ -3,7 +3,8 @@
 Documented series (``DOCUMENTED``): events processed (``rate()`` gives events/s),
 consumer lag, jobs in flight (held by the summarize pool, updated on submit and
 on completion), job age, LLM latency (the model call only), tokens in/out,
-failures by class, dead letters and summaries cut to ``max_summary_length``.
+failures by class, dead letters, summaries cut to ``max_summary_length`` and the fetch wait
+the worker chose while events flow.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ LENGTH_CUTS = Counter(
     "distill_summary_length_cuts_total",
     "Summaries published cut to max_summary_length (the model's shorter rewrite still over it, or failed)",
 )
+FETCH_WAIT = Gauge(
+    "distill_fetch_wait_ms",
+    "While events flow, the longest the worker's next fetch waits for more of them (worker.event_job_budget_ms)",
+)
 
 DOCUMENTED = (
     "distill_events_total",
@@ -48,6 +53,7 @@ DOCUMENTED = (
     "distill_failures_total",
     "distill_dead_letters_total",
     "distill_summary_length_cuts_total",
+    "distill_fetch_wait_ms",
 )
 
 

@@ -49,6 +49,7 @@ import inspect
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
+from time import monotonic
 from typing import Any, ClassVar
 
 import faust
@@ -56,6 +57,8 @@ from faust.transport.consumer import CONSUMER_FETCHING, ThreadDelegateConsumer
 from faust.transport.consumer import Consumer as BaseConsumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from streams import metrics
+from streams.app.fetch_wait import FetchWait
 from streams.app.record_sink import RecordSink
 
 log = logging.getLogger(__name__)
@@ -212,16 +215,27 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with the per-batch drain loop (see the module docstring)."""
 
     _flowing = False
+    _wait_ms = 0
 
     def _fetch_mode(self, flowing: bool) -> None:
-        """Batching fetches while records flow, the long poll once a fetch found none (see set_fetch_mode)."""
-        if flowing == self._flowing:
+        """Batching fetches while records flow, the long poll once a fetch found none (see set_fetch_mode).
+
+        While records flow, the batching wait is looked up for every fetch: it follows the
+        transport's :class:`~streams.app.fetch_wait.FetchWait` (the event→job budget less the
+        worker's recent lag).
+        """
+        fetch_wait = getattr(self.transport, "fetch_wait", None)
+        wait_ms = fetch_wait.wait_ms() if flowing and fetch_wait is not None else FETCH_MAX_WAIT_MS
+        if flowing == self._flowing and (not flowing or wait_ms == self._wait_ms):
             return
         kafka = getattr(self._thread, "_consumer", None)
         fetcher = getattr(kafka, "_fetcher", None)
         if fetcher is not None:
-            set_fetch_mode(fetcher, flowing, getattr(self.transport, "batch_wait_ms", FETCH_MAX_WAIT_MS))
+            set_fetch_mode(fetcher, flowing, wait_ms)
+            if flowing and wait_ms != self._wait_ms:
+                metrics.FETCH_WAIT.set(wait_ms)
             self._flowing = flowing
+            self._wait_ms = wait_ms
 
     _buffer_dropped: asyncio.Event | None = None
 
@@ -355,12 +369,15 @@ class BatchDrainConsumer(faust_aiokafka.Consumer):
         track_end = self.app.monitor.track_tp_end_offset
         tracked: set[Any] = set()
         out: list[tuple[Any, Any]] = []
+        fetched_at = monotonic()
         for tp, record in self.scheduler.iterate(records):
             if active_partitions is None or tp in active_partitions or tp in buffered:
                 if tp not in tracked:
                     tracked.add(tp)
                     track_end(tp, self.highwater(tp))
-                out.append((tp, to_message(tp, record)))
+                message = to_message(tp, record)
+                message.time_in = fetched_at  # its lag is measured from here (streams.app.fetch_wait)
+                out.append((tp, message))
         return out
 
     async def _deliver_batch(self, records: list[tuple[Any, Any]]) -> None:
@@ -520,7 +537,8 @@ broker's answer); it took ~2.3 ms of event-loop and ~1.4 ms of consumer-thread C
 such cycles share a produce (``streams.app.write_behind``) the loop wakes ~1.3 times per cycle
 (median 208 → 178 µs/event). The default; a worker
 takes ``worker.batch_fetch_wait_ms`` (at 500 events/s, 100 ms: 164 µs/event against 325-360 at
-30, before issue 14's cuts)."""
+30, before issue 14's cuts) as the floor of its wait, which ``streams.app.fetch_wait`` lengthens
+within the event→job budget when the worker's lag leaves room."""
 IDLE_FETCH = (1, 1500)
 """``(fetch_min_bytes, fetch_max_wait_ms)`` when the last fetch found nothing: Faust's long poll."""
 ROUTINE_TIMEOUT_S = (0.2, 1.5)
@@ -570,15 +588,16 @@ class BatchDrainTransport(faust_aiokafka.Transport):
     """The aiokafka transport creating :class:`BatchDrainConsumer`."""
 
     Consumer: ClassVar[type[Any]] = BatchDrainConsumer
-    batch_wait_ms: int = FETCH_MAX_WAIT_MS
+    fetch_wait: FetchWait = FetchWait(FETCH_MAX_WAIT_MS)
     """What its consumers' fetches wait at most for more records while they flow (``set_fetch_mode``)."""
 
 
-def install(app: faust.App, batch_wait_ms: int = FETCH_MAX_WAIT_MS) -> None:
+def install(app: faust.App, batch_wait_ms: int = FETCH_MAX_WAIT_MS, fetch_wait: FetchWait | None = None) -> None:
     """Make ``app`` consume through :class:`BatchDrainConsumer` (call right after creating it).
 
     ``batch_wait_ms``: the longest a fetch waits for more records while they flow (see
-    :data:`FETCH_MAX_WAIT_MS`).
+    :data:`FETCH_MAX_WAIT_MS`); ``fetch_wait``: that wait, adapted to a latency budget
+    (:mod:`streams.app.fetch_wait`; its floor replaces ``batch_wait_ms``).
 
     Raises ``RuntimeError`` if the app already built its transport or uses another driver.
     """
@@ -588,7 +607,7 @@ def install(app: faust.App, batch_wait_ms: int = FETCH_MAX_WAIT_MS) -> None:
     if not all(u.scheme in ("kafka", "aiokafka") for u in urls):
         raise RuntimeError(f"batch drain needs the aiokafka driver, broker is {urls}")
     transport = BatchDrainTransport(urls, app)
-    transport.batch_wait_ms = batch_wait_ms
+    transport.fetch_wait = fetch_wait if fetch_wait is not None else FetchWait(batch_wait_ms)
     app.transport = transport
 
 

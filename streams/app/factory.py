@@ -56,6 +56,7 @@ from streams.app.codecs import (
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected, decode_event_record, decode_job_record, decode_summary_record
 from streams.app.extensions import Extensions
+from streams.app.fetch_wait import FetchWait
 from streams.app.ingest_first import IngestFirst
 from streams.app.ledger import Preload, preload_cache
 from streams.app.monitor import LeanMonitor
@@ -268,7 +269,8 @@ def create_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
     )
-    batch_drain.install(app, batch_wait_ms=settings.worker.batch_fetch_wait_ms)
+    fetch_wait = FetchWait(settings.worker.batch_fetch_wait_ms, settings.worker.event_job_budget_ms)
+    batch_drain.install(app, fetch_wait=fetch_wait)
     # Faust's producer sends to topics it learned from a fetch of every topic's metadata (it forces
     # one after each topic it creates): they must stay in its metadata (projections.kafka_metadata).
     track_sent_topics()
@@ -442,8 +444,12 @@ def create_app(
             metrics.EVENTS.labels(kind).inc(n)
         # Only table writes, and no record waits for this agent (a thin stream, not a backlog, where
         # waiting for the broker lets the next batch grow): they may wait for the next batch's.
-        hold = not sink.waiting() and all(topic == changelog_name for topic, _, _, _ in outgoing)
-        await writes.write(outgoing, messages, hold=hold)
+        only_rows = all(topic == changelog_name for topic, _, _, _ in outgoing)
+        await writes.write(outgoing, messages, hold=only_rows and not sink.waiting())
+        fetched_at = messages[0].time_in  # the oldest of the batch (its fetch stamped it)
+        if fetched_at is not None:
+            now = time.monotonic()
+            fetch_wait.note(now - fetched_at, busy=not only_rows or len(runtime.pool) > 0, now=now)
 
     def table_reader() -> Any:
         """What a batch reads the table through: its store, as ``write_table`` writes it (Faust's

@@ -380,6 +380,48 @@ async def test_the_batching_wait_is_the_one_the_app_was_installed_with() -> None
     assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
 
 
+async def test_while_records_flow_every_fetch_takes_the_wait_the_fetch_wait_gives_now() -> None:
+    # A lightly loaded worker waits longer (streams.app.fetch_wait): the fetcher follows each cycle.
+    from types import SimpleNamespace
+
+    from streams.app.batch_drain import FETCH_MIN_BYTES, IDLE_FETCH
+    from streams.app.fetch_wait import FetchWait
+
+    app = faust.App("batch-drain-adaptive", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
+    fetch_wait = FetchWait(30, 50, margin_ms=5)
+    install(app, fetch_wait=fetch_wait)
+    consumer: Any = app.consumer
+    fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=1500)
+    consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
+    consumer._fetch_mode(True)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (FETCH_MIN_BYTES, 30)
+    for _ in range(200):
+        fetch_wait.note(0.003)
+    consumer._fetch_mode(True)
+    assert fetcher._fetch_max_wait_ms == 42
+    fetch_wait.note(0.030)
+    consumer._fetch_mode(True)
+    assert fetcher._fetch_max_wait_ms == 30
+    consumer._fetch_mode(False)
+    assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == IDLE_FETCH
+
+
+async def test_a_fetched_message_carries_the_time_it_was_fetched() -> None:
+    """The track agent measures a batch's lag from it (streams.app.fetch_wait)."""
+    import time
+
+    consumer = _consumer()
+    consumer.resume_flow()
+    tp = TP(TOPIC, 0)
+    _fetched(consumer, {tp: [_kafka_record(0, 1), _kafka_record(0, 2)]}, {tp}, {tp: 5})
+    before = time.monotonic()
+    got = await consumer._fetch_batch(timeout=1.0)
+    after = time.monotonic()
+    stamps = {m.time_in for _, m in got}
+    assert len(got) == 2 and len(stamps) == 1
+    assert before <= stamps.pop() <= after
+
+
 def _fetched(consumer: Any, records: dict[TP, list[Any]], active: set[TP] | None, marks: dict[TP, int]) -> None:
     """Make every fetch of ``consumer`` return ``records`` (``active``: the partitions asked for)."""
 
