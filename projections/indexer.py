@@ -108,6 +108,7 @@ from projections.stage import (
     parse_session_record,
 )
 from schemas import DeleteSession, SessionEvent
+from schemas.event_ids import FirstDigests
 
 log = logging.getLogger("distill.indexer")
 
@@ -250,6 +251,7 @@ class RecallIndexer(CassandraStage):
         """Seconds the deep stage spent waiting for the primary stage (for logs and benchmarks)."""
         self._stamps = LatestStamps(remembered_sessions)
         self._keys = KnownKeys(remembered_sessions)
+        self._digests = FirstDigests()
         self._embedder = embedder
         self._gate = gate
         self.indexed_tokens = 0

@@ -51,7 +51,9 @@ Guarantees (the Kafka adapter in ``projections.kafka_runner`` relies on them):
 * **What the worker refuses is not stored.** A record over the size limit,
   one that does not decode, and one whose Kafka key or partition is not its
   session's (``schemas.record_keys``, judged in log order by
-  ``projections.session_keys``) are dead-lettered with the worker's class and
+  ``projections.session_keys``), and one whose event id the session's log
+  already holds with other content (``schemas.event_ids``, the first digest of
+  each id kept in ``event_ids``) are dead-lettered with the worker's class and
   reason: stored, it would show in the prompt while no summary holds it.
 """
 
@@ -102,6 +104,7 @@ from projections.stage import (
     record_key_row,
 )
 from schemas import EpochAdopted, SessionEvent, SessionKey, SessionSummary
+from schemas.event_ids import DEFAULT_REMEMBERED_IDS, FirstDigests
 from schemas.headers import EVENTS_OFFSET, header_int
 from schemas.records import RecordDecodeError, json_object, validation_reason
 from schemas.storable import refuse_unstorable
@@ -179,11 +182,13 @@ class Projector(CassandraStage):
         pipeline_events: int = 2000,
         remembered_sessions: int = DEFAULT_REMEMBERED_SESSIONS,
         max_record_bytes: int | None = None,
+        remembered_ids: int = DEFAULT_REMEMBERED_IDS,
     ) -> None:
         """``remembered_sessions``: sessions whose latest timestamp is kept in memory
         (``projections.late_events.LatestStamps``); a session not remembered costs one row read.
         ``max_record_bytes``: events-topic records over it are dead-lettered (``OversizedRecord``), as the
-        worker refuses them (``None``: any size)."""
+        worker refuses them (``None``: any size). ``remembered_ids``: event ids whose first digest is kept in
+        memory (``schemas.event_ids.FirstDigests``); a session not remembered costs one read of its ids."""
         super().__init__(session, keyspace, consumer_group=consumer_group, concurrency=concurrency,
                          batch_statements=batch_statements, batch_bytes=batch_bytes,
                          pipeline_events=pipeline_events)  # fmt: skip
@@ -192,6 +197,7 @@ class Projector(CassandraStage):
         self._count = count_tokens or estimate_tokens
         self._stamps = LatestStamps(remembered_sessions)
         self._keys = KnownKeys(remembered_sessions)
+        self._digests = FirstDigests(remembered_ids)
         self.max_record_bytes = max_record_bytes
         self._p = self._prepare()
 
@@ -373,7 +379,7 @@ class Projector(CassandraStage):
             ev = item.event
             placed = placements.get(index)
             seq = item.record.offset if placed is None else placed.seq
-            rows = event_rows(ev, seq, self._count, item.data)
+            rows = event_rows(ev, seq, self._count, item.data, item.digest)
             pk = (ev.app_name, ev.user_id, ev.session_id)
             group = groups.get(pk)
             if group is None:

@@ -137,9 +137,15 @@ class EventRows:
 
 
 def event_rows(
-    event: SessionEvent, seq: int, count_tokens: TokenCounter, record: dict[str, Any] | None = None
+    event: SessionEvent,
+    seq: int,
+    count_tokens: TokenCounter,
+    record: dict[str, Any] | None = None,
+    digest: str | None = None,
 ) -> EventRows:
     """The rows of ``event``, the ``seq`` (Kafka offset) orders same-timestamp events of its session.
+
+    ``digest``: the record's ``schemas.event_ids.record_digest``, kept with its event id (``None``: not known).
 
     ``record``: the decoded record ``event`` was validated from, when at hand (see ``stored_record_json``).
     """
@@ -178,7 +184,7 @@ def event_rows(
     return EventRows(
         size=row_bytes(text) + len(event_json),
         event=event_row,
-        event_id=(app, user, sid, event.event_id, event.timestamp, seq),
+        event_id=(app, user, sid, event.event_id, event.timestamp, seq, digest),
         tool_calls=calls,
         tool_result=result,
         turn=turn,

@@ -32,11 +32,13 @@ from pydantic import ValidationError
 
 from projections import statements as q
 from projections.binding import RowBinder, batch_of
+from projections.cassandra_paging import afetch_all
 from projections.cassandra_session import aexecute, aexecute_many
 from projections.errors import StoreRefused, StoreUnavailable
 from projections.late_events import LatestStamps, Partition
 from projections.session_keys import Fixed, KnownKeys, SessionKeys
 from schemas import DeadLetter, DeleteSession, SessionEvent, SessionKey, Summarize, SummarizeSync
+from schemas.event_ids import EventIdReused, FirstDigests, record_digest
 from schemas.record_keys import RecordKeyError, fixes_session_key, only_fixes_key
 from schemas.records import RecordDecodeError, json_object, parse_event_data, refuse_oversized
 from schemas.storable import refuse_unstorable
@@ -141,6 +143,8 @@ class EventItem:
     data: dict[str, Any] | None
     """The decoded record ``event`` was validated from (the projector's stored JSON is made from it;
     ``None``: not kept)."""
+    digest: str
+    """The record's ``schemas.event_ids.record_digest`` (what its event id is judged by)."""
 
     @property
     def session_key(self) -> SessionKey:
@@ -194,7 +198,7 @@ def parse_session_record(
     if isinstance(parsed, SessionEvent):
         # Kept only for a stage that uses it: a batch's decoded records, alive until it is written, cost the
         # indexer ~4 µs an event of garbage collection.
-        return EventItem(record, parsed, data if keep_data else None)
+        return EventItem(record, parsed, data if keep_data else None, record_digest(record.value))
     if isinstance(parsed, DeleteSession):
         return DeleteItem(record, parsed)
     if only_fixes_key(parsed):
@@ -316,6 +320,8 @@ class CassandraStage:
     """Set by the stage: its sessions' latest timestamps (``projections.late_events``)."""
     _keys: KnownKeys
     """Set by the stage: the record keys it remembers (``projections.session_keys``)."""
+    _digests: FirstDigests
+    """Set by the stage: the first digest of each event id of the sessions it remembers (``schemas.event_ids``)."""
 
     def __init__(
         self, session: Session, keyspace: str, *, consumer_group: str, concurrency: int = 32,
@@ -335,7 +341,7 @@ class CassandraStage:
             name: session.prepare(cql.format(ks=keyspace))
             for name, cql in {"save_offset": q.SAVE_OFFSET, "load_offsets": q.LOAD_OFFSETS,
                               "progress": q.SAVE_PROGRESS, "progress_caught_up": q.SAVE_PROGRESS_CAUGHT_UP,
-                              "select_record_key": q.SELECT_RECORD_KEY,
+                              "select_record_key": q.SELECT_RECORD_KEY, "select_digests": q.SELECT_DIGESTS,
                               "insert_record_key": q.INSERT_RECORD_KEY}.items()
         }  # fmt: skip
 
@@ -459,9 +465,11 @@ class CassandraStage:
         """Each of ``records`` (in log order) as ``parse`` makes it (``parse_session_record`` for the events
         topic), or why it is refused: what ``parse`` raises, or, for a :data:`SessionItem` whose Kafka key or
         partition is not its session's (``schemas.record_keys``, judged in log order), ``RecordKeyError`` with
-        the worker's reason (never for a ``CommandItem``: it only fixes the key). Also the batch's
+        the worker's reason (never for a ``CommandItem``: it only fixes the key), and for an :class:`EventItem`
+        whose event id its session's log already holds with other content (``schemas.event_ids``, judged in
+        log order after the key), ``EventIdReused`` with the worker's reason. Also the batch's
         ``SessionKeys``: what it fixed, to be written with its rows. Every record moves ``outcome.offsets``
-        past it, and the latest offset the stage's stamps follow.
+        past it, and the latest offset the stage's stamps and digests follow.
         """
         parsed: list[tuple[SourceRecord, _Parsed | Refused]] = []
         known = self._keys
@@ -470,6 +478,7 @@ class CassandraStage:
             outcome.offsets[key] = max(outcome.offsets.get(key, 0), record.offset + 1)
             if record.topic == self.events_topic:
                 self._stamps.follow(key, record.offset)
+                self._digests.follow(key, record.offset)
             try:
                 parsed.append((record, parse(record)))
             except (RecordDecodeError, ValidationError) as exc:
@@ -483,7 +492,49 @@ class CassandraStage:
             problem = keys.judge(r.key, r.partition, r.offset, session, fixes=fixes_session_key(decoded))
             if problem is not None and not isinstance(item, CommandItem):
                 parsed[n] = (r, RecordKeyError(problem))
+        events = [(n, item) for n, item, _ in judged if isinstance(item, EventItem) and parsed[n][1] is item]
+        await self._learn_digests([((item.record.topic, item.record.partition), item.session_key)
+                                   for _, item in events])  # fmt: skip
+        digests = self._digests
+        for n, item, session in judged:
+            r = item.record
+            tp = (r.topic, r.partition)
+            if isinstance(item, DeleteItem) and parsed[n][1] is item:
+                # Judged in log order: the records after a deletion start the session's ids afresh.
+                digests.forget(tp, session)
+            elif isinstance(item, EventItem) and parsed[n][1] is item:
+                reused = digests.judge(tp, session, item.event.event_id, item.digest)
+                if reused is not None:
+                    parsed[n] = (r, EventIdReused(reused))
         return parsed, keys
+
+    # -- event ids (schemas.event_ids) -----------------------------------------------------------------------
+
+    async def _learn_digests(self, sessions: Iterable[tuple[Partition, SessionKey]]) -> None:
+        """Read the first digest of every event id of each of ``sessions`` that the stage's digests do not
+        know (``event_ids``, one partition each, read concurrently) and remember them.
+
+        An id projected before migration 012 has no digest: it is not remembered, so the first record of
+        it read after the upgrade fixes its digest. A session without a row has no event (an event's rows
+        are one mutation of its session's partition): the projector's stamps learn that too, so a new
+        session costs one read, not two (the indexer's stamps are of its own rows)."""
+        digests = self._digests
+        cold = [key for key in dict.fromkeys(sessions) if not digests.knows(*key)]
+        if not cold:
+            return
+        statement = self._stage_p["select_digests"]
+        pages: list[list[Any]] = []
+        try:
+            for start in range(0, len(cold), self._concurrency):
+                chunk = cold[start : start + self._concurrency]
+                pages.extend(await asyncio.gather(*(afetch_all(self._session, statement, pk) for _, pk in chunk)))
+        except DriverException as exc:
+            raise StoreUnavailable(f"cassandra read failed: {type(exc).__name__}: {exc}") from exc
+        stamps = self._stamps if self.STAGE == PROJECT_STAGE else None
+        for (tp, pk), rows in zip(cold, pages, strict=True):
+            digests.learn(tp, pk, {r.event_id: r.digest for r in rows if r.digest is not None})
+            if not rows and stamps is not None and not stamps.knows(tp, pk):
+                stamps.learn(tp, pk, None)
 
     # -- record keys (projections.session_keys) --------------------------------------------------------------
 

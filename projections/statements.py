@@ -9,8 +9,11 @@ INSERT_EVENT = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_EVENT_ID = (
-    "INSERT INTO {ks}.event_ids (app_name, user_id, session_id, event_id, ts, seq) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO {ks}.event_ids (app_name, user_id, session_id, event_id, ts, seq, digest) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+SELECT_DIGESTS = "SELECT event_id, digest FROM {ks}.event_ids WHERE app_name = ? AND user_id = ? AND session_id = ?"
+"""Each event id of a session with its first record's digest (``schemas.event_ids``; ``null``: projected
+before migration 012)."""
 INSERT_LATE_EVENT = (
     "INSERT INTO {ks}.late_events (app_name, user_id, session_id, seq, ts, event_id, filter_key, role, partial) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"

@@ -39,6 +39,7 @@ from faust.types import TP
 
 from projections.kafka_metadata import install as track_sent_topics
 from schemas import AdoptEpoch, DeleteSession, SessionEvent, SessionKey
+from schemas.event_ids import FirstDigests
 from schemas.settings import Settings
 from streams import metrics
 from streams.app import batch_drain, write_behind
@@ -55,6 +56,7 @@ from streams.app.codecs import (
 )
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected, decode_event_record, decode_job_record, decode_summary_record
+from streams.app.event_ids import Unknown, learn
 from streams.app.extensions import Extensions
 from streams.app.fetch_wait import FetchWait
 from streams.app.ingest_first import IngestFirst
@@ -68,6 +70,7 @@ from streams.app.sweep_watch import SweepWatch, seed
 from streams.app.track import TrackHandler, TrackOutput, dead_letter_for
 from streams.app.tracked import TrackedKey, table_key
 from streams.app.write_behind import WriteBehind
+from streams.rules.filter_keys import FULL_SESSION
 from streams.rules.policy import PolicySet, policies_from_settings
 from streams.summarizer import SummarizerLike, build_summarizer, validate_summarizers
 from streams.summarizer.deferred_model import DeferredModel
@@ -284,6 +287,7 @@ def create_app(
         job_origin="replay" if replay else None,
         dead_letter_limit=min(64 * 1024, settings.kafka.max_record_bytes // 2),
         optimistic=False,  # decisions are a pure function of the log: a replay keeps the real queue
+        digests=FirstDigests(),
     )
     summarizer_for, warm_model = _summarizers(settings, ext, defer=replay is not None)
     runtime = WorkerRuntime(settings, topics, track, summarizer_for, default_epoch=replay.epoch if replay else 0)
@@ -401,15 +405,19 @@ def create_app(
         last_of: dict[int, Any] = {}  # partition -> an event of it (its records are this partition's)
         kinds: dict[str, int] = {}
         deleted: list[tuple[SessionKey, int]] = []
-        partition = -1
+        records = []
         for msg in messages:
+            recent.add(msg.partition, msg.offset, msg.key, msg.value)
+            records.append(decode_event_record(msg.value or b"", max_record_bytes))  # never raises: Rejected
+        if track.digests is not None:
+            await learn_event_ids(stream, batch, last_of, messages, records, track.digests)
+        partition = -1
+        for msg, record in zip(messages, records, strict=True):
             coords = Coordinates(msg.topic, msg.partition, msg.offset)
             key = msg.key or b""
             if msg.partition != partition:
                 partition = msg.partition
                 enter_partition(stream, batch, last_of, msg)
-            recent.add(msg.partition, msg.offset, msg.key, msg.value)
-            record = decode_event_record(msg.value or b"", max_record_bytes)  # never raises: Rejected
             # The log time of a command (an event is judged by its own timestamp).
             at: datetime | None = None
             if not isinstance(record, SessionEvent):
@@ -450,6 +458,37 @@ def create_app(
         if fetched_at is not None:
             now = time.monotonic()
             fetch_wait.note(now - fetched_at, busy=not only_rows or len(runtime.pool) > 0, now=now)
+
+    async def learn_event_ids(stream: Any, batch: TableBatch, last_of: dict[int, Any], messages: list[Any],
+                              records: list[Any], digests: FirstDigests) -> None:  # fmt: skip
+        """Before a batch is judged: the sessions whose event ids the memory must learn from the log
+        (``streams.app.event_ids``), read. Each partition's first record is followed here (a jump forgets
+        what the memory knew of the partition), the rest as the batch is judged."""
+        unknown: list[Unknown] = []
+        seen: set[tuple[int, SessionKey]] = set()
+        followed: set[int] = set()
+        partition = -1
+        for msg, record in zip(messages, records, strict=True):
+            if msg.partition != partition:
+                partition = msg.partition
+                enter_partition(stream, batch, last_of, msg)
+                if partition not in followed:
+                    followed.add(partition)
+                    digests.follow(partition, msg.offset)
+            if not isinstance(record, SessionEvent):
+                continue
+            sk = record.session_key
+            if digests.knows(partition, sk) or (partition, sk) in seen:  # most records: known
+                continue
+            if track.accept is not None and not track.accept(sk):
+                continue
+            seen.add((partition, sk))
+            full = batch.get(table_key(*sk, FULL_SESSION))
+            start = track.unknown_before(partition, msg.offset, sk, full)
+            if start is not None and full is not None:
+                key = full.record_key if full.record_key is not None else sk.kafka_key()
+                unknown.append(Unknown(partition, sk, start, msg.offset - 1, key))
+        await learn(digests, runtime.reader, unknown, max_record_bytes)
 
     def table_reader() -> Any:
         """What a batch reads the table through: its store, as ``write_table`` writes it (Faust's

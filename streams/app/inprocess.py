@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import SessionEvent, SessionKey, SessionSummary, SummaryFailure, SummaryJob
+from schemas.event_ids import FirstDigests
 from streams.app.cache import SummaryCache
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
@@ -167,8 +168,10 @@ class InProcessReplay:
 
         self.ledger = _Ledger()
         self.log = _Log()
-        self.track = TrackHandler(policies, accept=accept, job_origin="replay")
-        self.summarize = _Summarize(self.ledger, self.log, pick, self.cache)
+        # The whole log is judged in order: the memory of event ids never has to learn a session.
+        digests = FirstDigests(capacity=1 << 62)
+        self.track = TrackHandler(policies, accept=accept, job_origin="replay", digests=digests)
+        self.summarize = _Summarize(self.ledger, self.log, pick, self.cache, digests=digests)
         self.summarize.parsed = {}
         self.store: dict[str, TrackedKey] = {}
         self.poisoned: set[str] = set()

@@ -128,7 +128,8 @@ class WorkerRuntime:
         self.reader = EventLogReader(self.settings.kafka, self.topics.events, size=n,
                                      recent_bytes=self.settings.worker.recent_events_mb * 1024 * 1024)  # fmt: skip
         self.summarize = SummarizeHandler(self.ledger, self.reader, self.summarizer_for, self.cache,
-                                          max_record_bytes=self.settings.kafka.max_record_bytes)  # fmt: skip
+                                          max_record_bytes=self.settings.kafka.max_record_bytes,
+                                          digests=self.track.digests)  # fmt: skip
         # ``async_summary_num`` bounds the model calls, not the jobs: a job the cache answers (a
         # replay's, mostly) is CPU work and would otherwise queue behind the model's latency.
         self.model_slots = asyncio.Semaphore(n)

@@ -40,6 +40,7 @@ from typing import Literal, Protocol
 
 from schemas import (
     SessionEvent,
+    SessionKey,
     SessionSummary,
     SummaryBoundary,
     SummaryFailure,
@@ -47,8 +48,10 @@ from schemas import (
     SummaryReply,
 )
 from schemas.base import copy_with
+from schemas.event_ids import FirstDigests, record_digest
 from streams.app.cache import SummaryCache, input_hash
 from streams.app.decoding import decode_event_record
+from streams.app.event_ids import digests_in
 from streams.app.event_log import RawEvent
 from streams.app.heads import Head, session_id_of
 from streams.app.tracked import TrackedKey, table_key
@@ -117,9 +120,13 @@ class SummarizeHandler:
         cache: SummaryCache | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         max_record_bytes: int | None = None,
+        digests: FirstDigests | None = None,
     ) -> None:
         """``max_record_bytes``: a record over it is read into no summary, as the track side refuses it
-        (``None``: any size)."""
+        (``None``: any size). ``digests``: the track side's memory of each session's event ids
+        (``schemas.event_ids``): a record it refuses for reusing an id is read into no summary either
+        (a session it does not know is read from the log; ``None``: no such rule)."""
+        self.digests = digests
         self.max_record_bytes = max_record_bytes
         self.ledger = ledger
         self.reader = reader
@@ -302,6 +309,7 @@ class SummarizeHandler:
         # dropped on decode by their ids.
         raw = await self.reader.read(partition, start, end, job.events_key())
         events, raws, offsets = self._decode(job, raw)
+        events, raws = await self._without_reused(job, partition, start, events, raws)
         if previous is not None:
             if boundary_offset is not None:
                 # Read from after the boundary's offset: every record is after it in the log (see
@@ -316,6 +324,36 @@ class SummarizeHandler:
                 raws = [r for e, r in zip(events, raws, strict=True) if e.event_id in keep_ids]
             events = kept
         return _Delta(previous, events, raws, offsets)
+
+    async def _without_reused(
+        self, job: SummaryJob, partition: int, start: int, events: list[SessionEvent], raws: list[bytes]
+    ) -> tuple[list[SessionEvent], list[bytes]]:
+        """``events`` (read from ``start``, each id once: its first record there) without those the track side
+        refused for reusing an event id of the session with other content (``schemas.event_ids``): their id's
+        first record lies before ``start`` with another digest.
+
+        The track side's memory answers when it knows the session and has judged every record before
+        ``start`` (what it learnt since names ids first logged later too: their first digest is what the
+        records here are judged by); else the session's records before ``start`` are read (from its first
+        offset: after a restart, until the track side reads the session again).
+        """
+        memory = self.digests
+        if memory is None or not events:
+            return events, raws
+        sk = SessionKey(job.app_name, job.user_id, job.session_id)
+        first = memory.first(partition, sk)
+        if first is None or (memory.next_offset(partition) or 0) < start:
+            begin = job.events_from_offset if job.events_from_offset is not None else 0
+            if begin >= start:
+                return events, raws
+            before = await self.reader.read(partition, begin, start - 1, job.events_key())
+            first = digests_in(before, sk, self.max_record_bytes)
+        if not first:
+            return events, raws
+        kept = [n for n, e in enumerate(events) if first.get(e.event_id, "") in ("", record_digest(raws[n]))]
+        if len(kept) == len(events):
+            return events, raws
+        return [events[n] for n in kept], [raws[n] for n in kept]
 
     async def _ids_before(self, job: SummaryJob, partition: int, boundary_offset: int, ids: set[str]) -> set[str]:
         """Which of ``ids`` the session's records up to ``boundary_offset`` hold (summarized already).

@@ -36,6 +36,7 @@ from schemas import (
 )
 from schemas.base import copy_with
 from schemas.commands import KEY_COOLING_DOWN, NOTHING_TO_SUMMARIZE
+from schemas.event_ids import EVENT_ID_REUSED, FirstDigests, record_digest
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import Rejected, SummaryRecord
 from streams.app.tracked import TrackedKey, table_key, tracked_key
@@ -210,7 +211,11 @@ class TrackHandler:
         dead_letter_limit: int = DEAD_LETTER_VALUE_LIMIT,
         optimistic: bool = False,
         wall_clock: Callable[[], float] = time.time,
+        digests: FirstDigests | None = None,
     ) -> None:
+        """``digests``: the memory of each session's event ids (``schemas.event_ids``), whose rule refuses an
+        id published again with other content (``None``: no such rule, for callers that judge it elsewhere)."""
+        self.digests = digests
         self.wall_clock = wall_clock
         self.dead_letter_limit = dead_letter_limit
         self.optimistic = optimistic
@@ -235,6 +240,8 @@ class TrackHandler:
         rule of :mod:`streams.rules.record_keys` refuses dead-letters the record (``raw``:
         its bytes as read, else the record serialized again).
         """
+        if self.digests is not None:
+            self.digests.follow(coords.partition, coords.offset)
         if isinstance(record, Rejected):
             return TrackOutput(
                 dead_letter=dead_letter_for(
@@ -269,9 +276,20 @@ class TrackHandler:
             return out
         kept = None if record_key == canonical else record_key  # the state keeps a canonical key as None
         if isinstance(record, SessionEvent):
+            value = raw if raw is not None else record.model_dump_json().encode()
+            reused = self._reused(record, value, sk, coords, full) if self.digests is not None else None
+            if reused is not None:
+                return TrackOutput(
+                    dead_letter=dead_letter_for(
+                        value, record_key, coords, EVENT_ID_REUSED, reused, "track", self.dead_letter_limit
+                    )
+                )
             return with_events_key(self._on_event(record, sk, coords, store, kept, full), kept)
         if isinstance(record, DeleteSession):
             self._on_delete(record, store, coords.offset)
+            if self.digests is not None:
+                # Delivered again too: what the memory learnt of the session may be of the records after it.
+                self.digests.forget(coords.partition, sk)
             return TrackOutput()
         if isinstance(record, AdoptEpoch):
             # A replay builds an epoch; only the live line switches (the summaries topic records it).
@@ -283,6 +301,38 @@ class TrackHandler:
             store[table_key(*sk, FULL_SESSION)] = tracked_key(new_state(*sk, FULL_SESSION), None, coords.partition,
                                                               None, kept)  # fmt: skip
         return with_events_key(out, kept)
+
+    def unknown_before(self, partition: int, offset: int, sk: SessionKey, full: TrackedKey | None) -> int | None:
+        """Where the session's log starts when the memory must learn it before the record at ``offset`` is
+        judged (its records from there up to ``offset``), else ``None`` — it is known, or has no record
+        before (a session it then remembers as empty). ``full``: the session's full-session entry."""
+        digests = self.digests
+        if digests is None or digests.knows(partition, sk):
+            return None
+        first = full.first_offset if full is not None else None
+        if first is None or first >= offset:  # a new session, or none of its events since its deletion
+            digests.learn(partition, sk, {})
+            return None
+        return first
+
+    def _reused(
+        self, event: SessionEvent, raw: bytes, sk: SessionKey, coords: Coordinates, full: TrackedKey | None
+    ) -> str | None:
+        """Why ``event`` (``raw``: its record's bytes) is refused for reusing an event id with other content
+        (``schemas.event_ids``)."""
+        digests = self.digests
+        assert digests is not None
+        digest = record_digest(raw)
+        try:
+            return digests.judge(coords.partition, sk, event.event_id, digest)
+        except KeyError:  # not known (per event, the exception is rare: the session's first record in the process)
+            pass
+        if self.unknown_before(coords.partition, coords.offset, sk, full) is not None:
+            # Not learnt (the caller reads it before the batch: see streams.app.event_ids): judged as new.
+            fields = {**coords.log_fields(), "app_name": sk.app_name, "session_id": sk.session_id}
+            log.warning("event ids of a session not known: record not judged for a reused event id", extra=fields)
+            return None
+        return digests.judge(coords.partition, sk, event.event_id, digest)
 
     def _load(self, store: StateStore, sk: SessionKey, filter_key: str) -> TrackedKey | None:
         return store.get(table_key(*sk, filter_key))

@@ -163,6 +163,8 @@ def redrive_command(everything: bool, dry_run: bool, yes: bool, **params: Any) -
     A RecordKeyError (no key, or not the key and partition the session's first
     record fixed; the worker and the projector each leave one) is refused again
     with its original key: publish its value with the session's key instead.
+    An EventIdReused (an event id the session's log already holds with other
+    content) is refused again: publish its content under a new event id.
     """
     selection = _selection(params)
     if not selection.has_filter and not everything:

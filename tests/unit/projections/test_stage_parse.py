@@ -5,11 +5,12 @@ judged by its session's key in log order, where a summarize command fixes the ke
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import pytest
 from pydantic import ValidationError
 
-from projections.late_events import LatestStamps
+from projections.late_events import LatestStamps, Partition
 from projections.session_keys import Fixed, KnownKeys
 from projections.stage import (
     BatchOutcome,
@@ -22,6 +23,7 @@ from projections.stage import (
     parse_session_record,
 )
 from schemas import SessionKey
+from schemas.event_ids import FirstDigests, record_digest
 from schemas.record_keys import RECORD_KEY_ERROR
 from schemas.records import validation_reason
 from streams.app.decoding import Rejected, decode_event_record
@@ -88,6 +90,12 @@ class _Stage(CassandraStage):
         self.events_topic = "events"
         self._stamps = LatestStamps()
         self._keys = KnownKeys()
+        self._digests = FirstDigests()
+
+    async def _learn_digests(self, sessions: Iterable[tuple[Partition, SessionKey]]) -> None:
+        for tp, session in sessions:  # nothing stored: every session starts empty
+            if not self._digests.knows(tp, session):
+                self._digests.learn(tp, session, {})
 
     async def _read_record_keys(self, known: KnownKeys, sessions: object) -> dict[SessionKey, Fixed | None]:
         return dict.fromkeys(known.missing(sessions), None)  # type: ignore[arg-type]
@@ -118,3 +126,24 @@ async def test_records_are_judged_by_their_sessions_key_in_log_order_and_a_comma
     assert [r.offset for r, _ in parsed] == list(range(1, 8))
     assert keys.untaken() == [(SessionKey("应用", "u", "s"), (b"other", 0), 2)]
     assert outcome.offsets == {("events", 0): 8, ("events", 1): 7}
+
+
+async def test_an_event_id_reused_with_other_content_is_refused_in_log_order_and_a_duplicate_is_not() -> None:
+    """``schemas.event_ids`` in the step both stages share: judged after the key, afresh after a deletion."""
+    delete = _raw({**SESSION, "type": "delete_session", "command_id": "d"})
+    first, other = _raw(_event(1)), _raw(_event(1, "另一个"))
+    records = [
+        SourceRecord("events", 0, 1, KEY, first),
+        SourceRecord("events", 0, 2, KEY, json.dumps(json.loads(first), indent=1).encode()),  # a duplicate
+        SourceRecord("events", 0, 3, KEY, other),  # refused
+        SourceRecord("events", 0, 4, b"other", other),  # refused for its key first
+        SourceRecord("events", 0, 5, KEY, delete),
+        SourceRecord("events", 0, 6, KEY, other),  # the session's ids start afresh
+        SourceRecord("events", 0, 7, KEY, first),  # refused
+    ]
+    parsed, _ = await _Stage()._parse_and_judge(records, BatchOutcome(), _Stage.parse)
+    names = [type(item).__name__ for _, item in parsed]
+    assert names == ["EventItem", "EventItem", "EventIdReused", RECORD_KEY_ERROR, "DeleteItem", "EventItem",
+                     "EventIdReused"]  # fmt: skip
+    assert "'e1'" in str(parsed[2][1]) and record_digest(first) in str(parsed[2][1])
+    assert record_digest(other) in str(parsed[2][1]) and record_digest(first) in str(parsed[6][1])
