@@ -26,7 +26,7 @@ from streams.app.event_log import RawEvent
 
 
 class LogReader(Protocol):
-    async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]: ...
+    async def read_keys(self, partition: int, ranges: Sequence[tuple[int, int, bytes]]) -> list[list[RawEvent]]: ...
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,21 @@ def digests_in(raw: Iterable[RawEvent], session: SessionKey, max_record_bytes: i
 async def learn(
     digests: FirstDigests, reader: LogReader, unknown: Sequence[Unknown], max_record_bytes: int | None
 ) -> None:
-    """Read each of ``unknown`` from the log (concurrently) and remember it."""
+    """Read each of ``unknown`` from the log and remember it: one read per partition (its stretch of the log
+    from the earliest start scanned once for all its sessions: after a restart every active session is
+    unknown), the partitions concurrently."""
     if not unknown:
         return
-    reads = await asyncio.gather(*(reader.read(u.partition, u.start, u.end, u.key) for u in unknown))
-    for u, raw in zip(unknown, reads, strict=True):
-        digests.learn(u.partition, u.session, digests_in(raw, u.session, max_record_bytes))
+    by_partition: dict[int, list[Unknown]] = {}
+    for u in unknown:
+        by_partition.setdefault(u.partition, []).append(u)
+    groups = list(by_partition.items())
+    reads = await asyncio.gather(
+        *(reader.read_keys(partition, [(u.start, u.end, u.key) for u in group]) for partition, group in groups)
+    )
+    for (_, group), found in zip(groups, reads, strict=True):
+        for u, raw in zip(group, found, strict=True):
+            digests.learn(u.partition, u.session, digests_in(raw, u.session, max_record_bytes))
 
 
 __all__ = ["LogReader", "Unknown", "digests_in", "learn"]

@@ -21,11 +21,11 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import islice
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -209,6 +209,9 @@ what the last fetch holds: a fetch round trip for each record or two of a sessio
 dozen others)."""
 
 
+_T = TypeVar("_T")
+
+
 class _Pool:
     """Unassigned consumers of one configuration, one per concurrent read (at most ``reader.size``)."""
 
@@ -239,9 +242,7 @@ class _Pool:
                     return consumer
         return await self._idle.get()
 
-    async def run(
-        self, tp: TopicPartition, read: Callable[[AIOKafkaConsumer], Awaitable[list[RawEvent]]]
-    ) -> list[RawEvent]:
+    async def run(self, tp: TopicPartition, read: Callable[[AIOKafkaConsumer], Awaitable[_T]]) -> _T:
         consumer = await self._acquire()
         try:
             return await read(consumer)
@@ -310,6 +311,28 @@ class EventLogReader:
         except KafkaError as exc:
             raise RetryableError(f"reading {self.topic}[{partition}] {start}..{end}: {exc}") from exc
 
+    async def read_keys(self, partition: int, ranges: Sequence[tuple[int, int, bytes]]) -> list[list[RawEvent]]:
+        """For each ``(start, end, key)`` of ``partition``, its records as :meth:`read` returns them: those the
+        buffer holds from it, the others by one scan of the partition from the lowest start to the highest end
+        (a worker learning many sessions after a restart reads each stretch of the log once, not once per
+        session)."""
+        out = [self.recent.read(partition, start, end, key) if start <= end else [] for start, end, key in ranges]
+        todo = [i for i, found in enumerate(out) if found is None]
+        if not todo:
+            return [found or [] for found in out]
+        low = min(ranges[i][0] for i in todo)
+        high = max(ranges[i][1] for i in todo)
+        keys = {ranges[i][2] for i in todo}
+        tp = TopicPartition(self.topic, partition)
+        try:
+            by_key = await self._scanners.run(tp, lambda c: self._scan_keys(c, tp, low, high, keys))
+        except KafkaError as exc:
+            raise RetryableError(f"reading {self.topic}[{partition}] {low}..{high}: {exc}") from exc
+        for i in todo:
+            start, end, key = ranges[i]
+            out[i] = [r for r in by_key.get(key, ()) if start <= r.offset <= end]
+        return [found or [] for found in out]
+
     async def _fetch(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, offsets: list[int], key: bytes
     ) -> list[RawEvent]:
@@ -368,9 +391,15 @@ class EventLogReader:
     async def _scan(
         self, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, key: bytes
     ) -> list[RawEvent]:
+        return (await self._scan_keys(consumer, tp, start, end, {key})).get(key, [])
+
+    async def _scan_keys(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, end: int, keys: Collection[bytes]
+    ) -> dict[bytes, list[RawEvent]]:
+        """The records of ``keys`` at ``start..end`` of ``tp``, by key, in log order."""
         self._assign(consumer, tp)
         consumer.seek(tp, start)
-        found: list[RawEvent] = []
+        found: dict[bytes, list[RawEvent]] = {}
         last_progress = time.monotonic()
         past_end_since: float | None = None
         while True:
@@ -395,8 +424,8 @@ class EventLogReader:
                 if msg.offset > end:
                     return found
                 self.records_scanned += 1
-                if msg.key == key and msg.value is not None:
-                    found.append(RawEvent(msg.offset, msg.value))
+                if msg.key in keys and msg.value is not None:
+                    found.setdefault(msg.key, []).append(RawEvent(msg.offset, msg.value))
             if await consumer.position(tp) > end:
                 return found
             if time.monotonic() - last_progress > self.stall_timeout_s:

@@ -138,3 +138,22 @@ async def test_a_session_among_fewer_than_the_read_on_bound_is_read_on_with_one_
         assert reader.records_scanned == expected[-1][0] - expected[0][0] + 1 < len(written)
     finally:
         await reader.stop()
+
+
+async def test_many_sessions_out_of_the_buffer_are_read_by_one_scan(isolated_settings: Settings) -> None:
+    """A worker learning the event ids of many sessions after a restart (``streams.app.event_ids``): their
+    stretches of a partition are read by one scan from the earliest start, each session's records as a
+    read of its own would return them — not one scan of the stretch per session."""
+    written = await _write(isolated_settings)
+    reader = EventLogReader(isolated_settings.kafka, isolated_settings.topics.events)
+    reader.recent = RecentEvents(max_bytes=0)  # nothing held: every range is read from Kafka
+    first, last = written[0][0], written[-1][0]
+    ranges = [(first + s, last - s, f"app/u/s{s}".encode()) for s in (3, 17, 120, 299)]
+    try:
+        found = await reader.read_keys(0, ranges)
+        for (start, end, key), records in zip(ranges, found, strict=True):
+            expected = [(o, v) for o, k, v in written if k == key and start <= o <= end]
+            assert expected and [(e.offset, e.value) for e in records] == expected
+        assert reader.records_scanned == (last - 3) - (first + 3) + 1  # one pass over the stretch
+    finally:
+        await reader.stop()

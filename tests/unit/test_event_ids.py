@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -187,9 +188,9 @@ def test_a_worker_that_did_not_judge_a_sessions_records_learns_them_from_the_log
     assert restarted.unknown_before(0, 13, SK, full) == 10  # read from the session's first offset
 
     class Log:
-        async def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent]:
-            assert (partition, start, end) == (0, 10, 12)
-            return [RawEvent(10 + n, e.model_dump_json().encode()) for n, e in enumerate(log)]
+        async def read_keys(self, partition: int, ranges: Sequence[tuple[int, int, bytes]]) -> list[list[RawEvent]]:
+            assert partition == 0 and [(start, end) for start, end, _ in ranges] == [(10, 12)]
+            return [[RawEvent(10 + n, e.model_dump_json().encode()) for n, e in enumerate(log)]]
 
     asyncio.run(learn(digests, Log(), [Unknown(0, SK, 10, 12, SK.kafka_key())], None))
     out = restarted.on_record(event("e1", "other content", 1), coords(13), table)
@@ -197,6 +198,27 @@ def test_a_worker_that_did_not_judge_a_sessions_records_learns_them_from_the_log
     assert restarted.on_record(event("x9", "new", 3), coords(14), table).dead_letter is None
     # A session whose records all come after the state's first offset costs no read.
     assert restarted.unknown_before(0, 15, SessionKey("a", "u", "new"), None) is None
+
+
+def test_sessions_learnt_together_are_read_once_per_partition() -> None:
+    """After a restart every active session is unknown: their stretches of one partition are read by one
+    call (one scan of the log), not one per session."""
+    sessions = [SessionKey("a", "u", f"s{n}") for n in range(4)]
+    records = {sk: [RawEvent(n, event(f"{sk.session_id}-e", "x", 1, session_id=sk.session_id)
+                             .model_dump_json().encode())] for n, sk in enumerate(sessions)}  # fmt: skip
+    calls: list[tuple[int, int]] = []
+
+    class Log:
+        async def read_keys(self, partition: int, ranges: Sequence[tuple[int, int, bytes]]) -> list[list[RawEvent]]:
+            calls.append((partition, len(ranges)))
+            return [records[sessions[start]] for start, _, _ in ranges]
+
+    digests = FirstDigests()
+    unknown = [Unknown(n % 2, sk, n, n, sk.kafka_key()) for n, sk in enumerate(sessions)]
+    asyncio.run(learn(digests, Log(), unknown, None))
+    assert sorted(calls) == [(0, 2), (1, 2)]
+    for n, sk in enumerate(sessions):
+        assert digests.knows(n % 2, sk)
 
 
 def test_learning_takes_the_first_record_of_each_id_of_the_session_only() -> None:
