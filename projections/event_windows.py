@@ -61,12 +61,25 @@ class StoredEvent:
 
     @property
     def recall_eligible(self) -> bool:
-        """In a window: complete, no tool calls, user/assistant/tool role, non-empty text (Go window rule).
+        """In a window: complete, no tool calls, user/assistant/tool role, non-empty :attr:`payload_text` (Go
+        window rule): the indexing rule (``projections.rows.recall_eligible``), so a failed tool's error event
+        without text is a window's neighbour and the anchor of a load by its call id, as it is found by search.
 
         The rule for a window's neighbours and for an anchor found by its tool
         call id; an anchor named by its event id follows :attr:`loadable`.
+        Without ``event_json`` an event without text is judged by its text alone (:attr:`needs_json`).
         """
-        return not self.partial and not self.has_tool_calls and self.role in RECALL_ROLES and bool(self.text.strip())
+        return self._shape_eligible and bool(self.payload_text.strip())
+
+    @property
+    def needs_json(self) -> bool:
+        """Whether :attr:`recall_eligible` hangs on ``event_json`` not read: no text, else eligible (an error
+        event's error is its text)."""
+        return self._shape_eligible and not self.text and self.event_json is None
+
+    @property
+    def _shape_eligible(self) -> bool:
+        return not self.partial and not self.has_tool_calls and self.role in RECALL_ROLES
 
     @property
     def loadable(self) -> bool:
@@ -333,6 +346,9 @@ class EventWindows(SummaryReads):
             rows = list(await aexecute(self._s, stmt, (*key, ts, eid, page)))
             for row in rows:
                 ev = _event(row)
+                if ev.needs_json:
+                    full = next(iter(await aexecute(self._s, self._event_at, (*key, row.ts, ev.event_id))), None)
+                    ev = _event(full) if full is not None else ev
                 if ev.recall_eligible:
                     out.append(ev)
                     if len(out) == n:
@@ -422,7 +438,7 @@ class EventWindows(SummaryReads):
         for ev, name in zip(window, names, strict=True):
             is_anchor = ev.event_id == anchor.event_id
             calls = _calls_of(ev) if is_anchor else ()
-            text = ev.payload_text if is_anchor else ev.text
+            text = ev.payload_text
             page = slice_payload([text, *(c.function.arguments for c in calls)], offset if is_anchor else 0, limit)
             part = page.parts[0]
             text = part.text

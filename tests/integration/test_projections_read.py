@@ -251,6 +251,31 @@ async def test_session_load_window_and_anchor_errors(store: Store, key: SessionK
     assert r.anchor_event_id == "t1"
 
 
+async def test_session_load_by_a_tool_call_id_whose_only_result_is_a_failed_tools_error(
+    store: Store, key: SessionKey
+) -> None:
+    """A failed tool's error event without text is searchable by its error (``rows.recall_eligible``): a load
+    by its call id anchors on it, as a load by its event id does, and a window shows it as a neighbour."""
+    call = [{"id": "call-e", "type": "function", "function": {"name": "maps", "arguments": "{}"}}]
+    failed = event(key, "t1", at=3, role="tool", content=None, tool_call_id="call-e")
+    failed["error"] = {"type": "Timeout", "message": "maps timed out", "code": "504"}
+    await store.events(
+        event(key, "u1", at=1, content="where is it"),
+        event(key, "a1", at=2, role="assistant", content=None, tool_calls=call),
+        failed,
+        event(key, "a2", at=4, role="assistant", content="the map service failed"),
+    )
+    by_id = await store.reader.session_load(key, event_id="t1", before=0, after=0)
+    r = await store.reader.session_load(key, tool_call_id="call-e", before=0, after=0)
+    assert r.anchor_event_id == "t1"
+    anchor = next(m for m in r.messages if m.is_anchor)
+    assert anchor.text == next(m for m in by_id.messages if m.is_anchor).text
+    assert "maps timed out" in anchor.text
+    r = await store.reader.session_load(key, event_id="a2", before=1, after=0)
+    assert [m.event_id for m in r.messages] == ["t1", "a2"]
+    assert "maps timed out" in r.messages[0].text
+
+
 async def test_session_load_content_window_utf8(store: Store, key: SessionKey) -> None:
     big = "é" * 50_000  # 100 000 bytes, every character 2 bytes
     await _conversation(store, key, big)

@@ -413,7 +413,7 @@ class Follower:
         self.by_call_seen.add((event_id, call_id))
         turns = self.turns[call_id]
         results = [r for _, rs in turns for r in rs]
-        with_text = [r for r in results if (self.session.events[r].message.content or "").strip()]
+        with_text = [r for r in results if self.session.events[r].shown_text.strip()]
         answer = await _call(self.executor, "session_load", tool_call_id=call_id, content_limit=1)
         newest = with_text[-1:] if len(turns) > 1 else results[-1:] if results[-1:] == with_text[-1:] else []
         if not newest:
@@ -678,8 +678,9 @@ async def test_a_long_run_of_tool_calls_is_walked_window_by_window(store: Store)
 
 async def test_a_load_by_a_call_id_reused_across_turns_names_every_turn(store: Store) -> None:
     """``call_0`` in three turns, each a different tool, results without their tool's name, the last one a
-    failed tool (no text): a load by the call id anchors on the newest result with text and names every
-    call of the id with its results; each result loads by its event id with its own call's tool."""
+    blank result (no text, no error: a failed tool's error is its text): a load by the call id anchors on the
+    newest result with text and names every call of the id with its results; each result loads by its event id
+    with its own call's tool."""
     key = SessionKey(APP, "oracle", "reused-ids")
     records: list[dict[str, Any]] = []
     for turn, tool in enumerate(("search", "読む", "fetch")):
@@ -692,8 +693,7 @@ async def test_a_load_by_a_call_id_reused_across_turns_names_every_turn(store: S
             ),
             event(key, f"r{turn}", at=4 * turn + 3, role="assistant", content=f"answer {turn}"),
         ]
-    records[-2]["message"]["content"] = None
-    records[-2]["error"] = {"type": "tool_error", "message": "timeout"}
+    records[-2]["message"]["content"] = ""
     await store.events(*records)
     executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
                               session_id=key.session_id)  # fmt: skip
