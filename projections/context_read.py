@@ -70,6 +70,7 @@ from projections.filter_keys import FULL_SESSION, SEPARATOR, related
 from projections.rows import restore_event_json
 from projections.stage import DEEP_INDEX_STAGE, INDEX_STAGE, INDEX_STAGES
 from schemas import SessionEvent, SessionKey, SessionSummary
+from schemas.pairing import NO_STEP, Step, pair_steps
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
 from schemas.summaries import stored_summary
 
@@ -499,22 +500,19 @@ class _Run:
         await self._fetch_at(wanted)
 
     def _unpaired_in_tail(self) -> list[str]:
-        """The ids of tail results :func:`pair_rows` over the events read does not pair with a tail call."""
+        """The ids of tail results the pairing rule (:mod:`schemas.pairing`) over the events read does not pair
+        with a tail call: a result that finds every call of its id in the read answered may answer a call
+        the read lacks, so it counts as unpaired too."""
         tail = set(self.tail_ids)
-        waiting: dict[str, list[str]] = {}
+        events = [event for event in self.got.ordered() if self.shown(event)]
+        pairing = pair_steps(map(_event_step, events))
         out: list[str] = []
-        for event in self.got.ordered():
-            if not self.shown(event):
+        for i, event in enumerate(events):
+            if event.event_id not in tail or event.message.role != "tool" or not event.message.tool_call_id:
                 continue
-            msg = event.message
-            if msg.role == "assistant":
-                for call_id in dict.fromkeys(c.id for c in msg.tool_calls if c.function.name):
-                    waiting.setdefault(call_id, []).append(event.event_id)
-            elif msg.role == "tool" and msg.tool_call_id:
-                stack = waiting.get(msg.tool_call_id)
-                call = stack.pop() if stack else None
-                if event.event_id in tail and (call is None or call not in tail):
-                    out.append(msg.tool_call_id)
+            call = pairing.answers.get(i)
+            if call is None or i in pairing.replacing or events[call].event_id not in tail:
+                out.append(event.message.tool_call_id)
         return out
 
     async def _fetch_at(self, positions: Sequence[tuple[datetime, str]], *, tail: bool = False) -> None:
@@ -569,24 +567,26 @@ class _Run:
 def pair_rows(rows: Iterable[Any]) -> dict[str, Any]:
     """Result event id → the row of the call it answers, over ``tool_call_events`` rows a key sees.
 
-    Restates ``streams.context.pairing.pair_results`` (the full history's rule): in log order, a result
-    answers the nearest earlier call with its id no result answered yet, else the latest earlier call
-    with its id. A call counts when named (a prompt drops unnamed calls); results are role ``tool``.
+    The rule of :mod:`schemas.pairing` (the full history's, ``streams.context.pairing.pair_results``), in
+    log order. A call counts when named (a prompt drops unnamed calls); results are role ``tool``.
     """
-    waiting: dict[str, list[Any]] = {}
-    latest: dict[str, Any] = {}
-    out: dict[str, Any] = {}
-    for row in sorted(rows, key=lambda r: (r.seq, r.event_id)):
-        call_id = row.tool_call_id
-        if row.role == "assistant" and row.tool_name:
-            waiting.setdefault(call_id, []).append(row)
-            latest[call_id] = row
-        elif row.role == "tool":
-            stack = waiting.get(call_id)
-            call = stack.pop() if stack else latest.get(call_id)
-            if call is not None:
-                out[row.event_id] = call
-    return out
+    ordered = sorted(rows, key=lambda r: (r.seq, r.event_id))
+    steps = [
+        (((r.tool_call_id,), None) if r.tool_name else NO_STEP) if r.role == "assistant"
+        else ((), r.tool_call_id) if r.role == "tool" else NO_STEP
+        for r in ordered
+    ]  # fmt: skip
+    return {ordered[r].event_id: ordered[c] for r, c in pair_steps(steps).answers.items()}
+
+
+def _event_step(event: SessionEvent) -> Step:
+    """A shown event as a position of the pairing rule: its named calls, or the call id it answers."""
+    msg = event.message
+    if msg.role == "assistant":
+        return [c.id for c in msg.tool_calls if c.function.name], None
+    if msg.role == "tool" and msg.tool_call_id:
+        return (), msg.tool_call_id
+    return NO_STEP
 
 
 def _surely_after(cut: Cut, pos: _Pos) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from schemas import Message
+from schemas.pairing import NO_STEP, Step, pair_steps
 from streams.context.items import HistoryItem
 from streams.context.notes import event_list, recall_hint
 
@@ -78,38 +79,28 @@ def _with_note(item: HistoryItem, replaced: list[str | None]) -> str:
 def pair_results(messages: Sequence[Message | None]) -> dict[int, int]:
     """Which call each tool result answers: result index → index of the assistant message holding the call.
 
-    Turn-aware, for ids reused across turns (frameworks that number calls
-    ``call_0``, ``call_1``… afresh each turn): a result answers the nearest
-    earlier call with its id that no result answered yet; when every earlier
-    call with its id is answered, the latest of them (the result replaces
-    that call's, as a long-running tool's final result replaces its interim
-    one). A result with no earlier call with its id is in no pair. ``None``
+    The rule of :mod:`schemas.pairing` (ids reused across turns pair within their turn: a result answers
+    the nearest earlier call with its id that no result answered yet, else the id's latest call). ``None``
     entries (events a prompt shows nothing of) are skipped.
-    ``projections.context_read`` restates this rule over its index rows.
     """
-    open_calls: dict[str, list[int]] = {}
-    latest: dict[str, int] = {}
-    out: dict[int, int] = {}
-    for i, msg in enumerate(messages):
-        if msg is None:
-            continue
-        if msg.role == "assistant" and msg.tool_calls:
-            for call_id in dict.fromkeys(call.id for call in msg.tool_calls):
-                open_calls.setdefault(call_id, []).append(i)
-                latest[call_id] = i
-        elif msg.role == "tool" and msg.tool_call_id:
-            waiting = open_calls.get(msg.tool_call_id)
-            if waiting:
-                out[i] = waiting.pop()
-            elif msg.tool_call_id in latest:
-                out[i] = latest[msg.tool_call_id]
-    return out
+    return pair_steps(map(_step, messages)).answers
+
+
+def _step(msg: Message | None) -> Step:
+    """``msg`` as a position of the rule (call ids are never empty: a result without one answers none)."""
+    if msg is None:
+        return NO_STEP
+    if msg.role == "assistant" and msg.tool_calls:
+        return [call.id for call in msg.tool_calls], None
+    if msg.role == "tool":
+        return (), msg.tool_call_id or ""
+    return NO_STEP
 
 
 def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], PairingReport]:
     """Reorder and prune so every call is answered right after it and every result is expected.
 
-    A result is matched as :func:`pair_results` says — the nearest earlier
+    A result is matched as :mod:`schemas.pairing` says — the nearest earlier
     call with its id that is still unanswered — and moved directly after that
     call (keeping call order). Calls that get no result — pending,
     long-running, or cut away — are removed from their assistant message; the
@@ -119,31 +110,25 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
     ends with a note naming the replaced events.
     """
     report = PairingReport()
+    pairing = pair_steps([_step(item.message) for item in items])
+    answers, replacing = pairing.answers, pairing.replacing
     order: list[_Slot | HistoryItem] = []
-    open_calls: dict[str, list[_Slot]] = {}
-    latest: dict[str, _Slot] = {}
-    for item in items:
+    slots: dict[int, _Slot] = {}
+    for i, item in enumerate(items):
         msg = item.message
         if msg.role == "assistant" and msg.tool_calls:
-            ids = list(dict.fromkeys(call.id for call in msg.tool_calls))
-            slot = _Slot(item, ids)
-            for call_id in ids:
-                open_calls.setdefault(call_id, []).append(slot)
-                latest[call_id] = slot
+            slot = slots[i] = _Slot(item, list(dict.fromkeys(call.id for call in msg.tool_calls)))
             order.append(slot)
         elif msg.role == "tool":
             call_id = msg.tool_call_id or ""
-            waiting = open_calls.get(call_id)
-            owner = waiting.pop() if waiting else None
-            if owner is not None:
-                owner.results[call_id] = item
-            elif call_id in latest:
-                # Every call with this id is answered: the latest call's result is replaced, as pair_results says
-                # (not the call answered last — turns may be answered out of order).
-                report.replaced_results.append(latest[call_id].replace(call_id, item))
-            else:
+            owner = answers.get(i)
+            if owner is None:
                 report.orphan_results += 1
                 _note_left_out(report, item.event_id)
+            elif i in replacing:
+                report.replaced_results.append(slots[owner].replace(call_id, item))
+            else:
+                slots[owner].results[call_id] = item
         else:
             order.append(item)
     out: list[HistoryItem] = []
