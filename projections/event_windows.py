@@ -175,8 +175,9 @@ class LoadResult:
     """A session_load answer: the window, chronological, and the fixed historical-context note.
 
     ``skipped``: the complete events between the window's first and last message that it does not show
-    (tool-call events, events without text), chronological: a request may leave them out as part of a
-    range of events, and only their ids make them loadable.
+    (tool-call events, events without text), and those logged within its span that lie before it in time
+    (late events, events tied with its first one ordered before it), chronological: a request may leave
+    them out as part of a range of events (in log order), and only their ids make them loadable.
     """
 
     session_id: str
@@ -208,6 +209,12 @@ class EventWindows(SummaryReads):
             f"SELECT {_EVENT_COLS}, event_json FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) IN ?"
         )
         self._late_after = self._prep(f"SELECT ts, event_id FROM {ks}.late_events WHERE {pk} AND seq > ?")
+        self._late_between = self._prep(
+            f"SELECT ts, event_id, partial FROM {ks}.late_events WHERE {pk} AND seq > ? AND seq < ?"
+        )
+        self._tied_before = self._prep(
+            f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND ts = ? AND event_id < ?"
+        )
         self._before = self._prep(
             f"SELECT {_EVENT_COLS} FROM {ks}.events_by_session WHERE {pk} AND (ts, event_id) < (?, ?) "
             "ORDER BY ts DESC, event_id DESC LIMIT ?"
@@ -362,6 +369,32 @@ class EventWindows(SummaryReads):
             ts, eid = _utc(rows[-1].ts), rows[-1].event_id
         return (out, passed) if forward else (out[::-1], passed[::-1])
 
+    async def _behind(self, key: SessionKey, held: Sequence[StoredEvent]) -> list[StoredEvent]:
+        """The complete events logged within ``held``'s log span (between its first and last ``seq``) that lie
+        before its first event in timestamp order, which no window from there on reaches: late events
+        (``late_events``, stamped before events logged earlier) and events in the first event's millisecond
+        with an id ordered before it. A note names a range in log order; walking its windows reaches every
+        event of it only if each window also names these (``held``: chronological, the window and what it
+        passes over)."""
+        if len(held) < 2:
+            return []
+        lo, hi = min(e.seq for e in held), max(e.seq for e in held)
+        if hi - lo < 2:
+            return []
+        first = held[0]
+        ids = {e.event_id for e in held}
+        late, tied = await asyncio.gather(
+            afetch_all(self._s, self._late_between, (*key, lo, hi)),
+            afetch_all(self._s, self._tied_before, (*key, first.ts, first.event_id)),
+        )
+        out = [ev for ev in map(_event, tied) if lo < ev.seq < hi and not ev.partial and ev.event_id not in ids]
+        ids.update(e.event_id for e in out)
+        wanted = [(r.ts, r.event_id) for r in late if not r.partial and r.event_id not in ids]
+        for start in range(0, len(wanted), 100):
+            rows = await afetch_all(self._s, self._events_at, (*key, wanted[start : start + 100]))
+            out += [ev for ev in map(_event, rows) if not ev.partial]
+        return out
+
     async def _tool_name(self, key: SessionKey, ev: StoredEvent) -> str | None:
         """A result's own name, else the name of the call it answers: the call of its turn when the id is
         reused (``pair_rows`` over ``tool_call_events``), else the id's latest call (``tool_calls``)."""
@@ -463,7 +496,9 @@ class EventWindows(SummaryReads):
                     next_content_offset=page.next_offset if is_anchor else None,
                 )
             )
-        skipped = tuple(SkippedEvent(ev.event_id, ev.role, ev.tool_call_ids) for ev in (*passed_before, *passed_after))
+        behind = await self._behind(key, [*passed_before, *window, *passed_after])
+        passed = sorted((*passed_before, *passed_after, *behind), key=lambda e: (e.ts, e.event_id))
+        skipped = tuple(SkippedEvent(ev.event_id, ev.role, ev.tool_call_ids) for ev in passed)
         return LoadResult(key.session_id, anchor.event_id, b, a, tuple(messages), skipped=skipped, call_turns=turns)
 
 

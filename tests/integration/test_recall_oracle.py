@@ -676,6 +676,30 @@ async def test_a_long_run_of_tool_calls_is_walked_window_by_window(store: Store)
     assert await walk(executor, order, "u1", "r1") == set(order)
 
 
+async def test_a_range_walked_window_by_window_reaches_late_and_tied_events(store: Store) -> None:
+    """A note names a range in log order ("logged from m1 to m9"); windows page by timestamp. An event logged
+    in the range but stamped before its first event (late: ``l1``), or in its first event's millisecond with
+    an id ordered before it (``k1``), lies behind the first window: the windows name it all the same."""
+    key = SessionKey(APP, "oracle", "late-in-range")
+    records = [
+        event(key, "m1", at=10, content="first"),
+        event(key, "k1", at=10, role="assistant", content="tied with m1, ordered before it"),
+        event(key, "m2", at=11, content="second"),
+        event(key, "l1", at=5, role="assistant", content="a sub-agent's late result"),
+        event(key, "m3", at=12, role="assistant", content="third"),
+        event(key, "m9", at=13, content="last"),
+    ]
+    await store.events(*records)
+    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                              session_id=key.session_id)  # fmt: skip
+    order = [r["event_id"] for r in records]
+    assert await walk(executor, order, "m1", "m9") == set(order)
+    for event_id in ("k1", "l1"):
+        assert (await load_whole(executor, event_id))[0] == next(
+            r["message"]["content"] for r in records if r["event_id"] == event_id
+        )
+
+
 async def test_a_load_by_a_call_id_reused_across_turns_names_every_turn(store: Store) -> None:
     """``call_0`` in three turns, each a different tool, results without their tool's name, the last one a
     blank result (no text, no error: a failed tool's error is its text): a load by the call id anchors on the
