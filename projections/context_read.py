@@ -70,7 +70,7 @@ from projections.filter_keys import FULL_SESSION, SEPARATOR, related
 from projections.rows import restore_event_json
 from projections.stage import DEEP_INDEX_STAGE, INDEX_STAGE, INDEX_STAGES
 from schemas import SessionEvent, SessionKey, SessionSummary
-from schemas.pairing import NO_STEP, Step, pair_steps
+from schemas.pairing import Step, pair_steps
 from schemas.reads import AppliedSummary, ContextRead, ProjectionLag, ReadStats
 from schemas.summaries import stored_summary
 
@@ -572,8 +572,8 @@ def pair_rows(rows: Iterable[Any]) -> dict[str, Any]:
     """
     ordered = sorted(rows, key=lambda r: (r.seq, r.event_id))
     steps = [
-        (((r.tool_call_id,), None) if r.tool_name else NO_STEP) if r.role == "assistant"
-        else ((), r.tool_call_id) if r.role == "tool" else NO_STEP
+        ((r.tool_call_id,) if r.tool_name else None) if r.role == "assistant"
+        else r.tool_call_id if r.role == "tool" else None
         for r in ordered
     ]  # fmt: skip
     return {ordered[r].event_id: ordered[c] for r, c in pair_steps(steps).answers.items()}
@@ -583,10 +583,10 @@ def _event_step(event: SessionEvent) -> Step:
     """A shown event as a position of the pairing rule: its named calls, or the call id it answers."""
     msg = event.message
     if msg.role == "assistant":
-        return [c.id for c in msg.tool_calls if c.function.name], None
+        return [c.id for c in msg.tool_calls if c.function.name]
     if msg.role == "tool" and msg.tool_call_id:
-        return (), msg.tool_call_id
-    return NO_STEP
+        return msg.tool_call_id
+    return None
 
 
 def _surely_after(cut: Cut, pos: _Pos) -> bool:

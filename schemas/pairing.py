@@ -16,14 +16,12 @@ one rule: the request built from either must pair every result alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-Step = tuple[Iterable[str], str | None]
-"""One position in log order: ``(call ids, None)`` for a message making calls (repeated ids count once),
-``((), call id)`` for a result, ``((), None)`` for a position the pairing skips (shows nothing)."""
-
-NO_STEP: Step = ((), None)
+Step = str | Sequence[str] | None
+"""One position in log order: the call ids a message makes (a sequence; an id repeated counts once), the call id
+a result answers (a ``str``), or ``None`` for a position the pairing skips (shows nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,25 +33,53 @@ class Pairing:
     replacing: frozenset[int]
 
 
+class Pairer:
+    """The rule applied position by position, in log order (for a caller that walks its own sequence once):
+    :meth:`calls` for a message making calls, :meth:`result` for a result."""
+
+    __slots__ = ("_latest", "_open")
+
+    def __init__(self) -> None:
+        self._open: dict[str, list[int]] = {}
+        self._latest: dict[str, int] = {}
+
+    def calls(self, position: int, call_ids: Iterable[str]) -> None:
+        """The message at ``position`` makes calls with ``call_ids`` (an id repeated counts once)."""
+        for call_id in call_ids:
+            waiting = self._open.get(call_id)
+            if waiting is None:
+                self._open[call_id] = [position]
+            elif not waiting or waiting[-1] != position:
+                waiting.append(position)
+            self._latest[call_id] = position
+
+    def result(self, call_id: str) -> tuple[int, bool] | None:
+        """The position of the call a result of ``call_id`` answers and whether it replaces that call's result
+        (every call with the id was answered), or ``None``: no earlier call has the id."""
+        waiting = self._open.get(call_id)
+        if waiting:
+            return waiting.pop(), False
+        latest = self._latest.get(call_id)
+        return None if latest is None else (latest, True)
+
+
 def pair_steps(steps: Iterable[Step]) -> Pairing:
     """The pairing of ``steps`` (positions in log order, see :data:`Step`) under the module's rule."""
-    open_calls: dict[str, list[int]] = {}
-    latest: dict[str, int] = {}
+    pairer = Pairer()
     answers: dict[int, int] = {}
     replacing: list[int] = []
-    for i, (call_ids, result_id) in enumerate(steps):
-        if result_id is not None:
-            waiting = open_calls.get(result_id)
-            if waiting:
-                answers[i] = waiting.pop()
-            elif result_id in latest:
-                answers[i] = latest[result_id]
-                replacing.append(i)
+    for i, step in enumerate(steps):
+        if step is None:
             continue
-        for call_id in dict.fromkeys(call_ids):
-            open_calls.setdefault(call_id, []).append(i)
-            latest[call_id] = i
+        if isinstance(step, str):
+            found = pairer.result(step)
+            if found is not None:
+                answers[i] = found[0]
+                if found[1]:
+                    replacing.append(i)
+        else:
+            pairer.calls(i, step)
     return Pairing(answers, frozenset(replacing))
 
 
-__all__ = ["NO_STEP", "Pairing", "Step", "pair_steps"]
+__all__ = ["Pairer", "Pairing", "Step", "pair_steps"]

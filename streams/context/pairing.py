@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from schemas import Message
-from schemas.pairing import NO_STEP, Step, pair_steps
+from schemas.pairing import Pairer, Step, pair_steps
 from streams.context.items import HistoryItem
 from streams.context.notes import event_list, recall_hint
 
@@ -83,18 +83,16 @@ def pair_results(messages: Sequence[Message | None]) -> dict[int, int]:
     the nearest earlier call with its id that no result answered yet, else the id's latest call). ``None``
     entries (events a prompt shows nothing of) are skipped.
     """
-    return pair_steps(map(_step, messages)).answers
+    return pair_steps([None if msg is None else _step(msg) for msg in messages]).answers
 
 
-def _step(msg: Message | None) -> Step:
+def _step(msg: Message) -> Step:
     """``msg`` as a position of the rule (call ids are never empty: a result without one answers none)."""
-    if msg is None:
-        return NO_STEP
-    if msg.role == "assistant" and msg.tool_calls:
-        return [call.id for call in msg.tool_calls], None
     if msg.role == "tool":
-        return (), msg.tool_call_id or ""
-    return NO_STEP
+        return msg.tool_call_id or ""
+    if msg.tool_calls and msg.role == "assistant":
+        return [call.id for call in msg.tool_calls]
+    return None
 
 
 def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], PairingReport]:
@@ -110,25 +108,25 @@ def repair_pairing(items: Sequence[HistoryItem]) -> tuple[list[HistoryItem], Pai
     ends with a note naming the replaced events.
     """
     report = PairingReport()
-    pairing = pair_steps([_step(item.message) for item in items])
-    answers, replacing = pairing.answers, pairing.replacing
+    pairer = Pairer()
     order: list[_Slot | HistoryItem] = []
     slots: dict[int, _Slot] = {}
     for i, item in enumerate(items):
         msg = item.message
         if msg.role == "assistant" and msg.tool_calls:
             slot = slots[i] = _Slot(item, list(dict.fromkeys(call.id for call in msg.tool_calls)))
+            pairer.calls(i, slot.call_ids)
             order.append(slot)
         elif msg.role == "tool":
             call_id = msg.tool_call_id or ""
-            owner = answers.get(i)
-            if owner is None:
+            found = pairer.result(call_id)
+            if found is None:
                 report.orphan_results += 1
                 _note_left_out(report, item.event_id)
-            elif i in replacing:
-                report.replaced_results.append(slots[owner].replace(call_id, item))
+            elif found[1]:
+                report.replaced_results.append(slots[found[0]].replace(call_id, item))
             else:
-                slots[owner].results[call_id] = item
+                slots[found[0]].results[call_id] = item
         else:
             order.append(item)
     out: list[HistoryItem] = []
