@@ -115,7 +115,8 @@ _LOAD_SCHEMA: dict[str, Any] = {
             "anchor's content, then its tool calls' arguments, are one stream returned in pages of at "
             "most content_limit bytes: while the answer's anchor has next_content_offset, call again "
             "with content_offset set to it to read on. Events the window passes over (tool calls, events "
-            "without text) are listed in skipped_events: load one by its event_id (also to read on past them). "
+            "without text, events logged within it but stamped earlier) are listed in skipped_events: load "
+            "one by its event_id (also to read on past them). "
             "A tool_call_id used by several calls (reused across turns) loads the newest result and lists "
             "every call and its results in tool_call_turns."
         ),
