@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from schemas import SessionEvent
 from schemas.settings import KafkaSettings
 from streams.clients.kafka_config import consumer_kwargs
 from streams.errors import PermanentError, RetryableError
@@ -42,27 +43,54 @@ class RangePastLogEndError(PermanentError):
 RECENT_BYTES = 128 * 1024 * 1024
 """The record buffer's budget unless told (the worker passes ``worker.recent_events_mb``)."""
 
+DECODED_SHARE = 4
+"""The decoded events the buffer keeps take at most ``1 / DECODED_SHARE`` of its budget (the newest records'):
+the rest keeps the raw window wide, which a job falls back to (a decode) past them."""
+
 
 @dataclass(frozen=True, slots=True)
 class RawEvent:
-    """One record of the session read back: its offset and bytes."""
+    """One record of the session read back: its offset and bytes.
+
+    ``event``: the session event the track agent decoded from ``value`` (its decode, under the same
+    record limit as the summarize side's), still held by :class:`RecentEvents`; ``None``: not held
+    (a record re-read from Kafka, a command, a refused record), ``value`` is decoded again. Shared
+    by every job reading the record: events are frozen models, and nothing changes their content.
+    """
 
     offset: int
     value: bytes
+    event: SessionEvent | None = None
 
 
 _offset_of = itemgetter(0)
 _new_object = object.__new__
-_SET_OFFSET, _SET_VALUE = (RawEvent.__dict__[f.name].__set__ for f in fields(RawEvent))
+_SET_OFFSET, _SET_VALUE, _SET_EVENT = (RawEvent.__dict__[f.name].__set__ for f in fields(RawEvent))
 
 
-def raw_event(offset: int, value: bytes) -> RawEvent:
-    """``RawEvent(offset, value)``, its slots set directly (one per record read): the frozen dataclass's
+def raw_event(offset: int, value: bytes, event: SessionEvent | None = None) -> RawEvent:
+    """``RawEvent(offset, value, event)``, its slots set directly (one per record read): the frozen dataclass's
     ``__init__`` sets each through ``object.__setattr__``, in about twice the time."""
     out: RawEvent = _new_object(RawEvent)
     _SET_OFFSET(out, offset)
     _SET_VALUE(out, value)
+    _SET_EVENT(out, event)
     return out
+
+
+DECODED_BASE_BYTES = 2560
+DECODED_CALL_BYTES = 1536
+
+
+def decoded_size(event: SessionEvent, value: bytes) -> int:
+    """What holding ``event`` (decoded from ``value``) costs, in bytes: an upper estimate.
+
+    Measured with ``tracemalloc`` over decoded events (pydantic models, their dicts and
+    strings, the datetime): ~2.0-2.3 KiB per event plus its text (plain messages, results of 4 KB,
+    producer extras), ~1.5 KiB more per tool call. Counted twice over the text: the JSON a job
+    serializes of the event is kept with it (``streams.summarizer.event_json``).
+    """
+    return DECODED_BASE_BYTES + 2 * len(value) + DECODED_CALL_BYTES * len(event.message.tool_calls)
 
 
 @dataclass
@@ -86,7 +114,10 @@ class RecentEvents:
     usually still here: reading it back from Kafka (a scan of the whole offset range,
     every session's records) is then skipped. The records of a partition are kept
     contiguously from ``low`` to the last offset seen, within ``max_bytes``, so a range
-    inside that window is answered completely, with the very bytes Kafka holds.
+    inside that window is answered completely, with the very bytes Kafka holds. With the
+    newest records it keeps the session events the track agent decoded from them (at most
+    ``max_bytes / DECODED_SHARE`` of the budget, counted by :func:`decoded_size`): a job
+    takes them instead of decoding its delta again.
 
     Past the byte budget, the offsets of each key's records are still known (an index
     of ``max_offsets`` entries, 8 bytes each, complete from its own ``low`` per
@@ -98,18 +129,27 @@ class RecentEvents:
 
     def __init__(self, max_bytes: int = RECENT_BYTES, max_offsets: int = 2_000_000) -> None:
         self.max_bytes = max_bytes
+        self.max_decoded = max_bytes // DECODED_SHARE
         self.max_offsets = max_offsets
         self.hits = 0
         self._size = 0
+        self._decoded_size = 0
         self._order: deque[tuple[int, int, bytes, int]] = deque()
-        self._by_key: dict[tuple[int, bytes], deque[tuple[int, bytes]]] = {}
+        # Entries are ``[offset, value, event or None, the event's decoded_size]``: a decoded event is
+        # let go (``None``) before its record's bytes are.
+        self._by_key: dict[tuple[int, bytes], deque[list[Any]]] = {}
+        self._decoded: deque[list[Any]] = deque()
         self._low: dict[int, int] = {}
         self._high: dict[int, int] = {}
         self._offsets: dict[tuple[int, bytes], array[int]] = {}
         self._index_low: dict[int, int] = {}
         self._indexed = 0
 
-    def add(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def add(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None, event: SessionEvent | None = None
+    ) -> None:
+        """Take the record at ``offset``; ``event``: the session event the track agent decoded from it
+        (handed to the jobs reading the record instead of a decode of their own)."""
         high = self._high.get(partition)
         if high is not None and offset <= high:
             self.reset({partition})
@@ -126,20 +166,47 @@ class RecentEvents:
         self._indexed += 1
         if self._indexed > self.max_offsets:
             self._trim_index()
-        self._by_key.setdefault(pk, deque()).append((offset, value))
+        entry = [offset, value, None, 0]
+        self._by_key.setdefault(pk, deque()).append(entry)
         size = len(key) + len(value) + 96
+        if event is not None:
+            held = decoded_size(event, value)
+            if held <= self.max_decoded:
+                entry[2], entry[3] = event, held
+                self._decoded.append(entry)
+                self._decoded_size += held
+                decoded = self._decoded
+                while self._decoded_size > self.max_decoded:
+                    self._forget(decoded.popleft())
         self._order.append((partition, offset, key, size))
         self._size += size
-        while self._size > self.max_bytes and self._order:
+        # The budget holds the raw records and the decoded events together.
+        while self._size + self._decoded_size > self.max_bytes and self._order:
             p, o, k, n = self._order.popleft()
             self._size -= n
             entries = self._by_key.get((p, k))
             if entries and entries[0][0] == o:
-                entries.popleft()
+                self._drop(entries.popleft())
                 if not entries:
                     del self._by_key[(p, k)]
             if p in self._low:
                 self._low[p] = max(self._low[p], o + 1)
+
+    def _forget(self, entry: list[Any]) -> None:
+        """Let go of ``entry``'s decoded event (its bytes stay; a reader decodes them)."""
+        held = entry[3]
+        if held:
+            entry[2], entry[3] = None, 0
+            self._decoded_size -= held
+
+    def _drop(self, entry: list[Any]) -> None:
+        """``entry`` left the buffer: nothing of it stays held (the queue of decoded events may still name it)."""
+        if entry[3]:
+            self._forget(entry)
+            decoded = self._decoded
+            while decoded and not decoded[0][3]:
+                decoded.popleft()
+        entry[1] = b""
 
     def reset(self, partitions: set[int]) -> None:
         for p in partitions:
@@ -147,7 +214,8 @@ class RecentEvents:
             self._high.pop(p, None)
             self._index_low.pop(p, None)
         for pk in [pk for pk in self._by_key if pk[0] in partitions]:
-            del self._by_key[pk]
+            for entry in self._by_key.pop(pk):
+                self._drop(entry)
         for pk in [pk for pk in self._offsets if pk[0] in partitions]:
             self._indexed -= len(self._offsets.pop(pk))
 
@@ -180,7 +248,9 @@ class RecentEvents:
         located.fetch = offsets[first:split].tolist()
         if split < last:
             low, high = offsets[split], offsets[last - 1]
-            located.cached = [raw_event(o, v) for o, v in self._by_key.get((partition, key), ()) if low <= o <= high]
+            located.cached = [
+                raw_event(o, v, e) for o, v, e, _ in self._by_key.get((partition, key), ()) if low <= o <= high
+            ]
         return located
 
     def read(self, partition: int, start: int, end: int, key: bytes) -> list[RawEvent] | None:
@@ -194,10 +264,10 @@ class RecentEvents:
             return []
         # In offset order: from the first at ``start`` on, not a look at every record of the key held.
         found = []
-        for o, v in islice(entries, bisect_left(entries, start, key=_offset_of), None):
+        for o, v, e, _ in islice(entries, bisect_left(entries, start, key=_offset_of), None):
             if o > end:
                 break
-            found.append(raw_event(o, v))
+            found.append(raw_event(o, v, e))
         return found
 
 

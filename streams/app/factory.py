@@ -407,8 +407,12 @@ def create_app(
         deleted: list[tuple[SessionKey, int]] = []
         records = []
         for msg in messages:
-            recent.add(msg.partition, msg.offset, msg.key, msg.value)
-            records.append(decode_event_record(msg.value or b"", max_record_bytes))  # never raises: Rejected
+            record = decode_event_record(msg.value or b"", max_record_bytes)  # never raises: Rejected
+            records.append(record)
+            # The event as decoded here is what the jobs reading this record take (no decode of their own).
+            recent.add(
+                msg.partition, msg.offset, msg.key, msg.value, record if isinstance(record, SessionEvent) else None
+            )
         if track.digests is not None:
             await learn_event_ids(stream, batch, last_of, messages, records, track.digests)
         partition = -1

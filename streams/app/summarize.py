@@ -368,6 +368,8 @@ class SummarizeHandler:
 
     def _event(self, item: RawEvent) -> SessionEvent | None:
         """The session event a record holds (``None``: a command, or not decodable)."""
+        if item.event is not None:  # the track agent's decode of these bytes, kept by the record buffer
+            return item.event
         # The track side's decode (events in one pydantic step), and its limit: a record it dead-lettered as
         # oversized (the topic takes a little more) was read into summaries all the same.
         record = decode_event_record(item.value, self.max_record_bytes)
