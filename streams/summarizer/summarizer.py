@@ -44,6 +44,7 @@ from streams.rules.boundaries import BOUNDARY_FORMAT_VERSION
 from streams.rules.tokens import TokenCounter, get_token_counter
 from streams.summarizer.budget import halve, input_budget, resolve_context_window
 from streams.summarizer.conversation import DEFAULT_FORMATTER, ConversationFormatter
+from streams.summarizer.event_json import event_json
 from streams.summarizer.fork import fork_for_pass
 from streams.summarizer.hooks import (
     AfterModelArgs,
@@ -377,8 +378,7 @@ class Summarizer:
         digest = hashlib.sha256(_KEY_JSON(head).encode())
         update = digest.update
         for event in selected:
-            # ``model_dump_json().encode()`` without the str round trip (the same bytes: one per event).
-            raw = event.__pydantic_serializer__.to_json(event)
+            raw = event_json(event)  # serialized once per event object (an event of several jobs)
             update(len(raw).to_bytes(8, "big"))
             update(raw)
         return digest.hexdigest()
