@@ -14,9 +14,14 @@ import pytest
 import streams.app.summarize as summarize_module
 from schemas import SessionEvent
 from schemas.settings import Settings
+from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
 from streams.app.event_log import RawEvent, RecentEvents, decoded_size
 from streams.app.summarize import SummarizeHandler
+from streams.app.track import TrackHandler
+from streams.app.tracked import TrackedKey
+from streams.rules.checks import EventThreshold
+from streams.rules.policy import PolicySet, SummaryPolicy
 from streams.summarizer import SummarizerLike, build_summarizer
 from tests.unit.app.test_summarize_handler import EVENTS, MemoryLedger, job
 from tests.unit.summarizer.helpers import ScriptedModel
@@ -138,3 +143,20 @@ def test_decoded_events_are_let_go_first_and_count_in_the_budget() -> None:
     assert held[-1].event is EVENTS[-1]
     recent.reset({0})
     assert recent._decoded_size == 0 and recent.read(0, 0, 0, KEY) is None
+
+
+async def test_the_shared_events_leave_the_track_agent_and_the_job_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One object is now read by the track agent and every job taking the record: none may change it.
+    recent = RecentEvents()
+    records = consumed(recent)
+    held = recent.read(0, 0, len(EVENTS) - 1, KEY)
+    assert held is not None and all(r.event is not None for r in held)
+    track = TrackHandler(PolicySet(SummaryPolicy(checks=(EventThreshold(3),))))
+    table: dict[str, TrackedKey] = {}
+    for r in held:
+        assert r.event is not None
+        track.on_record(r.event, Coordinates("ev", 0, r.offset), table, key=KEY, raw=r.value)
+    source, summarizer = BufferedLog(recent, records), Recorder()
+    handler = SummarizeHandler(MemoryLedger(), source, lambda app: summarizer, max_record_bytes=LIMIT)
+    assert (await handler.handle(job(5), 0)).outcome == "summary"
+    assert [r.event.model_dump_json().encode() if r.event else b"" for r in held] == [r.value for r in records]
