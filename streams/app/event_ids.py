@@ -46,7 +46,8 @@ def digests_in(raw: Iterable[RawEvent], session: SessionKey, max_record_bytes: i
     track stage took them: records it refuses as undecodable (or oversized) hold no event."""
     found: list[tuple[str, str]] = []
     for item in raw:
-        record = decode_event_record(item.value, max_record_bytes)
+        # The track agent's decode of the record, where the buffer of recent records still holds it.
+        record = item.event if item.event is not None else decode_event_record(item.value, max_record_bytes)
         if isinstance(record, SessionEvent) and record.session_key == session:
             found.append((record.event_id, record_digest(item.value)))
     return first_digests(found)

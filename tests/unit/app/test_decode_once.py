@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
+import streams.app.event_ids as event_ids_module
 import streams.app.summarize as summarize_module
 from schemas import SessionEvent
 from schemas.settings import Settings
 from streams.app.coordinates import Coordinates
 from streams.app.decoding import decode_event_record
+from streams.app.event_ids import digests_in
 from streams.app.event_log import RawEvent, RecentEvents, decoded_size
 from streams.app.summarize import SummarizeHandler
 from streams.app.track import TrackHandler
@@ -160,3 +162,21 @@ async def test_the_shared_events_leave_the_track_agent_and_the_job_unchanged(mon
     handler = SummarizeHandler(MemoryLedger(), source, lambda app: summarizer, max_record_bytes=LIMIT)
     assert (await handler.handle(job(5), 0)).outcome == "summary"
     assert [r.event.model_dump_json().encode() if r.event else b"" for r in held] == [r.value for r in records]
+
+
+def test_learning_a_sessions_event_ids_takes_the_buffered_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    recent = RecentEvents()
+    records = consumed(recent)
+    decodes: list[bytes] = []
+
+    def counting(raw: bytes, max_bytes: int | None = None) -> Any:
+        decodes.append(raw)
+        return decode_event_record(raw, max_bytes)
+
+    monkeypatch.setattr(event_ids_module, "decode_event_record", counting)
+    held = recent.read(0, 0, len(EVENTS) - 1, KEY)
+    assert held is not None
+    from_buffer = digests_in(held, EVENTS[0].session_key, LIMIT)
+    assert decodes == []
+    from_kafka = digests_in(records, EVENTS[0].session_key, LIMIT)  # bytes only: decoded
+    assert len(decodes) == len(EVENTS) and from_buffer == from_kafka and len(from_kafka) == len(EVENTS)
