@@ -336,7 +336,9 @@ class WorkerSettings(_Section):
     them back as their delta. Past it a job fetches its own records from Kafka one offset at a
     time (a round trip each: ~5x the job's CPU once a backlog of many interleaved sessions no
     longer fits). Size it to the events not yet summarized: sessions in flight x events between
-    two summaries x (event bytes + ~100)."""
+    two summaries x (event bytes + ~100). At most a quarter of it keeps the newest events as the
+    track agent decoded them (counted at ~2.5 KiB + twice the event's bytes each): a job taking
+    them is spared their decode."""
 
 
 class Settings(BaseSettings):
