@@ -15,7 +15,6 @@ log.
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +27,6 @@ from schemas.event_ids import content_digest
 from schemas.settings import Settings
 from streams.client import DistillClient
 from tests.integration.pipeline_support import (
-    MK_MARKER,
     MarkedSession,
     ProjectorProcess,
     WorkerProcess,
@@ -36,7 +34,7 @@ from tests.integration.pipeline_support import (
     echo_mk_markers,
     scripted_pipeline_settings,
 )
-from tests.integration.test_pipeline_refusals import dead_letters, settled
+from tests.integration.test_pipeline_refusals import assert_markers_accounted, dead_letters, settled
 from tests.support.keyspaces import KeyspacePool
 from tests.support.openai_server import OpenAIServer
 
@@ -121,13 +119,7 @@ def check(
         first = firsts[event.event_id]
         for named in (repr(event.event_id), content_digest(first), content_digest(event)):
             assert named in track["reason"], (named, track["reason"])
-    shown = [e.message.content or "" for e in read.events]
-    for marker in kept:
-        assert marker in summary or any(marker in t for t in shown), (marker, summary, shown)
-    lettered = " ".join(base64.b64decode(d["value_b64"]).decode() for d in letters.values())
-    for marker in gone:
-        assert marker in lettered and marker not in summary and not any(marker in t for t in shown), marker
-    assert set(MK_MARKER.findall(summary)) <= set(kept)
+    assert_markers_accounted(kept, gone, summary, read, letters)
 
 
 async def test_an_event_id_reused_with_other_content_is_refused_by_the_worker_and_the_projector_alike(

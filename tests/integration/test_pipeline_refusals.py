@@ -103,6 +103,20 @@ async def settled(settings: Settings, cql: Any, key: SessionKey, markers: list[s
     return read, text
 
 
+def assert_markers_accounted(
+    kept: list[str], gone: list[str], summary: str, read: ContextRead, letters: dict[Any, Any]
+) -> None:
+    """The oracle: every kept marker in the summary or the assembled request; every refused one in a dead letter
+    and in no prompt; the summary holds no marker it was not given."""
+    shown = [e.message.content or "" for e in read.events]
+    for marker in kept:
+        assert marker in summary or any(marker in t for t in shown), (marker, summary, shown)
+    lettered = " ".join(base64.b64decode(d["value_b64"]).decode() for d in letters.values())
+    for marker in gone:
+        assert marker in lettered and marker not in summary and not any(marker in t for t in shown), marker
+    assert set(MK_MARKER.findall(summary)) <= set(kept)
+
+
 async def test_a_second_key_or_partition_is_refused_by_the_worker_and_the_projector_alike(
     pipeline: tuple[Settings, Any],
 ) -> None:
@@ -138,10 +152,4 @@ async def test_a_second_key_or_partition_is_refused_by_the_worker_and_the_projec
         assert track["error_class"] == project["error_class"] == "RecordKeyError"
         assert track["reason"] == project["reason"] and repr(first.decode()) in track["reason"]
     # Every marker is in the summary, in the assembled request, or in a dead letter; a refused one in no prompt.
-    shown = [e.message.content or "" for e in read.events]
-    for marker in kept:
-        assert marker in summary or any(marker in t for t in shown), (marker, summary, shown)
-    lettered = " ".join(base64.b64decode(d["value_b64"]).decode() for d in letters.values())
-    for marker in gone:
-        assert marker in lettered and marker not in summary and not any(marker in t for t in shown), marker
-    assert set(MK_MARKER.findall(summary)) <= set(kept)
+    assert_markers_accounted(kept, gone, summary, read, letters)

@@ -543,6 +543,27 @@ async def test_events_shown_without_text_of_their_own_load_back_as_shown(store: 
 FACTS = ("armadillo 4417 vault", "钥匙藏在第七号仓库北墙", "合言葉はさくら餅です", "비밀번호는 청포도입니다")
 
 
+async def _projected_and_indexed(
+    store: Store, rng: random.Random, records: list[dict[str, Any]], key: SessionKey
+) -> RecallExecutor:
+    """``records`` projected, indexed by both index stages (a fresh group), and the session's recall executor."""
+    group = f"g-oracle-{rng.randrange(1 << 30):x}"
+    ks = store.settings.cassandra.keyspace
+    primary = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=group, scope="primary")
+    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=deep_group_of(group), scope="deep",
+                         primary_wait_s=5.0, primary_check_s=0.02)  # fmt: skip
+    sources = [record(EVENTS, r) for r in records]
+
+    async def dead(letter: Any) -> None:
+        raise AssertionError(letter)
+
+    await store.projector.project(sources, dead)
+    await primary.project(sources, dead)
+    await deep.project(sources, dead)
+    return RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
+                          session_id=key.session_id)  # fmt: skip
+
+
 async def test_a_fact_deep_in_a_large_result_is_found_and_the_hit_loads_it(store: Store) -> None:
     """Once both index stages caught up, ``session_search`` finds a fact planted deep in a large tool result
     (ASCII, Chinese, Japanese, Korean), and the hit's event, loaded page by page, is the result holding it."""
@@ -561,21 +582,7 @@ async def test_a_fact_deep_in_a_large_result_is_found_and_the_hit_loads_it(store
         records.append(event(key, f"t{i}", at=2 * i + 2, role="tool", content=f"{filler[:at]} {fact} {filler[at:]}",
                              tool_call_id=f"c{i}", name="fetch"))  # fmt: skip
         planted[fact] = f"t{i}"
-    group = f"g-oracle-{rng.randrange(1 << 30):x}"
-    ks = store.settings.cassandra.keyspace
-    primary = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=group, scope="primary")
-    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=deep_group_of(group), scope="deep",
-                         primary_wait_s=5.0, primary_check_s=0.02)  # fmt: skip
-    sources = [record(EVENTS, r) for r in records]
-
-    async def dead(letter: Any) -> None:
-        raise AssertionError(letter)
-
-    await store.projector.project(sources, dead)
-    await primary.project(sources, dead)
-    await deep.project(sources, dead)
-    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
-                              session_id=key.session_id)  # fmt: skip
+    executor = await _projected_and_indexed(store, rng, records, key)
     contents = {r["event_id"]: r["message"]["content"] for r in records}
     # A summary covers them all: the default scope (what the summary hides) finds them as the whole session does.
     await store.summaries(
@@ -769,21 +776,7 @@ async def test_a_fact_in_an_error_message_is_found_and_the_hit_loads_it(store: S
     model["error"] = {"type": "model_error", "message": _text(rng, 50_000) + " upstream quota of 7731 tokens"}
     records.append(model)
     planted["quota of 7731"] = "x1"
-    group = f"g-oracle-{rng.randrange(1 << 30):x}"
-    ks = store.settings.cassandra.keyspace
-    primary = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=group, scope="primary")
-    deep = RecallIndexer(store.session, ks, events_topic=EVENTS, consumer_group=deep_group_of(group), scope="deep",
-                         primary_wait_s=5.0, primary_check_s=0.02)  # fmt: skip
-    sources = [record(EVENTS, r) for r in records]
-
-    async def dead(letter: Any) -> None:
-        raise AssertionError(letter)
-
-    await store.projector.project(sources, dead)
-    await primary.project(sources, dead)
-    await deep.project(sources, dead)
-    executor = RecallExecutor(CassandraRecallReader(store.reader), app_name=key.app_name, user_id=key.user_id,
-                              session_id=key.session_id)  # fmt: skip
+    executor = await _projected_and_indexed(store, rng, records, key)
     for fact, event_id in planted.items():
         answer = await _call(executor, "session_search", query=fact, scope="current_session", top_k=3)
         hits = [h["event_id"] for h in answer["results"]]
