@@ -41,6 +41,7 @@ from benchmarks.bench_pipeline import (
     wait_jobs_drained,
 )
 from benchmarks.cpu_clock import process_cpu_s, thread_cpu_s
+from benchmarks.worker_knobs import add_worker_knobs, apply_worker_knobs
 from schemas.settings import Settings, load_settings
 from streams.clients.kafka_config import consumer_kwargs, producer_kwargs
 from streams.clients.topics_prune import delete_prefixed
@@ -140,12 +141,7 @@ async def bench_topics(llm_base_url: str, event_threshold: int) -> tuple[Setting
 async def run(args: argparse.Namespace, n_workers: int, sessions: int, per_session: int) -> dict[str, float]:
     with OpenAIServer() as llm:
         settings, run_prefix, group = await bench_topics(llm.base_url, 19 if args.jobs else 1_000_000)
-        if args.fetch_wait_ms:
-            settings.worker.batch_fetch_wait_ms = args.fetch_wait_ms
-        if args.event_job_budget_ms is not None:
-            settings.worker.event_job_budget_ms = args.event_job_budget_ms
-        if args.changelog_hold_ms is not None:
-            settings.worker.changelog_hold_ms = args.changelog_hold_ms
+        apply_worker_knobs(settings, args)
         tmp = Path(tempfile.mkdtemp(prefix="bench-backlog-"))
         workers = [WorkerProcess(settings, tmp / f"worker-{i}.log") for i in range(n_workers)]
         try:
@@ -264,12 +260,7 @@ if __name__ == "__main__":
     parser.add_argument("--per-session", type=int, default=0, help="events per session (default: events / sessions)")
     parser.add_argument("--workers", default="1", help="workers in the group (comma list)")
     parser.add_argument("--jobs", action="store_true", help="summarize every 20 events (zero-latency LLM)")
-    parser.add_argument("--fetch-wait-ms", type=int, default=0,
-                        help="the workers' worker.batch_fetch_wait_ms (0: the default)")  # fmt: skip
-    parser.add_argument("--event-job-budget-ms", type=int, default=None,
-                        help="worker.event_job_budget_ms (0: a fixed fetch wait; default: the default)")  # fmt: skip
-    parser.add_argument("--changelog-hold-ms", type=int, default=None,
-                        help="the workers' worker.changelog_hold_ms (default: the default)")  # fmt: skip
+    add_worker_knobs(parser)
     parser.add_argument("--rate", type=float, default=0.0, help="pace the events at this rate into running workers")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="py-spy raw profile of the first worker over the track drain to PATH")

@@ -32,6 +32,7 @@ from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.worker_knobs import add_worker_knobs, apply_worker_knobs
 from schemas.settings import Settings, load_settings
 from streams.clients.kafka_config import common_kwargs, producer_kwargs
 from streams.clients.topics_prune import delete_prefixed
@@ -190,12 +191,7 @@ async def main(args: argparse.Namespace) -> None:
             event_threshold=args.event_threshold, async_summary_num=8,
         )  # fmt: skip
         settings.worker.log_level = "WARNING"
-        if args.fetch_wait_ms:
-            settings.worker.batch_fetch_wait_ms = args.fetch_wait_ms
-        if args.event_job_budget_ms is not None:
-            settings.worker.event_job_budget_ms = args.event_job_budget_ms
-        if args.changelog_hold_ms is not None:
-            settings.worker.changelog_hold_ms = args.changelog_hold_ms
+        apply_worker_knobs(settings, args)
         await create_topics(settings)
         tmp = Path(tempfile.mkdtemp(prefix="bench-"))
         worker = WorkerProcess(settings, tmp / "worker.log")
@@ -309,12 +305,7 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=500.0, help="paced phase events/s")
     parser.add_argument("--event-threshold", type=int, default=19, help="events per summary (above 40: no jobs at all)")
     parser.add_argument("--paced-sessions", type=int, default=50, help="paced phase sessions (40 events, 2 jobs each)")
-    parser.add_argument("--fetch-wait-ms", type=int, default=0, help="worker.batch_fetch_wait_ms (0: the default)")
-    parser.add_argument("--event-job-budget-ms", type=int, default=None,
-                        help="worker.event_job_budget_ms (0: a fixed fetch wait; default: the default)")  # fmt: skip
-    parser.add_argument(
-        "--changelog-hold-ms", type=int, default=None, help="worker.changelog_hold_ms (default: the default)"
-    )
+    add_worker_knobs(parser)
     parser.add_argument(
         "--profile",
         help="py-spy raw profiles of the worker: ingest phase to PATH, paced to PATH.paced, one-event sessions to PATH.sessions",
