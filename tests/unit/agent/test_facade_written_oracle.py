@@ -61,3 +61,43 @@ async def test_every_marker_written_through_the_facade_reaches_the_request_and_t
             raise AssertionError("the scripted model never answered")
     lost = every - set(find_markers(result.text))
     assert not lost, f"{sorted(book.by_marker[m] for m in lost)} are in neither the summary nor the request"
+
+
+async def test_markers_of_tool_calls_whose_ids_restart_each_turn_reach_the_request_and_the_summary() -> None:
+    """A framework numbering calls ``call_0`` afresh each turn, turn 1's tool slower than turn 2's: turn 2's
+    result arrives first, turn 1's after it. Each result is shown with its own turn's call (before: one open
+    call per id — turn 1's result replaced turn 2's, whose text then reached no request, and turn 1's call
+    was left out)."""
+    book = MarkerBook()
+    agent, log = _agent()
+    for turn, city in ((1, "巴黎"), (2, "罗马")):
+        await agent.user(f"{city}天气？ {book.mint(f'ask-{turn}')}")
+        arguments = json.dumps({"city": f"{city} {book.mint(f'args-{turn}')}"}, ensure_ascii=False)
+        call = {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+        await agent.record({"role": "assistant", "content": None, "tool_calls": [call]})
+    await agent.record({"role": "tool", "tool_call_id": "call_0", "content": f"罗马晴 {book.mint('result-2')}"})
+    await agent.record({"role": "tool", "tool_call_id": "call_0", "content": f"巴黎雨 {book.mint('result-1')}"})
+    every = {m for ms in book.by_event.values() for m in ms}
+
+    request = await agent.next_request("你是助手。")
+    shown = json.dumps(request.messages, ensure_ascii=False)
+    assert every <= set(find_markers(shown)), f"missing from the request: {sorted(every - set(find_markers(shown)))}"
+    pairs = [(json.loads(m["tool_calls"][0]["function"]["arguments"])["city"], n["content"])
+             for m, n in zip(request.messages, request.messages[1:], strict=False) if m.get("tool_calls")]  # fmt: skip
+    assert [(city.split()[0], text.split()[0]) for city, text in pairs] == [("巴黎", "巴黎雨"), ("罗马", "罗马晴")]
+
+    faults = FaultMix(server_error=0.3, rate_limited=0.2, empty=0.2, slow=0.2, slow_s=(0.01, 0.05))
+    with OpenAIServer(default=MarkerEcho(faults, seed=11)) as server:
+        model = OpenAIChatModel(LLMSettings(base_url=server.base_url, api_key=SecretStr("k"), model="m",
+                                            context_window=64_000, max_retries=0))  # fmt: skip
+        summarizer = Summarizer(model)
+        for _ in range(50):  # the worker retries a transient failure
+            try:
+                result = await summarizer.summarize("", log.log[1:], session=KEY)
+                break
+            except RetryableError:
+                continue
+        else:
+            raise AssertionError("the scripted model never answered")
+    lost = every - set(find_markers(result.text))
+    assert not lost, f"{sorted(book.by_marker[m] for m in lost)} are in neither the summary nor the request"
