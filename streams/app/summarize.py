@@ -48,7 +48,7 @@ from schemas import (
     SummaryReply,
 )
 from schemas.base import copy_with
-from schemas.event_ids import FirstDigests, record_digest
+from schemas.event_ids import FirstDigests, record_digest, reuse_problem
 from streams.app.cache import SummaryCache, input_hash
 from streams.app.decoding import decode_event_record
 from streams.app.event_ids import digests_in
@@ -350,7 +350,7 @@ class SummarizeHandler:
             first = digests_in(before, sk, self.max_record_bytes)
         if not first:
             return events, raws
-        kept = [n for n, e in enumerate(events) if first.get(e.event_id, "") in ("", record_digest(raws[n]))]
+        kept = [n for n, e in enumerate(events) if not _reused(sk, e.event_id, first.get(e.event_id), raws[n])]
         if len(kept) == len(events):
             return events, raws
         return [events[n] for n in kept], [raws[n] for n in kept]
@@ -490,6 +490,12 @@ def is_permanent(exc: BaseException) -> bool:
     from streams.errors import RetryableError
 
     return isinstance(exc, DistillError) and not isinstance(exc, RetryableError)
+
+
+def _reused(session: SessionKey, event_id: str, first: str | None, raw: bytes) -> bool:
+    """Whether the track side refused ``raw`` for reusing ``event_id`` (its id's first digest ``first``): the
+    rule's own judgement (``schemas.event_ids.reuse_problem``), the record digested only when its id has one."""
+    return first is not None and reuse_problem(session, event_id, first, record_digest(raw)) is not None
 
 
 __all__ = ["JobResult", "SummarizeHandler", "SummaryBoundary", "chain_start", "deleted_since", "is_permanent"]
